@@ -1,0 +1,100 @@
+# stratum: build, test, assets, demo, bench. `make help` lists the targets.
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := all
+
+GO ?= go
+# Flags for the scenarios package's run in `make test` (CI sets its budget
+# here, e.g. SCENARIO_FLAGS='-rapid.checks=20').
+SCENARIO_FLAGS ?=
+# Checks per property for `make explore`.
+CHECKS ?= 200
+
+.PHONY: all build assets tools-mod vet fmt-check test demo bench explore clean help
+
+all: build
+
+## build: bin/stratum from ./cmd/stratum
+build:
+	$(GO) build -o bin/stratum ./cmd/stratum
+
+## assets: build the pinned kube-apiserver, kube-controller-manager and etcd into the cache (~7 min cold, instant once built)
+assets:
+	@dir="$$($(GO) run ./internal/assets/assetsdir)"; \
+	tools/build-assets.sh "$$dir"
+
+## tools-mod: regenerate tools/*/go.mod and go.sum from tools/versions.mk
+tools-mod:
+	tools/gen-mod.sh
+
+## vet: go vet ./...
+vet:
+	$(GO) vet ./...
+
+## fmt-check: fail listing every Go file gofmt would change
+fmt-check:
+	@files=$$(find . -name '*.go' -not -path './.git/*' -not -path '*/testdata/*'); \
+	[[ -z "$$files" ]] && exit 0; \
+	bad=$$(gofmt -l $$files); \
+	if [[ -n "$$bad" ]]; then echo "gofmt: these files need formatting (run gofmt -w):"; echo "$$bad"; exit 1; fi
+
+# leaked_pids prints the pids of kube-apiserver / kube-controller-manager /
+# etcd processes running from the asset directory ($$dir), one per line. `make
+# test` fails on any that appear during its run and outlive it; ones already
+# running before (another checkout's tests, a demo) are not counted.
+define leaked_pids
+pgrep -f -- "^$$(printf '%s' "$$dir" | sed 's/[][\.*^$$+?(){}|]/\\&/g')/(kube-apiserver|kube-controller-manager|etcd-)" || true
+endef
+
+## test: assets, go vet, gofmt check, then every package's tests (-p 1), then ./scenarios with $(SCENARIO_FLAGS); fails if a test leaves a real server running
+test: assets
+	$(GO) vet ./...
+	@$(MAKE) --no-print-directory fmt-check
+	@dir="$$($(GO) run ./internal/assets/assetsdir)"; \
+	before="$$($(leaked_pids))"; \
+	rc=0; \
+	pkgs="$$($(GO) list -f '{{if ne .ImportPath "$(shell $(GO) list -m)/scenarios"}}{{.ImportPath}}{{end}}' ./...)"; \
+	if [[ -n "$${pkgs//[[:space:]]/}" ]]; then \
+		echo "$(GO) test -p 1 -count=1 -timeout 25m <all packages but ./scenarios>"; \
+		$(GO) test -p 1 -count=1 -timeout 25m $$pkgs || rc=$$?; \
+	fi; \
+	if compgen -G 'scenarios/*.go' >/dev/null; then \
+		echo "$(GO) test -count=1 -timeout 25m ./scenarios $(SCENARIO_FLAGS)"; \
+		$(GO) test -count=1 -timeout 25m ./scenarios $(SCENARIO_FLAGS) || rc=$$?; \
+	fi; \
+	leaked=""; \
+	for i in 1 2 3 4 5 6 7 8 9 10; do \
+		leaked=""; \
+		for p in $$($(leaked_pids)); do \
+			grep -qx "$$p" <<<"$$before" || leaked+=" $$p"; \
+		done; \
+		[[ -z "$$leaked" ]] && break; \
+		sleep 0.5; \
+	done; \
+	if [[ -n "$$leaked" ]]; then \
+		echo "make test: real servers started from $$dir outlived the tests (pids:$$leaked):"; \
+		ps -o pid=,args= -p "$${leaked# }" | cut -c1-200 || true; \
+		echo "a test did not stop what it started; kill them by pid once read"; \
+		rc=1; \
+	fi; \
+	exit $$rc
+
+## demo: build, then start a simulated cluster of three control planes
+demo: build assets
+	bin/stratum sim up --control-planes 3
+
+## bench: every benchmark, one package at a time
+bench: assets
+	$(GO) test -p 1 -run '^$$' -bench . -benchmem ./...
+
+## explore: run the scenarios with many checks per property (CHECKS=$(CHECKS))
+explore: assets
+	$(GO) test ./scenarios -run . -rapid.checks=$(CHECKS) -timeout 0
+
+## clean: remove bin/ (the asset cache is kept: see docs/assets.md)
+clean:
+	rm -rf bin
+
+## help: list the targets
+help:
+	@sed -n 's/^## //p' $(MAKEFILE_LIST)

@@ -1,0 +1,114 @@
+// Package host is everything the ha code touches on a machine: files under the
+// host's root, exclusive locks, named services, firewall trust, the node's
+// addresses, a dialer and a clock.
+//
+// Paths are absolute paths inside the host (internal/version names them); a
+// host resolves them under its own root. Local is the real Linux machine with
+// root "/". The simulator's hosts implement the same interface over a
+// directory of their own, which is how several nodes run in one process.
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/netip"
+	"time"
+)
+
+// Host is one machine as the ha code sees it. Keep it small and domain-level:
+// anything that can be built from these methods belongs in a helper, not here.
+type Host interface {
+	// Name is the host's name: its node name and etcd member name.
+	Name() string
+
+	Files
+	Services
+	Network
+	Clock
+}
+
+// Files are the host's files, named by absolute paths inside the host.
+type Files interface {
+	// ReadFile reads a whole file. A missing file is an error matching fs.ErrNotExist.
+	ReadFile(path string) ([]byte, error)
+	// WriteFile replaces path atomically: the data is written to a temporary
+	// file in the same directory, fsync'd, renamed over path, and the directory
+	// fsync'd, so a crash leaves either the old contents or the new, never a
+	// mix. Missing parent directories are created (0755).
+	WriteFile(path string, data []byte, perm fs.FileMode) error
+	// Remove removes a file or empty directory. A missing path is not an error.
+	Remove(path string) error
+	// RemoveAll removes path and everything under it, durably.
+	RemoveAll(path string) error
+	// MkdirAll creates a directory and its parents.
+	MkdirAll(path string, perm fs.FileMode) error
+	// ReadDir lists a directory, sorted by name.
+	ReadDir(path string) ([]fs.DirEntry, error)
+	// Stat describes a file.
+	Stat(path string) (fs.FileInfo, error)
+	// Lock takes the named exclusive lock for holder without waiting. While
+	// another holder has it, the error is a *LockedError naming that holder.
+	// The lock is released by the returned function or when the holder's
+	// process dies.
+	Lock(name, holder string) (release func() error, err error)
+}
+
+// Services are the host's named services: "etcd", "kube-apiserver",
+// "kube-vip", "stratum-operator".
+type Services interface {
+	StartService(ctx context.Context, name string) error
+	StopService(ctx context.Context, name string) error
+	RestartService(ctx context.Context, name string) error
+	ServiceStatus(ctx context.Context, name string) (ServiceStatus, error)
+}
+
+// ServiceStatus is what a service manager reports of one service.
+type ServiceStatus struct {
+	Name    string
+	Running bool
+	// Detail is the manager's own words ("active (running)", "exited 1").
+	Detail string
+}
+
+// Network is the host's view of the network.
+type Network interface {
+	// Addresses are the host's unicast addresses, loopback excluded unless the
+	// host has nothing else (a simulated host lives on a loopback address).
+	Addresses() ([]netip.Addr, error)
+	// DialContext dials from this host. An isolated simulated host refuses.
+	DialContext(ctx context.Context, network, address string) (net.Conn, error)
+	// TrustCIDR opens the host firewall to traffic from cidr. Idempotent.
+	TrustCIDR(cidr netip.Prefix) error
+}
+
+// Clock is the host's clock. stratum's own expiry decisions read it, so the
+// simulator can skew one host's time.
+type Clock interface {
+	Now() time.Time
+}
+
+// ErrLocked matches a *LockedError.
+var ErrLocked = errors.New("lock held")
+
+// LockedError is a lock refused because another holder has it.
+type LockedError struct {
+	Lock   string
+	Holder string
+}
+
+func (e *LockedError) Error() string {
+	holder := e.Holder
+	if holder == "" {
+		holder = "an unnamed holder"
+	}
+	return fmt.Sprintf("lock %q is held by %s", e.Lock, holder)
+}
+
+// Is makes errors.Is(err, ErrLocked) true for a *LockedError.
+func (e *LockedError) Is(target error) bool { return target == ErrLocked }
+
+// ErrUnknownService matches a service name the host does not run.
+var ErrUnknownService = errors.New("unknown service")

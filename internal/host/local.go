@@ -1,0 +1,119 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+)
+
+// Local is the real Linux machine: files under "/", systemd units named
+// stratum-<service>, iptables for firewall trust, the kernel's addresses, the
+// system dialer and clock.
+type Local struct {
+	Dir
+	hostname string
+}
+
+// NewLocal returns the local machine as a Host.
+func NewLocal() (*Local, error) {
+	name, err := os.Hostname()
+	if err != nil {
+		return nil, fmt.Errorf("read this machine's hostname: %w", err)
+	}
+	return &Local{Dir: Dir{Root: "/", LockDir: "/run/stratum"}, hostname: strings.ToLower(name)}, nil
+}
+
+func (l *Local) Name() string { return l.hostname }
+
+func (l *Local) Now() time.Time { return time.Now() }
+
+func (l *Local) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	var d net.Dialer
+	return d.DialContext(ctx, network, address)
+}
+
+// Addresses lists the kernel's global unicast addresses; loopback only when
+// there is nothing else.
+func (l *Local) Addresses() ([]netip.Addr, error) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, fmt.Errorf("list this machine's addresses: %w", err)
+	}
+	var global, loop []netip.Addr
+	for _, a := range addrs {
+		p, err := netip.ParsePrefix(a.String())
+		if err != nil {
+			continue
+		}
+		ip := p.Addr().Unmap()
+		switch {
+		case ip.IsLoopback():
+			loop = append(loop, ip)
+		case ip.IsGlobalUnicast() || ip.IsPrivate():
+			global = append(global, ip)
+		}
+	}
+	if len(global) == 0 {
+		return loop, nil
+	}
+	return global, nil
+}
+
+// TrustCIDR inserts an iptables ACCEPT rule for cidr unless it is already there.
+func (l *Local) TrustCIDR(cidr netip.Prefix) error {
+	tool := "iptables"
+	if cidr.Addr().Is6() {
+		tool = "ip6tables"
+	}
+	rule := []string{"INPUT", "-s", cidr.Masked().String(), "-m", "comment", "--comment", "stratum", "-j", "ACCEPT"}
+	if exec.Command(tool, append([]string{"-C"}, rule...)...).Run() == nil {
+		return nil
+	}
+	if out, err := exec.Command(tool, append([]string{"-I"}, rule...)...).CombinedOutput(); err != nil {
+		return fmt.Errorf("trust %s in the firewall (%s): %w: %s", cidr, tool, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+func unit(name string) string { return "stratum-" + name + ".service" }
+
+func systemctl(ctx context.Context, verb, name string) error {
+	out, err := exec.CommandContext(ctx, "systemctl", verb, unit(name)).CombinedOutput()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && strings.Contains(string(out), "not found") {
+			return fmt.Errorf("%w: systemd has no unit %s", ErrUnknownService, unit(name))
+		}
+		return fmt.Errorf("systemctl %s %s: %w: %s", verb, unit(name), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+func (l *Local) StartService(ctx context.Context, name string) error {
+	return systemctl(ctx, "start", name)
+}
+
+func (l *Local) StopService(ctx context.Context, name string) error {
+	return systemctl(ctx, "stop", name)
+}
+
+func (l *Local) RestartService(ctx context.Context, name string) error {
+	return systemctl(ctx, "restart", name)
+}
+
+func (l *Local) ServiceStatus(ctx context.Context, name string) (ServiceStatus, error) {
+	out, err := exec.CommandContext(ctx, "systemctl", "is-active", unit(name)).Output()
+	state := strings.TrimSpace(string(out))
+	if err != nil && state == "" {
+		return ServiceStatus{}, fmt.Errorf("systemctl is-active %s: %w", unit(name), err)
+	}
+	return ServiceStatus{Name: name, Running: state == "active", Detail: state}, nil
+}
+
+var _ Host = (*Local)(nil)

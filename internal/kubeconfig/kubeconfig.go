@@ -1,0 +1,254 @@
+// Package kubeconfig builds, reads and repoints the kubeconfigs of a stratum
+// node with client-go's clientcmd.
+//
+// A kubeconfig stratum writes names one cluster "stratum", one user and one
+// context "stratum", which is current, and embeds its certificates and keys
+// as data rather than file paths: the file is whole on its own, on a real
+// host or a simulated one, and the package stays pure (bytes in, bytes out).
+package kubeconfig
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"stratum.dev/stratum/internal/pki"
+)
+
+// Names of the cluster and context every kubeconfig stratum writes.
+const (
+	ClusterName = "stratum"
+	ContextName = "stratum"
+)
+
+// Names of a control-plane node's kubeconfigs (version.Kubeconfig(name) is
+// each one's path).
+const (
+	Admin             = "admin"
+	ControllerManager = "controller-manager"
+	Scheduler         = "scheduler"
+)
+
+// ForCert is a kubeconfig for server that trusts caPEM and authenticates as
+// user with the client certificate certPEM and key keyPEM.
+func ForCert(server string, caPEM, certPEM, keyPEM []byte, user string) ([]byte, error) {
+	if len(certPEM) == 0 || len(keyPEM) == 0 {
+		return nil, fmt.Errorf("kubeconfig for %q: client certificate or key is empty", user)
+	}
+	auth := clientcmdapi.NewAuthInfo()
+	auth.ClientCertificateData = certPEM
+	auth.ClientKeyData = keyPEM
+	return build(server, caPEM, user, auth)
+}
+
+// ForToken is a kubeconfig for server that trusts caPEM and authenticates as
+// user with a bearer token (a bootstrap token during a join).
+func ForToken(server string, caPEM []byte, token, user string) ([]byte, error) {
+	if token == "" {
+		return nil, fmt.Errorf("kubeconfig for %q: token is empty", user)
+	}
+	auth := clientcmdapi.NewAuthInfo()
+	auth.Token = token
+	return build(server, caPEM, user, auth)
+}
+
+// build assembles and serializes the one-cluster, one-user kubeconfig.
+func build(server string, caPEM []byte, user string, auth *clientcmdapi.AuthInfo) ([]byte, error) {
+	if user == "" {
+		return nil, errors.New("kubeconfig: user name is empty")
+	}
+	if err := checkServer(server); err != nil {
+		return nil, fmt.Errorf("kubeconfig for %q: %w", user, err)
+	}
+	if len(caPEM) == 0 {
+		return nil, fmt.Errorf("kubeconfig for %q: CA certificate is empty", user)
+	}
+	cfg := clientcmdapi.NewConfig()
+	cluster := clientcmdapi.NewCluster()
+	cluster.Server = server
+	cluster.CertificateAuthorityData = caPEM
+	cfg.Clusters[ClusterName] = cluster
+	cfg.AuthInfos[user] = auth
+	kctx := clientcmdapi.NewContext()
+	kctx.Cluster = ClusterName
+	kctx.AuthInfo = user
+	cfg.Contexts[ContextName] = kctx
+	cfg.CurrentContext = ContextName
+	if err := clientcmd.Validate(*cfg); err != nil {
+		return nil, fmt.Errorf("kubeconfig for %q: %w", user, err)
+	}
+	out, err := clientcmd.Write(*cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig for %q: serialize: %w", user, err)
+	}
+	return out, nil
+}
+
+// Server is the API server address of the current context's cluster.
+func Server(kubeconfig []byte) (string, error) {
+	cfg, kctx, err := current(kubeconfig)
+	if err != nil {
+		return "", fmt.Errorf("kubeconfig server: %w", err)
+	}
+	cluster, ok := cfg.Clusters[kctx.Cluster]
+	if !ok || cluster == nil {
+		return "", fmt.Errorf("kubeconfig server: context %q names cluster %q, which is not defined", cfg.CurrentContext, kctx.Cluster)
+	}
+	if cluster.Server == "" {
+		return "", fmt.Errorf("kubeconfig server: cluster %q has no server", kctx.Cluster)
+	}
+	return cluster.Server, nil
+}
+
+// Repoint returns kubeconfig with every cluster's server set to server (the
+// VIP, when a node's clients move to it). Everything else, the credentials and
+// CA data above all, is kept byte for byte.
+func Repoint(kubeconfig []byte, server string) ([]byte, error) {
+	if err := checkServer(server); err != nil {
+		return nil, fmt.Errorf("repoint kubeconfig: %w", err)
+	}
+	cfg, err := load(kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("repoint kubeconfig to %s: %w", server, err)
+	}
+	if len(cfg.Clusters) == 0 {
+		return nil, fmt.Errorf("repoint kubeconfig to %s: it defines no cluster", server)
+	}
+	for _, c := range cfg.Clusters {
+		c.Server = server
+	}
+	out, err := clientcmd.Write(*cfg)
+	if err != nil {
+		return nil, fmt.Errorf("repoint kubeconfig to %s: serialize: %w", server, err)
+	}
+	return out, nil
+}
+
+// TokenOf is the bearer token of the current context's user, read from the
+// kubeconfig's own auth info: a token file or an exec plugin would need the
+// host, so it is an error, as is a user with no token at all.
+func TokenOf(kubeconfig []byte) (string, error) {
+	cfg, kctx, err := current(kubeconfig)
+	if err != nil {
+		return "", fmt.Errorf("kubeconfig token: %w", err)
+	}
+	auth, ok := cfg.AuthInfos[kctx.AuthInfo]
+	if !ok || auth == nil {
+		return "", fmt.Errorf("kubeconfig token: context %q names user %q, which is not defined", cfg.CurrentContext, kctx.AuthInfo)
+	}
+	if auth.Token == "" {
+		return "", fmt.Errorf("kubeconfig token: user %q has no embedded token", kctx.AuthInfo)
+	}
+	return auth.Token, nil
+}
+
+// RESTConfig is the client configuration of kubeconfig's current context,
+// for building clientsets.
+func RESTConfig(kubeconfig []byte) (*rest.Config, error) {
+	if _, _, err := current(kubeconfig); err != nil {
+		return nil, fmt.Errorf("kubeconfig REST config: %w", err)
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig REST config: %w", err)
+	}
+	return cfg, nil
+}
+
+// nodeUsers are the client identities of a control-plane node's kubeconfigs,
+// by name: the CN is also the kubeconfig's user name, as kubeadm writes them.
+var nodeUsers = map[string]struct {
+	cn  string
+	org []string
+}{
+	Admin:             {pki.AdminCN, []string{pki.MastersGroup}},
+	ControllerManager: {"system:kube-controller-manager", nil},
+	Scheduler:         {"system:kube-scheduler", nil},
+}
+
+// NodeKubeconfigs returns a control-plane node's kubeconfigs by name (the
+// names Names lists), each with a fresh client certificate from clusterCA and
+// pointed at server: admin (kubernetes-admin in system:masters),
+// controller-manager (system:kube-controller-manager) and scheduler
+// (system:kube-scheduler). The caller writes each to version.Kubeconfig(name).
+func NodeKubeconfigs(clusterCA *pki.CA, server string, now time.Time) (map[string][]byte, error) {
+	if clusterCA == nil {
+		return nil, errors.New("node kubeconfigs: no cluster CA")
+	}
+	if err := checkServer(server); err != nil {
+		return nil, fmt.Errorf("node kubeconfigs: %w", err)
+	}
+	out := make(map[string][]byte, len(nodeUsers))
+	for _, name := range Names() {
+		u := nodeUsers[name]
+		certPEM, keyPEM, err := clusterCA.Issue(pki.LeafSpec{CommonName: u.cn, Organization: u.org, Client: true}, now)
+		if err != nil {
+			return nil, fmt.Errorf("node kubeconfig %s: %w", name, err)
+		}
+		kc, err := ForCert(server, clusterCA.CertPEM, certPEM, keyPEM, u.cn)
+		if err != nil {
+			return nil, fmt.Errorf("node kubeconfig %s: %w", name, err)
+		}
+		out[name] = kc
+	}
+	return out, nil
+}
+
+// Names lists the names of a control-plane node's kubeconfigs, sorted.
+func Names() []string {
+	names := make([]string, 0, len(nodeUsers))
+	for n := range nodeUsers {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// load parses a kubeconfig. clientcmd reads empty input as an empty config,
+// which is never what a caller holding a file meant, so it is an error here.
+func load(kubeconfig []byte) (*clientcmdapi.Config, error) {
+	if len(kubeconfig) == 0 {
+		return nil, errors.New("kubeconfig is empty")
+	}
+	cfg, err := clientcmd.Load(kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("parse kubeconfig: %w", err)
+	}
+	return cfg, nil
+}
+
+// current parses a kubeconfig and finds its current context.
+func current(kubeconfig []byte) (*clientcmdapi.Config, *clientcmdapi.Context, error) {
+	cfg, err := load(kubeconfig)
+	if err != nil {
+		return nil, nil, err
+	}
+	if cfg.CurrentContext == "" {
+		return nil, nil, errors.New("kubeconfig has no current context")
+	}
+	kctx, ok := cfg.Contexts[cfg.CurrentContext]
+	if !ok || kctx == nil {
+		return nil, nil, fmt.Errorf("current context %q is not defined", cfg.CurrentContext)
+	}
+	return cfg, kctx, nil
+}
+
+// checkServer refuses a server that is not an https URL with a host: every
+// stratum apiserver serves TLS, and a kubeconfig carrying CA data for a plain
+// http address is a mistake.
+func checkServer(server string) error {
+	u, err := url.Parse(server)
+	if err != nil {
+		return fmt.Errorf("server %q: %w", server, err)
+	}
+	if u.Scheme != "https" || u.Host == "" {
+		return fmt.Errorf("server %q is not an https://host[:port] URL", server)
+	}
+	return nil
+}

@@ -1,0 +1,181 @@
+package pki
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"time"
+)
+
+// APISANs are the extra names and addresses the apiserver certificate must
+// carry beyond the node's own: the VIP and the first service IP, and any
+// names clients reach the cluster by.
+type APISANs struct {
+	DNSNames []string
+	IPs      []net.IP
+}
+
+// Common names and organizations of the node's leaves.
+const (
+	APIServerCN              = "kube-apiserver"
+	APIServerEtcdClientCN    = "kube-apiserver-etcd-client"
+	APIServerKubeletClientCN = "kube-apiserver-kubelet-client"
+	FrontProxyClientCN       = "front-proxy-client"
+	EtcdClientCN             = "stratum-etcd-client"
+	AdminCN                  = "kubernetes-admin"
+	MastersGroup             = "system:masters"
+)
+
+// Base names (without .crt/.key) of the node's leaves, relative to
+// version.PKIDir.
+const (
+	APIServerLeaf              = "apiserver"
+	APIServerEtcdClientLeaf    = "apiserver-etcd-client"
+	APIServerKubeletClientLeaf = "apiserver-kubelet-client"
+	FrontProxyClientLeaf       = "front-proxy-client"
+	EtcdServerLeaf             = "etcd/server"
+	EtcdPeerLeaf               = "etcd/peer"
+	EtcdClientLeaf             = "etcd/healthcheck-client"
+	AdminLeaf                  = "admin"
+)
+
+// apiServerDNSNames are the in-cluster names of the kubernetes service the
+// apiserver certificate always carries.
+var apiServerDNSNames = []string{
+	"kubernetes",
+	"kubernetes.default",
+	"kubernetes.default.svc",
+	"kubernetes.default.svc.cluster.local",
+	"localhost",
+}
+
+// loopback is the IPv4 loopback address local clients dial.
+var loopback = net.IPv4(127, 0, 0, 1)
+
+// nodeLeaf is one leaf of a node: its base file name, its issuer and its spec.
+type nodeLeaf struct {
+	name string
+	ca   *CA
+	spec LeafSpec
+}
+
+// nodeLeafSpecs lists the leaves of the node named hostname at nodeIP.
+func nodeLeafSpecs(s *Shared, hostname string, nodeIP net.IP, sans *APISANs) []nodeLeaf {
+	apiDNS := append([]string{hostname}, apiServerDNSNames...)
+	apiIPs := []net.IP{nodeIP, loopback}
+	if sans != nil {
+		apiDNS = append(apiDNS, sans.DNSNames...)
+		apiIPs = append(apiIPs, sans.IPs...)
+	}
+	return []nodeLeaf{
+		{APIServerLeaf, s.Cluster, LeafSpec{
+			CommonName: APIServerCN, DNSNames: dedupNames(apiDNS), IPs: dedupIPs(apiIPs), Server: true,
+		}},
+		{APIServerEtcdClientLeaf, s.Etcd, LeafSpec{CommonName: APIServerEtcdClientCN, Client: true}},
+		{APIServerKubeletClientLeaf, s.Cluster, LeafSpec{
+			CommonName: APIServerKubeletClientCN, Organization: []string{MastersGroup}, Client: true,
+		}},
+		{FrontProxyClientLeaf, s.FrontProxy, LeafSpec{CommonName: FrontProxyClientCN, Client: true}},
+		{EtcdServerLeaf, s.Etcd, LeafSpec{
+			CommonName: hostname, DNSNames: dedupNames([]string{hostname, "localhost"}),
+			IPs: dedupIPs([]net.IP{nodeIP, loopback}), Server: true, Client: true,
+		}},
+		// etcd checks a peer's client certificate against the address the
+		// connection comes from; a peer dialing a loopback address (a
+		// single-machine cluster, the simulator) comes from 127.0.0.1.
+		{EtcdPeerLeaf, s.Etcd, LeafSpec{
+			CommonName: hostname, DNSNames: []string{hostname},
+			IPs: dedupIPs([]net.IP{nodeIP, loopback}), Server: true, Client: true,
+		}},
+		{EtcdClientLeaf, s.Etcd, LeafSpec{CommonName: EtcdClientCN, Client: true}},
+		{AdminLeaf, s.Cluster, LeafSpec{CommonName: AdminCN, Organization: []string{MastersGroup}, Client: true}},
+	}
+}
+
+// NodeLeaves issues this node's leaf certificates from the shared CAs and
+// returns them, with their keys, by file name relative to version.PKIDir (the
+// names NodeLeafNames lists):
+//
+//   - apiserver: server, cluster CA; CN kube-apiserver; DNS hostname, the
+//     kubernetes service names, localhost and sans.DNSNames; IPs nodeIP,
+//     127.0.0.1 and sans.IPs (the caller puts the VIP and the first service
+//     IP there).
+//   - apiserver-etcd-client: client, etcd CA.
+//   - apiserver-kubelet-client: client, cluster CA, O system:masters.
+//   - front-proxy-client: client, front-proxy CA.
+//   - etcd/server: server and client, etcd CA; CN hostname; DNS hostname,
+//     localhost; IPs nodeIP, 127.0.0.1.
+//   - etcd/peer: server and client, etcd CA; CN hostname; DNS hostname; IPs
+//     nodeIP, 127.0.0.1 (etcd matches a peer's certificate to the address it
+//     connects from, and a loopback connection comes from 127.0.0.1).
+//   - etcd/healthcheck-client: client, etcd CA; CN stratum-etcd-client, the
+//     certificate stratum's own etcd client dials with.
+//   - admin: client, cluster CA; CN kubernetes-admin, O system:masters.
+//
+// Names and addresses are deduplicated, so a VIP equal to the node IP or a
+// repeated name does not appear twice.
+func NodeLeaves(s *Shared, hostname string, nodeIP net.IP, sans *APISANs, now time.Time) (map[string][]byte, error) {
+	switch {
+	case s == nil || s.Cluster == nil || s.FrontProxy == nil || s.Etcd == nil:
+		return nil, errors.New("issue node certificates: shared CAs are incomplete")
+	case hostname == "":
+		return nil, errors.New("issue node certificates: hostname is empty")
+	case nodeIP == nil || nodeIP.IsUnspecified():
+		return nil, fmt.Errorf("issue node certificates for %s: node IP %v is not an address", hostname, nodeIP)
+	}
+	out := make(map[string][]byte)
+	for _, l := range nodeLeafSpecs(s, hostname, nodeIP, sans) {
+		certPEM, keyPEM, err := l.ca.Issue(l.spec, now)
+		if err != nil {
+			return nil, fmt.Errorf("issue node certificates for %s: %s: %w", hostname, l.name, err)
+		}
+		out[l.name+".crt"] = certPEM
+		out[l.name+".key"] = keyPEM
+	}
+	return out, nil
+}
+
+// NodeLeafNames lists the names of the files NodeLeaves returns, relative to
+// version.PKIDir, sorted.
+func NodeLeafNames() []string {
+	var names []string
+	for _, base := range []string{
+		APIServerLeaf, APIServerEtcdClientLeaf, APIServerKubeletClientLeaf, FrontProxyClientLeaf,
+		EtcdServerLeaf, EtcdPeerLeaf, EtcdClientLeaf, AdminLeaf,
+	} {
+		names = append(names, base+".crt", base+".key")
+	}
+	slices.Sort(names)
+	return names
+}
+
+// dedupNames drops empty and repeated DNS names (compared without case, as
+// DNS does), keeping the first spelling and the order.
+func dedupNames(names []string) []string {
+	seen := make(map[string]bool, len(names))
+	var out []string
+	for _, n := range names {
+		k := strings.ToLower(n)
+		if n == "" || seen[k] {
+			continue
+		}
+		seen[k] = true
+		out = append(out, n)
+	}
+	return out
+}
+
+// dedupIPs drops nil and repeated addresses (an IPv4 address in its 4- and
+// 16-byte forms is one), keeping the order.
+func dedupIPs(ips []net.IP) []net.IP {
+	var out []net.IP
+	for _, ip := range ips {
+		if ip == nil || slices.ContainsFunc(out, ip.Equal) {
+			continue
+		}
+		out = append(out, ip)
+	}
+	return out
+}

@@ -1,0 +1,345 @@
+// Package sim is the simulator: simulated control-plane hosts, each with its
+// own loopback address and root directory, running real servers (embedded
+// etcd members or etcd processes, real kube-apiservers through envtest, a
+// leader-elected VIP), with faults injected one method each and every action
+// recorded in an event log.
+//
+// The ha code runs on a simulated host through the host.Host a Handle
+// implements, exactly as it runs on host.Local in production.
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"stratum.dev/stratum/internal/host"
+	"stratum.dev/stratum/internal/kubeconfig"
+	"stratum.dev/stratum/internal/nodestate"
+	"stratum.dev/stratum/internal/pki"
+	"stratum.dev/stratum/internal/version"
+)
+
+// Config says what cluster to simulate.
+type Config struct {
+	// ControlPlanes is how many hosts are brought up as a running cluster
+	// (etcd members from the start). Default 3.
+	ControlPlanes int
+	// SpareHosts are further hosts with nothing on them: join targets.
+	SpareHosts int
+	// APIServers runs a kube-apiserver on each control plane.
+	APIServers bool
+	// VIP runs the VIP and a kube-vip candidate on each control plane
+	// (requires APIServers).
+	VIP bool
+	// ControllerManager runs kube-controller-manager (garbage collector and
+	// token cleaner) on the first control plane (requires APIServers).
+	ControllerManager bool
+	// EtcdVersions runs the named hosts' etcd as a separate process of the
+	// given version (version.Etcd or version.EtcdPrevious) instead of embedded.
+	EtcdVersions map[string]string
+	// Dir is where host roots live; "" makes a temporary one, removed on Close.
+	Dir string
+	// EventsTo, when set, receives each event as it is recorded.
+	EventsTo io.Writer
+	// Cluster network; defaults as a stock cluster's.
+	PodCIDR, ServiceCIDR, ClusterDomain string
+}
+
+func (cfg *Config) defaults() error {
+	if cfg.ControlPlanes == 0 {
+		cfg.ControlPlanes = 3
+	}
+	if cfg.ControlPlanes < 1 || cfg.ControlPlanes+cfg.SpareHosts > 200 {
+		return fmt.Errorf("sim: %d control planes and %d spare hosts is out of range", cfg.ControlPlanes, cfg.SpareHosts)
+	}
+	if (cfg.VIP || cfg.ControllerManager) && !cfg.APIServers {
+		return errors.New("sim: the VIP and the controller manager need APIServers")
+	}
+	if cfg.PodCIDR == "" {
+		cfg.PodCIDR = "10.244.0.0/16"
+	}
+	if cfg.ServiceCIDR == "" {
+		cfg.ServiceCIDR = "10.96.0.0/12"
+	}
+	if cfg.ClusterDomain == "" {
+		cfg.ClusterDomain = "cluster.local"
+	}
+	return nil
+}
+
+// Cluster is a running simulation.
+type Cluster struct {
+	cfg         Config
+	dir         string
+	ownDir      bool
+	hosts       []*Host
+	shared      *pki.Shared
+	events      *EventLog
+	network     network
+	checkpoints checkpoints
+	vip         vip
+
+	stopTick  chan struct{}
+	closeOnce sync.Once
+}
+
+// New builds and starts a simulated cluster: hosts on a free loopback /24, one
+// cluster's PKI, the first ControlPlanes hosts laid out as `stratum up` lays
+// out a control plane (shared CAs, leaves, kubeconfigs, node state) and their
+// services started. On error everything started is stopped.
+func New(ctx context.Context, cfg Config) (_ *Cluster, err error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	ReapOrphans()
+	c := &Cluster{cfg: cfg, dir: cfg.Dir, events: newEventLog(cfg.EventsTo), stopTick: make(chan struct{})}
+	c.network = network{c: c, isolated: map[string]bool{}, cut: map[[2]string]bool{}}
+	c.checkpoints = checkpoints{c: c, at: map[checkpointKey]*armed{}, seen: map[string]int{}}
+	if c.dir == "" {
+		c.dir, err = os.MkdirTemp("", "stratum-sim-")
+		if err != nil {
+			return nil, err
+		}
+		c.ownDir = true
+	}
+	defer func() {
+		if err != nil {
+			c.Close()
+		}
+	}()
+	n := cfg.ControlPlanes + cfg.SpareHosts
+	base, err := freeSubnet(n)
+	if err != nil {
+		return nil, err
+	}
+	c.vip.addr = base.Next().Next().Next().Next().Next().Next().Next().Next().Next().Next() // .10
+	ip := c.vip.addr
+	for i := 1; i <= n; i++ {
+		ip = ip.Next()
+		name := "cp" + strconv.Itoa(i)
+		root := filepath.Join(c.dir, name)
+		if err := os.MkdirAll(root, 0o755); err != nil {
+			return nil, err
+		}
+		h := &Host{cluster: c, name: name, ip: ip, files: &host.Dir{Root: root, LockDir: version.LockDir}, etcdVersion: cfg.EtcdVersions[name]}
+		c.hosts = append(c.hosts, h)
+	}
+	c.events.Record("", "action", "cluster of %d hosts on %s/24, VIP %s, in %s", n, base, c.vip.addr, c.dir)
+	if c.shared, err = pki.NewShared(time.Now()); err != nil {
+		return nil, err
+	}
+	cps := c.hosts[:cfg.ControlPlanes]
+	var initial []string
+	for _, h := range cps {
+		initial = append(initial, h.name+"="+h.PeerURL())
+	}
+	for _, h := range cps {
+		if err := c.layOut(h, strings.Join(initial, ","), "new"); err != nil {
+			return nil, err
+		}
+	}
+	go c.tick()
+	start := time.Now()
+	if err := c.each(ctx, cps, func(ctx context.Context, h *Host) error { return h.StartEtcd(ctx) }); err != nil {
+		return nil, err
+	}
+	c.events.Record("", "action", "etcd cluster of %d ready in %s", len(cps), time.Since(start).Round(time.Millisecond))
+	if cfg.VIP {
+		if err := c.startVIP(); err != nil {
+			return nil, fmt.Errorf("sim: VIP %s: %w", c.vip.addr, err)
+		}
+	}
+	if cfg.APIServers {
+		if err := c.each(ctx, cps, func(ctx context.Context, h *Host) error { return h.StartAPIServer(ctx) }); err != nil {
+			return nil, err
+		}
+		c.events.Record("", "action", "%d apiservers ready %s after start", len(cps), time.Since(start).Round(time.Millisecond))
+	}
+	if cfg.VIP {
+		for _, h := range cps {
+			if err := h.StartVIPCandidate(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if cfg.ControllerManager {
+		if err := cps[0].StartControllerManager(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// each runs f on every host concurrently and returns the first error.
+func (c *Cluster) each(ctx context.Context, hosts []*Host, f func(context.Context, *Host) error) error {
+	g, gctx := errgroup.WithContext(ctx)
+	for _, h := range hosts {
+		g.Go(func() error { return f(gctx, h) })
+	}
+	return g.Wait()
+}
+
+// layOut writes what `stratum up` leaves on a control plane: the shared CAs,
+// the node's leaves, its kubeconfigs and its node state.
+func (c *Cluster) layOut(h *Host, initialCluster, state string) error {
+	files := c.shared.Files()
+	sans := &pki.APISANs{IPs: []net.IP{net.IP(c.vip.addr.AsSlice()), firstServiceIP(c.cfg.ServiceCIDR)}}
+	leaves, err := pki.NodeLeaves(c.shared, h.name, net.IP(h.ip.AsSlice()), sans, time.Now())
+	if err != nil {
+		return err
+	}
+	for name, data := range leaves {
+		files[name] = data
+	}
+	for name, data := range files {
+		if err := h.files.WriteFile(version.PKIFile(name), data, 0o600); err != nil {
+			return err
+		}
+	}
+	server := h.APIServerURL()
+	if c.cfg.VIP {
+		server = c.VIPURL()
+	}
+	kcs, err := kubeconfig.NodeKubeconfigs(c.shared.Cluster, server, time.Now())
+	if err != nil {
+		return err
+	}
+	for name, data := range kcs {
+		if err := h.files.WriteFile(version.Kubeconfig(name), data, 0o600); err != nil {
+			return err
+		}
+	}
+	st := &nodestate.NodeState{
+		Role: nodestate.RoleControlPlane, NodeName: h.name, NodeIP: h.ip.String(), Server: server,
+		PodCIDR: c.cfg.PodCIDR, ServiceCIDR: c.cfg.ServiceCIDR, ClusterDomain: c.cfg.ClusterDomain,
+		Etcd: nodestate.Etcd{Name: h.name, PeerURL: h.PeerURL(), ClientURL: h.ClientURL(),
+			InitialCluster: initialCluster, InitialClusterState: state},
+	}
+	if c.cfg.VIP {
+		st.VIP = nodestate.VIP{Address: c.vip.addr.String(), Interface: "lo"}
+	}
+	return nodestate.Save(h.files, st)
+}
+
+func firstServiceIP(cidr string) net.IP {
+	p, err := netip.ParsePrefix(cidr)
+	if err != nil {
+		return nil
+	}
+	return net.IP(p.Masked().Addr().Next().AsSlice())
+}
+
+// freeSubnet picks 127.a.b.0/24 at random until every address the cluster
+// will bind (hosts from .11, the VIP at .10) is free on the standard ports,
+// so concurrent simulations (other test binaries) never collide.
+func freeSubnet(hosts int) (netip.Addr, error) {
+	for try := 0; try < 50; try++ {
+		base := netip.AddrFrom4([4]byte{127, byte(64 + rand.IntN(180)), byte(rand.IntN(256)), 0})
+		ok := true
+		ip := base
+		for i := 0; i < 10; i++ {
+			ip = ip.Next()
+		}
+		for i := 0; i <= hosts && ok; i++ {
+			for _, port := range []int{version.EtcdClientPort, version.EtcdPeerPort, version.APIServerPort} {
+				ln, err := net.Listen("tcp", net.JoinHostPort(ip.String(), strconv.Itoa(port)))
+				if err != nil {
+					ok = false
+					break
+				}
+				ln.Close()
+			}
+			ip = ip.Next()
+		}
+		if ok {
+			return base, nil
+		}
+	}
+	return netip.Addr{}, errors.New("sim: no free loopback /24 found in 50 tries")
+}
+
+// tick re-applies the network's cuts, since a membership change adds peers to
+// a member's transport unpaused.
+func (c *Cluster) tick() {
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stopTick:
+			return
+		case <-t.C:
+			c.applyNetwork()
+		}
+	}
+}
+
+// Hosts are every host, control planes first.
+func (c *Cluster) Hosts() []*Host { return append([]*Host(nil), c.hosts...) }
+
+// Host is the named host, nil when there is none.
+func (c *Cluster) Host(name string) *Host {
+	for _, h := range c.hosts {
+		if h.name == name {
+			return h
+		}
+	}
+	return nil
+}
+
+// Events is the simulation's event log.
+func (c *Cluster) Events() *EventLog { return c.events }
+
+// Shared is the cluster's shared PKI (what a join downloads).
+func (c *Cluster) Shared() *pki.Shared { return c.shared }
+
+// Config is the configuration the cluster runs with, defaults filled in.
+func (c *Cluster) Config() Config { return c.cfg }
+
+// Dir is where the host roots live.
+func (c *Cluster) RootDir() string { return c.dir }
+
+// Close stops everything the simulation started (kube-vip candidates,
+// controller managers and apiservers first, then etcd members) and removes
+// the host roots it created. Safe to call more than once.
+func (c *Cluster) Close() {
+	c.closeOnce.Do(func() {
+		close(c.stopTick)
+		var wg sync.WaitGroup
+		for _, h := range c.hosts {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				h.StopVIPCandidate()
+				h.StopControllerManager()
+				_ = h.StopAPIServer()
+			}()
+		}
+		wg.Wait()
+		c.vip.close()
+		for _, h := range c.hosts {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				h.StopEtcd()
+			}()
+		}
+		wg.Wait()
+		c.events.Record("", "action", "cluster closed")
+		if c.ownDir {
+			os.RemoveAll(c.dir)
+		}
+	})
+}

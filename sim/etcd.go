@@ -1,0 +1,329 @@
+package sim
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	"go.etcd.io/etcd/client/pkg/v3/types"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+
+	"stratum.dev/stratum/internal/assets"
+	"stratum.dev/stratum/internal/nodestate"
+	"stratum.dev/stratum/internal/pki"
+	"stratum.dev/stratum/internal/version"
+)
+
+// Raft timing of simulated members: short enough that elections and failover
+// take a fraction of a second, long enough that two busy cores running three
+// apiservers do not miss heartbeats.
+const (
+	etcdTickMs     = 50
+	etcdElectionMs = 500
+)
+
+// etcdMember is a running etcd member of a host: embedded in this process or a
+// separate process of a chosen version.
+type etcdMember interface {
+	// stop stops the member; hard is a crash (no leadership transfer, no
+	// graceful close of client streams).
+	stop(hard bool)
+	// exited is closed once the member has stopped on its own or been stopped.
+	exited() <-chan struct{}
+	describe() string
+}
+
+type peerInfo struct {
+	id      uint64
+	peerURL string
+}
+
+// etcdSpec is how a host's member boots, rendered from its node state as the
+// real supervisor renders etcd's flags.
+type etcdSpec struct {
+	name, clientURL, peerURL string
+	initialCluster, state    string
+	dataDir                  string // real path
+	caFile                   string
+	serverCert, serverKey    string
+	peerCert, peerKey        string
+}
+
+func (h *Host) etcdSpec() (etcdSpec, error) {
+	st, err := nodestate.Load(h.files)
+	if err != nil {
+		return etcdSpec{}, fmt.Errorf("start etcd on %s: %w", h.name, err)
+	}
+	if st.Etcd.InitialCluster == "" || st.Etcd.InitialClusterState == "" {
+		return etcdSpec{}, fmt.Errorf("start etcd on %s: node state %s has no etcd initial cluster", h.name, nodestate.Path)
+	}
+	return etcdSpec{
+		name:           st.Etcd.Name,
+		clientURL:      h.ClientURL(),
+		peerURL:        h.PeerURL(),
+		initialCluster: st.Etcd.InitialCluster,
+		state:          st.Etcd.InitialClusterState,
+		dataDir:        h.Path(version.EtcdDataDir),
+		caFile:         h.Path(version.PKIFile("etcd/ca.crt")),
+		serverCert:     h.Path(version.PKIFile("etcd/server.crt")),
+		serverKey:      h.Path(version.PKIFile("etcd/server.key")),
+		peerCert:       h.Path(version.PKIFile("etcd/peer.crt")),
+		peerKey:        h.Path(version.PKIFile("etcd/peer.key")),
+	}, nil
+}
+
+// etcdLogger is silent unless STRATUM_SIM_ETCD_LOG names a level ("warn",
+// "info", ...): then the members log to stderr, for debugging the simulator.
+func etcdLogger(name string) *zap.Logger {
+	level := os.Getenv("STRATUM_SIM_ETCD_LOG")
+	if level == "" {
+		return zap.NewNop()
+	}
+	cfg := zap.NewDevelopmentConfig()
+	if err := cfg.Level.UnmarshalText([]byte(level)); err != nil {
+		return zap.NewNop()
+	}
+	lg, err := cfg.Build()
+	if err != nil {
+		return zap.NewNop()
+	}
+	return lg.Named(name)
+}
+
+// embeddedEtcd is an embed.Etcd member.
+type embeddedEtcd struct {
+	e    *embed.Etcd
+	done chan struct{}
+	once sync.Once
+}
+
+func startEmbeddedEtcd(ctx context.Context, s etcdSpec) (*embeddedEtcd, error) {
+	cfg := embed.NewConfig()
+	cfg.Name = s.name
+	cfg.Dir = s.dataDir
+	cu, _ := url.Parse(s.clientURL)
+	pu, _ := url.Parse(s.peerURL)
+	cfg.ListenClientUrls = []url.URL{*cu}
+	cfg.AdvertiseClientUrls = []url.URL{*cu}
+	cfg.ListenPeerUrls = []url.URL{*pu}
+	cfg.AdvertisePeerUrls = []url.URL{*pu}
+	cfg.ListenMetricsUrls = nil
+	cfg.InitialCluster = s.initialCluster
+	cfg.ClusterState = s.state
+	cfg.InitialClusterToken = "stratum"
+	cfg.TickMs = etcdTickMs
+	cfg.ElectionMs = etcdElectionMs
+	cfg.ClientTLSInfo = transport.TLSInfo{CertFile: s.serverCert, KeyFile: s.serverKey, TrustedCAFile: s.caFile, ClientCertAuth: true}
+	cfg.PeerTLSInfo = transport.TLSInfo{CertFile: s.peerCert, KeyFile: s.peerKey, TrustedCAFile: s.caFile, ClientCertAuth: true}
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(etcdLogger(s.name))
+	cfg.EnableGRPCGateway = false
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("start embedded etcd %s: %w", s.name, err)
+	}
+	m := &embeddedEtcd{e: e, done: make(chan struct{})}
+	go func() {
+		select {
+		case <-e.Server.StopNotify():
+		case <-m.done:
+			return
+		}
+		m.once.Do(func() { close(m.done) })
+	}()
+	select {
+	case <-e.Server.ReadyNotify():
+		return m, nil
+	case err := <-e.Err():
+		m.stop(true)
+		return nil, fmt.Errorf("embedded etcd %s failed while starting: %w", s.name, err)
+	case <-e.Server.StopNotify():
+		m.stop(true)
+		return nil, fmt.Errorf("embedded etcd %s stopped while starting (for example: it was removed from the cluster, or its data belongs to another cluster)", s.name)
+	case <-ctx.Done():
+		m.stop(true)
+		return nil, fmt.Errorf("embedded etcd %s not ready: %w", s.name, ctx.Err())
+	}
+}
+
+func (m *embeddedEtcd) stop(hard bool) {
+	if hard {
+		m.e.Server.HardStop()
+	}
+	m.e.Close()
+	m.once.Do(func() { close(m.done) })
+}
+
+func (m *embeddedEtcd) exited() <-chan struct{} { return m.done }
+
+func (m *embeddedEtcd) describe() string { return "embedded etcd " + version.Etcd }
+
+func (m *embeddedEtcd) peers() []peerInfo {
+	var out []peerInfo
+	self := m.e.Server.MemberID()
+	for _, mem := range m.e.Server.Cluster().Members() {
+		if mem.ID == self || len(mem.PeerURLs) == 0 {
+			continue
+		}
+		out = append(out, peerInfo{id: uint64(mem.ID), peerURL: mem.PeerURLs[0]})
+	}
+	return out
+}
+
+func (m *embeddedEtcd) setPeerCut(id uint64, cut bool) {
+	select {
+	case <-m.done:
+		return
+	default:
+	}
+	if cut {
+		m.e.Server.CutPeer(types.ID(id))
+	} else {
+		m.e.Server.MendPeer(types.ID(id))
+	}
+}
+
+// processEtcd is an etcd member running as a separate process of a chosen
+// version, built by `make assets`.
+type processEtcd struct {
+	version string
+	cmd     *exec.Cmd
+	done    chan struct{}
+}
+
+func startProcessEtcd(ctx context.Context, s etcdSpec, etcdVersion, logPath string, tlsCfg *tls.Config) (*processEtcd, error) {
+	bin, err := assets.Etcd(etcdVersion)
+	if err != nil {
+		return nil, err
+	}
+	args := []string{
+		"--name=" + s.name,
+		"--data-dir=" + s.dataDir,
+		"--listen-client-urls=" + s.clientURL,
+		"--advertise-client-urls=" + s.clientURL,
+		"--listen-peer-urls=" + s.peerURL,
+		"--initial-advertise-peer-urls=" + s.peerURL,
+		"--initial-cluster=" + s.initialCluster,
+		"--initial-cluster-state=" + s.state,
+		"--initial-cluster-token=stratum",
+		"--cert-file=" + s.serverCert, "--key-file=" + s.serverKey,
+		"--trusted-ca-file=" + s.caFile, "--client-cert-auth",
+		"--peer-cert-file=" + s.peerCert, "--peer-key-file=" + s.peerKey,
+		"--peer-trusted-ca-file=" + s.caFile, "--peer-client-cert-auth",
+		fmt.Sprintf("--heartbeat-interval=%d", etcdTickMs),
+		fmt.Sprintf("--election-timeout=%d", etcdElectionMs),
+		"--log-level=error",
+	}
+	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
+		return nil, err
+	}
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	// Pdeathsig: a test binary killed mid-run takes its members with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	m := &processEtcd{version: etcdVersion, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		logFile.Close()
+		close(m.done)
+	}()
+	if err := waitEtcdAnswers(ctx, s.clientURL, tlsCfg, m.done); err != nil {
+		m.stop(true)
+		tail, _ := os.ReadFile(logPath)
+		return nil, fmt.Errorf("etcd %s (%s) not ready: %w; log %s ends: %s", s.name, etcdVersion, err, logPath, lastLines(string(tail), 5))
+	}
+	return m, nil
+}
+
+func (m *processEtcd) stop(hard bool) {
+	sig := syscall.SIGTERM
+	if hard {
+		sig = syscall.SIGKILL
+	}
+	_ = m.cmd.Process.Signal(sig)
+	select {
+	case <-m.done:
+	case <-time.After(15 * time.Second):
+		_ = m.cmd.Process.Kill()
+		<-m.done
+	}
+}
+
+func (m *processEtcd) exited() <-chan struct{} { return m.done }
+
+func (m *processEtcd) describe() string { return "etcd process " + m.version }
+
+// waitEtcdAnswers polls the member's status until it answers with a leader.
+func waitEtcdAnswers(ctx context.Context, endpoint string, tlsCfg *tls.Config, died <-chan struct{}) error {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, TLS: tlsCfg, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	var last error
+	for {
+		sctx, cancel := context.WithTimeout(ctx, time.Second)
+		st, err := cli.Status(sctx, endpoint)
+		cancel()
+		if err == nil && st.Leader != 0 {
+			return nil
+		}
+		if err == nil {
+			err = errors.New("member has no leader yet")
+		}
+		last = err
+		select {
+		case <-died:
+			return fmt.Errorf("process exited (last status: %v)", last)
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last status: %v)", ctx.Err(), last)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+// etcdClientTLS is the host's etcd client TLS (its healthcheck-client leaf).
+func (h *Host) etcdClientTLS() (*tls.Config, error) {
+	read := func(name string) ([]byte, error) { return h.files.ReadFile(version.PKIFile(name)) }
+	ca, err := read("etcd/ca.crt")
+	if err != nil {
+		return nil, err
+	}
+	cert, err := read("etcd/healthcheck-client.crt")
+	if err != nil {
+		return nil, err
+	}
+	key, err := read("etcd/healthcheck-client.key")
+	if err != nil {
+		return nil, err
+	}
+	return pki.ClientTLS(ca, cert, key, "")
+}

@@ -1,0 +1,215 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"stratum.dev/stratum/internal/assets/assetstest"
+	"stratum.dev/stratum/internal/version"
+)
+
+// memberStatus asks one member, through the test's own view (not partitioned),
+// whom it follows.
+func memberStatus(t *testing.T, c *Cluster, h *Host) (id, leader uint64, err error) {
+	t.Helper()
+	cli, err := c.Hosts()[0].etcdTestClient(h.ClientURL())
+	if err != nil {
+		return 0, 0, err
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	st, err := cli.Status(ctx, h.ClientURL())
+	if err != nil {
+		return 0, 0, err
+	}
+	return st.Header.MemberId, st.Leader, nil
+}
+
+// etcdTestClient is a client that does not go through any host's dialer: the
+// harness's own view of the servers.
+func (h *Host) etcdTestClient(endpoints ...string) (*clientv3.Client, error) {
+	tlsCfg, err := h.etcdClientTLS()
+	if err != nil {
+		return nil, err
+	}
+	return clientv3.New(clientv3.Config{Endpoints: endpoints, TLS: tlsCfg, DialTimeout: 2 * time.Second})
+}
+
+func leaders(t *testing.T, c *Cluster, hosts []*Host) map[string]uint64 {
+	out := map[string]uint64{}
+	for _, h := range hosts {
+		if _, l, err := memberStatus(t, c, h); err == nil {
+			out[h.Name()] = l
+		} else {
+			t.Logf("status of %s: %v", h.Name(), err)
+		}
+	}
+	return out
+}
+
+func eventually(t *testing.T, within time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	var last string
+	for time.Now().Before(deadline) {
+		ok, detail := cond()
+		if ok {
+			return
+		}
+		last = detail
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s: not within %s (last: %s)", what, within, last)
+}
+
+func TestIsolatedLeaderIsReplacedAndHealHasOneLeader(t *testing.T) {
+	c := Start(t, Config{ControlPlanes: 3})
+	hosts := c.Hosts()
+	var old *Host
+	var oldID uint64
+	eventually(t, 5*time.Second, "one leader", func() (bool, string) {
+		for _, h := range hosts {
+			id, l, err := memberStatus(t, c, h)
+			if err == nil && id == l {
+				old, oldID = h, id
+				return true, ""
+			}
+		}
+		return false, fmt.Sprint(leaders(t, c, hosts))
+	})
+	c.Isolate(old.Name())
+	var rest []*Host
+	for _, h := range hosts {
+		if h != old {
+			rest = append(rest, h)
+		}
+	}
+	eventually(t, 10*time.Second, "the two others elect a new leader", func() (bool, string) {
+		ls := leaders(t, c, rest)
+		if len(ls) != 2 {
+			return false, fmt.Sprint(ls)
+		}
+		a, b := ls[rest[0].Name()], ls[rest[1].Name()]
+		return a != 0 && a == b && a != oldID, fmt.Sprint(ls)
+	})
+	// The isolated old leader cannot reach its followers: it steps down
+	// (etcd's check-quorum) and names no leader, or still names itself, but
+	// never the new one.
+	if _, l, err := memberStatus(t, c, old); err == nil && l != 0 && l != oldID {
+		t.Fatalf("isolated old leader follows %x, which it cannot hear", l)
+	}
+	if len(c.Events().Find("fault", "isolated")) != 1 {
+		t.Fatalf("event log does not record the isolation:\n%s", c.Events())
+	}
+	c.Heal()
+	eventually(t, 10*time.Second, "after heal, exactly one leader named by all three", func() (bool, string) {
+		ls := leaders(t, c, hosts)
+		if len(ls) != 3 {
+			return false, fmt.Sprint(ls)
+		}
+		first := ls[hosts[0].Name()]
+		for _, l := range ls {
+			if l == 0 || l != first {
+				return false, fmt.Sprint(ls)
+			}
+		}
+		return true, ""
+	})
+	if len(c.Events().Find("heal", "")) == 0 {
+		t.Fatal("event log does not record the heal")
+	}
+}
+
+func TestIsolatedHostDialsAreRefused(t *testing.T) {
+	c := Start(t, Config{ControlPlanes: 3})
+	cp1, cp2 := c.Host("cp1"), c.Host("cp2")
+	c.Isolate("cp2")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if _, err := cp2.Handle().DialContext(ctx, "tcp", strings.TrimPrefix(cp1.ClientURL(), "https://")); err == nil {
+		t.Fatal("an isolated host dialed out")
+	}
+	if _, err := cp1.Handle().DialContext(ctx, "tcp", strings.TrimPrefix(cp2.ClientURL(), "https://")); err == nil {
+		t.Fatal("a dial reached an isolated host")
+	}
+	c.Heal()
+	conn, err := cp1.Handle().DialContext(ctx, "tcp", strings.TrimPrefix(cp2.ClientURL(), "https://"))
+	if err != nil {
+		t.Fatalf("dial after heal: %v", err)
+	}
+	conn.Close()
+}
+
+func TestCrashAndRestartMemberKeepsData(t *testing.T) {
+	c := Start(t, Config{ControlPlanes: 3})
+	cp1, cp3 := c.Host("cp1"), c.Host("cp3")
+	cli, err := cp1.EtcdClient(cp1.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := cli.Put(ctx, "/sentinel", "before-crash"); err != nil {
+		t.Fatal(err)
+	}
+	cp3.CrashEtcd()
+	if cp3.EtcdRunning() {
+		t.Fatal("crashed member still running")
+	}
+	if err := cp3.StartEtcd(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cli3, err := cp3.EtcdClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli3.Close()
+	resp, err := cli3.Get(ctx, "/sentinel")
+	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "before-crash" {
+		t.Fatalf("after restart from the same data dir: %v %v", resp, err)
+	}
+}
+
+func TestMixedVersionProcessMembers(t *testing.T) {
+	assetstest.Require(t)
+	c := Start(t, Config{ControlPlanes: 3, EtcdVersions: map[string]string{
+		"cp1": version.Etcd, "cp2": version.EtcdPrevious, "cp3": version.EtcdPrevious,
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	seen := map[string]bool{}
+	for _, h := range c.Hosts() {
+		cli, err := h.EtcdClient()
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := cli.Status(ctx, h.ClientURL())
+		cli.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", h.Name(), err)
+		}
+		seen[st.Version] = true
+		if st.Leader == 0 {
+			t.Fatalf("%s has no leader", h.Name())
+		}
+	}
+	want1, want2 := strings.TrimPrefix(version.Etcd, "v"), strings.TrimPrefix(version.EtcdPrevious, "v")
+	if !seen[want1] || !seen[want2] {
+		t.Fatalf("member versions %v, want both %s and %s", seen, want1, want2)
+	}
+	cli, err := c.Host("cp2").EtcdClient(c.Host("cp1").ClientURL(), c.Host("cp3").ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	if _, err := cli.Put(ctx, "/mixed", "ok"); err != nil {
+		t.Fatalf("write to a mixed-version cluster: %v", err)
+	}
+}

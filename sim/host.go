@@ -1,0 +1,253 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"stratum.dev/stratum/internal/host"
+	"stratum.dev/stratum/internal/version"
+)
+
+// ErrStaleIncarnation matches a host call made by an operation whose host
+// crashed since it began: as after a SIGKILL, nothing it does lands.
+var ErrStaleIncarnation = errors.New("host crashed since this operation began (stale incarnation)")
+
+// ErrIsolated matches a dial refused because its host, or the host it dials,
+// is isolated.
+var ErrIsolated = errors.New("network isolated")
+
+// Host is one simulated machine: its own loopback address, root directory,
+// services (an etcd member, a kube-apiserver, a VIP candidate) and clock.
+// Operations run on it through a Handle bound to its current incarnation.
+type Host struct {
+	cluster *Cluster
+	name    string
+	ip      netip.Addr
+	files   *host.Dir
+
+	mu          sync.Mutex
+	incarnation uint64
+	clockOffset time.Duration
+	// etcdVersion is the etcd binary version this host runs as a separate
+	// process, "" for an embedded member.
+	etcdVersion string
+	etcd        etcdMember
+	apiserver   *apiServer
+	vip         *vipCandidate
+	kcm         *controllerManager
+}
+
+// Name is the host's name (its node and etcd member name).
+func (h *Host) Name() string { return h.name }
+
+// IP is the host's own loopback address.
+func (h *Host) IP() netip.Addr { return h.ip }
+
+// Root is the real directory that is this host's "/".
+func (h *Host) Root() string { return h.files.Root }
+
+// Path maps a path inside the host to the real file system.
+func (h *Host) Path(p string) string { return h.files.Path(p) }
+
+// Files is the host's file system for the simulator's own use, not bound to
+// an incarnation (a reboot reads what a crash left).
+func (h *Host) Files() host.Files { return h.files }
+
+// Incarnation is how many times the host has crashed.
+func (h *Host) Incarnation() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.incarnation
+}
+
+// SetClockOffset skews the host's clock (Handle.Now) by d, for stratum's own
+// expiry logic. The servers' clocks are not moved.
+func (h *Host) SetClockOffset(d time.Duration) {
+	h.mu.Lock()
+	h.clockOffset = d
+	h.mu.Unlock()
+	h.cluster.events.Record(h.name, "fault", "clock offset %s", d)
+}
+
+// ClientURL is the host's etcd client URL.
+func (h *Host) ClientURL() string {
+	return fmt.Sprintf("https://%s", net.JoinHostPort(h.ip.String(), fmt.Sprint(version.EtcdClientPort)))
+}
+
+// PeerURL is the host's etcd peer URL.
+func (h *Host) PeerURL() string {
+	return fmt.Sprintf("https://%s", net.JoinHostPort(h.ip.String(), fmt.Sprint(version.EtcdPeerPort)))
+}
+
+// APIServerURL is the host's own kube-apiserver URL.
+func (h *Host) APIServerURL() string {
+	return fmt.Sprintf("https://%s", net.JoinHostPort(h.ip.String(), fmt.Sprint(version.APIServerPort)))
+}
+
+// Handle returns the host bound to its current incarnation: what an operation
+// started now uses. After a crash every call through it fails with
+// ErrStaleIncarnation.
+func (h *Host) Handle() *Handle {
+	return &Handle{h: h, inc: h.Incarnation()}
+}
+
+// Handle is a Host as one incarnation sees it; it implements host.Host.
+type Handle struct {
+	h   *Host
+	inc uint64
+}
+
+var _ host.Host = (*Handle)(nil)
+
+// Host is the simulated host behind the handle.
+func (d *Handle) Host() *Host { return d.h }
+
+func (d *Handle) live() error {
+	if d.h.Incarnation() != d.inc {
+		return fmt.Errorf("%s: %w", d.h.name, ErrStaleIncarnation)
+	}
+	return nil
+}
+
+func (d *Handle) Name() string { return d.h.name }
+
+func (d *Handle) Now() time.Time {
+	d.h.mu.Lock()
+	defer d.h.mu.Unlock()
+	return time.Now().Add(d.h.clockOffset)
+}
+
+func (d *Handle) ReadFile(p string) ([]byte, error) {
+	if err := d.live(); err != nil {
+		return nil, err
+	}
+	return d.h.files.ReadFile(p)
+}
+
+func (d *Handle) WriteFile(p string, data []byte, perm fs.FileMode) error {
+	if err := d.live(); err != nil {
+		return err
+	}
+	return d.h.files.WriteFile(p, data, perm)
+}
+
+func (d *Handle) Remove(p string) error {
+	if err := d.live(); err != nil {
+		return err
+	}
+	return d.h.files.Remove(p)
+}
+
+func (d *Handle) RemoveAll(p string) error {
+	if err := d.live(); err != nil {
+		return err
+	}
+	return d.h.files.RemoveAll(p)
+}
+
+func (d *Handle) MkdirAll(p string, perm fs.FileMode) error {
+	if err := d.live(); err != nil {
+		return err
+	}
+	return d.h.files.MkdirAll(p, perm)
+}
+
+func (d *Handle) ReadDir(p string) ([]fs.DirEntry, error) {
+	if err := d.live(); err != nil {
+		return nil, err
+	}
+	return d.h.files.ReadDir(p)
+}
+
+func (d *Handle) Stat(p string) (fs.FileInfo, error) {
+	if err := d.live(); err != nil {
+		return nil, err
+	}
+	return d.h.files.Stat(p)
+}
+
+func (d *Handle) Lock(name, holder string) (func() error, error) {
+	if err := d.live(); err != nil {
+		return nil, err
+	}
+	return d.h.files.Lock(name, holder)
+}
+
+func (d *Handle) StartService(ctx context.Context, name string) error {
+	if err := d.live(); err != nil {
+		return err
+	}
+	return d.h.startService(ctx, name)
+}
+
+func (d *Handle) StopService(ctx context.Context, name string) error {
+	if err := d.live(); err != nil {
+		return err
+	}
+	return d.h.stopService(ctx, name)
+}
+
+func (d *Handle) RestartService(ctx context.Context, name string) error {
+	if err := d.live(); err != nil {
+		return err
+	}
+	if err := d.h.stopService(ctx, name); err != nil {
+		return err
+	}
+	return d.h.startService(ctx, name)
+}
+
+func (d *Handle) ServiceStatus(ctx context.Context, name string) (host.ServiceStatus, error) {
+	if err := d.live(); err != nil {
+		return host.ServiceStatus{}, err
+	}
+	return d.h.serviceStatus(name)
+}
+
+func (d *Handle) Addresses() ([]netip.Addr, error) {
+	if err := d.live(); err != nil {
+		return nil, err
+	}
+	return []netip.Addr{d.h.ip}, nil
+}
+
+// DialContext dials from this host: refused while this host or the target's
+// host is isolated, or the two are on opposite sides of a partition.
+func (d *Handle) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	if err := d.live(); err != nil {
+		return nil, err
+	}
+	if err := d.h.cluster.network.allowDial(d.h, address); err != nil {
+		return nil, err
+	}
+	var dialer net.Dialer
+	return dialer.DialContext(ctx, network, address)
+}
+
+// TrustCIDR records the trust; the simulated hosts share loopback, which no
+// firewall filters.
+func (d *Handle) TrustCIDR(cidr netip.Prefix) error {
+	if err := d.live(); err != nil {
+		return err
+	}
+	d.h.cluster.events.Record(d.h.name, "action", "firewall trusts %s", cidr)
+	return nil
+}
+
+// Checkpoint is the hook an operation on this host reaches at each named
+// checkpoint (ha.Env's Checkpoint). It records the checkpoint and carries out
+// whatever the simulation armed there: a crash freezes the caller for good
+// (no return, no deferred cleanup, as a SIGKILL); a pause blocks until
+// released; a fault returns its error.
+func (d *Handle) Checkpoint(ctx context.Context, name string) error {
+	if err := d.live(); err != nil {
+		return err
+	}
+	return d.h.cluster.checkpoints.reach(ctx, d, name)
+}

@@ -1,0 +1,62 @@
+package sim
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// simMarker is in the command line of every process a simulation starts (its
+// paths are under a directory named stratum-sim-*).
+const simMarker = "stratum-sim-"
+
+// SimProcesses lists the pids of live processes whose command line names a
+// simulation directory under dir ("" for any): kube-apiservers, etcd
+// processes and controller managers started by a simulation.
+func SimProcesses(dir string) []int {
+	marker := simMarker
+	if dir != "" {
+		marker = dir
+	}
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	self := os.Getpid()
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !bytes.Contains(cmdline, []byte(marker)) {
+			continue
+		}
+		exe := string(bytes.SplitN(cmdline, []byte{0}, 2)[0])
+		base := filepath.Base(exe)
+		if strings.HasPrefix(base, "kube-") || strings.HasPrefix(base, "etcd") {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// ReapOrphans kills simulation processes whose parent has died (reparented to
+// init): what a test binary killed mid-run leaves behind. envtest starts the
+// apiserver in its own process group without a parent-death signal, so this
+// sweep, run before every new simulation, is what keeps them from piling up.
+func ReapOrphans() {
+	for _, pid := range SimProcesses("") {
+		stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+		if err != nil {
+			continue
+		}
+		// Fields after the parenthesised command: state, ppid, ...
+		rest := stat[bytes.LastIndexByte(stat, ')')+1:]
+		fields := strings.Fields(string(rest))
+		if len(fields) > 1 && fields[1] == "1" {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}

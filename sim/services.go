@@ -1,0 +1,282 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"stratum.dev/stratum/internal/host"
+	"stratum.dev/stratum/internal/version"
+)
+
+// Service names a simulated host runs, the same names a real host's service
+// manager knows.
+const (
+	ServiceEtcd              = "etcd"
+	ServiceAPIServer         = "kube-apiserver"
+	ServiceVIP               = "kube-vip"
+	ServiceControllerManager = "kube-controller-manager"
+)
+
+func (h *Host) startService(ctx context.Context, name string) error {
+	switch name {
+	case ServiceEtcd:
+		return h.StartEtcd(ctx)
+	case ServiceAPIServer:
+		return h.StartAPIServer(ctx)
+	case ServiceVIP:
+		return h.StartVIPCandidate()
+	case ServiceControllerManager:
+		return h.StartControllerManager(ctx)
+	}
+	return fmt.Errorf("%s: %w %q", h.name, host.ErrUnknownService, name)
+}
+
+func (h *Host) stopService(ctx context.Context, name string) error {
+	switch name {
+	case ServiceEtcd:
+		h.StopEtcd()
+		return nil
+	case ServiceAPIServer:
+		return h.StopAPIServer()
+	case ServiceVIP:
+		h.StopVIPCandidate()
+		return nil
+	case ServiceControllerManager:
+		h.StopControllerManager()
+		return nil
+	}
+	return fmt.Errorf("%s: %w %q", h.name, host.ErrUnknownService, name)
+}
+
+func (h *Host) serviceStatus(name string) (host.ServiceStatus, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	st := host.ServiceStatus{Name: name}
+	switch name {
+	case ServiceEtcd:
+		if h.etcd != nil {
+			select {
+			case <-h.etcd.exited():
+				st.Detail = "exited"
+			default:
+				st.Running, st.Detail = true, "running ("+h.etcd.describe()+")"
+			}
+		}
+	case ServiceAPIServer:
+		st.Running = h.apiserver != nil
+	case ServiceVIP:
+		st.Running = h.vip != nil
+	case ServiceControllerManager:
+		st.Running = h.kcm != nil
+	default:
+		return st, fmt.Errorf("%s: %w %q", h.name, host.ErrUnknownService, name)
+	}
+	if st.Detail == "" {
+		st.Detail = map[bool]string{true: "running", false: "stopped"}[st.Running]
+	}
+	return st, nil
+}
+
+// StartEtcd starts the host's etcd member from its node state, embedded or as
+// a process of the host's etcd version. Starting a running member is a no-op.
+func (h *Host) StartEtcd(ctx context.Context) error {
+	h.mu.Lock()
+	if h.etcd != nil {
+		select {
+		case <-h.etcd.exited():
+			h.etcd = nil
+		default:
+			h.mu.Unlock()
+			return nil
+		}
+	}
+	etcdVersion := h.etcdVersion
+	h.mu.Unlock()
+	spec, err := h.etcdSpec()
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	var m etcdMember
+	if etcdVersion == "" {
+		em, err := startEmbeddedEtcd(ctx, spec)
+		if err != nil {
+			h.cluster.events.Record(h.name, "error", "etcd start failed: %v", err)
+			return err
+		}
+		m = em
+	} else {
+		tlsCfg, err := h.etcdClientTLS()
+		if err != nil {
+			return fmt.Errorf("start etcd on %s: client TLS: %w", h.name, err)
+		}
+		pm, err := startProcessEtcd(ctx, spec, etcdVersion, h.Path("/var/log/etcd.log"), tlsCfg)
+		if err != nil {
+			h.cluster.events.Record(h.name, "error", "etcd start failed: %v", err)
+			return err
+		}
+		m = pm
+	}
+	h.mu.Lock()
+	h.etcd = m
+	h.mu.Unlock()
+	h.cluster.events.Record(h.name, "service", "etcd started (%s, state=%s) in %s", m.describe(), spec.state, time.Since(start).Round(time.Millisecond))
+	h.cluster.applyNetwork()
+	return nil
+}
+
+// StopEtcd stops the member gracefully.
+func (h *Host) StopEtcd() { h.stopEtcd(false) }
+
+// CrashEtcd stops the member without coordination, as a SIGKILL would.
+func (h *Host) CrashEtcd() { h.stopEtcd(true) }
+
+func (h *Host) stopEtcd(hard bool) {
+	h.mu.Lock()
+	m := h.etcd
+	h.etcd = nil
+	h.mu.Unlock()
+	if m == nil {
+		return
+	}
+	m.stop(hard)
+	if hard {
+		h.cluster.events.Record(h.name, "fault", "etcd crashed")
+	} else {
+		h.cluster.events.Record(h.name, "service", "etcd stopped")
+	}
+}
+
+// WipeEtcd removes the member's data directory; the member must be stopped.
+func (h *Host) WipeEtcd() error {
+	h.mu.Lock()
+	running := h.etcd != nil
+	h.mu.Unlock()
+	if running {
+		return fmt.Errorf("wipe etcd on %s: the member is running; stop it first", h.name)
+	}
+	h.cluster.events.Record(h.name, "action", "etcd data wiped")
+	return h.files.RemoveAll(version.EtcdDataDir)
+}
+
+// SetEtcdVersion makes the host's next etcd start run the given version as a
+// separate process ("" for the embedded member). For downgrades and skew.
+func (h *Host) SetEtcdVersion(v string) {
+	h.mu.Lock()
+	h.etcdVersion = v
+	h.mu.Unlock()
+}
+
+func (h *Host) embedded() *embeddedEtcd {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	m, _ := h.etcd.(*embeddedEtcd)
+	if m == nil {
+		return nil
+	}
+	select {
+	case <-m.exited():
+		return nil
+	default:
+		return m
+	}
+}
+
+// StartAPIServer starts the host's kube-apiserver. A running one is left as is.
+func (h *Host) StartAPIServer(ctx context.Context) error {
+	h.mu.Lock()
+	running := h.apiserver != nil
+	h.mu.Unlock()
+	if running {
+		return nil
+	}
+	start := time.Now()
+	a, err := h.startAPIServer(ctx)
+	if err != nil {
+		h.cluster.events.Record(h.name, "error", "kube-apiserver start failed: %v", err)
+		return err
+	}
+	h.mu.Lock()
+	h.apiserver = a
+	h.mu.Unlock()
+	h.cluster.events.Record(h.name, "service", "kube-apiserver ready in %s", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// StopAPIServer stops the host's kube-apiserver.
+func (h *Host) StopAPIServer() error {
+	h.mu.Lock()
+	a := h.apiserver
+	h.apiserver = nil
+	h.mu.Unlock()
+	if a == nil {
+		return nil
+	}
+	err := a.stop()
+	h.cluster.events.Record(h.name, "service", "kube-apiserver stopped")
+	return err
+}
+
+// KillAPIServer is the fault form of StopAPIServer.
+func (h *Host) KillAPIServer() error {
+	h.cluster.events.Record(h.name, "fault", "kill kube-apiserver")
+	return h.StopAPIServer()
+}
+
+// APIServerRunning reports whether the host's apiserver is up.
+func (h *Host) APIServerRunning() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.apiserver != nil
+}
+
+// EtcdRunning reports whether the host's etcd member is running.
+func (h *Host) EtcdRunning() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.etcd == nil {
+		return false
+	}
+	select {
+	case <-h.etcd.exited():
+		return false
+	default:
+		return true
+	}
+}
+
+// Crash crashes the whole host: its incarnation is bumped so every later call
+// from an operation already running fails, its locks are released, and every
+// service is stopped hard. Files stay as they were written.
+func (h *Host) Crash() {
+	h.mu.Lock()
+	h.incarnation++
+	inc := h.incarnation
+	h.mu.Unlock()
+	h.cluster.events.Record(h.name, "crash", "host crashed (incarnation %d)", inc)
+	h.files.DropLocks()
+	h.StopVIPCandidate()
+	h.StopControllerManager()
+	_ = h.StopAPIServer()
+	h.stopEtcd(true)
+}
+
+// Reboot starts a crashed (or stopped) host's services again from what is on
+// its disk: etcd when it has node state, then its apiserver and VIP candidate
+// when the cluster runs them. A fresh Handle sees the new incarnation.
+func (h *Host) Reboot(ctx context.Context) error {
+	h.cluster.events.Record(h.name, "action", "reboot")
+	if err := h.StartEtcd(ctx); err != nil {
+		return err
+	}
+	if h.cluster.cfg.APIServers {
+		if err := h.StartAPIServer(ctx); err != nil {
+			return err
+		}
+		if h.cluster.cfg.VIP {
+			return h.StartVIPCandidate()
+		}
+	}
+	return nil
+}

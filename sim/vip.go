@@ -1,0 +1,246 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+
+	"stratum.dev/stratum/internal/version"
+)
+
+// VIP lease timing: kube-vip's defaults are 5 s / 3 s / 1 s; the simulator
+// runs at a fifth of that so failover fits in a test.
+const (
+	vipLeaseDuration = 2 * time.Second
+	vipRenewDeadline = 1500 * time.Millisecond
+	vipRetryPeriod   = 250 * time.Millisecond
+	// VIPLeaseName is the Lease in kube-system the VIP candidates elect through.
+	VIPLeaseName = "stratum-vip"
+)
+
+// vip is the cluster's one client address: a listener on its own loopback
+// address whose :6443 forwards each connection to the apiserver of the host
+// that currently holds the VIP lease. With no holder, connections are refused
+// (closed), as a VIP that nobody announces answers nothing.
+type vip struct {
+	addr netip.Addr
+	ln   net.Listener
+
+	mu     sync.Mutex
+	holder *Host
+	conns  map[net.Conn]struct{}
+}
+
+func (c *Cluster) startVIP() error {
+	ln, err := net.Listen("tcp", net.JoinHostPort(c.vip.addr.String(), strconv.Itoa(version.APIServerPort)))
+	if err != nil {
+		return err
+	}
+	c.vip.ln = ln
+	c.vip.conns = map[net.Conn]struct{}{}
+	go c.vip.serve(c)
+	return nil
+}
+
+func (v *vip) serve(c *Cluster) {
+	for {
+		conn, err := v.ln.Accept()
+		if err != nil {
+			return
+		}
+		go v.forward(conn)
+	}
+}
+
+func (v *vip) track(conn net.Conn, add bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if add {
+		v.conns[conn] = struct{}{}
+	} else {
+		delete(v.conns, conn)
+	}
+}
+
+func (v *vip) forward(in net.Conn) {
+	v.track(in, true)
+	defer v.track(in, false)
+	defer in.Close()
+	v.mu.Lock()
+	h := v.holder
+	v.mu.Unlock()
+	if h == nil {
+		return
+	}
+	out, err := net.DialTimeout("tcp", net.JoinHostPort(h.ip.String(), strconv.Itoa(version.APIServerPort)), 2*time.Second)
+	if err != nil {
+		return
+	}
+	v.track(out, true)
+	defer v.track(out, false)
+	defer out.Close()
+	done := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(out, in); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(in, out); done <- struct{}{} }()
+	<-done
+}
+
+func (v *vip) setHolder(h *Host) (changed bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.holder == h {
+		return false
+	}
+	v.holder = h
+	// Connections through the old holder end, as a moved VIP's would.
+	for conn := range v.conns {
+		conn.Close()
+	}
+	return true
+}
+
+func (v *vip) close() {
+	if v.ln != nil {
+		v.ln.Close()
+	}
+	v.setHolder(nil)
+}
+
+// VIPHolder is the host that holds the VIP now, nil when none does.
+func (c *Cluster) VIPHolder() *Host {
+	c.vip.mu.Lock()
+	defer c.vip.mu.Unlock()
+	return c.vip.holder
+}
+
+// VIPAddress is the cluster's VIP.
+func (c *Cluster) VIPAddress() netip.Addr { return c.vip.addr }
+
+// VIPURL is https://<vip>:6443.
+func (c *Cluster) VIPURL() string {
+	return "https://" + net.JoinHostPort(c.vip.addr.String(), strconv.Itoa(version.APIServerPort))
+}
+
+// vipCandidate is a host's kube-vip: a leader elector on the VIP Lease through
+// the host's own apiserver. Holding the lease is holding the VIP.
+type vipCandidate struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// StartVIPCandidate starts the host's kube-vip. A running one is left as is.
+func (h *Host) StartVIPCandidate() error {
+	h.mu.Lock()
+	if h.vip != nil {
+		h.mu.Unlock()
+		return nil
+	}
+	h.mu.Unlock()
+	cfg, err := h.AdminConfig()
+	if err != nil {
+		return err
+	}
+	cfg.Timeout = vipRenewDeadline
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Name: VIPLeaseName, Namespace: "kube-system"},
+		Client:     cs.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: h.name},
+	}
+	c := h.cluster
+	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		LeaseDuration:   vipLeaseDuration,
+		RenewDeadline:   vipRenewDeadline,
+		RetryPeriod:     vipRetryPeriod,
+		ReleaseOnCancel: true,
+		Name:            "kube-vip@" + h.name,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(context.Context) {
+				if c.vip.setHolder(h) {
+					c.events.Record(h.name, "vip", "holds the VIP %s", c.vip.addr)
+				}
+			},
+			OnStoppedLeading: func() {
+				c.vip.mu.Lock()
+				mine := c.vip.holder == h
+				c.vip.mu.Unlock()
+				if mine {
+					c.vip.setHolder(nil)
+					c.events.Record(h.name, "vip", "released the VIP")
+				}
+			},
+		},
+	})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cand := &vipCandidate{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(cand.done)
+		for ctx.Err() == nil {
+			le.Run(ctx) // returns when leadership is lost or ctx ends; kube-vip restarts it
+			select {
+			case <-ctx.Done():
+			case <-time.After(vipRetryPeriod):
+			}
+		}
+	}()
+	h.mu.Lock()
+	h.vip = cand
+	h.mu.Unlock()
+	c.events.Record(h.name, "service", "kube-vip started")
+	return nil
+}
+
+// StopVIPCandidate stops the host's kube-vip, releasing the lease if held.
+func (h *Host) StopVIPCandidate() {
+	h.mu.Lock()
+	cand := h.vip
+	h.vip = nil
+	h.mu.Unlock()
+	if cand == nil {
+		return
+	}
+	cand.cancel()
+	select {
+	case <-cand.done:
+	case <-time.After(5 * time.Second):
+	}
+	c := h.cluster
+	c.vip.mu.Lock()
+	mine := c.vip.holder == h
+	c.vip.mu.Unlock()
+	if mine {
+		c.vip.setHolder(nil)
+	}
+	c.events.Record(h.name, "service", "kube-vip stopped")
+}
+
+// WaitVIP waits until some host holds the VIP, and returns it.
+func (c *Cluster) WaitVIP(ctx context.Context) (*Host, error) {
+	for {
+		if h := c.VIPHolder(); h != nil {
+			return h, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, errors.New("no host took the VIP: " + ctx.Err().Error())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
