@@ -84,6 +84,10 @@ func (h *Host) startAPIServer(ctx context.Context) (*apiServer, error) {
 	}
 	args := s.Configure()
 	args.Set("advertise-address", h.ip.String())
+	// The endpoint reconcilers refuse a loopback advertise address, and every
+	// simulated host lives on one; the simulation runs no pods that would use
+	// the kubernetes Service's endpoints.
+	args.Set("endpoint-reconciler-type", "none")
 	args.Set("etcd-servers", h.ClientURL())
 	args.Set("etcd-cafile", filepath.Join(pkiDir, "etcd/ca.crt"))
 	args.Set("etcd-certfile", filepath.Join(pkiDir, "apiserver-etcd-client.crt"))

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+	"k8s.io/klog/v2"
 
 	"stratum.dev/stratum/internal/host"
 	"stratum.dev/stratum/internal/kubeconfig"
@@ -105,6 +106,7 @@ func New(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		return nil, err
 	}
 	ReapOrphans()
+	quietKlog()
 	c := &Cluster{cfg: cfg, dir: cfg.Dir, events: newEventLog(cfg.EventsTo), stopTick: make(chan struct{})}
 	c.network = network{c: c, isolated: map[string]bool{}, cut: map[[2]string]bool{}}
 	c.checkpoints = checkpoints{c: c, at: map[checkpointKey]*armed{}, seen: map[string]int{}}
@@ -153,7 +155,17 @@ func New(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	}
 	go c.tick()
 	start := time.Now()
-	if err := c.each(ctx, cps, func(ctx context.Context, h *Host) error { return h.StartEtcd(ctx) }); err != nil {
+	// Launch one after another (each finds the ones before it serving), then
+	// wait for all: a new cluster is ready only once a quorum has started.
+	waits := map[*Host]func(context.Context) error{}
+	for _, h := range cps {
+		wait, err := h.launchEtcd(ctx)
+		if err != nil {
+			return nil, err
+		}
+		waits[h] = wait
+	}
+	if err := c.each(ctx, cps, func(ctx context.Context, h *Host) error { return waits[h](ctx) }); err != nil {
 		return nil, err
 	}
 	c.events.Record("", "action", "etcd cluster of %d ready in %s", len(cps), time.Since(start).Round(time.Millisecond))
@@ -181,6 +193,17 @@ func New(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		}
 	}
 	return c, nil
+}
+
+var klogOnce sync.Once
+
+// quietKlog keeps client-go's leader election (the VIP candidates) from
+// writing to the test output; the event log says what happened.
+func quietKlog() {
+	klogOnce.Do(func() {
+		klog.LogToStderr(false)
+		klog.SetOutput(io.Discard)
+	})
 }
 
 // each runs f on every host concurrently and returns the first error.
@@ -333,7 +356,9 @@ func (c *Cluster) Close() {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				h.StopEtcd()
+				// Hard: a teardown has no data to keep and no one to hand
+				// leadership to.
+				h.stopEtcd(true)
 			}()
 		}
 		wg.Wait()

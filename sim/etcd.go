@@ -105,11 +105,17 @@ func etcdLogger(name string) *zap.Logger {
 // embeddedEtcd is an embed.Etcd member.
 type embeddedEtcd struct {
 	e    *embed.Etcd
+	name string
 	done chan struct{}
 	once sync.Once
 }
 
-func startEmbeddedEtcd(ctx context.Context, s etcdSpec) (*embeddedEtcd, error) {
+// launchEmbeddedEtcd starts a member without waiting for it to be ready:
+// members of a new cluster are launched one after another, each finding the
+// ones before it serving (etcd asks every peer whether it was bootstrapped
+// before, and a peer that listens but does not yet serve costs a 1 s
+// timeout), then waited for together.
+func launchEmbeddedEtcd(s etcdSpec) (*embeddedEtcd, error) {
 	cfg := embed.NewConfig()
 	cfg.Name = s.name
 	cfg.Dir = s.dataDir
@@ -133,7 +139,7 @@ func startEmbeddedEtcd(ctx context.Context, s etcdSpec) (*embeddedEtcd, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start embedded etcd %s: %w", s.name, err)
 	}
-	m := &embeddedEtcd{e: e, done: make(chan struct{})}
+	m := &embeddedEtcd{e: e, name: s.name, done: make(chan struct{})}
 	go func() {
 		select {
 		case <-e.Server.StopNotify():
@@ -142,18 +148,25 @@ func startEmbeddedEtcd(ctx context.Context, s etcdSpec) (*embeddedEtcd, error) {
 		}
 		m.once.Do(func() { close(m.done) })
 	}()
+	return m, nil
+}
+
+// waitReady waits until the member has joined its cluster and serves clients.
+// On failure the member is stopped.
+func (m *embeddedEtcd) waitReady(ctx context.Context) error {
+	e := m.e
 	select {
 	case <-e.Server.ReadyNotify():
-		return m, nil
+		return nil
 	case err := <-e.Err():
 		m.stop(true)
-		return nil, fmt.Errorf("embedded etcd %s failed while starting: %w", s.name, err)
+		return fmt.Errorf("embedded etcd %s failed while starting: %w", m.name, err)
 	case <-e.Server.StopNotify():
 		m.stop(true)
-		return nil, fmt.Errorf("embedded etcd %s stopped while starting (for example: it was removed from the cluster, or its data belongs to another cluster)", s.name)
+		return fmt.Errorf("embedded etcd %s stopped while starting (for example: it was removed from the cluster, or its data belongs to another cluster)", m.name)
 	case <-ctx.Done():
 		m.stop(true)
-		return nil, fmt.Errorf("embedded etcd %s not ready: %w", s.name, ctx.Err())
+		return fmt.Errorf("embedded etcd %s not ready: %w", m.name, ctx.Err())
 	}
 }
 
@@ -198,11 +211,15 @@ func (m *embeddedEtcd) setPeerCut(id uint64, cut bool) {
 // version, built by `make assets`.
 type processEtcd struct {
 	version string
-	cmd     *exec.Cmd
-	done    chan struct{}
+	name    string
+	// clientURL and logPath are for the readiness wait and its error.
+	clientURL, logPath string
+	cmd                *exec.Cmd
+	done               chan struct{}
 }
 
-func startProcessEtcd(ctx context.Context, s etcdSpec, etcdVersion, logPath string, tlsCfg *tls.Config) (*processEtcd, error) {
+// launchProcessEtcd starts the member's process without waiting for it.
+func launchProcessEtcd(s etcdSpec, etcdVersion, logPath string) (*processEtcd, error) {
 	bin, err := assets.Etcd(etcdVersion)
 	if err != nil {
 		return nil, err
@@ -241,18 +258,24 @@ func startProcessEtcd(ctx context.Context, s etcdSpec, etcdVersion, logPath stri
 		logFile.Close()
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
-	m := &processEtcd{version: etcdVersion, cmd: cmd, done: make(chan struct{})}
+	m := &processEtcd{version: etcdVersion, name: s.name, clientURL: s.clientURL, logPath: logPath, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		_ = cmd.Wait()
 		logFile.Close()
 		close(m.done)
 	}()
-	if err := waitEtcdAnswers(ctx, s.clientURL, tlsCfg, m.done); err != nil {
-		m.stop(true)
-		tail, _ := os.ReadFile(logPath)
-		return nil, fmt.Errorf("etcd %s (%s) not ready: %w; log %s ends: %s", s.name, etcdVersion, err, logPath, lastLines(string(tail), 5))
-	}
 	return m, nil
+}
+
+// waitReady waits until the member answers with a leader; on failure the
+// process is killed.
+func (m *processEtcd) waitReady(ctx context.Context, tlsCfg *tls.Config) error {
+	if err := waitEtcdAnswers(ctx, m.clientURL, tlsCfg, m.done); err != nil {
+		m.stop(true)
+		tail, _ := os.ReadFile(m.logPath)
+		return fmt.Errorf("etcd %s (%s) not ready: %w; log %s ends: %s", m.name, m.version, err, m.logPath, lastLines(string(tail), 5))
+	}
+	return nil
 }
 
 func (m *processEtcd) stop(hard bool) {

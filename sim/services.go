@@ -79,8 +79,19 @@ func (h *Host) serviceStatus(name string) (host.ServiceStatus, error) {
 }
 
 // StartEtcd starts the host's etcd member from its node state, embedded or as
-// a process of the host's etcd version. Starting a running member is a no-op.
+// a process of the host's etcd version, and waits until it is ready. Starting
+// a running member is a no-op.
 func (h *Host) StartEtcd(ctx context.Context) error {
+	wait, err := h.launchEtcd(ctx)
+	if err != nil {
+		return err
+	}
+	return wait(ctx)
+}
+
+// launchEtcd starts the member and returns how to wait for it to be ready.
+func (h *Host) launchEtcd(ctx context.Context) (wait func(context.Context) error, err error) {
+	noop := func(context.Context) error { return nil }
 	h.mu.Lock()
 	if h.etcd != nil {
 		select {
@@ -88,42 +99,71 @@ func (h *Host) StartEtcd(ctx context.Context) error {
 			h.etcd = nil
 		default:
 			h.mu.Unlock()
-			return nil
+			return noop, nil
 		}
 	}
 	etcdVersion := h.etcdVersion
 	h.mu.Unlock()
 	spec, err := h.etcdSpec()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	start := time.Now()
-	var m etcdMember
-	if etcdVersion == "" {
-		em, err := startEmbeddedEtcd(ctx, spec)
-		if err != nil {
-			h.cluster.events.Record(h.name, "error", "etcd start failed: %v", err)
-			return err
-		}
-		m = em
-	} else {
+	started := func(m etcdMember) {
+		h.mu.Lock()
+		h.etcd = m
+		h.mu.Unlock()
+		h.cluster.events.Record(h.name, "service", "etcd started (%s, state=%s) in %s", m.describe(), spec.state, time.Since(start).Round(time.Millisecond))
+		h.cluster.applyNetwork()
+	}
+	if etcdVersion != "" {
 		tlsCfg, err := h.etcdClientTLS()
 		if err != nil {
-			return fmt.Errorf("start etcd on %s: client TLS: %w", h.name, err)
+			return nil, fmt.Errorf("start etcd on %s: client TLS: %w", h.name, err)
 		}
-		pm, err := startProcessEtcd(ctx, spec, etcdVersion, h.Path("/var/log/etcd.log"), tlsCfg)
+		pm, err := launchProcessEtcd(spec, etcdVersion, h.Path("/var/log/etcd.log"))
 		if err != nil {
+			h.cluster.events.Record(h.name, "error", "etcd start failed: %v", err)
+			return nil, err
+		}
+		h.mu.Lock()
+		h.etcd = pm
+		h.mu.Unlock()
+		return func(ctx context.Context) error {
+			if err := pm.waitReady(ctx, tlsCfg); err != nil {
+				h.mu.Lock()
+				if h.etcd == pm {
+					h.etcd = nil
+				}
+				h.mu.Unlock()
+				h.cluster.events.Record(h.name, "error", "etcd start failed: %v", err)
+				return err
+			}
+			started(pm)
+			return nil
+		}, nil
+	}
+	em, err := launchEmbeddedEtcd(spec)
+	if err != nil {
+		h.cluster.events.Record(h.name, "error", "etcd start failed: %v", err)
+		return nil, err
+	}
+	h.mu.Lock()
+	h.etcd = em
+	h.mu.Unlock()
+	return func(ctx context.Context) error {
+		if err := em.waitReady(ctx); err != nil {
+			h.mu.Lock()
+			if h.etcd == em {
+				h.etcd = nil
+			}
+			h.mu.Unlock()
 			h.cluster.events.Record(h.name, "error", "etcd start failed: %v", err)
 			return err
 		}
-		m = pm
-	}
-	h.mu.Lock()
-	h.etcd = m
-	h.mu.Unlock()
-	h.cluster.events.Record(h.name, "service", "etcd started (%s, state=%s) in %s", m.describe(), spec.state, time.Since(start).Round(time.Millisecond))
-	h.cluster.applyNetwork()
-	return nil
+		started(em)
+		return nil
+	}, nil
 }
 
 // StopEtcd stops the member gracefully.

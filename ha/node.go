@@ -1,0 +1,138 @@
+// Package ha implements HA control-plane join (`stratum server --server
+// --token --certificate-key`): it securely distributes the shared
+// control-plane certificates, adds a live etcd member, brings up an additional
+// apiserver, and fronts the control planes with one VIP.
+//
+// All logic lives in methods of Node, built from an explicit Env (the host it
+// runs on, the checkpoint hook, a logger). Each package-level function of the
+// seed's API is one line: the same method on the node bound to this machine
+// (host.Local). The simulator builds one Node per simulated host, so nothing
+// here hangs on a package global.
+package ha
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"stratum.dev/stratum/internal/host"
+	"stratum.dev/stratum/internal/pki"
+	"stratum.dev/stratum/internal/version"
+)
+
+// Env is everything a Node depends on.
+type Env struct {
+	// Host is the machine the node runs on.
+	Host host.Host
+	// Checkpoint is reached at every named checkpoint of a multi-step
+	// operation (the Checkpoint* constants). Nil in production; the simulator
+	// uses it to crash, pause or fail an operation at exactly that point.
+	Checkpoint func(ctx context.Context, name string) error
+	// Log receives the node's structured logs; nil discards them.
+	Log *slog.Logger
+}
+
+// Node is one machine's ha operations.
+type Node struct {
+	env Env
+	log *slog.Logger
+}
+
+// NewNode binds the ha operations to env.
+func NewNode(env Env) *Node {
+	lg := env.Log
+	if lg == nil {
+		lg = slog.New(slog.DiscardHandler)
+	}
+	return &Node{env: env, log: lg.With("node", env.Host.Name())}
+}
+
+// Host is the machine the node runs on.
+func (n *Node) Host() host.Host { return n.env.Host }
+
+// checkpoint reaches the named checkpoint through the Env's hook.
+func (n *Node) checkpoint(ctx context.Context, name string) error {
+	n.log.Debug("checkpoint", "name", name)
+	if n.env.Checkpoint == nil {
+		return nil
+	}
+	return n.env.Checkpoint(ctx, name)
+}
+
+var localNode = sync.OnceValues(func() (*Node, error) {
+	h, err := host.NewLocal()
+	if err != nil {
+		return nil, err
+	}
+	return NewNode(Env{Host: h, Log: slog.Default()}), nil
+})
+
+// local is the node bound to this machine, for the package-level functions.
+func local() (*Node, error) { return localNode() }
+
+// etcdDialTimeout bounds establishing a connection to one etcd endpoint.
+const etcdDialTimeout = 3 * time.Second
+
+// EtcdEndpoint is the client URL of the etcd member at cpIP.
+func EtcdEndpoint(cpIP string) string {
+	return "https://" + net.JoinHostPort(cpIP, strconv.Itoa(version.EtcdClientPort))
+}
+
+// etcdTLS is this node's etcd client TLS: the etcd CA and the
+// healthcheck-client leaf from its PKI dir.
+func (n *Node) etcdTLS() (*tls.Config, error) {
+	h := n.env.Host
+	read := func(name string) ([]byte, error) {
+		b, err := h.ReadFile(version.PKIFile(name))
+		if err != nil {
+			return nil, fmt.Errorf("read this node's etcd client credentials: %w", err)
+		}
+		return b, nil
+	}
+	ca, err := read("etcd/ca.crt")
+	if err != nil {
+		return nil, err
+	}
+	cert, err := read("etcd/healthcheck-client.crt")
+	if err != nil {
+		return nil, err
+	}
+	key, err := read("etcd/healthcheck-client.key")
+	if err != nil {
+		return nil, err
+	}
+	return pki.ClientTLS(ca, cert, key, "")
+}
+
+// etcdClient is a clientv3 client on endpoints with this node's etcd client
+// certificate, dialing through the host's dialer (kubeadm util/etcd's shape: a
+// domain API over a client factory).
+func (n *Node) etcdClient(endpoints ...string) (*clientv3.Client, error) {
+	tlsCfg, err := n.etcdTLS()
+	if err != nil {
+		return nil, err
+	}
+	h := n.env.Host
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		TLS:         tlsCfg,
+		DialTimeout: etcdDialTimeout,
+		Logger:      zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return h.DialContext(ctx, "tcp", addr)
+		})},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcd client for %v: %w", endpoints, err)
+	}
+	return cli, nil
+}
