@@ -1,0 +1,102 @@
+package host
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/netip"
+	"path"
+	"strings"
+
+	"stratum.dev/stratum/internal/version"
+)
+
+// NodeDirs are the directories every node needs, created by Dirs.
+var NodeDirs = []string{version.K8sConfDir, version.PKIDir, version.EtcdPKIDir, version.StateDir, version.LockDir}
+
+// Dirs creates the node's directory layout. Idempotent.
+func Dirs(f Files) error {
+	for _, d := range NodeDirs {
+		mode := fs.FileMode(0o755)
+		if d == version.PKIDir || d == version.EtcdPKIDir || d == version.StateDir {
+			mode = 0o700
+		}
+		if err := f.MkdirAll(d, mode); err != nil {
+			return fmt.Errorf("create %s: %w", d, err)
+		}
+	}
+	return nil
+}
+
+// PrereqOptions are the settings the prerequisites are checked for.
+type PrereqOptions struct {
+	// Profile is the node profile by name ("" for none).
+	Profile string
+	// SELinuxOptOut is spec.selinux: false.
+	SELinuxOptOut bool
+	// BroughtUpBefore is true on a node that has saved state: a re-run, not a
+	// first bring-up.
+	BroughtUpBefore bool
+}
+
+// Profiles are the node profiles stratum knows.
+var Profiles = []string{"cis"}
+
+// ErrPrereq matches a failed prerequisite.
+var ErrPrereq = errors.New("prerequisite not met")
+
+// Prereqs checks what a control plane needs of its host before anything is
+// written: a known profile, a writable state directory, and the node's own
+// addresses. The cis profile refuses a SELinux opt-out, which it exists to
+// forbid. Each failure names what to fix.
+func Prereqs(h Host, o PrereqOptions) error {
+	var problems []string
+	if o.Profile != "" {
+		known := false
+		for _, p := range Profiles {
+			known = known || p == o.Profile
+		}
+		if !known {
+			problems = append(problems, fmt.Sprintf("unknown profile %q (known: %s)", o.Profile, strings.Join(Profiles, ", ")))
+		}
+		if o.Profile == "cis" && o.SELinuxOptOut {
+			problems = append(problems, "the cis profile requires SELinux; remove spec.selinux: false")
+		}
+	}
+	probe := path.Join(version.StateDir, ".prereq-probe")
+	if err := h.WriteFile(probe, []byte("ok"), 0o600); err != nil {
+		problems = append(problems, fmt.Sprintf("cannot write %s: %v", version.StateDir, err))
+	} else {
+		_ = h.Remove(probe)
+	}
+	if addrs, err := h.Addresses(); err != nil || len(addrs) == 0 {
+		problems = append(problems, fmt.Sprintf("the host reports no address (%v)", err))
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%w: %s; nothing was changed", ErrPrereq, strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// TrustPodCIDRs opens the firewall to the cluster's pod ranges ("a,b" for
+// dual-stack). A range that does not parse is skipped with the error
+// returned beside the others' success, since the assembly treats pod-CIDR
+// trust as best effort: it is the CNI's traffic, not the join's.
+func TrustPodCIDRs(n Network, podCIDRs string) error {
+	var errs []error
+	for _, c := range strings.Split(podCIDRs, ",") {
+		c = strings.TrimSpace(c)
+		if c == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("pod CIDR %q: %w", c, err))
+			continue
+		}
+		if err := n.TrustCIDR(p); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
