@@ -98,3 +98,9 @@ clean:
 ## help: list the targets
 help:
 	@sed -n 's/^## //p' $(MAKEFILE_LIST)
+
+## fixtures: remake the committed test fixtures under fixtures/ (see fixtures/README.md)
+.PHONY: fixtures
+fixtures: assets
+	$(GO) run ./fixtures/gen -out fixtures/etcd-join-bundle.db
+	@ls -l fixtures/etcd-join-bundle.db

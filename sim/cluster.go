@@ -26,6 +26,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"k8s.io/klog/v2"
 
+	"stratum.dev/stratum/internal/discovery"
 	"stratum.dev/stratum/internal/host"
 	"stratum.dev/stratum/internal/kubeconfig"
 	"stratum.dev/stratum/internal/nodestate"
@@ -179,6 +180,18 @@ func New(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 			return nil, err
 		}
 		c.events.Record("", "action", "%d apiservers ready %s after start", len(cps), time.Since(start).Round(time.Millisecond))
+		// What `stratum up` publishes for joiners: the CA in cluster-info.
+		admin, err := cps[0].Admin()
+		if err != nil {
+			return nil, err
+		}
+		server := cps[0].APIServerURL()
+		if cfg.VIP {
+			server = c.VIPURL()
+		}
+		if err := discovery.Publish(ctx, admin, server, c.shared.Cluster.CertPEM); err != nil {
+			return nil, fmt.Errorf("sim: %w", err)
+		}
 	}
 	if cfg.VIP {
 		for _, h := range cps {

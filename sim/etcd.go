@@ -106,6 +106,9 @@ func etcdLogger(name string) *zap.Logger {
 type embeddedEtcd struct {
 	e    *embed.Etcd
 	name string
+	mu   sync.Mutex
+	// cut are the peers this member's transport has paused.
+	cut map[uint64]bool
 	done chan struct{}
 	once sync.Once
 }
@@ -200,10 +203,23 @@ func (m *embeddedEtcd) setPeerCut(id uint64, cut bool) {
 		return
 	default:
 	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cut == nil {
+		m.cut = map[uint64]bool{}
+	}
 	if cut {
+		// Pausing is idempotent, and a peer the transport re-added after a
+		// membership change starts unpaused, so a cut is re-applied every time.
 		m.e.Server.CutPeer(types.ID(id))
-	} else {
+		m.cut[id] = true
+		return
+	}
+	// Resuming restarts a peer's pipeline; doing it on every tick leaks its
+	// goroutines and hangs the member's stop. Only a cut pair is mended.
+	if m.cut[id] {
 		m.e.Server.MendPeer(types.ID(id))
+		delete(m.cut, id)
 	}
 }
 

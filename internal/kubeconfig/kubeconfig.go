@@ -252,3 +252,41 @@ func checkServer(server string) error {
 	}
 	return nil
 }
+
+// ForCA is a credential-free kubeconfig naming server and its CA: what
+// cluster-info publishes for joiners to discover (and pin) the cluster CA.
+func ForCA(server string, caPEM []byte) ([]byte, error) {
+	if err := checkServer(server); err != nil {
+		return nil, fmt.Errorf("cluster-info kubeconfig: %w", err)
+	}
+	if len(caPEM) == 0 {
+		return nil, errors.New("cluster-info kubeconfig: CA certificate is empty")
+	}
+	cfg := clientcmdapi.NewConfig()
+	cluster := clientcmdapi.NewCluster()
+	cluster.Server = server
+	cluster.CertificateAuthorityData = caPEM
+	cfg.Clusters[ClusterName] = cluster
+	return clientcmd.Write(*cfg)
+}
+
+// CAOf is the CA data of the kubeconfig's current cluster, or of its only
+// cluster when it has no current context (a cluster-info kubeconfig).
+func CAOf(kubeconfig []byte) ([]byte, error) {
+	cfg, err := load(kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig CA: %w", err)
+	}
+	var cluster *clientcmdapi.Cluster
+	if kctx, ok := cfg.Contexts[cfg.CurrentContext]; ok && kctx != nil {
+		cluster = cfg.Clusters[kctx.Cluster]
+	} else if len(cfg.Clusters) == 1 {
+		for _, c := range cfg.Clusters {
+			cluster = c
+		}
+	}
+	if cluster == nil || len(cluster.CertificateAuthorityData) == 0 {
+		return nil, errors.New("kubeconfig CA: no cluster with embedded CA data")
+	}
+	return cluster.CertificateAuthorityData, nil
+}

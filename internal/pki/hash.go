@@ -58,3 +58,18 @@ func CheckCAHash(caCertPEM []byte, want string) error {
 	}
 	return nil
 }
+
+// CheckCAHashFormat checks want is a SHA-256 CA hash ("sha256:" optional, hex
+// in either case) and returns it normalized, so a malformed --ca-hash is
+// refused before anything is fetched.
+func CheckCAHashFormat(want string) (string, error) {
+	digits := strings.TrimSpace(want)
+	if len(digits) >= len(caHashPrefix) && strings.EqualFold(digits[:len(caHashPrefix)], caHashPrefix) {
+		digits = digits[len(caHashPrefix):]
+	}
+	sum, err := hex.DecodeString(digits)
+	if err != nil || len(sum) != sha256.Size {
+		return "", fmt.Errorf("CA hash %q: %w", want, ErrCAHashMalformed)
+	}
+	return caHashPrefix + strings.ToLower(digits), nil
+}

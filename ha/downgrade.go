@@ -1,0 +1,134 @@
+package ha
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// ErrDowngradeNotValidated matches a DowngradeEtcd that failed at its validate
+// step, before it asked etcd to change anything.
+var ErrDowngradeNotValidated = errors.New("etcd did not validate a downgrade")
+
+// downgradeWaitFor bounds how long DowngradeEtcd waits, once the downgrade is
+// enabled, for every member to run the target version.
+const downgradeWaitFor = 10 * time.Minute
+
+// downgradePoll is how often DowngradeEtcd looks at the members' versions;
+// downgradeReport how often it logs its progress.
+const (
+	downgradePoll   = 250 * time.Millisecond
+	downgradeReport = 2 * time.Second
+)
+
+var majorMinor = regexp.MustCompile(`^v?([0-9]+)\.([0-9]+)$`)
+
+// DowngradeEtcd asks the etcd cluster at cpIP to downgrade to target, a
+// major.minor version ("3.6"; "v3.6" is accepted): etcd checks that it can,
+// then lowers the cluster version and migrates every member's storage down to
+// it, so the older etcd can open the data. It is a cluster-wide operation, and
+// it ends once every member runs the target version (the operator swaps each
+// member's binary meanwhile).
+func DowngradeEtcd(cpIP, target string) error {
+	n, err := local()
+	if err != nil {
+		return err
+	}
+	return n.DowngradeEtcd(context.Background(), cpIP, target)
+}
+
+// DowngradeEtcd is the package-level DowngradeEtcd on this node: refusals
+// first (bad target, a cluster that is not healthy, etcd's validation), then
+// the enable, then progress until every member runs target or
+// downgradeWaitFor passes.
+func (n *Node) DowngradeEtcd(ctx context.Context, cpIP, target string) error {
+	mm := majorMinor.FindStringSubmatch(strings.TrimSpace(target))
+	if mm == nil {
+		return fmt.Errorf("etcd downgrade: target %q is not a major.minor version such as 3.6; nothing was asked of etcd", target)
+	}
+	target = mm[1] + "." + mm[2]
+	ep := EtcdEndpoint(cpIP)
+	cli, err := n.etcdClient(ep)
+	if err != nil {
+		return fmt.Errorf("etcd downgrade to %s: %w; nothing was asked of etcd", target, err)
+	}
+	defer cli.Close()
+	ml, err := memberList(ctx, cli)
+	if err != nil {
+		return fmt.Errorf("etcd downgrade to %s: member list from %s: %w; nothing was changed", target, ep, err)
+	}
+	var hosts []string
+	for _, m := range ml.Members {
+		if len(m.ClientURLs) == 0 {
+			return fmt.Errorf("etcd downgrade to %s: member %x (peer URLs %v) has not started; nothing was changed: start or remove it first", target, m.ID, m.PeerURLs)
+		}
+		hosts = append(hosts, urlHost(m.ClientURLs[0]))
+	}
+	if err := n.EtcdClusterHealthy(ctx, hosts); err != nil {
+		return fmt.Errorf("etcd downgrade to %s refused, nothing was asked of etcd: %w", target, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, etcdWriteTimeout)
+	_, err = cli.Downgrade(wctx, clientv3.DowngradeValidate, target)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("etcd downgrade to %s through %s: %w: %w; nothing was changed", target, ep, ErrDowngradeNotValidated, err)
+	}
+	wctx, cancel = context.WithTimeout(ctx, etcdWriteTimeout)
+	_, err = cli.Downgrade(wctx, clientv3.DowngradeEnable, target)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("etcd downgrade to %s through %s: enable failed: %w; the downgrade may or may not be enabled: check EtcdStorageAt and retry, or cancel it (etcdctl downgrade cancel)", target, ep, err)
+	}
+	n.log.Info("etcd downgrade enabled; swap each member to the target etcd once its storage version is lowered", "target", target, "members", len(hosts))
+	return n.waitMembersRun(ctx, hosts, target)
+}
+
+// waitMembersRun waits until every member at hosts runs etcd major.minor
+// target, logging progress every downgradeReport.
+func (n *Node) waitMembersRun(ctx context.Context, hosts []string, target string) error {
+	ctx, cancel := context.WithTimeout(ctx, downgradeWaitFor)
+	defer cancel()
+	poll := time.NewTicker(downgradePoll)
+	defer poll.Stop()
+	lastReport := time.Now()
+	for {
+		var behind []string
+		for _, h := range hosts {
+			m := n.EtcdMemberStatus(ctx, h)
+			switch {
+			case m.Err != nil:
+				behind = append(behind, h+" (not answering)")
+			case versionMajorMinor(m.Version) != target:
+				behind = append(behind, h+" (runs "+m.Version+")")
+			}
+		}
+		if len(behind) == 0 {
+			n.log.Info("etcd downgrade done: every member runs the target version", "target", target)
+			return nil
+		}
+		if time.Since(lastReport) >= downgradeReport {
+			lastReport = time.Now()
+			n.log.Info("etcd downgrade in progress", "target", target, "waiting for", strings.Join(behind, ", "))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("etcd downgrade to %s: enabled, but not every member runs %s (%s): %w; the downgrade stays enabled: swap the remaining members to etcd %s and run it again, or cancel it (etcdctl downgrade cancel)",
+				target, target, strings.Join(behind, ", "), ctx.Err(), target)
+		case <-poll.C:
+		}
+	}
+}
+
+// versionMajorMinor is "3.6" of "3.6.16".
+func versionMajorMinor(v string) string {
+	parts := strings.SplitN(strings.TrimPrefix(v, "v"), ".", 3)
+	if len(parts) < 2 {
+		return v
+	}
+	return parts[0] + "." + parts[1]
+}

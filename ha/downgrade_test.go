@@ -1,0 +1,138 @@
+package ha_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"stratum.dev/stratum/ha"
+	"stratum.dev/stratum/internal/assets"
+	"stratum.dev/stratum/internal/assets/assetstest"
+	"stratum.dev/stratum/internal/version"
+	"stratum.dev/stratum/sim"
+)
+
+func TestDowngradeEtcd(t *testing.T) {
+	assetstest.Require(t, assets.EtcdName(version.Etcd), assets.EtcdName(version.EtcdPrevious))
+	names := cpNames(3)
+	versions := map[string]string{}
+	for _, n := range names {
+		versions[n] = version.Etcd
+	}
+	c := sim.Start(t, sim.Config{ControlPlanes: 3, EtcdVersions: versions})
+	ctx := context.Background()
+	ips := ipsOf(c, names...)
+	n, logs := loggedNodeOn(c.Host("cp1"))
+
+	before, err := n.EtcdStorageAt(ctx, ips[0])
+	if err != nil || !strings.HasPrefix(before.StorageVersion, "3.7") {
+		t.Fatalf("storage before = %+v, %v", before, err)
+	}
+
+	// Refusals change nothing: an upgrade, a skipped minor version, a
+	// malformed target.
+	for _, target := range []string{"3.8", "3.4", "v3.5"} {
+		err := n.DowngradeEtcd(ctx, ips[0], target)
+		if !errors.Is(err, ha.ErrDowngradeNotValidated) {
+			t.Errorf("DowngradeEtcd to %s = %v; want ErrDowngradeNotValidated", target, err)
+		}
+	}
+	if err := n.DowngradeEtcd(ctx, ips[0], "three.six"); err == nil || errors.Is(err, ha.ErrDowngradeNotValidated) {
+		t.Errorf("DowngradeEtcd to a malformed target = %v; want a refusal before etcd is asked", err)
+	}
+	for _, ip := range ips {
+		st, err := n.EtcdStorageAt(ctx, ip)
+		if err != nil || st.StorageVersion != before.StorageVersion || st.Downgrading || st.DowngradeTarget != "" {
+			t.Fatalf("storage of %s after refused downgrades = %+v, %v; want %+v", ip, st, err, before)
+		}
+	}
+
+	// A cluster that is not healthy is refused before etcd is asked.
+	c.Host("cp3").StopEtcd()
+	if err := n.DowngradeEtcd(ctx, ips[0], "3.6"); err == nil || errors.Is(err, ha.ErrDowngradeNotValidated) || !strings.Contains(err.Error(), "not healthy") {
+		t.Errorf("DowngradeEtcd with a member down = %v; want a health refusal", err)
+	}
+	if st, _ := n.EtcdStorageAt(ctx, ips[0]); st.Downgrading {
+		t.Fatalf("a refused downgrade was enabled: %+v", st)
+	}
+	if err := c.Host("cp3").StartEtcd(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitHealthy(t, n, ips)
+
+	// End to end: enable, wait for every member's storage to be lowered,
+	// swap each member to the previous etcd, and DowngradeEtcd returns.
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- n.DowngradeEtcd(ctx, ips[0], "v3.6") }()
+	deadline := time.Now().Add(2 * time.Minute)
+	for _, ip := range ips {
+		for {
+			st, err := n.EtcdStorageAt(ctx, ip)
+			if err == nil && strings.HasPrefix(st.StorageVersion, "3.6") {
+				if !st.Downgrading || st.DowngradeTarget != "3.6.0" {
+					t.Errorf("storage of %s = %+v; want a downgrade to 3.6.0 enabled", ip, st)
+				}
+				break
+			}
+			select {
+			case err := <-done:
+				t.Fatalf("DowngradeEtcd returned %v before any member was swapped\nlogs:\n%s", err, logs)
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("storage of %s not lowered: %+v, %v\nlogs:\n%s", ip, st, err, logs)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	t.Logf("storage lowered on every member %s after DowngradeEtcd started", time.Since(start).Round(time.Millisecond))
+	for _, name := range names {
+		select {
+		case err := <-done:
+			t.Fatalf("DowngradeEtcd returned %v before %s was swapped", err, name)
+		default:
+		}
+		h := c.Host(name)
+		h.StopEtcd()
+		h.SetEtcdVersion(version.EtcdPrevious)
+		if err := h.StartEtcd(ctx); err != nil {
+			t.Fatalf("start %s on etcd %s: %v", name, version.EtcdPrevious, err)
+		}
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("DowngradeEtcd: %v\nlogs:\n%s", err, logs)
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("DowngradeEtcd did not return after every member was swapped\nlogs:\n%s", logs)
+	}
+	t.Logf("DowngradeEtcd returned %s after it started", time.Since(start).Round(time.Millisecond))
+	for _, ip := range ips {
+		if m := n.EtcdMemberStatus(ctx, ip); m.Err != nil || !strings.HasPrefix(m.Version, "3.6") {
+			t.Errorf("member %s after the downgrade: %+v", ip, m)
+		}
+	}
+	if !strings.Contains(logs.String(), "etcd downgrade in progress") {
+		t.Errorf("no progress was logged; logs:\n%s", logs)
+	}
+}
+
+// waitHealthy waits up to 20 s for EtcdClusterHealthy.
+func waitHealthy(t *testing.T, n *ha.Node, ips []string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err := n.EtcdClusterHealthy(context.Background(), ips)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cluster not healthy within 20s: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

@@ -1,0 +1,349 @@
+package ha
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// certsSecret is the Secret in kube-system holding the encrypted shared-cert
+// bundle a control-plane join downloads.
+const certsSecret = "stratum-certs"
+
+// JoinBundleEtcdKey is where the apiserver stores the stratum-certs Secret,
+// the encrypted shared-cert bundle a control-plane join downloads. Its
+// existence is what tells an etcd reader that a join can still be made with
+// it.
+//
+// This couples to the apiserver's storage layout, not to any API: "/registry"
+// is kube-apiserver's default --etcd-prefix, which staticpod's apiserver args
+// do not override, and "secrets/<namespace>/<name>" is how it keys a Secret
+// under that prefix. A change to either one makes this key name nothing, and
+// the bundle gate then reads every cluster as having no bundle published --
+// which is why it is checked against a database written by the etcd this
+// repo ships (fixtures/).
+const JoinBundleEtcdKey = "/registry/secrets/kube-system/" + certsSecret
+
+// ErrEtcdNoStatus matches an EtcdStorageAt that failed because the member did
+// not answer its status request, as opposed to a failure to set up the client
+// or to read the membership of a member that did answer.
+var ErrEtcdNoStatus = errors.New("etcd status")
+
+// etcdReadTimeout bounds one read (status, alarms, member list) from one
+// member: clientv3 waits for a connection until its context ends, so an
+// unreachable member costs exactly this much.
+const etcdReadTimeout = 2 * time.Second
+
+// etcdWriteTimeout bounds one membership or maintenance request, which goes
+// through raft and may be forwarded to the leader.
+const etcdWriteTimeout = 5 * time.Second
+
+// EtcdMemberHealth is one member's answer. Err set means the member did not
+// answer, which is never treated as healthy.
+type EtcdMemberHealth struct {
+	// Endpoint is the client URL asked.
+	Endpoint string
+	// ID is the member's etcd ID; Leader the ID of the leader it knows, 0
+	// for none.
+	ID, Leader uint64
+	// IsLearner reports a learner (not yet a voter).
+	IsLearner bool
+	// Version is the etcd version the member runs.
+	Version string
+	// Alarms are the alarms raised by this member: its status errors and
+	// the cluster's alarms naming it (or why those could not be listed:
+	// alarms go through raft, so a member cut off from its quorum cannot
+	// list them).
+	Alarms []string
+	// Err is why the member did not answer its status request; nil when it
+	// did.
+	Err error
+}
+
+// Healthy reports whether this member answered, knows a leader, and raised no
+// alarms of its own.
+func (m EtcdMemberHealth) Healthy() bool {
+	return m.Err == nil && m.Leader != 0 && len(m.Alarms) == 0
+}
+
+// EtcdStorage is the etcd at one address as a rollback needs it: the version
+// its data is stored at, how many members its cluster has, and whether a
+// downgrade is enabled.
+type EtcdStorage struct {
+	StorageVersion string
+	Members        int
+	Downgrading    bool
+	// DowngradeTarget is the version an enabled downgrade is taking the
+	// cluster to, "" when none is enabled.
+	DowngradeTarget string
+}
+
+// EtcdMemberStatus asks the etcd at cpIP how it is. A member with no leader is
+// reported, not hidden: it is up, it is answering, and it is not part of a
+// working quorum.
+func EtcdMemberStatus(cpIP string) EtcdMemberHealth {
+	n, err := local()
+	if err != nil {
+		return EtcdMemberHealth{Endpoint: EtcdEndpoint(cpIP), Err: err}
+	}
+	return n.EtcdMemberStatus(context.Background(), cpIP)
+}
+
+// EtcdClusterHealthy fails closed: every named member must answer, must know
+// a leader, and every member must name the SAME leader.
+//
+// The agreement check is the point. Per-member health is satisfied by a split
+// brain -- two partitions, each with a leader, each locally convinced it is
+// fine -- and a split brain is the one condition under which narrowing etcd's
+// trust cluster-wide cannot be walked back.
+func EtcdClusterHealthy(cpIPs []string) error {
+	n, err := local()
+	if err != nil {
+		return err
+	}
+	return n.EtcdClusterHealthy(context.Background(), cpIPs)
+}
+
+// EtcdStorageAt reads the storage version of the etcd member at cpIP, the size
+// of its cluster and whether a downgrade is enabled. Both reads are the
+// member's own view: a member of a cluster that has lost quorum still answers
+// them, so it is not mistaken for one that is down.
+func EtcdStorageAt(cpIP string) (EtcdStorage, error) {
+	n, err := local()
+	if err != nil {
+		return EtcdStorage{}, err
+	}
+	return n.EtcdStorageAt(context.Background(), cpIP)
+}
+
+// EtcdMemberStatus is the package-level EtcdMemberStatus on this node: the
+// member's Status (its own view, no quorum needed) and the cluster's alarms
+// that name it.
+func (n *Node) EtcdMemberStatus(ctx context.Context, cpIP string) EtcdMemberHealth {
+	ep := EtcdEndpoint(cpIP)
+	m := EtcdMemberHealth{Endpoint: ep}
+	cli, err := n.etcdClient(ep)
+	if err != nil {
+		m.Err = err
+		return m
+	}
+	defer cli.Close()
+	rctx, cancel := context.WithTimeout(ctx, etcdReadTimeout)
+	defer cancel()
+	st, err := cli.Status(rctx, ep)
+	if err != nil {
+		m.Err = fmt.Errorf("%w of %s: %w", ErrEtcdNoStatus, ep, err)
+		return m
+	}
+	m.ID, m.Leader, m.IsLearner, m.Version = st.Header.GetMemberId(), st.Leader, st.IsLearner, st.Version
+	m.Alarms = append(m.Alarms, st.Errors...)
+	actx, cancel2 := context.WithTimeout(ctx, etcdReadTimeout)
+	defer cancel2()
+	al, err := cli.AlarmList(actx)
+	if err != nil {
+		// Not known to be alarm-free is not healthy; the leader it named is
+		// kept, so a split is still reported as one.
+		m.Alarms = append(m.Alarms, fmt.Sprintf("alarms unreadable (%v)", err))
+		return m
+	}
+	for _, a := range al.Alarms {
+		if a.MemberID == m.ID {
+			m.Alarms = append(m.Alarms, a.Alarm.String())
+		}
+	}
+	return m
+}
+
+// EtcdClusterHealthy is the package-level EtcdClusterHealthy on this node. The
+// members are asked concurrently; the error names every member that did not
+// answer, knew no leader, raised an alarm, or named a leader other than the
+// one most members name.
+func (n *Node) EtcdClusterHealthy(ctx context.Context, cpIPs []string) error {
+	if len(cpIPs) == 0 {
+		return errors.New("etcd cluster health: no members named; nothing was checked")
+	}
+	res := make([]EtcdMemberHealth, len(cpIPs))
+	var wg sync.WaitGroup
+	for i, ip := range cpIPs {
+		wg.Go(func() { res[i] = n.EtcdMemberStatus(ctx, ip) })
+	}
+	wg.Wait()
+	return clusterVerdict(res)
+}
+
+// clusterVerdict is EtcdClusterHealthy's judgement of the members' answers.
+func clusterVerdict(res []EtcdMemberHealth) error {
+	votes := map[uint64]int{}
+	for _, m := range res {
+		if m.Err == nil && m.Leader != 0 {
+			votes[m.Leader]++
+		}
+	}
+	var leader uint64
+	best := -1
+	for id, v := range votes {
+		if v > best || (v == best && id < leader) {
+			leader, best = id, v
+		}
+	}
+	var problems []string
+	for _, m := range res {
+		switch {
+		case m.Err != nil:
+			problems = append(problems, fmt.Sprintf("%s did not answer: %v", m.Endpoint, m.Err))
+		case m.Leader == 0:
+			problems = append(problems, fmt.Sprintf("%s (member %x) knows no leader", m.Endpoint, m.ID))
+		case m.Leader != leader:
+			problems = append(problems, fmt.Sprintf("%s (member %x) names leader %x, others %x", m.Endpoint, m.ID, m.Leader, leader))
+		}
+		if m.Err == nil && len(m.Alarms) > 0 {
+			problems = append(problems, fmt.Sprintf("%s (member %x) raised alarms %v", m.Endpoint, m.ID, m.Alarms))
+		}
+	}
+	if len(votes) > 1 {
+		problems = append(problems, fmt.Sprintf("members name %d different leaders (split leadership)", len(votes)))
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("etcd cluster is not healthy: %s; wait for it to recover (heal the network, restart or clear the named members) and check again", strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// EtcdStorageAt is the package-level EtcdStorageAt on this node. The member
+// count is a serializable member list, so a member without quorum answers it.
+func (n *Node) EtcdStorageAt(ctx context.Context, cpIP string) (EtcdStorage, error) {
+	ep := EtcdEndpoint(cpIP)
+	cli, err := n.etcdClient(ep)
+	if err != nil {
+		return EtcdStorage{}, err
+	}
+	defer cli.Close()
+	rctx, cancel := context.WithTimeout(ctx, etcdReadTimeout)
+	defer cancel()
+	st, err := cli.Status(rctx, ep)
+	if err != nil {
+		return EtcdStorage{}, fmt.Errorf("%w of %s: %w; the member may be down or unreachable", ErrEtcdNoStatus, ep, err)
+	}
+	ml, err := cli.MemberList(rctx, clientv3.WithSerializable())
+	if err != nil {
+		return EtcdStorage{}, fmt.Errorf("etcd member list from %s (its status answered): %w", ep, err)
+	}
+	s := EtcdStorage{StorageVersion: st.StorageVersion, Members: len(ml.Members)}
+	if d := st.DowngradeInfo; d != nil && d.Enabled {
+		s.Downgrading, s.DowngradeTarget = true, d.TargetVersion
+	}
+	return s, nil
+}
+
+// etcdErrIs reports whether err is etcd's error target, as a client-side
+// rpctypes value or a gRPC status carrying its text.
+func etcdErrIs(err, target error) bool {
+	if err == nil {
+		return false
+	}
+	return errors.Is(err, target) || strings.Contains(err.Error(), rpctypes.ErrorDesc(target))
+}
+
+// unreachable reports whether err means the endpoint did not answer (so
+// another endpoint may), rather than that etcd answered with a refusal.
+func unreachable(err error) bool {
+	if etcdErrIs(err, rpctypes.ErrUnhealthy) { // a refusal, though its gRPC code is Unavailable
+		return false
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return true
+	}
+	return etcdErrIs(err, rpctypes.ErrNoLeader) || etcdErrIs(err, rpctypes.ErrTimeout) ||
+		etcdErrIs(err, rpctypes.ErrTimeoutDueToLeaderFail) || etcdErrIs(err, rpctypes.ErrTimeoutDueToConnectionLost)
+}
+
+// endpointFailures collects which endpoints failed and why, for the error of
+// an operation that tried several.
+type endpointFailures struct {
+	what  []string
+	last  error
+	tried int
+}
+
+func (f *endpointFailures) add(ep string, err error) {
+	f.what = append(f.what, ep+": "+err.Error())
+	f.last = err
+	f.tried++
+}
+
+func (f *endpointFailures) err(op string) error {
+	if f.tried == 0 {
+		return fmt.Errorf("%s: no etcd endpoints given; nothing was asked of etcd", op)
+	}
+	return fmt.Errorf("%s: no etcd endpoint answered (%s); nothing was changed through them -- check that a quorum of members is up and reachable from this node: %w",
+		op, strings.Join(f.what, "; "), f.last)
+}
+
+// viaEach runs f with a client on each cpIP's endpoint in turn until one
+// answers: an endpoint that fails to answer (unreachable) moves on to the
+// next; any other error from f is returned at once.
+func (n *Node) viaEach(ctx context.Context, cpIPs []string, op string, f func(ctx context.Context, cli *clientv3.Client, ep string) error) error {
+	var fails endpointFailures
+	for _, ip := range cpIPs {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("%s: %w", op, err)
+		}
+		ep := EtcdEndpoint(ip)
+		cli, err := n.etcdClient(ep)
+		if err != nil {
+			fails.add(ep, err)
+			continue
+		}
+		err = f(ctx, cli, ep)
+		cli.Close()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() == nil && unreachable(err) {
+			n.log.Debug("etcd endpoint did not answer", "op", op, "endpoint", ep, "err", err)
+			fails.add(ep, err)
+			continue
+		}
+		return err
+	}
+	return fails.err(op)
+}
+
+// memberList is a linearizable member list with the read timeout.
+func memberList(ctx context.Context, cli *clientv3.Client) (*clientv3.MemberListResponse, error) {
+	rctx, cancel := context.WithTimeout(ctx, etcdReadTimeout)
+	defer cancel()
+	return cli.MemberList(rctx)
+}
+
+// urlHost is the host part of a URL ("" when it has none).
+func urlHost(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	return u.Hostname()
+}
+
+// isLoopbackHost reports whether h is a loopback IP or "localhost".
+func isLoopbackHost(h string) bool {
+	if h == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,426 @@
+package ha
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// memberAddRetryFor bounds how long MemberAdd keeps retrying etcd's refusals
+// that mean nothing was added (unhealthy cluster, too many learners).
+const memberAddRetryFor = 30 * time.Second
+
+// memberAddBackoffMax caps the wait between two refused MemberAdd attempts.
+const memberAddBackoffMax = time.Second
+
+// promoteInterval is how often PromoteWhenCaughtUp asks again while etcd says
+// the learner has not caught up: promotion follows catch-up within it.
+const promoteInterval = 25 * time.Millisecond
+
+// promoteRetryFor bounds how long PromoteWhenCaughtUp waits for a learner to
+// catch up.
+const promoteRetryFor = 2 * time.Minute
+
+// MemberAdd adds newPeerURL to the cluster reachable at any of cpIPs' etcd, as
+// a learner, and returns the ETCD_INITIAL_CLUSTER string the new member must
+// boot with (state=existing). PromoteLearner makes it a voter once it has
+// caught up.
+//
+// It retries etcd's "unhealthy cluster" refusal (and its "too many learners"
+// one), and only those. etcd's strict reconfiguration check refuses a
+// MemberAdd until every member has been connected for a few seconds, so a join
+// that follows another one closely, which is what a scripted three-node
+// bring-up does, was refused outright and the node exited half-joined. The
+// refusal means nothing was added, so retrying it is safe; any other error is
+// returned at once. A learner with newPeerURL that never started (an earlier
+// add whose answer was lost) is taken as this add; a started member with it is
+// an error.
+func MemberAdd(cpIPs []string, newName, newPeerURL string) (string, error) {
+	n, err := local()
+	if err != nil {
+		return "", err
+	}
+	return n.MemberAdd(context.Background(), cpIPs, newName, newPeerURL)
+}
+
+// PromoteLearner promotes the learner with peerURL to a voter, through any of
+// cpIPs' etcd, as soon as etcd accepts (once it has caught up with the
+// leader). A member that is already a voter is success.
+func PromoteLearner(cpIPs []string, peerURL string) error {
+	n, err := local()
+	if err != nil {
+		return err
+	}
+	return n.PromoteWhenCaughtUp(context.Background(), cpIPs, peerURL)
+}
+
+// MemberRemove drops a member by its peer URL (rollback on a failed join),
+// through any of cpIPs' etcd. A member already gone is success.
+func MemberRemove(cpIPs []string, peerURL string) error {
+	n, err := local()
+	if err != nil {
+		return err
+	}
+	return n.MemberRemove(context.Background(), cpIPs, peerURL)
+}
+
+// MemberCount is how many members (learners included) the cluster at cpIPs'
+// etcd has, as the answering member last saw it.
+func MemberCount(cpIPs []string) (int, error) {
+	n, err := local()
+	if err != nil {
+		return 0, err
+	}
+	return n.MemberCount(context.Background(), cpIPs)
+}
+
+// MemberHostsVia returns one host per etcd member, learners included, read
+// through any of several endpoints: the host of its first non-loopback client
+// URL, or of its first peer URL when it has none. A member added but not yet
+// started has published no client URL, and a caller accounting for every
+// member must still see it. A member with neither is an error.
+func MemberHostsVia(cpIPs []string) ([]string, error) {
+	n, err := local()
+	if err != nil {
+		return nil, err
+	}
+	return n.MemberHostsVia(context.Background(), cpIPs)
+}
+
+// MemberClientIPs returns the host of every member's client URL (HAProxy
+// backends).
+func MemberClientIPs(cpIP string) ([]string, error) {
+	n, err := local()
+	if err != nil {
+		return nil, err
+	}
+	return n.MemberClientIPsVia(context.Background(), []string{cpIP})
+}
+
+// MemberClientIPsVia is MemberClientIPs through any of several endpoints.
+func MemberClientIPsVia(cpIPs []string) ([]string, error) {
+	n, err := local()
+	if err != nil {
+		return nil, err
+	}
+	return n.MemberClientIPsVia(context.Background(), cpIPs)
+}
+
+// JoinState reports, from the etcd at cpIP, how many members (learners
+// included) it has and whether a control-plane join bundle is published.
+// Both reads are linearizable, so neither is a stale answer from a lagging
+// member.
+func JoinState(cpIP string) (members int, bundle bool, err error) {
+	n, err := local()
+	if err != nil {
+		return 0, false, err
+	}
+	return n.JoinState(context.Background(), cpIP)
+}
+
+// checkPeerURL refuses what cannot be a member's peer URL before etcd is asked.
+func checkPeerURL(peerURL string) error {
+	u, err := url.Parse(peerURL)
+	if err == nil && (u.Scheme != "https" && u.Scheme != "http") {
+		err = fmt.Errorf("scheme %q is not http or https", u.Scheme)
+	}
+	if err == nil {
+		_, _, err = net.SplitHostPort(u.Host)
+	}
+	if err == nil && (u.Path != "" && u.Path != "/" || u.RawQuery != "" || u.User != nil) {
+		err = errors.New("a peer URL is scheme://host:port only")
+	}
+	if err != nil {
+		return fmt.Errorf("peer URL %q: %w; nothing was asked of etcd: pass the member's https://<ip>:2380", peerURL, err)
+	}
+	return nil
+}
+
+// initialCluster is the ETCD_INITIAL_CLUSTER of members, the one with id
+// under newName: "name=peerURL" for each of every member's peer URLs, as
+// etcdctl member add prints it.
+func initialCluster(members []*etcdserverpb.Member, id uint64, newName string) string {
+	var parts []string
+	for _, m := range members {
+		name := m.Name
+		if m.ID == id {
+			name = newName
+		}
+		for _, u := range m.PeerURLs {
+			parts = append(parts, name+"="+u)
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// memberByPeerURL is the member with peerURL among members, nil for none.
+func memberByPeerURL(members []*etcdserverpb.Member, peerURL string) *etcdserverpb.Member {
+	for _, m := range members {
+		for _, u := range m.PeerURLs {
+			if u == peerURL {
+				return m
+			}
+		}
+	}
+	return nil
+}
+
+// started reports whether m has ever started: a started member publishes its
+// name and client URLs.
+func started(m *etcdserverpb.Member) bool { return m.Name != "" || len(m.ClientURLs) > 0 }
+
+// errMemberStarted is MemberAdd's refusal of a peer URL a member other than
+// an unstarted learner has.
+func errMemberStarted(m *etcdserverpb.Member, peerURL string) error {
+	return fmt.Errorf("etcd member add of %s: member %q (ID %x, client URLs %v, started %t, learner %t) already has that peer URL; nothing was added, and it is not reused. "+
+		"A node rejoining under the same address must first have its old member removed (MemberRemove) and its etcd data wiped",
+		peerURL, m.Name, m.ID, m.ClientURLs, started(m), m.IsLearner)
+}
+
+// MemberAdd is the package-level MemberAdd on this node.
+func (n *Node) MemberAdd(ctx context.Context, cpIPs []string, newName, newPeerURL string) (string, error) {
+	if err := checkPeerURL(newPeerURL); err != nil {
+		return "", fmt.Errorf("etcd member add of %s: %w", newName, err)
+	}
+	if newName == "" {
+		return "", fmt.Errorf("etcd member add of %s: no member name given; nothing was asked of etcd", newPeerURL)
+	}
+	deadline := time.Now().Add(memberAddRetryFor)
+	backoff := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		ic, err := n.memberAddOnce(ctx, cpIPs, newName, newPeerURL)
+		if err == nil {
+			return ic, nil
+		}
+		if !etcdErrIs(err, rpctypes.ErrUnhealthy) && !etcdErrIs(err, rpctypes.ErrTooManyLearners) {
+			return "", err
+		}
+		if time.Now().Add(backoff).After(deadline) {
+			return "", fmt.Errorf("etcd member add of %s (%s): still refused after %d attempts over %s; nothing was added. Check the cluster's health (EtcdClusterHealthy) and learners, then retry: %w",
+				newName, newPeerURL, attempt, memberAddRetryFor, err)
+		}
+		n.log.Info("etcd refused the member add; nothing was added, retrying", "member", newName, "peerURL", newPeerURL, "attempt", attempt, "in", backoff, "err", err)
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("etcd member add of %s: %w (last refusal: %v); nothing was added", newName, ctx.Err(), err)
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, memberAddBackoffMax)
+	}
+}
+
+// memberAddOnce is one MemberAdd attempt through the first endpoint that
+// answers: look the peer URL up (an earlier add whose answer was lost left an
+// unstarted learner with it), then add it as a learner.
+func (n *Node) memberAddOnce(ctx context.Context, cpIPs []string, newName, newPeerURL string) (string, error) {
+	var ic string
+	err := n.viaEach(ctx, cpIPs, "etcd member add of "+newPeerURL, func(ctx context.Context, cli *clientv3.Client, ep string) error {
+		ml, err := memberList(ctx, cli)
+		if err != nil {
+			return fmt.Errorf("etcd member list from %s: %w", ep, err)
+		}
+		if m := memberByPeerURL(ml.Members, newPeerURL); m != nil {
+			if started(m) || !m.IsLearner {
+				return errMemberStarted(m, newPeerURL)
+			}
+			n.log.Info("etcd learner with this peer URL already added and not started; taking it as this add", "member", newName, "peerURL", newPeerURL, "id", fmt.Sprintf("%x", m.ID))
+			ic = initialCluster(ml.Members, m.ID, newName)
+			return nil
+		}
+		wctx, cancel := context.WithTimeout(ctx, etcdWriteTimeout)
+		defer cancel()
+		resp, err := cli.MemberAddAsLearner(wctx, []string{newPeerURL})
+		if err != nil {
+			return fmt.Errorf("etcd member add (learner) of %s as %s through %s: %w", newPeerURL, newName, ep, err)
+		}
+		n.log.Info("etcd learner added", "member", newName, "peerURL", newPeerURL, "id", fmt.Sprintf("%x", resp.Member.ID), "through", ep)
+		ic = initialCluster(resp.Members, resp.Member.ID, newName)
+		return nil
+	})
+	return ic, err
+}
+
+// PromoteWhenCaughtUp promotes the learner with peerURL to a voter as soon as
+// etcd accepts: etcd refuses a promotion until the learner is in sync with the
+// leader, so it asks again every promoteInterval. A member already a voter is
+// success; one that is not a member at all is an error.
+func (n *Node) PromoteWhenCaughtUp(ctx context.Context, cpIPs []string, peerURL string) error {
+	ctx, cancel := context.WithTimeout(ctx, promoteRetryFor)
+	defer cancel()
+	op := "etcd promote of learner " + peerURL
+	return n.viaEach(ctx, cpIPs, op, func(ctx context.Context, cli *clientv3.Client, ep string) error {
+		ml, err := memberList(ctx, cli)
+		if err != nil {
+			return fmt.Errorf("etcd member list from %s: %w", ep, err)
+		}
+		m := memberByPeerURL(ml.Members, peerURL)
+		if m == nil {
+			return fmt.Errorf("%s: no member has that peer URL (per %s); nothing was promoted: add it first (MemberAdd)", op, ep)
+		}
+		if !m.IsLearner {
+			return nil
+		}
+		refusals := 0
+		for {
+			wctx, wcancel := context.WithTimeout(ctx, etcdWriteTimeout)
+			_, err := cli.MemberPromote(wctx, m.ID)
+			wcancel()
+			switch {
+			case err == nil:
+				n.log.Info("etcd learner promoted", "peerURL", peerURL, "id", fmt.Sprintf("%x", m.ID), "refusals", refusals)
+				return nil
+			case etcdErrIs(err, rpctypes.ErrMemberNotLearner):
+				return nil
+			case etcdErrIs(err, rpctypes.ErrMemberLearnerNotReady), etcdErrIs(err, rpctypes.ErrUnhealthy),
+				etcdErrIs(err, rpctypes.ErrMemberNotEnoughStarted):
+				refusals++
+			default:
+				return fmt.Errorf("%s through %s: %w", op, ep, err)
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%s: the learner did not catch up within %s (last refusal: %v); it is still a learner: check that its etcd runs and reaches the leader: %w", op, promoteRetryFor, err, ctx.Err())
+			case <-time.After(promoteInterval):
+			}
+		}
+	})
+}
+
+// MemberRemove is the package-level MemberRemove on this node. etcd's
+// unhealthy-cluster refusal (nothing removed) is retried as MemberAdd
+// retries it.
+func (n *Node) MemberRemove(ctx context.Context, cpIPs []string, peerURL string) error {
+	op := "etcd member remove of " + peerURL
+	deadline := time.Now().Add(memberAddRetryFor)
+	backoff := 100 * time.Millisecond
+	for {
+		err := n.viaEach(ctx, cpIPs, op, func(ctx context.Context, cli *clientv3.Client, ep string) error {
+			ml, err := memberList(ctx, cli)
+			if err != nil {
+				return fmt.Errorf("etcd member list from %s: %w", ep, err)
+			}
+			m := memberByPeerURL(ml.Members, peerURL)
+			if m == nil {
+				n.log.Info("etcd member already gone", "peerURL", peerURL)
+				return nil
+			}
+			wctx, cancel := context.WithTimeout(ctx, etcdWriteTimeout)
+			defer cancel()
+			if _, err := cli.MemberRemove(wctx, m.ID); err != nil && !etcdErrIs(err, rpctypes.ErrMemberNotFound) {
+				return fmt.Errorf("%s (ID %x) through %s: %w", op, m.ID, ep, err)
+			}
+			n.log.Info("etcd member removed", "peerURL", peerURL, "id", fmt.Sprintf("%x", m.ID), "through", ep)
+			return nil
+		})
+		if err == nil || !etcdErrIs(err, rpctypes.ErrUnhealthy) {
+			return err
+		}
+		if time.Now().Add(backoff).After(deadline) {
+			return fmt.Errorf("%s: still refused after %s; the member was not removed: check the cluster's health and retry: %w", op, memberAddRetryFor, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w (last refusal: %v); the member was not removed", op, ctx.Err(), err)
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, memberAddBackoffMax)
+	}
+}
+
+// members is the member list through the first of cpIPs that answers.
+func (n *Node) members(ctx context.Context, cpIPs []string, op string) ([]*etcdserverpb.Member, error) {
+	var out []*etcdserverpb.Member
+	err := n.viaEach(ctx, cpIPs, op, func(ctx context.Context, cli *clientv3.Client, ep string) error {
+		ml, err := memberList(ctx, cli)
+		if err != nil {
+			return fmt.Errorf("%s: member list from %s: %w", op, ep, err)
+		}
+		out = ml.Members
+		return nil
+	})
+	return out, err
+}
+
+// MemberCount is the package-level MemberCount on this node.
+func (n *Node) MemberCount(ctx context.Context, cpIPs []string) (int, error) {
+	ms, err := n.members(ctx, cpIPs, "etcd member count")
+	return len(ms), err
+}
+
+// MemberHostsVia is the package-level MemberHostsVia on this node.
+func (n *Node) MemberHostsVia(ctx context.Context, cpIPs []string) ([]string, error) {
+	ms, err := n.members(ctx, cpIPs, "etcd member hosts")
+	if err != nil {
+		return nil, err
+	}
+	var hosts []string
+	for _, m := range ms {
+		h := ""
+		for _, u := range m.ClientURLs {
+			if uh := urlHost(u); uh != "" && !isLoopbackHost(uh) {
+				h = uh
+				break
+			}
+		}
+		if h == "" && len(m.PeerURLs) > 0 {
+			h = urlHost(m.PeerURLs[0])
+		}
+		if h == "" && len(m.ClientURLs) > 0 {
+			h = urlHost(m.ClientURLs[0])
+		}
+		if h == "" {
+			return nil, fmt.Errorf("etcd member hosts: member %q (ID %x) has no client or peer URL with a host, so it cannot be placed on any node; remove it (etcdctl member remove %x) if it is stale", m.Name, m.ID, m.ID)
+		}
+		hosts = append(hosts, h)
+	}
+	return hosts, nil
+}
+
+// MemberClientIPsVia is the package-level MemberClientIPsVia on this node: the
+// host of each member's first client URL; a member that has not started has
+// none, and no backend.
+func (n *Node) MemberClientIPsVia(ctx context.Context, cpIPs []string) ([]string, error) {
+	ms, err := n.members(ctx, cpIPs, "etcd member client IPs")
+	if err != nil {
+		return nil, err
+	}
+	var ips []string
+	for _, m := range ms {
+		if len(m.ClientURLs) == 0 {
+			continue
+		}
+		if h := urlHost(m.ClientURLs[0]); h != "" {
+			ips = append(ips, h)
+		}
+	}
+	return ips, nil
+}
+
+// JoinState is the package-level JoinState on this node.
+func (n *Node) JoinState(ctx context.Context, cpIP string) (members int, bundle bool, err error) {
+	ep := EtcdEndpoint(cpIP)
+	cli, err := n.etcdClient(ep)
+	if err != nil {
+		return 0, false, err
+	}
+	defer cli.Close()
+	ml, err := memberList(ctx, cli)
+	if err != nil {
+		return 0, false, fmt.Errorf("join state: etcd member list from %s: %w", ep, err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, etcdReadTimeout)
+	defer cancel()
+	get, err := cli.Get(rctx, JoinBundleEtcdKey, clientv3.WithCountOnly())
+	if err != nil {
+		return 0, false, fmt.Errorf("join state: read of %s from %s: %w", JoinBundleEtcdKey, ep, err)
+	}
+	return len(ml.Members), get.Count > 0, nil
+}

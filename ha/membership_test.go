@@ -1,0 +1,297 @@
+package ha_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"stratum.dev/stratum/ha"
+	"stratum.dev/stratum/sim"
+)
+
+func TestMembershipOfOneThreeFiveMembers(t *testing.T) {
+	for _, size := range []int{1, 3, 5} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			c := sim.Start(t, sim.Config{ControlPlanes: size, SpareHosts: 1})
+			ctx := context.Background()
+			names := cpNames(size)
+			ips := ipsOf(c, names...)
+			n := nodeOn(c.Host("cp1"))
+
+			got, err := n.MemberCount(ctx, ips)
+			if err != nil || got != size {
+				t.Fatalf("MemberCount = %d, %v; want %d", got, err, size)
+			}
+			hosts, err := n.MemberHostsVia(ctx, ips)
+			if err != nil {
+				t.Fatal(err)
+			}
+			slices.Sort(hosts)
+			want := slices.Clone(ips)
+			slices.Sort(want)
+			if !slices.Equal(hosts, want) {
+				t.Errorf("MemberHostsVia = %v, want %v", hosts, want)
+			}
+			cl, err := n.MemberClientIPsVia(ctx, ips)
+			slices.Sort(cl)
+			if err != nil || !slices.Equal(cl, want) {
+				t.Errorf("MemberClientIPsVia = %v, %v; want %v", cl, err, want)
+			}
+			if err := n.EtcdClusterHealthy(ctx, ips); err != nil {
+				t.Errorf("EtcdClusterHealthy of a fresh cluster: %v", err)
+			}
+			st, err := n.EtcdStorageAt(ctx, ips[0])
+			if err != nil || st.Members != size || !strings.HasPrefix(st.StorageVersion, "3.7") || st.Downgrading {
+				t.Errorf("EtcdStorageAt = %+v, %v", st, err)
+			}
+
+			members, bundle, err := n.JoinState(ctx, ips[len(ips)-1])
+			if err != nil || members != size || bundle {
+				t.Fatalf("JoinState before the bundle = %d, %t, %v", members, bundle, err)
+			}
+			cli, err := c.Host("cp1").EtcdClient()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cli.Close()
+			if _, err := cli.Put(ctx, ha.JoinBundleEtcdKey, "x"); err != nil {
+				t.Fatal(err)
+			}
+			if _, bundle, err = n.JoinState(ctx, ips[len(ips)-1]); err != nil || !bundle {
+				t.Fatalf("JoinState after the bundle: bundle %t, %v", bundle, err)
+			}
+
+			// Through several endpoints: a dead one first is skipped; all
+			// dead names each and why.
+			spare := c.Host(fmt.Sprintf("cp%d", size+1)).IP().String()
+			if got, err := n.MemberCount(ctx, []string{spare, ips[0]}); err != nil || got != size {
+				t.Errorf("MemberCount via a dead endpoint then a live one = %d, %v", got, err)
+			}
+			_, err = n.MemberHostsVia(ctx, []string{spare})
+			if err == nil || !strings.Contains(err.Error(), ha.EtcdEndpoint(spare)) {
+				t.Errorf("MemberHostsVia via a dead endpoint: %v, want an error naming %s", err, ha.EtcdEndpoint(spare))
+			}
+		})
+	}
+}
+
+func TestMemberAddLearnerLifecycle(t *testing.T) {
+	c := sim.Start(t, sim.Config{ControlPlanes: 3, SpareHosts: 1})
+	ctx := context.Background()
+	ips := ipsOf(c, "cp1", "cp2", "cp3")
+	n := nodeOn(c.Host("cp1"))
+	spare := c.Host("cp4")
+
+	// A bad peer URL fails at once, asking etcd nothing.
+	for _, bad := range []string{"not a url", "https://" + spare.IP().String(), "ftp://" + spare.IP().String() + ":2380"} {
+		start := time.Now()
+		if _, err := n.MemberAdd(ctx, ips, "cp4", bad); err == nil || time.Since(start) > time.Second {
+			t.Errorf("MemberAdd of %q = %v after %s; want an error at once", bad, err, time.Since(start))
+		}
+	}
+
+	// A fresh cluster may refuse for its first 5 s: MemberAdd retries.
+	ic, err := n.MemberAdd(ctx, ips, "cp4", spare.PeerURL())
+	if err != nil {
+		t.Fatalf("MemberAdd: %v", err)
+	}
+	for _, name := range []string{"cp1", "cp2", "cp3", "cp4"} {
+		if want := name + "=" + c.Host(name).PeerURL(); !strings.Contains(ic, want) {
+			t.Errorf("initial cluster %q lacks %q", ic, want)
+		}
+	}
+	if found, learner := isLearner(t, c.Host("cp1"), spare.PeerURL()); !found || !learner {
+		t.Fatalf("added member: found %t learner %t; want a learner", found, learner)
+	}
+	// The unstarted learner is counted and placed (by its peer URL's host),
+	// but is no client backend.
+	if got, err := n.MemberCount(ctx, ips); err != nil || got != 4 {
+		t.Errorf("MemberCount with an unstarted learner = %d, %v; want 4", got, err)
+	}
+	hosts, err := n.MemberHostsVia(ctx, ips)
+	if err != nil || !slices.Contains(hosts, spare.IP().String()) || len(hosts) != 4 {
+		t.Errorf("MemberHostsVia = %v, %v; want 4 hosts including %s", hosts, err, spare.IP())
+	}
+	if cl, err := n.MemberClientIPsVia(ctx, ips); err != nil || slices.Contains(cl, spare.IP().String()) {
+		t.Errorf("MemberClientIPsVia = %v, %v; the unstarted learner has no client URL", cl, err)
+	}
+	if m, _, err := n.JoinState(ctx, ips[1]); err != nil || m != 4 {
+		t.Errorf("JoinState members = %d, %v; want 4", m, err)
+	}
+
+	// A re-run after a lost answer recognises its own unstarted learner.
+	ic2, err := n.MemberAdd(ctx, []string{ips[2], ips[0]}, "cp4", spare.PeerURL())
+	if err != nil || ic2 != ic {
+		t.Fatalf("MemberAdd re-run = %q, %v; want %q", ic2, err, ic)
+	}
+	if got, _ := n.MemberCount(ctx, ips); got != 4 {
+		t.Errorf("MemberCount after the re-run = %d, want 4", got)
+	}
+
+	// Start it, promote it.
+	layOutJoiner(t, c, spare)
+	startJoiner(t, ctx, spare, ic)
+	if err := n.PromoteWhenCaughtUp(ctx, ips, spare.PeerURL()); err != nil {
+		t.Fatalf("PromoteWhenCaughtUp: %v", err)
+	}
+	if found, learner := isLearner(t, c.Host("cp1"), spare.PeerURL()); !found || learner {
+		t.Fatalf("promoted member: found %t learner %t; want a voter", found, learner)
+	}
+	if err := n.PromoteWhenCaughtUp(ctx, ips, spare.PeerURL()); err != nil {
+		t.Errorf("PromoteWhenCaughtUp of a voter: %v, want success", err)
+	}
+	if err := n.EtcdClusterHealthy(ctx, append(slices.Clone(ips), spare.IP().String())); err != nil {
+		t.Errorf("EtcdClusterHealthy after the join: %v", err)
+	}
+
+	// A started member with the URL is an error naming it, never a reuse.
+	if _, err := n.MemberAdd(ctx, ips, "cp9", spare.PeerURL()); err == nil || !strings.Contains(err.Error(), `"cp4"`) {
+		t.Errorf("MemberAdd of a started member's peer URL = %v; want an error naming cp4", err)
+	}
+
+	// Remove: the member goes; removing it again (missing) succeeds.
+	spare.StopEtcd()
+	if err := n.MemberRemove(ctx, ips, spare.PeerURL()); err != nil {
+		t.Fatalf("MemberRemove: %v", err)
+	}
+	if got, err := n.MemberCount(ctx, ips); err != nil || got != 3 {
+		t.Errorf("MemberCount after remove = %d, %v; want 3", got, err)
+	}
+	if err := n.MemberRemove(ctx, ips, spare.PeerURL()); err != nil {
+		t.Errorf("MemberRemove of a missing member: %v, want success", err)
+	}
+	if err := n.PromoteWhenCaughtUp(ctx, ips, spare.PeerURL()); err == nil {
+		t.Errorf("PromoteWhenCaughtUp of a non-member succeeded")
+	}
+}
+
+func TestMemberAddRetriesUnhealthyRefusalAfterRestart(t *testing.T) {
+	c := sim.Start(t, sim.Config{ControlPlanes: 3, SpareHosts: 1})
+	ctx := context.Background()
+	ips := ipsOf(c, "cp1", "cp2", "cp3")
+	n, logs := loggedNodeOn(c.Host("cp1"))
+	cp2 := c.Host("cp2")
+	cp2.StopEtcd()
+	if err := cp2.StartEtcd(ctx); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	ic, err := n.MemberAdd(ctx, ips, "cp4", c.Host("cp4").PeerURL())
+	if err != nil {
+		t.Fatalf("MemberAdd right after a restart: %v\nlogs:\n%s", err, logs)
+	}
+	t.Logf("MemberAdd after a restart took %s", time.Since(start).Round(time.Millisecond))
+	if !strings.Contains(logs.String(), "unhealthy cluster") {
+		t.Errorf("MemberAdd right after a restart was never refused as unhealthy; logs:\n%s", logs)
+	}
+	if !strings.Contains(ic, "cp4="+c.Host("cp4").PeerURL()) {
+		t.Errorf("initial cluster %q lacks cp4", ic)
+	}
+	if got, _ := n.MemberCount(ctx, ips); got != 4 {
+		t.Errorf("MemberCount = %d, want 4 (one add, not several)", got)
+	}
+}
+
+func TestEtcdClusterHealthyReportsSplitLeadership(t *testing.T) {
+	c := sim.Start(t, sim.Config{ControlPlanes: 5})
+	ctx := context.Background()
+	names := cpNames(5)
+	ips := ipsOf(c, names...)
+	obs := observerOn(c.Host("cp1"))
+	if err := obs.EtcdClusterHealthy(ctx, ips); err != nil {
+		t.Fatalf("healthy cluster: %v", err)
+	}
+	leader := leaderHost(t, c, names)
+	var other string
+	var majority []string
+	for _, n := range names {
+		switch {
+		case n == leader:
+		case other == "":
+			other = n
+		default:
+			majority = append(majority, n)
+		}
+	}
+	c.Partition([]string{leader, other}, majority)
+	minority := ipsOf(c, leader, other)
+	deadline := time.Now().Add(4 * time.Second)
+	sawSplit := false
+	for time.Now().Before(deadline) {
+		err := obs.EtcdClusterHealthy(ctx, ips)
+		if err == nil {
+			t.Fatalf("split leadership (%s,%s | %v) reported healthy", leader, other, majority)
+		}
+		for _, ip := range minority {
+			if !strings.Contains(err.Error(), ha.EtcdEndpoint(ip)) {
+				t.Fatalf("error does not name minority member %s: %v", ip, err)
+			}
+		}
+		if strings.Contains(err.Error(), "names leader") || strings.Contains(err.Error(), "knows no leader") {
+			sawSplit = true
+		}
+		t.Logf("%v", err)
+	}
+	if !sawSplit {
+		t.Errorf("the minority was never reported as leaderless or following another leader")
+	}
+
+	// The minority's own view still answers: storage and a serializable
+	// member count, with no leader.
+	st, err := obs.EtcdStorageAt(ctx, minority[1])
+	if err != nil || st.Members != 5 {
+		t.Errorf("EtcdStorageAt of a minority member = %+v, %v", st, err)
+	}
+	if m := obs.EtcdMemberStatus(ctx, minority[1]); m.Healthy() || m.Err != nil {
+		t.Errorf("minority member status = %+v; want answering and not healthy", m)
+	}
+
+	// A stopped member: no status, named as not answering.
+	c.Heal()
+	c.Host("cp5").StopEtcd()
+	if _, err := obs.EtcdStorageAt(ctx, ips[4]); !errors.Is(err, ha.ErrEtcdNoStatus) {
+		t.Errorf("EtcdStorageAt of a stopped member = %v; want ErrEtcdNoStatus", err)
+	}
+	err = obs.EtcdClusterHealthy(ctx, ips)
+	if err == nil || !strings.Contains(err.Error(), ha.EtcdEndpoint(ips[4])+" did not answer") {
+		t.Errorf("EtcdClusterHealthy with cp5 stopped = %v; want it named", err)
+	}
+}
+
+func TestMemberAddRetriesTooManyLearners(t *testing.T) {
+	c := sim.Start(t, sim.Config{ControlPlanes: 3, SpareHosts: 2})
+	ctx := context.Background()
+	ips := ipsOf(c, "cp1", "cp2", "cp3")
+	n, logs := loggedNodeOn(c.Host("cp1"))
+	if _, err := n.MemberAdd(ctx, ips, "cp4", c.Host("cp4").PeerURL()); err != nil {
+		t.Fatal(err)
+	}
+	// etcd allows one learner: the second add is refused, nothing added,
+	// until the first learner is gone.
+	removed := make(chan error, 1)
+	go func() {
+		time.Sleep(1500 * time.Millisecond)
+		removed <- nodeOn(c.Host("cp2")).MemberRemove(ctx, ips, c.Host("cp4").PeerURL())
+	}()
+	start := time.Now()
+	ic, err := n.MemberAdd(ctx, ips, "cp5", c.Host("cp5").PeerURL())
+	if err != nil {
+		t.Fatalf("MemberAdd behind another learner: %v", err)
+	}
+	if err := <-removed; err != nil {
+		t.Fatal(err)
+	}
+	if time.Since(start) < time.Second || !strings.Contains(logs.String(), "too many learner members") {
+		t.Errorf("the second add was not refused and retried (took %s); logs:\n%s", time.Since(start), logs)
+	}
+	if strings.Contains(ic, c.Host("cp4").PeerURL()) || !strings.Contains(ic, "cp5="+c.Host("cp5").PeerURL()) {
+		t.Errorf("initial cluster %q: want cp5 and not the removed cp4", ic)
+	}
+	if got, _ := n.MemberCount(ctx, ips); got != 4 {
+		t.Errorf("MemberCount = %d, want 4", got)
+	}
+}

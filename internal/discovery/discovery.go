@@ -1,0 +1,140 @@
+// Package discovery is how a joining node comes to trust a cluster it has
+// never seen: the cluster publishes its CA in the kube-public/cluster-info
+// ConfigMap, readable without credentials, and the joiner accepts that CA
+// only if its public key hashes to the --ca-hash the operator passed out of
+// band (kubeadm's --discovery-token-ca-cert-hash). The fetch sends no
+// credential, so a joiner pointed at the wrong server, or at a
+// man-in-the-middle, refuses before its bootstrap token leaves the machine.
+package discovery
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"stratum.dev/stratum/internal/kubeconfig"
+	"stratum.dev/stratum/internal/pki"
+)
+
+// Where the cluster publishes its CA, as kubeadm does.
+const (
+	Namespace     = "kube-public"
+	ConfigMap     = "cluster-info"
+	KubeconfigKey = "kubeconfig"
+	readerRole    = "stratum:cluster-info-reader"
+)
+
+// Publish writes (or refreshes) the cluster-info ConfigMap with a kubeconfig
+// naming server and carrying caPEM, and lets unauthenticated clients get
+// exactly that object.
+func Publish(ctx context.Context, cs kubernetes.Interface, server string, caPEM []byte) error {
+	kc, err := kubeconfig.ForCA(server, caPEM)
+	if err != nil {
+		return err
+	}
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: ConfigMap, Namespace: Namespace},
+		Data:       map[string]string{KubeconfigKey: string(kc)},
+	}
+	if _, err := cs.CoreV1().ConfigMaps(Namespace).Create(ctx, cm, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
+		_, err = cs.CoreV1().ConfigMaps(Namespace).Update(ctx, cm, metav1.UpdateOptions{})
+		if err != nil {
+			return fmt.Errorf("refresh %s/%s: %w", Namespace, ConfigMap, err)
+		}
+	} else if err != nil {
+		return fmt.Errorf("publish %s/%s: %w", Namespace, ConfigMap, err)
+	}
+	role := &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: readerRole, Namespace: Namespace},
+		Rules: []rbacv1.PolicyRule{{
+			APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{ConfigMap}, Verbs: []string{"get"},
+		}},
+	}
+	if _, err := cs.RbacV1().Roles(Namespace).Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create role %s: %w", readerRole, err)
+	}
+	binding := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: readerRole, Namespace: Namespace},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: readerRole},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: "system:anonymous"}},
+	}
+	if _, err := cs.RbacV1().RoleBindings(Namespace).Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create role binding %s: %w", readerRole, err)
+	}
+	return nil
+}
+
+// ErrNotPublished matches a server that publishes no cluster-info.
+var ErrNotPublished = errors.New("cluster-info not published")
+
+// Dialer dials from the joining host.
+type Dialer func(ctx context.Context, network, address string) (net.Conn, error)
+
+// FetchCA reads cluster-info from server anonymously and returns the CA in it
+// once its public key matches caHash. Until that check passes nothing from
+// the server is trusted, and no credential is sent at any point.
+func FetchCA(ctx context.Context, server, caHash string, dial Dialer) ([]byte, error) {
+	if _, err := pki.CheckCAHashFormat(caHash); err != nil {
+		return nil, err
+	}
+	u, err := url.Parse(server)
+	if err != nil || u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("--server %q is not an https URL", server)
+	}
+	tr := &http.Transport{
+		// Unverified on purpose: this connection only fetches a public
+		// object, which is then checked against the out-of-band hash.
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}, //nolint:gosec
+	}
+	if dial != nil {
+		tr.DialContext = dial
+	}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	endpoint := strings.TrimSuffix(server, "/") + "/api/v1/namespaces/" + Namespace + "/configmaps/" + ConfigMap
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("fetch cluster-info from %s: %w", server, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return nil, fmt.Errorf("fetch cluster-info from %s: %w", server, err)
+	}
+	switch {
+	case resp.StatusCode == http.StatusNotFound, resp.StatusCode == http.StatusForbidden, resp.StatusCode == http.StatusUnauthorized:
+		return nil, fmt.Errorf("%w at %s (HTTP %d): is this the cluster's address, and was it brought up by stratum?", ErrNotPublished, server, resp.StatusCode)
+	case resp.StatusCode != http.StatusOK:
+		return nil, fmt.Errorf("fetch cluster-info from %s: HTTP %d", server, resp.StatusCode)
+	}
+	var cm corev1.ConfigMap
+	if err := json.Unmarshal(body, &cm); err != nil {
+		return nil, fmt.Errorf("cluster-info from %s is not a ConfigMap: %w", server, err)
+	}
+	caPEM, err := kubeconfig.CAOf([]byte(cm.Data[KubeconfigKey]))
+	if err != nil {
+		return nil, fmt.Errorf("cluster-info from %s: %w", server, err)
+	}
+	if err := pki.CheckCAHash(caPEM, caHash); err != nil {
+		return nil, fmt.Errorf("the CA %s serves does not match --ca-hash; nothing was sent to it and nothing was changed: check the join command, or whether %s is the cluster you meant: %w", server, server, err)
+	}
+	return caPEM, nil
+}
