@@ -60,6 +60,10 @@ func (h *Host) StartControllerManager(ctx context.Context) error {
 		"--authentication-kubeconfig="+h.Path(localConf),
 		"--authorization-kubeconfig="+h.Path(localConf),
 		"--controllers=garbage-collector-controller,token-cleaner-controller",
+		// Each controller acts as its own service account with its own
+		// role, as on a kubeadm control plane; the controller manager's own
+		// identity may not delete what the garbage collector must.
+		"--use-service-account-credentials=true",
 		"--leader-elect=true",
 		"--leader-elect-lease-duration=2s",
 		"--leader-elect-renew-deadline=1500ms",

@@ -51,7 +51,8 @@ func NewWithSignals(parent context.Context, sigs <-chan os.Signal, log *slog.Log
 		log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancelCause(parent)
-	r := &Run{ctx: ctx, cancel: cancel, log: log}
+	r := &Run{cancel: cancel, log: log}
+	r.ctx = context.WithValue(ctx, runKey{}, r)
 	done := make(chan struct{})
 	var once sync.Once
 	r.stop = func() { once.Do(func() { close(done) }) }
@@ -81,7 +82,20 @@ func (r *Run) signal(s os.Signal) {
 	r.cancel(ErrInterrupted{s})
 }
 
-// Context ends when the run is interrupted.
+type runKey struct{}
+
+// DeferFrom opens a deferral window on the run ctx belongs to (Defer), and is
+// a no-op for a context that is not a run's: an operation called from a test
+// or a library caller without signal handling defers nothing.
+func DeferFrom(ctx context.Context) (end func()) {
+	if r, ok := ctx.Value(runKey{}).(*Run); ok {
+		return r.Defer()
+	}
+	return func() {}
+}
+
+// Context ends when the run is interrupted. It carries the run, so code
+// handed only the context can open a deferral window (DeferFrom).
 func (r *Run) Context() context.Context { return r.ctx }
 
 // Defer opens a deferral window; the returned function closes it, and then

@@ -65,3 +65,17 @@ func TestWindowWithoutSignalChangesNothing(t *testing.T) {
 	r.Defer()()
 	waitDone(t, r.Context(), false)
 }
+
+func TestDeferFromContext(t *testing.T) {
+	sigs := make(chan os.Signal, 1)
+	r := NewWithSignals(context.Background(), sigs, nil)
+	defer r.Stop()
+	ctx, cancel := context.WithCancel(r.Context()) // a derived context still carries the run
+	defer cancel()
+	end := DeferFrom(ctx)
+	sigs <- syscall.SIGINT
+	waitDone(t, ctx, false)
+	end()
+	waitDone(t, ctx, true)
+	DeferFrom(context.Background())() // no run: a no-op
+}

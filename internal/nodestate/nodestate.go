@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"path"
 
+	"stratum.dev/stratum/internal/addons"
 	"stratum.dev/stratum/internal/host"
 	"stratum.dev/stratum/internal/version"
 )
@@ -73,7 +74,10 @@ type NodeState struct {
 	ClusterDomain string `json:"clusterDomain,omitempty"`
 	// Profile is the node profile by name ("" for none).
 	Profile string `json:"profile,omitempty"`
-	Etcd    Etcd   `json:"etcd"`
+	// Cilium is the cluster's Cilium settings, which every control plane
+	// must share (they ride to a joiner with the shared certificates).
+	Cilium addons.CiliumSettings `json:"cilium,omitempty"`
+	Etcd   Etcd                  `json:"etcd"`
 }
 
 // CurrentVersion is the format this package writes.

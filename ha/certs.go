@@ -1,0 +1,591 @@
+package ha
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"slices"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
+
+	"stratum.dev/stratum/internal/kubeconfig"
+	"stratum.dev/stratum/internal/nodestate"
+	"stratum.dev/stratum/internal/pki"
+	"stratum.dev/stratum/internal/token"
+	"stratum.dev/stratum/internal/version"
+)
+
+// Errors a download's caller branches on.
+var (
+	// ErrNoBundle: no stratum-certs Secret is published.
+	ErrNoBundle = errors.New("no shared-certificate bundle is published")
+	// ErrTokenRefused: the apiserver did not accept the bootstrap token, or
+	// the token may not read the bundle (a worker token never can).
+	ErrTokenRefused = errors.New("bootstrap token may not read the shared certificates")
+	// ErrOverBudget: the Secret cannot hold the publication.
+	ErrOverBudget = errors.New("stratum-certs cannot hold another grant")
+)
+
+// CheckpointBeforeCertsWrite is reached by every publication of stratum-certs
+// (upload, re-upload, rekey) inside its conflict retry, after the new Secret is
+// built and before the caller's fence recheck and the write: a stall here is
+// the window the recheck exists for.
+const CheckpointBeforeCertsWrite = "before-certs-write"
+
+// mintHint tells an operator how to get a fresh grant.
+const mintHint = "mint a join grant on a running control plane with `stratum token create --control-plane`"
+
+// apiTimeout bounds one request of the certs operations' clients.
+const apiTimeout = 30 * time.Second
+
+// publishMode is what a publication does with the grant entries.
+type publishMode int
+
+const (
+	// publishMint appends the owner's grant entry and drops expired ones.
+	publishMint publishMode = iota
+	// publishRetire drops every grant entry (rekey, re-upload).
+	publishRetire
+)
+
+// publishOptions are a publication's tunables; the zero value is production's.
+type publishOptions struct {
+	// budget overrides grantSecretBudget when > 0 (tests).
+	budget int
+	// apiservers are probed for fence-policy enforcement besides the client's
+	// own endpoint.
+	apiservers []*rest.Config
+}
+
+// UploadCerts encrypts the shared control-plane certificates into the
+// stratum-certs Secret, appending the grant entry of owner's token, and grants
+// the control-plane bootstrap group read access (see the package docs).
+func UploadCerts(certKeyHex string, owner *metav1.OwnerReference, confirm func(context.Context) error) error {
+	n, err := local()
+	if err != nil {
+		return err
+	}
+	return n.UploadCerts(context.Background(), certKeyHex, owner, confirm)
+}
+
+// ReUploadCerts re-seals the current on-disk shared material under certKeyHex
+// and removes every grant entry, keeping the owners.
+func ReUploadCerts(certKeyHex string) error {
+	n, err := local()
+	if err != nil {
+		return err
+	}
+	return n.ReUploadCerts(context.Background(), certKeyHex)
+}
+
+// RekeySharedCerts replaces the shared bundle under certKeyHex and removes all
+// per-token entries in one update; confirm is the maintenance fence's recheck.
+func RekeySharedCerts(certKeyHex string, confirm func(context.Context) error) error {
+	n, err := local()
+	if err != nil {
+		return err
+	}
+	return n.RekeySharedCerts(context.Background(), certKeyHex, confirm)
+}
+
+// DownloadCerts fetches and decrypts this grant's shared certificates with the
+// bootstrap kubeconfig at the host path bootstrapKubeconfig and writes them.
+func DownloadCerts(bootstrapKubeconfig, certKeyHex string, check func(bundleProfile) error) (bundleGrant, error) {
+	n, err := local()
+	if err != nil {
+		return bundleGrant{}, err
+	}
+	return n.DownloadCerts(context.Background(), bootstrapKubeconfig, certKeyHex, check)
+}
+
+// DownloadCertsAdmin fetches and decrypts the legacy entry with this node's
+// admin kubeconfig and writes the files.
+func DownloadCertsAdmin(certKeyHex string) error {
+	n, err := local()
+	if err != nil {
+		return err
+	}
+	return n.DownloadCertsAdmin(context.Background(), certKeyHex)
+}
+
+// PruneExpiredGrants drops the grant entries whose bootstrap token is gone or
+// expired, writing nothing when none is.
+func PruneExpiredGrants(ctx context.Context, cs kubernetes.Interface) error {
+	n, err := local()
+	if err != nil {
+		return err
+	}
+	return n.PruneExpiredGrants(ctx, cs)
+}
+
+// PublishedBundleCarriesKey reports whether a bundle is published and whether
+// its proof opens under this node's at-rest encryption config.
+func PublishedBundleCarriesKey(cs kubernetes.Interface, encryptionConfig []byte) (published, carries bool, err error) {
+	n, err := local()
+	if err != nil {
+		return false, false, err
+	}
+	return n.PublishedBundleCarriesKey(context.Background(), cs, encryptionConfig)
+}
+
+// SharedCertsKeySetAt reports when the certificate-key was last set.
+func SharedCertsKeySetAt() (setAt time.Time, present bool, err error) {
+	n, err := local()
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	return n.SharedCertsKeySetAt(context.Background())
+}
+
+// UploadCerts is the package-level UploadCerts on this node, through its admin
+// kubeconfig.
+func (n *Node) UploadCerts(ctx context.Context, certKeyHex string, owner *metav1.OwnerReference, confirm func(context.Context) error) error {
+	return n.publish(ctx, certKeyHex, owner, confirm, publishMint, publishOptions{})
+}
+
+// UploadCertsProbing is UploadCerts probing fence-policy enforcement on each
+// of apiservers too (GrantCertsReaderProbing).
+func (n *Node) UploadCertsProbing(ctx context.Context, certKeyHex string, owner *metav1.OwnerReference, confirm func(context.Context) error, apiservers []*rest.Config) error {
+	return n.publish(ctx, certKeyHex, owner, confirm, publishMint, publishOptions{apiservers: apiservers})
+}
+
+// ReUploadCerts is the package-level ReUploadCerts on this node. It runs under
+// the CA rotation's fence, which the rotation rechecks itself.
+func (n *Node) ReUploadCerts(ctx context.Context, certKeyHex string) error {
+	return n.publish(ctx, certKeyHex, nil, nil, publishRetire, publishOptions{})
+}
+
+// RekeySharedCerts is the package-level RekeySharedCerts on this node. A rekey
+// with no confirm is refused: it must run under the maintenance fence.
+func (n *Node) RekeySharedCerts(ctx context.Context, certKeyHex string, confirm func(context.Context) error) error {
+	if confirm == nil {
+		return errors.New("rekey shared certificates: no maintenance-fence recheck was handed in; take the fence (TakeFence) and pass its Confirm; nothing was changed")
+	}
+	return n.publish(ctx, certKeyHex, nil, confirm, publishRetire, publishOptions{})
+}
+
+// publish seals this node's shared material into stratum-certs.
+func (n *Node) publish(ctx context.Context, certKeyHex string, owner *metav1.OwnerReference, confirm func(context.Context) error, mode publishMode, o publishOptions) error {
+	op := "upload shared certificates"
+	if mode == publishRetire {
+		op = "re-seal shared certificates"
+	}
+	key, err := parseCertKey(certKeyHex)
+	if err != nil {
+		return fmt.Errorf("%s: %w; nothing was uploaded", op, err)
+	}
+	tokenID, err := ownerTokenID(owner)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if mode == publishRetire && owner != nil {
+		return fmt.Errorf("%s: a retiring publication takes no owner; nothing was uploaded", op)
+	}
+	b, err := n.localBundle(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: %w; nothing was uploaded", op, err)
+	}
+	cs, err := n.adminClient()
+	if err != nil {
+		return fmt.Errorf("%s: %w; nothing was uploaded", op, err)
+	}
+	budget := grantSecretBudget
+	if o.budget > 0 {
+		budget = o.budget
+	}
+	secrets := cs.CoreV1().Secrets(certsNamespace)
+	// next reads the Secret and builds the publication on it: the Secret to
+	// write, whether it exists, or the refusal.
+	next := func() (*corev1.Secret, bool, error) {
+		cur, err := secrets.Get(ctx, certsSecret, metav1.GetOptions{})
+		exists := err == nil
+		if err != nil && !apierrors.IsNotFound(err) {
+			return nil, false, fmt.Errorf("read Secret %s/%s: %w", certsNamespace, certsSecret, err)
+		}
+		if !exists {
+			cur = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: certsSecret, Namespace: certsNamespace}, Type: corev1.SecretTypeOpaque}
+		}
+		out, err := n.nextCertsSecret(ctx, cs, cur, key, b, tokenID, owner, mode, budget)
+		return out, exists, err
+	}
+	// Refusals first: a publication the Secret cannot hold is refused before
+	// anything is written, the grant's RBAC and policy included. The retry
+	// below builds it again on the state it writes over.
+	if _, _, err := next(); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if confirm != nil {
+		if err := confirm(ctx); err != nil {
+			return fmt.Errorf("%s: maintenance fence recheck refused the publication: %w; nothing was written", op, err)
+		}
+	}
+	if err := n.GrantCertsReaderProbing(ctx, cs, o.apiservers); err != nil {
+		return fmt.Errorf("%s: %w; the Secret was not written", op, err)
+	}
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		s, exists, err := next()
+		if err != nil {
+			return err
+		}
+		if err := n.checkpoint(ctx, CheckpointBeforeCertsWrite); err != nil {
+			return fmt.Errorf("%s: %w; nothing was written", CheckpointBeforeCertsWrite, err)
+		}
+		if confirm != nil {
+			if err := confirm(ctx); err != nil {
+				return fmt.Errorf("maintenance fence recheck refused the publication: %w; nothing was written", err)
+			}
+		}
+		if exists {
+			_, err = secrets.Update(ctx, s, metav1.UpdateOptions{})
+			return err
+		}
+		// Someone may create it meanwhile: retry from its state.
+		_, err = secrets.Create(ctx, s, metav1.CreateOptions{})
+		return raceAsConflict(err)
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	n.log.Info("published shared certificates", "grant", tokenID, "retired", mode == publishRetire)
+	return nil
+}
+
+// nextCertsSecret is cur (as read, carrying its resourceVersion) with the
+// publication applied: grant entries dropped (the expired ones for a mint,
+// all of them for a retiring publication), the owner's grant entry appended,
+// the legacy entry and the proof re-sealed, the owner merged and the
+// annotations stamped. A result over budget is ErrOverBudget.
+func (n *Node) nextCertsSecret(ctx context.Context, cs kubernetes.Interface, cur *corev1.Secret, key []byte, b bundle, tokenID string, owner *metav1.OwnerReference, mode publishMode, budget int) (*corev1.Secret, error) {
+	out := cur.DeepCopy()
+	now := n.env.Host.Now()
+	data := maps.Clone(out.Data)
+	if data == nil {
+		data = map[string][]byte{}
+	}
+	drop := grantEntries(data)
+	if mode == publishMint {
+		var err error
+		if drop, err = expiredGrantEntries(ctx, cs, data, now); err != nil {
+			return nil, err
+		}
+	}
+	for _, e := range drop {
+		delete(data, e)
+	}
+	b.meta.Generation = secretGeneration(cur) + 1
+	var err error
+	if tokenID != "" {
+		if data[grantEntry(tokenID)], err = sealV1(key, certsSecret, grantEntry(tokenID), b); err != nil {
+			return nil, err
+		}
+	}
+	if data[legacyEntry], err = sealLegacy(key, certsSecret, b); err != nil {
+		return nil, err
+	}
+	if enc, ok := b.files[encryptionConfigFile]; ok {
+		if data[proofEntry], err = sealProof(certsSecret, enc); err != nil {
+			return nil, err
+		}
+	} else {
+		delete(data, proofEntry)
+	}
+	if size := dataSize(data); size > budget {
+		return nil, fmt.Errorf("%w: the publication needs %d bytes of the %d-byte budget (%d live grants); nothing was written: wait for pending joins to finish or their tokens to expire, or delete unused tokens and prune (PruneExpiredGrants)", ErrOverBudget, size, budget, len(grantEntries(data)))
+	}
+	out.Data, out.StringData = data, nil
+	if tokenID != "" {
+		out.OwnerReferences = mergeOwner(out.OwnerReferences, owner)
+	}
+	if out.Annotations == nil {
+		out.Annotations = map[string]string{}
+	}
+	out.Annotations[keySetAtAnnotation] = now.UTC().Format(time.RFC3339)
+	out.Annotations[generationAnnotation] = strconv.FormatInt(b.meta.Generation, 10)
+	return out, nil
+}
+
+// localBundle reads what this node publishes: the shared files, the at-rest
+// encryption config when it has one, and the cluster facts of its node state
+// and etcd membership.
+func (n *Node) localBundle(ctx context.Context) (bundle, error) {
+	h := n.env.Host
+	files := map[string][]byte{}
+	for _, name := range pki.SharedFileNames() {
+		b, err := h.ReadFile(version.PKIFile(name))
+		if err != nil {
+			return bundle{}, fmt.Errorf("read shared file %s: %w", version.PKIFile(name), err)
+		}
+		files[name] = b
+	}
+	if _, err := pki.LoadShared(files); err != nil {
+		return bundle{}, err
+	}
+	enc, err := h.ReadFile(encryptionConfigPath)
+	switch {
+	case err == nil:
+		files[encryptionConfigFile] = enc
+	case !errors.Is(err, fs.ErrNotExist):
+		return bundle{}, fmt.Errorf("read at-rest encryption config %s: %w", encryptionConfigPath, err)
+	}
+	st, err := nodestate.Load(h)
+	if err != nil {
+		return bundle{}, err
+	}
+	eps, err := n.etcdClientURLs(ctx, st)
+	if err != nil {
+		return bundle{}, err
+	}
+	prof := bundleProfile{
+		PodCIDR: st.PodCIDR, ServiceCIDR: st.ServiceCIDR, ClusterDomain: st.ClusterDomain,
+		Cilium: st.Cilium, VIP: st.VIP.Address, EtcdEndpoints: eps,
+	}
+	_, carries := files[encryptionConfigFile]
+	return bundle{
+		meta:  envelopeMeta{CarriesAtRestKey: carries, VIP: st.VIP.Address, EtcdEndpoints: eps, Profile: prof},
+		files: files,
+	}, nil
+}
+
+// etcdClientURLs are the client URLs of every started etcd member, read from
+// this node's own member.
+func (n *Node) etcdClientURLs(ctx context.Context, st *nodestate.NodeState) ([]string, error) {
+	ep := st.Etcd.ClientURL
+	if ep == "" {
+		ep = EtcdEndpoint(st.NodeIP)
+	}
+	cli, err := n.etcdClient(ep)
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	rctx, cancel := context.WithTimeout(ctx, etcdReadTimeout)
+	defer cancel()
+	resp, err := cli.MemberList(rctx)
+	if err != nil {
+		return nil, fmt.Errorf("list etcd members through %s: %w", ep, err)
+	}
+	var out []string
+	for _, m := range resp.Members {
+		for _, u := range m.ClientURLs {
+			if !slices.Contains(out, u) {
+				out = append(out, u)
+			}
+		}
+	}
+	slices.Sort(out)
+	if len(out) == 0 {
+		return nil, fmt.Errorf("etcd at %s lists no member with a client URL", ep)
+	}
+	return out, nil
+}
+
+// restConfig is the client config of kubeconfig bytes, dialing through the
+// host so simulated partitions apply.
+func (n *Node) restConfig(kc []byte) (*rest.Config, error) {
+	cfg, err := kubeconfig.RESTConfig(kc)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Dial = n.env.Host.DialContext
+	cfg.Timeout = apiTimeout
+	return cfg, nil
+}
+
+// adminClient is a clientset from this node's admin kubeconfig.
+func (n *Node) adminClient() (kubernetes.Interface, error) {
+	kc, err := n.env.Host.ReadFile(version.Kubeconfig(kubeconfig.Admin))
+	if err != nil {
+		return nil, fmt.Errorf("read admin kubeconfig: %w", err)
+	}
+	cfg, err := n.restConfig(kc)
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(cfg)
+}
+
+// DownloadCerts is the package-level DownloadCerts on this node.
+// bootstrapKubeconfig is a path on this node's host.
+func (n *Node) DownloadCerts(ctx context.Context, bootstrapKubeconfig, certKeyHex string, check func(bundleProfile) error) (bundleGrant, error) {
+	const op = "download shared certificates"
+	key, err := parseCertKey(certKeyHex)
+	if err != nil {
+		return bundleGrant{}, fmt.Errorf("%s: %w; nothing was written", op, err)
+	}
+	kc, err := n.env.Host.ReadFile(bootstrapKubeconfig)
+	if err != nil {
+		return bundleGrant{}, fmt.Errorf("%s: read bootstrap kubeconfig: %w; nothing was written", op, err)
+	}
+	tok, err := kubeconfig.TokenOf(kc)
+	if err != nil {
+		return bundleGrant{}, fmt.Errorf("%s: %w; nothing was written", op, err)
+	}
+	id, _, err := token.ParseToken(tok)
+	if err != nil {
+		return bundleGrant{}, fmt.Errorf("%s: %w; nothing was written", op, err)
+	}
+	cfg, err := n.restConfig(kc)
+	if err != nil {
+		return bundleGrant{}, fmt.Errorf("%s: %w; nothing was written", op, err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return bundleGrant{}, fmt.Errorf("%s: %w; nothing was written", op, err)
+	}
+	s, err := readBundleSecret(ctx, cs, "bootstrap token "+id)
+	if err != nil {
+		return bundleGrant{}, fmt.Errorf("%s: %w", op, err)
+	}
+	entry := grantEntry(id)
+	if _, ok := s.Data[entry]; !ok {
+		entry = legacyEntry
+	}
+	return n.openAndWrite(ctx, s, entry, key, check)
+}
+
+// DownloadCertsAdmin is the package-level DownloadCertsAdmin on this node.
+func (n *Node) DownloadCertsAdmin(ctx context.Context, certKeyHex string) error {
+	const op = "download shared certificates (admin)"
+	key, err := parseCertKey(certKeyHex)
+	if err != nil {
+		return fmt.Errorf("%s: %w; nothing was written", op, err)
+	}
+	cs, err := n.adminClient()
+	if err != nil {
+		return fmt.Errorf("%s: %w; nothing was written", op, err)
+	}
+	s, err := readBundleSecret(ctx, cs, "the admin kubeconfig")
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	_, err = n.openAndWrite(ctx, s, legacyEntry, key, nil)
+	return err
+}
+
+// readBundleSecret reads stratum-certs, turning the refusals into errors that
+// say what to do.
+func readBundleSecret(ctx context.Context, cs kubernetes.Interface, who string) (*corev1.Secret, error) {
+	s, err := cs.CoreV1().Secrets(certsNamespace).Get(ctx, certsSecret, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		return s, nil
+	case apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("%w (Secret %s/%s does not exist): %s; nothing was written", ErrNoBundle, certsNamespace, certsSecret, mintHint)
+	case apierrors.IsUnauthorized(err):
+		return nil, fmt.Errorf("%w: the apiserver does not accept %s (expired, deleted or mistyped): %s; nothing was written", ErrTokenRefused, who, mintHint)
+	case apierrors.IsForbidden(err):
+		return nil, fmt.Errorf("%w: %s may not read Secret %s/%s (only control-plane join tokens can; a worker token never can): %s; nothing was written", ErrTokenRefused, who, certsNamespace, certsSecret, mintHint)
+	default:
+		return nil, fmt.Errorf("read Secret %s/%s: %w; nothing was written", certsNamespace, certsSecret, err)
+	}
+}
+
+// openAndWrite opens entry of s, runs check on its profile, checks the
+// material is one consistent set, and only then writes the files.
+func (n *Node) openAndWrite(ctx context.Context, s *corev1.Secret, entry string, key []byte, check func(bundleProfile) error) (bundleGrant, error) {
+	files, g, err := openEnvelope(key, certsSecret, entry, s.Data[entry])
+	if err != nil {
+		hint := ""
+		if entry == legacyEntry && errors.Is(err, ErrBundleOpen) {
+			hint = " (this grant's own entry is gone: rekeyed, re-uploaded after a CA rotation, or pruned)"
+		}
+		return bundleGrant{}, fmt.Errorf("open shared-certificate bundle%s: %w; nothing was written: check the --certificate-key, or %s", hint, err, mintHint)
+	}
+	if check != nil {
+		if err := check(g.Profile); err != nil {
+			return bundleGrant{}, fmt.Errorf("the cluster's bundle does not fit this node: %w; nothing was written", err)
+		}
+	}
+	if _, err := pki.LoadShared(files); err != nil {
+		return bundleGrant{}, fmt.Errorf("shared-certificate bundle: %w; nothing was written", err)
+	}
+	for i, name := range sortedNames(files) {
+		if err := ctx.Err(); err != nil {
+			return bundleGrant{}, fmt.Errorf("download shared certificates: %w; %d of %d files were written, a re-run rewrites them all", err, i, len(files))
+		}
+		if err := n.env.Host.WriteFile(bundleFilePath(name), files[name], fs.FileMode(bundleFileMode(name))); err != nil {
+			return bundleGrant{}, fmt.Errorf("write %s: %w; a re-run rewrites every file", bundleFilePath(name), err)
+		}
+	}
+	return g, nil
+}
+
+// PruneExpiredGrants is the package-level PruneExpiredGrants on this node.
+func (n *Node) PruneExpiredGrants(ctx context.Context, cs kubernetes.Interface) error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := cs.CoreV1().Secrets(certsNamespace).Get(ctx, certsSecret, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		expired, err := expiredGrantEntries(ctx, cs, cur.Data, n.env.Host.Now())
+		if err != nil {
+			return err
+		}
+		if len(expired) == 0 {
+			return nil
+		}
+		for _, e := range expired {
+			delete(cur.Data, e)
+		}
+		_, err = cs.CoreV1().Secrets(certsNamespace).Update(ctx, cur, metav1.UpdateOptions{})
+		if err == nil {
+			n.log.Info("pruned expired grants", "entries", expired)
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("prune expired grants of Secret %s/%s: %w", certsNamespace, certsSecret, err)
+	}
+	return nil
+}
+
+// PublishedBundleCarriesKey is the package-level PublishedBundleCarriesKey.
+func (n *Node) PublishedBundleCarriesKey(ctx context.Context, cs kubernetes.Interface, encryptionConfig []byte) (published, carries bool, err error) {
+	s, err := cs.CoreV1().Secrets(certsNamespace).Get(ctx, certsSecret, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, false, nil
+	}
+	if err != nil {
+		return false, false, fmt.Errorf("read Secret %s/%s: %w", certsNamespace, certsSecret, err)
+	}
+	if encryptionConfig == nil {
+		return true, false, nil
+	}
+	proof, ok := s.Data[proofEntry]
+	return true, ok && proofOpens(certsSecret, encryptionConfig, proof), nil
+}
+
+// SharedCertsKeySetAt is the package-level SharedCertsKeySetAt.
+func (n *Node) SharedCertsKeySetAt(ctx context.Context) (time.Time, bool, error) {
+	cs, err := n.adminClient()
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	s, err := cs.CoreV1().Secrets(certsNamespace).Get(ctx, certsSecret, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("read Secret %s/%s: %w", certsNamespace, certsSecret, err)
+	}
+	if v, ok := s.Annotations[keySetAtAnnotation]; ok {
+		t, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			return time.Time{}, true, fmt.Errorf("Secret %s/%s: annotation %s=%q: %w", certsNamespace, certsSecret, keySetAtAnnotation, v, err)
+		}
+		return t, true, nil
+	}
+	return s.CreationTimestamp.Time, true, nil
+}

@@ -1,0 +1,33 @@
+package ha
+
+import (
+	"context"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Names the external tests (package ha_test) need.
+type (
+	BundleProfile = bundleProfile
+	BundleGrant   = bundleGrant
+)
+
+const (
+	CertsSecretName   = certsSecret
+	FenceLeaseName    = fenceLease
+	JoinFencePolicy   = joinFencePolicy
+	LegacyEntry       = legacyEntry
+	GrantSecretBudget = grantSecretBudget
+)
+
+// GrantEntry is the entry name of tokenID's grant.
+func GrantEntry(tokenID string) string { return grantEntry(tokenID) }
+
+// UploadCertsWithBudget is UploadCerts with the Secret's budget set to budget
+// bytes, so a test can fill it with a few grants.
+func (n *Node) UploadCertsWithBudget(ctx context.Context, certKeyHex string, owner *metav1.OwnerReference, confirm func(context.Context) error, budget int) error {
+	return n.publish(ctx, certKeyHex, owner, confirm, publishMint, publishOptions{budget: budget})
+}
+
+// DataSize is what a Secret's data counts against the budget.
+func DataSize(data map[string][]byte) int { return dataSize(data) }

@@ -1,0 +1,205 @@
+package ha
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// fenceLease is the maintenance fence: the Lease (kube-system) that joins,
+// rekeys and CA rotations hold while they change the cluster's shared state.
+const fenceLease = "stratum-maintenance"
+
+// Fence errors a caller branches on.
+var (
+	// ErrFenceHeld: another holder has the fence and its lease has not run out.
+	ErrFenceHeld = errors.New("maintenance fence is held")
+	// ErrFenceLost: the fence is no longer this holder's, or its lease ran out.
+	ErrFenceLost = errors.New("maintenance fence lost")
+)
+
+// Fence is a held maintenance fence. Expiry is judged by stratum's own clock
+// (the host's), never the server's.
+type Fence struct {
+	cs       kubernetes.Interface
+	holder   string
+	duration time.Duration
+	now      func() time.Time
+
+	mu sync.Mutex
+	// acquired is the acquireTime this holder wrote: a fence taken by someone
+	// else and retaken by us would carry another, so confirm sees the gap.
+	acquired time.Time
+	renewed  time.Time
+}
+
+// TakeFence takes the maintenance fence for holder for d through cs: it
+// creates the Lease when absent, takes it when unheld, released, its own, or
+// run out (by this host's clock), and refuses with ErrFenceHeld, naming the
+// holder, otherwise. A concurrent taker makes the write conflict and the take
+// is judged again from fresh state.
+func (n *Node) TakeFence(ctx context.Context, cs kubernetes.Interface, holder string, d time.Duration) (*Fence, error) {
+	if holder == "" || d < time.Second {
+		return nil, fmt.Errorf("take maintenance fence: holder %q and duration %s: need a holder and at least 1s", holder, d)
+	}
+	f := &Fence{cs: cs, holder: holder, duration: d, now: n.env.Host.Now}
+	leases := cs.CoordinationV1().Leases(certsNamespace)
+	for try := 0; try < 5; try++ {
+		now := metav1.NewMicroTime(f.now().Truncate(time.Microsecond))
+		secs := int32(d / time.Second)
+		cur, err := leases.Get(ctx, fenceLease, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			_, err = leases.Create(ctx, &coordinationv1.Lease{
+				ObjectMeta: metav1.ObjectMeta{Name: fenceLease, Namespace: certsNamespace},
+				Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &secs,
+					AcquireTime: &now, RenewTime: &now},
+			}, metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				continue
+			}
+			if err != nil {
+				return nil, fmt.Errorf("take maintenance fence: create Lease %s/%s: %w", certsNamespace, fenceLease, err)
+			}
+			f.acquired, f.renewed = now.Time, now.Time
+			return f, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("take maintenance fence: read Lease %s/%s: %w", certsNamespace, fenceLease, err)
+		}
+		if other := leaseHolder(cur); other != "" && other != holder && !leaseRanOut(cur, now.Time) {
+			return nil, fmt.Errorf("take maintenance fence: %w by %q until %s; nothing was changed, retry once it is released", ErrFenceHeld, other, leaseEnd(cur).Format(time.RFC3339))
+		}
+		transitions := int32(0)
+		if cur.Spec.LeaseTransitions != nil {
+			transitions = *cur.Spec.LeaseTransitions
+		}
+		if leaseHolder(cur) != holder {
+			transitions++
+		}
+		cur.Spec.HolderIdentity, cur.Spec.LeaseDurationSeconds = &holder, &secs
+		cur.Spec.AcquireTime, cur.Spec.RenewTime, cur.Spec.LeaseTransitions = &now, &now, &transitions
+		if _, err := leases.Update(ctx, cur, metav1.UpdateOptions{}); apierrors.IsConflict(err) {
+			continue
+		} else if err != nil {
+			return nil, fmt.Errorf("take maintenance fence: update Lease %s/%s: %w", certsNamespace, fenceLease, err)
+		}
+		f.acquired, f.renewed = now.Time, now.Time
+		return f, nil
+	}
+	return nil, fmt.Errorf("take maintenance fence: Lease %s/%s kept changing under the take; nothing was taken, retry", certsNamespace, fenceLease)
+}
+
+// Holder is the identity the fence is held as.
+func (f *Fence) Holder() string { return f.holder }
+
+// Confirm fails with ErrFenceLost unless the Lease is still this holder's,
+// from this take, and unexpired by this host's clock. Hand it to a
+// publication as its confirm.
+func (f *Fence) Confirm(ctx context.Context) error {
+	_, err := f.confirmed(ctx)
+	return err
+}
+
+func (f *Fence) confirmed(ctx context.Context) (*coordinationv1.Lease, error) {
+	cur, err := f.cs.CoordinationV1().Leases(certsNamespace).Get(ctx, fenceLease, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("%w: Lease %s/%s is gone", ErrFenceLost, certsNamespace, fenceLease)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("confirm maintenance fence: read Lease %s/%s: %w", certsNamespace, fenceLease, err)
+	}
+	f.mu.Lock()
+	acquired := f.acquired
+	f.mu.Unlock()
+	now := f.now()
+	switch {
+	case leaseHolder(cur) != f.holder:
+		return nil, fmt.Errorf("%w: held by %q now, not %q", ErrFenceLost, leaseHolder(cur), f.holder)
+	case cur.Spec.AcquireTime == nil || !cur.Spec.AcquireTime.Time.Equal(acquired):
+		return nil, fmt.Errorf("%w: %q took it again since (a different acquisition)", ErrFenceLost, f.holder)
+	case leaseRanOut(cur, now):
+		return nil, fmt.Errorf("%w: its lease ran out at %s (now %s)", ErrFenceLost, leaseEnd(cur).Format(time.RFC3339), now.Format(time.RFC3339))
+	}
+	return cur, nil
+}
+
+// Renew extends the fence by its duration from now, if it is still ours.
+func (f *Fence) Renew(ctx context.Context) error {
+	cur, err := f.confirmed(ctx)
+	if err != nil {
+		return fmt.Errorf("renew maintenance fence: %w", err)
+	}
+	now := metav1.NewMicroTime(f.now().Truncate(time.Microsecond))
+	cur.Spec.RenewTime = &now
+	if _, err := f.cs.CoordinationV1().Leases(certsNamespace).Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+		if apierrors.IsConflict(err) {
+			return fmt.Errorf("renew maintenance fence: %w: the Lease changed under the renewal", ErrFenceLost)
+		}
+		return fmt.Errorf("renew maintenance fence: %w", err)
+	}
+	f.mu.Lock()
+	f.renewed = now.Time
+	f.mu.Unlock()
+	return nil
+}
+
+// Release gives the fence up (clears the holder) if it is still ours. A
+// fence already lost is ErrFenceLost; the Lease is then left as it is.
+func (f *Fence) Release(ctx context.Context) error {
+	cur, err := f.confirmed(ctx)
+	if err != nil {
+		return fmt.Errorf("release maintenance fence: %w", err)
+	}
+	cur.Spec.HolderIdentity = nil
+	if _, err := f.cs.CoordinationV1().Leases(certsNamespace).Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("release maintenance fence: %w", err)
+	}
+	return nil
+}
+
+// ensureFenceLease creates the fence Lease unheld when absent, so a
+// bootstrap-group holder, which RBAC lets update but not create it, can take it.
+func ensureFenceLease(ctx context.Context, cs kubernetes.Interface) error {
+	_, err := cs.CoordinationV1().Leases(certsNamespace).Create(ctx, &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: fenceLease, Namespace: certsNamespace},
+	}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create fence Lease %s/%s: %w", certsNamespace, fenceLease, err)
+	}
+	return nil
+}
+
+func leaseHolder(l *coordinationv1.Lease) string {
+	if l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
+// leaseEnd is when the lease runs out: renew (or acquire) time plus duration.
+func leaseEnd(l *coordinationv1.Lease) time.Time {
+	var t time.Time
+	switch {
+	case l.Spec.RenewTime != nil:
+		t = l.Spec.RenewTime.Time
+	case l.Spec.AcquireTime != nil:
+		t = l.Spec.AcquireTime.Time
+	default:
+		return time.Time{}
+	}
+	if l.Spec.LeaseDurationSeconds == nil {
+		return time.Time{}
+	}
+	return t.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second)
+}
+
+func leaseRanOut(l *coordinationv1.Lease, now time.Time) bool {
+	return !now.Before(leaseEnd(l))
+}

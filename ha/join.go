@@ -1,0 +1,567 @@
+package ha
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"stratum.dev/stratum/internal/addons"
+	"stratum.dev/stratum/internal/discovery"
+	"stratum.dev/stratum/internal/host"
+	"stratum.dev/stratum/internal/interrupt"
+	"stratum.dev/stratum/internal/kubeconfig"
+	"stratum.dev/stratum/internal/netcfg"
+	"stratum.dev/stratum/internal/nodelock"
+	"stratum.dev/stratum/internal/nodestate"
+	"stratum.dev/stratum/internal/pki"
+	"stratum.dev/stratum/internal/version"
+)
+
+// Checkpoints of the control-plane join, in the order a join reaches them.
+// Each is a point where a crash must leave a node that a re-run (or `stratum
+// up`) converges: joined, or cleanly not joined, never an orphan member or a
+// second cluster.
+const (
+	// CheckpointJoinStart: refusals passed, locks held, nothing written.
+	CheckpointJoinStart = "join-start"
+	// CheckpointAfterDiscovery: the cluster CA is pinned by --ca-hash and the
+	// bootstrap kubeconfig written.
+	CheckpointAfterDiscovery = "after-discovery"
+	// CheckpointAfterDownload: the shared certificates are on disk.
+	CheckpointAfterDownload = "after-download"
+	// CheckpointAfterCerts: this node's leaf certificates are on disk.
+	CheckpointAfterCerts = "after-certs"
+	// CheckpointAfterKubeconfigs: this node's kubeconfigs are on disk.
+	CheckpointAfterKubeconfigs = "after-kubeconfigs"
+	// CheckpointBeforeIntent: the cluster is healthy; the intent journal is
+	// about to be written.
+	CheckpointBeforeIntent = "before-intent"
+	// CheckpointAfterIntent: the journal is fsync'd; no member added yet.
+	CheckpointAfterIntent = "after-intent"
+	// CheckpointAfterMemberAdd: etcd has the learner; no node state yet. The
+	// journal is the only record of it on this node.
+	CheckpointAfterMemberAdd = "after-member-add"
+	// CheckpointBeforeStateSave: the node state is rendered, not yet saved.
+	CheckpointBeforeStateSave = "before-state-save"
+	// CheckpointAfterStateSave: the node state is saved; the caller starts the
+	// services next, and the journal is cleared once etcd's data is confirmed.
+	CheckpointAfterStateSave = "after-state-save"
+)
+
+// JoinCheckpoints are the join's checkpoints in order.
+var JoinCheckpoints = []string{
+	CheckpointJoinStart, CheckpointAfterDiscovery, CheckpointAfterDownload, CheckpointAfterCerts,
+	CheckpointAfterKubeconfigs, CheckpointBeforeIntent, CheckpointAfterIntent, CheckpointAfterMemberAdd,
+	CheckpointBeforeStateSave, CheckpointAfterStateSave,
+}
+
+// JoinOptions for `stratum server --server --token --certificate-key`.
+type JoinOptions struct {
+	Server   string
+	Token    string
+	CAHash   string
+	CertKey  string
+	NodeIP   string // --node-ip ("" when not given)
+	// ConfigNodeIP is spec.network.nodeIP. Kept apart from NodeIP so the join
+	// logs which one won (host.ResolveNodeIP has the whole precedence).
+	ConfigNodeIP string
+	Operator     bool // run the stratum-operator host service on this CP too (leader-elected)
+	CertRenew    bool // install the cert auto-renew timer on this CP too
+	// Profile is the node profile this control plane runs, by name; "" for
+	// none. CIS is its legacy spelling, true exactly for the cis profile, which
+	// the join's key agreement and config writers still read.
+	Profile string
+	CIS     bool
+	// SELinuxOptOut is this control plane's spec.selinux: false.
+	SELinuxOptOut bool
+	VIP           nodestate.VIP // the cluster VIP this CP joins (kube-vip election)
+	// PodCIDR/ServiceCIDR are spec.network.podCIDR and serviceCIDR, "" when
+	// unset. They cannot override the cluster's ranges, which ride in with the
+	// shared certs: a different one refuses the join (checkJoinNetwork).
+	PodCIDR     string
+	ServiceCIDR string
+	// ClusterDomain is spec.network.clusterDomain, "" when unset. It cannot
+	// override the cluster's domain, which rides in with the shared certs: a
+	// different one refuses the join (checkJoinDomain).
+	ClusterDomain string
+	// Cilium is this control plane's spec.network.cilium. It must be the
+	// cluster's, which rides in with the shared certs: a different one refuses
+	// the join (checkJoinCilium).
+	Cilium addons.CiliumSettings
+}
+
+// Sentinels a join's caller branches on.
+var (
+	// ErrAlreadyJoined: the node has saved control-plane state.
+	ErrAlreadyJoined = errors.New("this node is already a control plane")
+	// ErrRetainedData: the node holds etcd data from an earlier life.
+	ErrRetainedData = errors.New("this node retains etcd data")
+	// ErrClusterUnhealthy: the cluster's etcd is not healthy enough to add a member.
+	ErrClusterUnhealthy = errors.New("the cluster's etcd is not healthy")
+	// ErrJoinMismatch: the node's configuration differs from the cluster's.
+	ErrJoinMismatch = errors.New("this node's configuration differs from the cluster's")
+	// ErrIntentSurvives: `stratum up` refuses to bootstrap over a join's journal.
+	ErrIntentSurvives = errors.New("a control-plane join's intent journal survives on this node")
+)
+
+var tokenFormat = regexp.MustCompile(`^[a-z0-9]{6}\.[a-z0-9]{16}$`)
+
+// joinHint is what to run to recover or retry.
+const joinHint = "re-run the same `stratum server` join command"
+
+// PrepareControlPlaneJoin readies this node as an additional control plane:
+// payload, prereqs, shared certs, local leaves, live etcd member-add, and the
+// persisted node state the supervisor renders etcd's flags from. The CALLER
+// (stratum up --join) then starts the supervisor.
+//
+// ctx is the run's interrupt context (internal/interrupt), created by runUp
+// before preflight and threaded through preparation: a signal received before
+// the live member-add stops the join at a step boundary, never performing the
+// add. From the member-add to the persisted node state the first signal is
+// deliberately deferred — the policy is documented at that window.
+func PrepareControlPlaneJoin(ctx context.Context, o JoinOptions) (*nodestate.NodeState, error) {
+	n, err := local()
+	if err != nil {
+		return nil, err
+	}
+	return n.PrepareControlPlaneJoin(ctx, o)
+}
+
+// PrepareControlPlaneJoin is the package function's method. A join that
+// returns an error without having saved its node state removes the files it
+// created on this node (the bootstrap kubeconfig, downloaded and issued
+// certificates, kubeconfigs, configs), so a refusal leaves the node as it
+// found it; files that were there before are left as they are. A crash
+// removes nothing: a re-run finds what it left and overwrites it.
+func (n *Node) PrepareControlPlaneJoin(ctx context.Context, o JoinOptions) (*nodestate.NodeState, error) {
+	tracked := &createdFiles{Host: n.env.Host}
+	jn := &Node{env: n.env, log: n.log}
+	jn.env.Host = tracked
+	st, err := jn.prepareJoin(ctx, o)
+	if err != nil && st == nil {
+		if uerr := tracked.undo(); uerr != nil {
+			n.log.Warn("join refused; some files it created could not be removed", "err", uerr)
+		}
+	}
+	return st, err
+}
+
+// createdFiles is a host that remembers the files written through it which
+// did not exist before, so a refused join can remove exactly those.
+type createdFiles struct {
+	host.Host
+	mu      sync.Mutex
+	created []string
+}
+
+func (c *createdFiles) WriteFile(p string, data []byte, perm fs.FileMode) error {
+	_, statErr := c.Host.Stat(p)
+	if err := c.Host.WriteFile(p, data, perm); err != nil {
+		return err
+	}
+	if errors.Is(statErr, fs.ErrNotExist) {
+		c.mu.Lock()
+		c.created = append(c.created, p)
+		c.mu.Unlock()
+	}
+	return nil
+}
+
+func (c *createdFiles) undo() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var errs []error
+	for i := len(c.created) - 1; i >= 0; i-- {
+		if c.created[i] == joinIntentPath {
+			// The journal is cleared explicitly, and only once its member is
+			// known gone: a rollback that could not remove the member keeps it.
+			continue
+		}
+		if err := c.Host.Remove(c.created[i]); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	c.created = nil
+	return errors.Join(errs...)
+}
+
+func (n *Node) prepareJoin(ctx context.Context, o JoinOptions) (*nodestate.NodeState, error) {
+	h := n.env.Host
+	name := h.Name()
+	start := time.Now()
+
+	// Refusals first: nothing below writes until every one has passed.
+	if err := checkJoinOptions(o); err != nil {
+		return nil, err
+	}
+	release, err := nodelock.AcquireBoth(h, "stratum server (control-plane join)")
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	if st, err := nodestate.Load(h); err == nil {
+		return nil, fmt.Errorf("%w (%s, node state %s, etcd member %s); nothing was changed: start it with `stratum up`", ErrAlreadyJoined, name, nodestate.Path, st.Etcd.PeerURL)
+	} else if !errors.Is(err, nodestate.ErrNoState) {
+		return nil, fmt.Errorf("control-plane join: %w", err)
+	}
+	intent, err := n.readJoinIntent()
+	switch {
+	case errors.Is(err, errNoIntent):
+		intent = joinIntent{}
+	case err != nil:
+		return nil, err
+	default:
+		n.log.Info("a join intent journal survives: reconciling with it", "peerURL", intent.PeerURL, "member", intent.MemberID)
+	}
+	if err := n.checkNoRetainedData(); err != nil {
+		return nil, err
+	}
+	if err := n.checkpoint(ctx, CheckpointJoinStart); err != nil {
+		return nil, err
+	}
+
+	// Discovery: trust the cluster only through the CA hash; no credential is
+	// sent before it matches.
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("control-plane join stopped before discovery: %w; nothing was changed", err)
+	}
+	caPEM, err := discovery.FetchCA(ctx, o.Server, o.CAHash, h.DialContext)
+	if err != nil {
+		return nil, err
+	}
+	bootstrapKC, err := kubeconfig.ForToken(o.Server, caPEM, o.Token, "tls-bootstrap-token-user")
+	if err != nil {
+		return nil, err
+	}
+	if err := h.MkdirAll(version.K8sConfDir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := h.WriteFile(version.Kubeconfig("bootstrap"), bootstrapKC, 0o600); err != nil {
+		return nil, fmt.Errorf("write the bootstrap kubeconfig: %w", err)
+	}
+	if err := n.checkpoint(ctx, CheckpointAfterDiscovery); err != nil {
+		return nil, err
+	}
+
+	peerURL := "" // known once the node IP is
+	var grant bundleGrant
+	var etcdIPs []string
+	var nodeIP string
+	server := o.Server
+	if o.VIP.Address != "" {
+		server = "https://" + net.JoinHostPort(o.VIP.Address, fmt.Sprint(version.APIServerPort))
+	}
+	st := &nodestate.NodeState{Role: nodestate.RoleControlPlane, NodeName: name, Server: server, VIP: o.VIP, Profile: o.Profile}
+	profile := o.Profile
+	if profile == "" && o.CIS {
+		profile = "cis"
+	}
+	assembly := NodeAssembly{
+		HostDirs: func() error { return host.Dirs(h) },
+		Prereqs:  func(po host.PrereqOptions) error { return host.Prereqs(h, po) },
+		ResolveNet: func() (netcfg.Config, error) {
+			g, err := n.DownloadCerts(ctx, version.Kubeconfig("bootstrap"), o.CertKey, func(p bundleProfile) error {
+				return checkJoinAgainst(p, o)
+			})
+			if err != nil {
+				return netcfg.Config{}, err
+			}
+			grant = g
+			for _, ep := range g.EtcdEndpoints {
+				if u, err := url.Parse(ep); err == nil && u.Hostname() != "" {
+					etcdIPs = append(etcdIPs, u.Hostname())
+				}
+			}
+			if len(etcdIPs) == 0 {
+				return netcfg.Config{}, fmt.Errorf("the shared-certificate bundle publishes no etcd endpoints; nothing was added to etcd: mint a fresh join command on a control plane (`stratum token create --control-plane`)")
+			}
+			netc := netcfg.Config{PodCIDR: g.Profile.PodCIDR, ServiceCIDR: g.Profile.ServiceCIDR, ClusterDomain: g.Profile.ClusterDomain}.WithDefaults()
+			st.PodCIDR, st.ServiceCIDR, st.ClusterDomain, st.Cilium = netc.PodCIDR, netc.ServiceCIDR, netc.ClusterDomain, g.Profile.Cilium
+			if st.VIP.Address == "" && g.VIP != "" {
+				st.VIP = nodestate.VIP{Address: g.VIP}
+				st.Server = "https://" + net.JoinHostPort(g.VIP, fmt.Sprint(version.APIServerPort))
+			}
+			return netc, n.checkpoint(ctx, CheckpointAfterDownload)
+		},
+		TrustPodCIDRs: func(podCIDR string) {
+			if err := host.TrustPodCIDRs(h, podCIDR); err != nil {
+				n.log.Warn("pod CIDR not trusted in the firewall", "err", err)
+			}
+		},
+		ResolveNodeIP: host.ResolveNodeIP,
+		DetectNodeIPs: func(dual bool) (string, error) { return host.DetectNodeIPs(h, dual) },
+		BeforeCerts: func(c host.NodeIPChoice) error {
+			nodeIP = strings.SplitN(c.IP, ",", 2)[0]
+			st.NodeIP = nodeIP
+			peerURL = "https://" + net.JoinHostPort(nodeIP, fmt.Sprint(version.EtcdPeerPort))
+			n.log.Info("node IP", "ip", c.IP, "source", c.Source)
+			if intent.PeerURL != "" && intent.PeerURL != peerURL {
+				return fmt.Errorf("the surviving join intent journal %s records peer URL %s, but this run resolves %s; nothing more was changed: re-run with --node-ip %s, or remove the journal's member (`stratum etcd members`) and the file",
+					joinIntentPath, intent.PeerURL, peerURL, urlHostOf(intent.PeerURL))
+			}
+			return nil
+		},
+		IssueCerts: func(hostname, ip string, sans *pki.APISANs) error {
+			if err := n.issueLeaves(hostname, ip, sans); err != nil {
+				return err
+			}
+			return n.checkpoint(ctx, CheckpointAfterCerts)
+		},
+		WriteKubeconfigs: func(_, _ string, _ bool) error {
+			if err := n.writeKubeconfigs(st.Server); err != nil {
+				return err
+			}
+			return n.checkpoint(ctx, CheckpointAfterKubeconfigs)
+		},
+		WriteProfileConfigs: func() error { return writeProfileConfigs(h, profile) },
+		BeforeRuntimeConfigs: func() error {
+			if err := n.checkNoRetainedData(); err != nil {
+				return err
+			}
+			if err := n.EtcdClusterHealthy(ctx, etcdIPs); err != nil {
+				return fmt.Errorf("%w: %v; nothing was added to etcd: heal the cluster (`stratum etcd health`), then %s", ErrClusterUnhealthy, err, joinHint)
+			}
+			return nil
+		},
+		WriteRuntimeConfigs: func(st *nodestate.NodeState) error { return writeRuntimeConfigs(h, st) },
+	}
+	if _, err := AssembleNodeContext(ctx, assembly, AssembleRequest{
+		Hostname: name, NodeIPFlag: o.NodeIP, ConfigNodeIP: o.ConfigNodeIP,
+		VIPAddress: o.VIP.Address, APIServer: server,
+		PrereqOptions: host.PrereqOptions{Profile: profile, SELinuxOptOut: o.SELinuxOptOut},
+		State:         st,
+	}); err != nil {
+		return nil, err
+	}
+	_ = grant
+
+	// The intent journal, then the live member-add.
+	if err := n.checkpoint(ctx, CheckpointBeforeIntent); err != nil {
+		return nil, err
+	}
+	clusterID, err := n.clusterID(ctx, etcdIPs)
+	if err != nil {
+		return nil, err
+	}
+	if intent.ClusterID != "" && intent.ClusterID != clusterID {
+		return nil, fmt.Errorf("the surviving join intent journal %s records etcd cluster %s, but the cluster at %v is %s (restored or rebuilt since?); nothing more was changed: remove the journal once you have checked that cluster %s has no member %s",
+			joinIntentPath, intent.ClusterID, etcdIPs, clusterID, intent.ClusterID, intent.PeerURL)
+	}
+	endpoints := make([]string, len(etcdIPs))
+	for i, ip := range etcdIPs {
+		endpoints[i] = EtcdEndpoint(ip)
+	}
+	intent = joinIntent{Name: name, PeerURL: peerURL, ClusterID: clusterID, Endpoints: endpoints, Started: h.Now().UTC(), MemberID: intent.MemberID}
+	if err := n.writeJoinIntent(intent); err != nil {
+		return nil, err
+	}
+	if err := n.checkpoint(ctx, CheckpointAfterIntent); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		_ = n.ClearJoinIntent(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("control-plane join stopped before the etcd member-add: %w; nothing was added to etcd, and %s", err, joinHint)
+	}
+
+	// The deferral window. From the member-add until the node state that
+	// records it is saved, the node is a member that nothing on disk but the
+	// journal knows about: the first SIGINT/SIGTERM is held until the state
+	// is saved (a second one is not), so an impatient Ctrl-C does not turn a
+	// join that was about to finish into a rollback. Everything in the window
+	// runs on a context that the signal does not end.
+	endDeferral := interrupt.DeferFrom(ctx)
+	defer endDeferral()
+	wctx := context.WithoutCancel(ctx)
+	ic, err := n.MemberAdd(wctx, etcdIPs, name, peerURL)
+	if err != nil {
+		// MemberAdd's errors mean nothing was added, except an answer lost
+		// after etcd applied it: remove any unstarted learner with our URL.
+		n.rollbackMember(wctx, etcdIPs, peerURL)
+		return nil, fmt.Errorf("control-plane join of %s: %w", name, err)
+	}
+	if err := n.checkpoint(wctx, CheckpointAfterMemberAdd); err != nil {
+		n.rollbackMember(wctx, etcdIPs, peerURL)
+		return nil, err
+	}
+	st.Etcd = nodestate.Etcd{
+		Name: name, PeerURL: peerURL, ClientURL: EtcdEndpoint(nodeIP),
+		InitialCluster: ic, InitialClusterState: "existing", ClusterID: clusterID,
+	}
+	if err := n.checkpoint(wctx, CheckpointBeforeStateSave); err != nil {
+		n.rollbackMember(wctx, etcdIPs, peerURL)
+		return nil, err
+	}
+	if err := nodestate.Save(h, st); err != nil {
+		n.rollbackMember(wctx, etcdIPs, peerURL)
+		return nil, fmt.Errorf("control-plane join of %s: %w", name, err)
+	}
+	if err := n.checkpoint(wctx, CheckpointAfterStateSave); err != nil {
+		return st, err
+	}
+	n.log.Info("control-plane join prepared", "member", name, "peerURL", peerURL, "took", time.Since(start).Round(time.Millisecond))
+	return st, nil
+}
+
+// rollbackMember removes the member this join added, by its peer URL, through
+// the published etcd endpoints (never the VIP), then clears the journal. A
+// removal that fails leaves the journal: it is the record a re-run
+// reconciles from.
+func (n *Node) rollbackMember(ctx context.Context, etcdIPs []string, peerURL string) {
+	rctx, cancel := context.WithTimeout(ctx, memberAddRetryFor+10*time.Second)
+	defer cancel()
+	if err := n.MemberRemove(rctx, etcdIPs, peerURL); err != nil {
+		n.log.Error("rollback: the added etcd member could not be removed; the join intent journal is kept for a re-run to reconcile", "peerURL", peerURL, "err", err)
+		return
+	}
+	if err := n.ClearJoinIntent(rctx); err != nil {
+		n.log.Error("rollback: member removed, but the journal could not be cleared", "err", err)
+	}
+}
+
+// clusterID is the etcd cluster's ID, read through the published endpoints.
+func (n *Node) clusterID(ctx context.Context, etcdIPs []string) (string, error) {
+	var id string
+	err := n.viaEach(ctx, etcdIPs, "read the etcd cluster ID", func(ctx context.Context, cli *clientv3.Client, ep string) error {
+		ml, err := memberList(ctx, cli)
+		if err != nil {
+			return err
+		}
+		id = fmt.Sprintf("%x", ml.Header.ClusterId)
+		return nil
+	})
+	return id, err
+}
+
+// checkNoRetainedData refuses a node whose etcd data directory holds
+// anything: data from an earlier cluster, or from an earlier life in this
+// one, must never be started as a fresh joining member.
+func (n *Node) checkNoRetainedData() error {
+	entries, err := n.env.Host.ReadDir(version.EtcdDataDir)
+	if err != nil {
+		return nil // absent: nothing retained
+	}
+	if len(entries) > 0 {
+		return fmt.Errorf("%w in %s; nothing was changed: if this node was a member before, rejoin it with `stratum etcd rejoin --server <cp>`; if the data is unwanted, remove the directory and %s", ErrRetainedData, version.EtcdDataDir, joinHint)
+	}
+	return nil
+}
+
+// checkJoinOptions refuses malformed options before anything is touched.
+func checkJoinOptions(o JoinOptions) error {
+	var bad []string
+	if u, err := url.Parse(o.Server); err != nil || u.Scheme != "https" || u.Host == "" {
+		bad = append(bad, fmt.Sprintf("--server %q is not https://<host>:<port>", o.Server))
+	}
+	if !tokenFormat.MatchString(o.Token) {
+		bad = append(bad, "--token is not <6 lowercase alphanumerics>.<16 lowercase alphanumerics>")
+	}
+	if _, err := pki.CheckCAHashFormat(o.CAHash); err != nil {
+		bad = append(bad, "--ca-hash is not sha256:<64 hex digits>")
+	}
+	if _, err := parseCertKey(o.CertKey); err != nil {
+		bad = append(bad, "--certificate-key is not 64 hex digits")
+	}
+	if o.VIP.Address != "" && net.ParseIP(o.VIP.Address) == nil {
+		bad = append(bad, fmt.Sprintf("the VIP %q is not an IP address", o.VIP.Address))
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("control-plane join refused: %s; nothing was changed: copy the join command printed by `stratum token create --control-plane`", strings.Join(bad, "; "))
+	}
+	return nil
+}
+
+// checkJoinAgainst is the download's check: the cluster's network, domain and
+// Cilium settings ride in with the shared certs, and a joiner configured
+// otherwise is refused before any file is written.
+func checkJoinAgainst(p bundleProfile, o JoinOptions) error {
+	cluster := netcfg.Config{PodCIDR: p.PodCIDR, ServiceCIDR: p.ServiceCIDR, ClusterDomain: p.ClusterDomain}.WithDefaults()
+	if err := netcfg.CheckJoin(cluster, netcfg.Config{PodCIDR: o.PodCIDR, ServiceCIDR: o.ServiceCIDR, ClusterDomain: o.ClusterDomain}); err != nil {
+		return fmt.Errorf("%w: %v", ErrJoinMismatch, err)
+	}
+	if o.Cilium != (addons.CiliumSettings{}) && !o.Cilium.Equal(p.Cilium) {
+		return fmt.Errorf("%w: Cilium settings: cluster has %+v, this node is configured with %+v; a joining control plane cannot change them: remove spec.network.cilium or make it match", ErrJoinMismatch, p.Cilium, o.Cilium)
+	}
+	if o.VIP.Address != "" && p.VIP != "" && o.VIP.Address != p.VIP {
+		return fmt.Errorf("%w: VIP: cluster has %s, this node is configured with %s", ErrJoinMismatch, p.VIP, o.VIP.Address)
+	}
+	return nil
+}
+
+// issueLeaves mints this node's leaves from the downloaded shared CAs.
+func (n *Node) issueLeaves(hostname, nodeIP string, sans *pki.APISANs) error {
+	h := n.env.Host
+	files := map[string][]byte{}
+	for _, name := range pki.SharedFileNames() {
+		b, err := h.ReadFile(version.PKIFile(name))
+		if err != nil {
+			return fmt.Errorf("read shared certificate %s: %w", name, err)
+		}
+		files[name] = b
+	}
+	shared, err := pki.LoadShared(files)
+	if err != nil {
+		return err
+	}
+	ip := net.ParseIP(nodeIP)
+	if ip == nil {
+		return fmt.Errorf("node IP %q is not an IP address", nodeIP)
+	}
+	leaves, err := pki.NodeLeaves(shared, hostname, ip, sans, h.Now())
+	if err != nil {
+		return err
+	}
+	for name, data := range leaves {
+		mode := 0o644
+		if strings.HasSuffix(name, ".key") {
+			mode = 0o600
+		}
+		if err := h.WriteFile(version.PKIFile(name), data, fs.FileMode(mode)); err != nil {
+			return fmt.Errorf("write %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// writeKubeconfigs writes the node's kubeconfigs, all targeting server.
+func (n *Node) writeKubeconfigs(server string) error {
+	h := n.env.Host
+	caCert, err := h.ReadFile(version.PKIFile("ca.crt"))
+	if err != nil {
+		return err
+	}
+	caKey, err := h.ReadFile(version.PKIFile("ca.key"))
+	if err != nil {
+		return err
+	}
+	ca, err := pki.LoadCA(caCert, caKey)
+	if err != nil {
+		return err
+	}
+	kcs, err := kubeconfig.NodeKubeconfigs(ca, server, h.Now())
+	if err != nil {
+		return err
+	}
+	for name, data := range kcs {
+		if err := h.WriteFile(version.Kubeconfig(name), data, 0o600); err != nil {
+			return fmt.Errorf("write kubeconfig %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func urlHostOf(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	return u.Hostname()
+}

@@ -1,0 +1,296 @@
+package ha_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"stratum.dev/stratum/ha"
+	"stratum.dev/stratum/internal/assets/assetstest"
+	"stratum.dev/stratum/internal/token"
+	"stratum.dev/stratum/sim"
+)
+
+// joinCluster is a running first control plane (cp1, with its apiserver and
+// the VIP) and spare hosts to join.
+type joinCluster struct {
+	t   *testing.T
+	c   *sim.Cluster
+	ctx context.Context
+	cp1 *ha.Node
+}
+
+func startJoinCluster(t *testing.T, spares int) *joinCluster {
+	t.Helper()
+	assetstest.Require(t)
+	c := sim.Start(t, sim.Config{ControlPlanes: 1, SpareHosts: spares, APIServers: true, VIP: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	if _, err := c.WaitVIP(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return &joinCluster{t: t, c: c, ctx: ctx, cp1: joinNodeOn(c.Host("cp1"))}
+}
+
+func joinNodeOn(h *sim.Host) *ha.Node {
+	d := h.Handle()
+	return ha.NewNode(ha.Env{Host: d, Checkpoint: d.Checkpoint})
+}
+
+// mint mints a control-plane join grant on cp1 and returns the join options.
+func (j *joinCluster) mint(ttl time.Duration) ha.JoinOptions {
+	j.t.Helper()
+	admin, err := j.c.Host("cp1").Admin()
+	if err != nil {
+		j.t.Fatal(err)
+	}
+	m, err := token.MintControlPlane(j.ctx, admin, token.ControlPlaneOptions{
+		Server:     j.c.VIPURL(),
+		CACertPEM:  j.c.Shared().Cluster.CertPEM,
+		TTL:        ttl,
+		NewCertKey: ha.NewCertKey,
+		Upload: func(ctx context.Context, key string, owner *metav1.OwnerReference) error {
+			return j.cp1.UploadCerts(ctx, key, owner, nil)
+		},
+		NarrowReaders: func(ctx context.Context) error { return j.cp1.NarrowCertsReaderBinding(ctx, admin) },
+	})
+	if err != nil {
+		j.t.Fatalf("mint: %v", err)
+	}
+	return ha.JoinOptions{Server: j.c.VIPURL(), Token: m.Token, CAHash: m.CAHash, CertKey: m.CertKey}
+}
+
+// join runs the join and `stratum up` on name.
+func (j *joinCluster) join(name string, o ha.JoinOptions) error {
+	n := joinNodeOn(j.c.Host(name))
+	if _, err := n.PrepareControlPlaneJoin(j.ctx, o); err != nil {
+		return err
+	}
+	_, err := n.StartControlPlane(j.ctx)
+	return err
+}
+
+// voters lists the cluster's members as name:voter|learner, sorted.
+func (j *joinCluster) members() []string {
+	j.t.Helper()
+	cli, err := j.c.Host("cp1").EtcdClient()
+	if err != nil {
+		j.t.Fatal(err)
+	}
+	defer cli.Close()
+	ml, err := cli.MemberList(j.ctx)
+	if err != nil {
+		j.t.Fatal(err)
+	}
+	var out []string
+	for _, m := range ml.Members {
+		role := "voter"
+		if m.IsLearner {
+			role = "learner"
+		}
+		out = append(out, fmt.Sprintf("%s:%s", m.Name, role))
+	}
+	sort.Strings(out)
+	return out
+}
+
+func TestJoinTwoControlPlanes(t *testing.T) {
+	j := startJoinCluster(t, 2)
+	cs1, err := j.c.Host("cp1").Admin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm := map[string]string{"written": "before the joins"}
+	if _, err := cs1.CoreV1().ConfigMaps("default").Create(j.ctx, configMap("sentinel", cm), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"cp2", "cp3"} {
+		if err := j.join(name, j.mint(time.Hour)); err != nil {
+			t.Fatalf("join %s: %v", name, err)
+		}
+	}
+	if got := strings.Join(j.members(), " "); got != "cp1:voter cp2:voter cp3:voter" {
+		t.Fatalf("members after two joins: %s", got)
+	}
+	ips := []string{j.c.Host("cp1").IP().String(), j.c.Host("cp2").IP().String(), j.c.Host("cp3").IP().String()}
+	if err := joinNodeOn(j.c.Host("cp1")).EtcdClusterHealthy(j.ctx, ips); err != nil {
+		t.Fatalf("cluster not healthy after the joins: %v", err)
+	}
+	for _, name := range []string{"cp2", "cp3"} {
+		h := j.c.Host(name)
+		if !h.APIServerRunning() {
+			t.Fatalf("%s has no apiserver", name)
+		}
+		cs, err := h.Admin()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := cs.CoreV1().ConfigMaps("default").Get(j.ctx, "sentinel", metav1.GetOptions{})
+		if err != nil || got.Data["written"] != "before the joins" {
+			t.Fatalf("data written before the joins, read through %s: %v %v", name, got, err)
+		}
+		if ok, err := joinNodeOn(h).JoinIntentSurvives(j.ctx); ok || err != nil {
+			t.Fatalf("%s: intent journal survives a finished join (%v)", name, err)
+		}
+	}
+}
+
+func configMapClient(t *testing.T, h *sim.Host) kubernetes.Interface {
+	cs, err := h.Admin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// snapshotFiles is every file under a host root with its contents.
+func snapshotFiles(t *testing.T, root string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() || strings.Contains(p, "/run/stratum/") {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		out[strings.TrimPrefix(p, root)] = string(b)
+		return nil
+	})
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func configMap(name string, data map[string]string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: data}
+}
+
+// joinRefused runs a join expected to be refused on name and checks that it
+// changed nothing: the cluster's membership and every file on the joiner are
+// as they were.
+func (j *joinCluster) joinRefused(name string, o ha.JoinOptions, want error, wantText string) {
+	j.t.Helper()
+	h := j.c.Host(name)
+	membersBefore := j.members()
+	filesBefore := snapshotFiles(j.t, h.Root())
+	_, err := joinNodeOn(h).PrepareControlPlaneJoin(j.ctx, o)
+	if err == nil {
+		j.t.Fatalf("join on %s was not refused", name)
+	}
+	if want != nil && !errors.Is(err, want) {
+		j.t.Fatalf("join on %s: %v, want %v", name, err, want)
+	}
+	if wantText != "" && !strings.Contains(err.Error(), wantText) {
+		j.t.Fatalf("join on %s: %v, want it to mention %q", name, err, wantText)
+	}
+	if !strings.Contains(err.Error(), "nothing was") {
+		j.t.Errorf("refusal does not say what was not changed: %v", err)
+	}
+	if got := j.members(); strings.Join(got, " ") != strings.Join(membersBefore, " ") {
+		j.t.Fatalf("membership changed by a refused join: %v -> %v", membersBefore, got)
+	}
+	filesAfter := snapshotFiles(j.t, h.Root())
+	for p, before := range filesBefore {
+		if after, ok := filesAfter[p]; !ok || after != before {
+			j.t.Fatalf("refused join changed %s", p)
+		}
+	}
+	for p := range filesAfter {
+		if _, ok := filesBefore[p]; !ok {
+			j.t.Fatalf("refused join left %s behind", p)
+		}
+	}
+}
+
+func TestJoinRefusalsChangeNothing(t *testing.T) {
+	j := startJoinCluster(t, 1)
+	good := j.mint(time.Hour)
+
+	wrongKey := good
+	wrongKey.CertKey, _ = ha.NewCertKey()
+	j.joinRefused("cp2", wrongKey, nil, "")
+
+	otherCA := good
+	otherCA.CAHash = "sha256:" + strings.Repeat("ab", 32)
+	j.joinRefused("cp2", otherCA, nil, "--ca-hash")
+
+	badPods := good
+	badPods.PodCIDR = "10.200.0.0/16"
+	j.joinRefused("cp2", badPods, ha.ErrJoinMismatch, "pod CIDR")
+
+	badDomain := good
+	badDomain.ClusterDomain = "other.local"
+	j.joinRefused("cp2", badDomain, ha.ErrJoinMismatch, "cluster domain")
+
+	badCilium := good
+	badCilium.Cilium.Enabled = true
+	j.joinRefused("cp2", badCilium, ha.ErrJoinMismatch, "Cilium")
+
+	malformed := good
+	malformed.CertKey = "xyz"
+	j.joinRefused("cp2", malformed, nil, "--certificate-key")
+
+	// A deleted token.
+	admin := configMapClient(t, j.c.Host("cp1"))
+	deleted := j.mint(time.Hour)
+	id := strings.SplitN(deleted.Token, ".", 2)[0]
+	if err := admin.CoreV1().Secrets("kube-system").Delete(j.ctx, "bootstrap-token-"+id, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	j.joinRefused("cp2", deleted, ha.ErrTokenRefused, "")
+
+	// An expired token.
+	expired := j.mint(2 * time.Second)
+	time.Sleep(3 * time.Second)
+	j.joinRefused("cp2", expired, ha.ErrTokenRefused, "")
+
+	// Retained etcd data.
+	if err := j.c.Host("cp2").Files().WriteFile("/var/lib/stratum/etcd/member/snap/db", []byte("old"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	j.joinRefused("cp2", good, ha.ErrRetainedData, "stratum etcd rejoin")
+	if err := j.c.Host("cp2").Files().RemoveAll("/var/lib/stratum/etcd"); err != nil {
+		t.Fatal(err)
+	}
+
+	// After every refusal, the good command still joins.
+	if err := j.join("cp2", good); err != nil {
+		t.Fatalf("join after the refusals: %v", err)
+	}
+	if got := strings.Join(j.members(), " "); got != "cp1:voter cp2:voter" {
+		t.Fatalf("members: %s", got)
+	}
+}
+
+func TestJoinRefusedWhileClusterUnhealthy(t *testing.T) {
+	assetstest.Require(t)
+	c := sim.Start(t, sim.Config{ControlPlanes: 3, SpareHosts: 1, APIServers: true, VIP: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if _, err := c.WaitVIP(ctx); err != nil {
+		t.Fatal(err)
+	}
+	j := &joinCluster{t: t, c: c, ctx: ctx, cp1: joinNodeOn(c.Host("cp1"))}
+	o := j.mint(time.Hour)
+	// cp3's member is down: the cluster has quorum, but a member of it does
+	// not answer, which is not healthy enough to add one.
+	c.Host("cp3").StopEtcd()
+	j.joinRefused("cp4", o, ha.ErrClusterUnhealthy, c.Host("cp3").ClientURL())
+}

@@ -1,0 +1,356 @@
+package ha
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
+
+	"stratum.dev/stratum/internal/token"
+)
+
+// certsReader names the Role and RoleBinding (kube-system) that let the
+// control-plane bootstrap group read stratum-certs and hold the fence.
+const certsReader = "stratum:certs-reader"
+
+// certsNamespace is where the Secret, the Role, the binding and the fence live.
+const certsNamespace = "kube-system"
+
+// joinFencePolicy names the ValidatingAdmissionPolicy and its binding that keep
+// the control-plane bootstrap group to its own fence.
+const joinFencePolicy = "stratum-join-fence"
+
+// fenceMaxLeaseSeconds bounds the lease duration a bootstrap-group holder may
+// write, so a leaked token cannot park the fence for long.
+const fenceMaxLeaseSeconds = 900
+
+// enforceWait bounds the wait for every probed apiserver to enforce the fence
+// policy; enforceProbeInterval is the pause between rounds of probes.
+const (
+	enforceWait          = 60 * time.Second
+	enforceProbeInterval = 100 * time.Millisecond
+)
+
+// certsReaderSubjects are the only subjects the certs-reader binding names.
+var certsReaderSubjects = []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: token.ControlPlaneGroup}}
+
+// certsReaderRules: get on the Secret; get and update on the fence Lease
+// (update is what taking, renewing and releasing the fence is; admission
+// keeps the group to its own holder identity).
+func certsReaderRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{certsSecret}, Verbs: []string{"get"}},
+		{APIGroups: []string{coordinationv1.GroupName}, Resources: []string{"leases"}, ResourceNames: []string{fenceLease}, Verbs: []string{"get", "update"}},
+	}
+}
+
+// GrantCertsReader writes the stratum:certs-reader grant every upload
+// publishes before the Secret: the admission policy that keeps the
+// control-plane bootstrap group to its own fence, then — once every serving
+// apiserver enforces it — the fence Lease (unheld, if absent), the Role and the
+// RoleBinding. The enforcement probe runs through cs.
+func GrantCertsReader(ctx context.Context, cs kubernetes.Interface) error {
+	n, err := local()
+	if err != nil {
+		return err
+	}
+	return n.GrantCertsReader(ctx, cs)
+}
+
+// NarrowCertsReaderBinding rewrites an existing stratum:certs-reader
+// RoleBinding to name only certsReaderSubjects, and leaves an absent one
+// absent.
+func NarrowCertsReaderBinding(ctx context.Context, cs kubernetes.Interface) error {
+	n, err := local()
+	if err != nil {
+		return err
+	}
+	return n.NarrowCertsReaderBinding(ctx, cs)
+}
+
+// GrantCertsReader is the package-level GrantCertsReader, probing policy
+// enforcement through cs alone.
+func (n *Node) GrantCertsReader(ctx context.Context, cs kubernetes.Interface) error {
+	return n.GrantCertsReaderProbing(ctx, cs, nil)
+}
+
+// GrantCertsReaderProbing is GrantCertsReader probing enforcement on each of
+// the given apiservers (admin configs, one per serving apiserver) as well as
+// through cs. Policy storage alone does not synchronize the admission caches
+// of several apiservers, so a caller that knows them all passes them all.
+func (n *Node) GrantCertsReaderProbing(ctx context.Context, cs kubernetes.Interface, apiservers []*rest.Config) error {
+	if err := ensureJoinFencePolicy(ctx, cs); err != nil {
+		return err
+	}
+	probes := []rest.Interface{cs.CoreV1().RESTClient()}
+	for _, cfg := range apiservers {
+		c, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return fmt.Errorf("grant certs reader: client for %s: %w; the policy is written, the Role is not", cfg.Host, err)
+		}
+		probes = append(probes, c.CoreV1().RESTClient())
+	}
+	if err := waitFenceEnforced(ctx, probes); err != nil {
+		return fmt.Errorf("grant certs reader: %w; the Role was not written", err)
+	}
+	if err := ensureFenceLease(ctx, cs); err != nil {
+		return err
+	}
+	role := &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: certsReader, Namespace: certsNamespace},
+		Rules:      certsReaderRules(),
+	}
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := cs.RbacV1().Roles(certsNamespace).Get(ctx, certsReader, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			_, err = cs.RbacV1().Roles(certsNamespace).Create(ctx, role, metav1.CreateOptions{})
+			return raceAsConflict(err)
+		}
+		if err != nil {
+			return err
+		}
+		cur.Rules = role.Rules
+		_, err = cs.RbacV1().Roles(certsNamespace).Update(ctx, cur, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		return fmt.Errorf("grant certs reader: write Role %s/%s: %w", certsNamespace, certsReader, err)
+	}
+	_, err := cs.RbacV1().RoleBindings(certsNamespace).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: certsReader, Namespace: certsNamespace},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: certsReader},
+		Subjects:   certsReaderSubjects,
+	}, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return n.NarrowCertsReaderBinding(ctx, cs)
+	}
+	if err != nil {
+		return fmt.Errorf("grant certs reader: write RoleBinding %s/%s: %w", certsNamespace, certsReader, err)
+	}
+	return nil
+}
+
+// NarrowCertsReaderBinding is the package-level NarrowCertsReaderBinding.
+func (n *Node) NarrowCertsReaderBinding(ctx context.Context, cs kubernetes.Interface) error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		b, err := cs.RbacV1().RoleBindings(certsNamespace).Get(ctx, certsReader, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if slices.Equal(b.Subjects, certsReaderSubjects) {
+			return nil
+		}
+		if b.RoleRef.Kind != "Role" || b.RoleRef.Name != certsReader {
+			// roleRef is immutable: the binding is replaced whole.
+			if err := cs.RbacV1().RoleBindings(certsNamespace).Delete(ctx, certsReader, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &b.ResourceVersion}}); err != nil {
+				return err
+			}
+			_, err := cs.RbacV1().RoleBindings(certsNamespace).Create(ctx, &rbacv1.RoleBinding{
+				ObjectMeta: metav1.ObjectMeta{Name: certsReader, Namespace: certsNamespace},
+				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: certsReader},
+				Subjects:   certsReaderSubjects,
+			}, metav1.CreateOptions{})
+			return err
+		}
+		n.log.Info("narrowing certs-reader binding", "was", b.Subjects)
+		b.Subjects = slices.Clone(certsReaderSubjects)
+		_, err = cs.RbacV1().RoleBindings(certsNamespace).Update(ctx, b, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("narrow RoleBinding %s/%s to %s: %w", certsNamespace, certsReader, token.ControlPlaneGroup, err)
+	}
+	return nil
+}
+
+// joinFencePolicyObject is the admission policy: a request from the
+// control-plane bootstrap group may only update the fence Lease, set no holder
+// but itself (or clear its own), take no Lease another holds unless the
+// holder's lease had run out at the renew time written, and write a lease
+// duration of at most fenceMaxLeaseSeconds.
+func joinFencePolicyObject() *admissionv1.ValidatingAdmissionPolicy {
+	fail := admissionv1.Fail
+	fence := fmt.Sprintf(`request.resource.group == 'coordination.k8s.io' && request.resource.resource == 'leases' && (!has(request.subResource) || request.subResource == '') && request.namespace == '%s' && request.name == '%s' && request.operation == 'UPDATE'`, certsNamespace, fenceLease)
+	return &admissionv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: joinFencePolicy},
+		Spec: admissionv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: &fail,
+			MatchConstraints: &admissionv1.MatchResources{
+				ResourceRules: []admissionv1.NamedRuleWithOperations{{
+					RuleWithOperations: admissionv1.RuleWithOperations{
+						Operations: []admissionv1.OperationType{admissionv1.OperationAll},
+						Rule:       admissionv1.Rule{APIGroups: []string{"*"}, APIVersions: []string{"*"}, Resources: []string{"*/*"}},
+					},
+				}},
+			},
+			MatchConditions: []admissionv1.MatchCondition{{
+				Name:       "control-plane-bootstrap-group",
+				Expression: fmt.Sprintf(`request.userInfo.groups.exists(g, g == '%s')`, token.ControlPlaneGroup),
+			}},
+			Variables: []admissionv1.Variable{
+				{Name: "isFence", Expression: fence},
+				{Name: "newHolder", Expression: `(variables.isFence && has(object.spec) && has(object.spec.holderIdentity)) ? object.spec.holderIdentity : ''`},
+				{Name: "oldHolder", Expression: `(variables.isFence && has(oldObject.spec) && has(oldObject.spec.holderIdentity)) ? oldObject.spec.holderIdentity : ''`},
+				{Name: "oldRanOut", Expression: `variables.isFence && has(oldObject.spec.renewTime) && has(oldObject.spec.leaseDurationSeconds) && has(object.spec.renewTime) && timestamp(string(object.spec.renewTime)) >= timestamp(string(oldObject.spec.renewTime)) + duration(string(oldObject.spec.leaseDurationSeconds) + 's')`},
+			},
+			Validations: []admissionv1.Validation{
+				{
+					Expression: `variables.isFence`,
+					Message:    fmt.Sprintf("%s may write nothing but an update of the Lease %s/%s", token.ControlPlaneGroup, certsNamespace, fenceLease),
+					Reason:     ptr(metav1.StatusReasonForbidden),
+				},
+				{
+					Expression: `!variables.isFence || variables.newHolder == request.userInfo.username || (variables.newHolder == '' && variables.oldHolder == request.userInfo.username)`,
+					Message:    "a bootstrap token may set only itself as the fence's holder",
+					Reason:     ptr(metav1.StatusReasonForbidden),
+				},
+				{
+					Expression: `!variables.isFence || variables.oldHolder == '' || variables.oldHolder == request.userInfo.username || variables.oldRanOut`,
+					Message:    "the fence is held by another holder whose lease has not run out",
+					Reason:     ptr(metav1.StatusReasonForbidden),
+				},
+				{
+					Expression: fmt.Sprintf(`!variables.isFence || !has(object.spec.leaseDurationSeconds) || object.spec.leaseDurationSeconds <= %d`, fenceMaxLeaseSeconds),
+					Message:    fmt.Sprintf("a bootstrap token may hold the fence for at most %d seconds at a time", fenceMaxLeaseSeconds),
+					Reason:     ptr(metav1.StatusReasonForbidden),
+				},
+			},
+		},
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// ensureJoinFencePolicy creates or updates the policy and its binding.
+func ensureJoinFencePolicy(ctx context.Context, cs kubernetes.Interface) error {
+	want := joinFencePolicyObject()
+	api := cs.AdmissionregistrationV1()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := api.ValidatingAdmissionPolicies().Get(ctx, joinFencePolicy, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			_, err = api.ValidatingAdmissionPolicies().Create(ctx, want, metav1.CreateOptions{})
+			return raceAsConflict(err)
+		}
+		if err != nil {
+			return err
+		}
+		cur.Spec = want.Spec
+		_, err = api.ValidatingAdmissionPolicies().Update(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("write admission policy %s: %w; no grant was written", joinFencePolicy, err)
+	}
+	binding := &admissionv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: joinFencePolicy},
+		Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        joinFencePolicy,
+			ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny},
+		},
+	}
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := api.ValidatingAdmissionPolicyBindings().Get(ctx, joinFencePolicy, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			_, err = api.ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{})
+			return raceAsConflict(err)
+		}
+		if err != nil {
+			return err
+		}
+		cur.Spec = binding.Spec
+		_, err = api.ValidatingAdmissionPolicyBindings().Update(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("write admission policy binding %s: %w; no grant was written", joinFencePolicy, err)
+	}
+	return nil
+}
+
+// errNotEnforced: a probe's dry-run write was admitted.
+var errNotEnforced = errors.New("admission policy not enforced yet")
+
+// probeFenceEnforced asks one apiserver, as a member of the control-plane
+// bootstrap group (impersonated, with system:masters so RBAC passes and only
+// admission can refuse), to dry-run-create a ConfigMap. The policy must deny
+// it; nothing is stored either way.
+func probeFenceEnforced(ctx context.Context, rc rest.Interface) error {
+	if c, ok := rc.(*rest.RESTClient); rc == nil || ok && c == nil {
+		return errors.New("probe admission policy: the client has no REST transport to probe through (a fake clientset?)")
+	}
+	cm := &corev1.ConfigMap{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "stratum-join-fence-probe-", Namespace: certsNamespace},
+	}
+	body, err := json.Marshal(cm)
+	if err != nil {
+		return err
+	}
+	res := rc.Post().
+		Namespace(certsNamespace).Resource("configmaps").
+		Param("dryRun", metav1.DryRunAll).
+		SetHeader("Impersonate-User", "system:bootstrap:stratum-fence-probe").
+		SetHeader("Impersonate-Group", token.ControlPlaneGroup, "system:masters", "system:authenticated").
+		SetHeader("Content-Type", "application/json").
+		Body(body).Do(ctx)
+	err = res.Error()
+	if err == nil {
+		return errNotEnforced
+	}
+	if (apierrors.IsForbidden(err) || apierrors.IsInvalid(err)) && strings.Contains(err.Error(), joinFencePolicy) {
+		return nil
+	}
+	return fmt.Errorf("probe admission policy %s: %w", joinFencePolicy, err)
+}
+
+// waitFenceEnforced waits until every probe sees the policy enforced.
+func waitFenceEnforced(ctx context.Context, probes []rest.Interface) error {
+	ctx, cancel := context.WithTimeout(ctx, enforceWait)
+	defer cancel()
+	pending := slices.Clone(probes)
+	var last error
+	for {
+		var still []rest.Interface
+		for _, p := range pending {
+			if err := probeFenceEnforced(ctx, p); err != nil {
+				last = err
+				still = append(still, p)
+			}
+		}
+		if len(still) == 0 {
+			return nil
+		}
+		pending = still
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d apiserver(s) did not enforce admission policy %s within %s (last: %v)", len(pending), joinFencePolicy, enforceWait, last)
+		case <-time.After(enforceProbeInterval):
+		}
+	}
+}
+
+// raceAsConflict turns a create that lost a race (AlreadyExists) into a
+// conflict, so retry.RetryOnConflict re-reads and updates what the winner
+// wrote.
+func raceAsConflict(err error) error {
+	if apierrors.IsAlreadyExists(err) {
+		return apierrors.NewConflict(schema.GroupResource{}, "", err)
+	}
+	return err
+}

@@ -1,0 +1,306 @@
+// Package token mints stratum's bootstrap tokens: a control-plane join grant
+// (a token in the control-plane bootstrap group, a fresh certificate-key and
+// the shared certificates uploaded under it) or a worker token (the worker
+// group, nothing uploaded).
+//
+// The package does not import ha: the upload and the reader-binding repair
+// are handed in as functions (ControlPlaneOptions), and run as the effects of
+// one tokenSteps value, so the order of a mint — refusals first, then the
+// token, then the upload, with the token removed again when the upload
+// refuses — is one function a test can drive with recording effects.
+package token
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"math/big"
+	"net/url"
+	"regexp"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"stratum.dev/stratum/internal/pki"
+)
+
+// Bootstrap groups stratum's tokens authenticate in. Only the control-plane
+// group may read the shared certificates; a worker token never can.
+const (
+	ControlPlaneGroup = "system:bootstrappers:stratum:control-plane"
+	WorkerGroup       = "system:bootstrappers:stratum:worker"
+)
+
+// DefaultTTL is how long a minted token lives when the caller gives no TTL.
+const DefaultTTL = 2 * time.Hour
+
+// Namespace is where bootstrap-token Secrets live.
+const Namespace = "kube-system"
+
+// SecretPrefix prefixes a bootstrap-token Secret's name; the token ID follows.
+const SecretPrefix = "bootstrap-token-"
+
+// Bootstrap-token Secret fields (k8s.io/cluster-bootstrap/token/api).
+const (
+	keyTokenID     = "token-id"
+	keyTokenSecret = "token-secret"
+	keyExpiration  = "expiration"
+	keyUsageAuthn  = "usage-bootstrap-authentication"
+	keyUsageSign   = "usage-bootstrap-signing"
+	keyExtraGroups = "auth-extra-groups"
+	keyDescription = "description"
+)
+
+var (
+	idRE    = regexp.MustCompile(`^[a-z0-9]{6}$`)
+	tokenRE = regexp.MustCompile(`^([a-z0-9]{6})\.([a-z0-9]{16})$`)
+)
+
+// ParseToken splits "<id>.<secret>" and checks its form.
+func ParseToken(tok string) (id, secret string, err error) {
+	m := tokenRE.FindStringSubmatch(tok)
+	if m == nil {
+		return "", "", errors.New("bootstrap token is not <6 [a-z0-9]>.<16 [a-z0-9]>")
+	}
+	return m[1], m[2], nil
+}
+
+// IDFromSecretName is the token ID a bootstrap-token Secret's name carries,
+// "" when the name is not one.
+func IDFromSecretName(name string) string {
+	if len(name) != len(SecretPrefix)+6 || name[:len(SecretPrefix)] != SecretPrefix {
+		return ""
+	}
+	id := name[len(SecretPrefix):]
+	if !idRE.MatchString(id) {
+		return ""
+	}
+	return id
+}
+
+// Minted is the result of a mint.
+type Minted struct {
+	// Token is "<id>.<secret>"; ID its first half.
+	Token, ID string
+	// Expires is when the token stops authenticating.
+	Expires time.Time
+	// CertKey is the certificate-key the shared certificates were uploaded
+	// under ("" for a worker token).
+	CertKey string
+	// CAHash pins the cluster CA ("sha256:<spki>").
+	CAHash string
+	// JoinCommand is the command the operator runs on the joining node.
+	JoinCommand string
+	// Owner references the bootstrap-token Secret (the upload's owner).
+	Owner metav1.OwnerReference
+}
+
+// ControlPlaneOptions are a control-plane mint's inputs and effects.
+type ControlPlaneOptions struct {
+	// Server is the URL a joiner dials: https://<VIP>:6443.
+	Server string
+	// CACertPEM is the cluster CA certificate, pinned by the join command.
+	CACertPEM []byte
+	// TTL is the token's life; 0 is DefaultTTL.
+	TTL time.Duration
+	// Now is stratum's clock (the host's); nil is time.Now.
+	Now func() time.Time
+	// NewCertKey makes the certificate-key (ha.NewCertKey).
+	NewCertKey func() (string, error)
+	// Upload publishes the shared certificates under certKey with owner as
+	// an owner of the Secret (ha's UploadCerts). Required.
+	Upload func(ctx context.Context, certKey string, owner *metav1.OwnerReference) error
+	// NarrowReaders repairs the certs-reader binding
+	// (ha.NarrowCertsReaderBinding); nil skips it.
+	NarrowReaders func(ctx context.Context) error
+	// Description is written into the token Secret.
+	Description string
+}
+
+// WorkerOptions are a worker mint's inputs.
+type WorkerOptions struct {
+	Server        string
+	CACertPEM     []byte
+	TTL           time.Duration
+	Now           func() time.Time
+	NarrowReaders func(ctx context.Context) error
+	Description   string
+}
+
+// tokenSteps are a mint's effects, in the order mint runs them.
+type tokenSteps struct {
+	narrow      func(ctx context.Context) error
+	createToken func(ctx context.Context, group string, expires time.Time) (tok string, owner metav1.OwnerReference, err error)
+	deleteToken func(ctx context.Context, id string) error
+	newCertKey  func() (string, error)
+	upload      func(ctx context.Context, certKey string, owner *metav1.OwnerReference) error
+}
+
+// MintControlPlane mints a control-plane join grant through cs: it repairs the
+// certs-reader binding, creates a token in ControlPlaneGroup, makes a
+// certificate-key and uploads the shared certificates under it owned by the
+// token, and returns the join command. An upload that refuses removes the
+// token again, so a refused mint leaves nothing behind.
+func MintControlPlane(ctx context.Context, cs kubernetes.Interface, o ControlPlaneOptions) (*Minted, error) {
+	if o.Upload == nil || o.NewCertKey == nil {
+		return nil, errors.New("mint control-plane token: no upload or certificate-key step; nothing was created")
+	}
+	steps := clientSteps(cs, o.Description)
+	steps.narrow, steps.newCertKey, steps.upload = o.NarrowReaders, o.NewCertKey, o.Upload
+	return mint(ctx, steps, ControlPlaneGroup, o.Server, o.CACertPEM, o.TTL, o.Now)
+}
+
+// MintWorker mints a worker token: the worker group, nothing uploaded.
+func MintWorker(ctx context.Context, cs kubernetes.Interface, o WorkerOptions) (*Minted, error) {
+	steps := clientSteps(cs, o.Description)
+	steps.narrow = o.NarrowReaders
+	return mint(ctx, steps, WorkerGroup, o.Server, o.CACertPEM, o.TTL, o.Now)
+}
+
+func mint(ctx context.Context, s tokenSteps, group, server string, caPEM []byte, ttl time.Duration, now func() time.Time) (*Minted, error) {
+	// Refusals first: nothing is created for a bad server or CA.
+	if err := checkServer(server); err != nil {
+		return nil, fmt.Errorf("mint token: %w; nothing was created", err)
+	}
+	caHash, err := pki.CAHash(caPEM)
+	if err != nil {
+		return nil, fmt.Errorf("mint token: %w; nothing was created", err)
+	}
+	if ttl < 0 {
+		return nil, fmt.Errorf("mint token: negative TTL %s; nothing was created", ttl)
+	}
+	if ttl == 0 {
+		ttl = DefaultTTL
+	}
+	if now == nil {
+		now = time.Now
+	}
+	if s.narrow != nil {
+		if err := s.narrow(ctx); err != nil {
+			return nil, fmt.Errorf("mint token: narrow the certs-reader binding: %w; no token was created", err)
+		}
+	}
+	var certKey string
+	if s.upload != nil {
+		if certKey, err = s.newCertKey(); err != nil {
+			return nil, fmt.Errorf("mint token: certificate-key: %w; no token was created", err)
+		}
+	}
+	expires := now().Add(ttl).UTC().Truncate(time.Second)
+	tok, owner, err := s.createToken(ctx, group, expires)
+	if err != nil {
+		return nil, fmt.Errorf("mint token: %w", err)
+	}
+	id, _, _ := ParseToken(tok)
+	m := &Minted{Token: tok, ID: id, Expires: expires, CAHash: caHash, Owner: owner}
+	if s.upload == nil {
+		m.JoinCommand = fmt.Sprintf("stratum agent --server %s --token %s --ca-hash %s", server, tok, caHash)
+		return m, nil
+	}
+	if err := s.upload(ctx, certKey, &owner); err != nil {
+		if derr := s.deleteToken(context.WithoutCancel(ctx), id); derr != nil {
+			return nil, fmt.Errorf("mint control-plane token: upload the shared certificates: %w; removing the token %s it would have granted also failed (%v): delete Secret %s/%s%s", err, id, derr, Namespace, SecretPrefix, id)
+		}
+		return nil, fmt.Errorf("mint control-plane token: upload the shared certificates: %w; the token was removed again, nothing was granted", err)
+	}
+	m.CertKey = certKey
+	m.JoinCommand = fmt.Sprintf("stratum server --server %s --token %s --ca-hash %s --certificate-key %s", server, tok, caHash, certKey)
+	return m, nil
+}
+
+// clientSteps are the token effects over cs.
+func clientSteps(cs kubernetes.Interface, description string) tokenSteps {
+	return tokenSteps{
+		createToken: func(ctx context.Context, group string, expires time.Time) (string, metav1.OwnerReference, error) {
+			for try := 0; ; try++ {
+				id, err := randString(6)
+				if err != nil {
+					return "", metav1.OwnerReference{}, err
+				}
+				secret, err := randString(16)
+				if err != nil {
+					return "", metav1.OwnerReference{}, err
+				}
+				s := &corev1.Secret{
+					ObjectMeta: metav1.ObjectMeta{Name: SecretPrefix + id, Namespace: Namespace},
+					Type:       corev1.SecretTypeBootstrapToken,
+					StringData: map[string]string{
+						keyTokenID:     id,
+						keyTokenSecret: secret,
+						keyExpiration:  expires.Format(time.RFC3339),
+						keyUsageAuthn:  "true",
+						keyUsageSign:   "true",
+						keyExtraGroups: group,
+					},
+				}
+				if description != "" {
+					s.StringData[keyDescription] = description
+				}
+				got, err := cs.CoreV1().Secrets(Namespace).Create(ctx, s, metav1.CreateOptions{})
+				if apierrors.IsAlreadyExists(err) && try < 3 {
+					continue
+				}
+				if err != nil {
+					return "", metav1.OwnerReference{}, fmt.Errorf("create bootstrap token Secret %s/%s: %w", Namespace, s.Name, err)
+				}
+				return id + "." + secret, metav1.OwnerReference{APIVersion: "v1", Kind: "Secret", Name: got.Name, UID: got.UID}, nil
+			}
+		},
+		deleteToken: func(ctx context.Context, id string) error {
+			err := cs.CoreV1().Secrets(Namespace).Delete(ctx, SecretPrefix+id, metav1.DeleteOptions{})
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return err
+		},
+	}
+}
+
+// ExpiredOrGone reports whether a bootstrap-token Secret no longer grants
+// anything at now: nil (deleted), not a bootstrap token, not usable for
+// authentication, or past its expiration (an unparsable one counts as
+// expired: it cannot be shown to be live).
+func ExpiredOrGone(s *corev1.Secret, now time.Time) bool {
+	if s == nil || s.Type != corev1.SecretTypeBootstrapToken || s.DeletionTimestamp != nil {
+		return true
+	}
+	if string(s.Data[keyUsageAuthn]) != "true" {
+		return true
+	}
+	exp, ok := s.Data[keyExpiration]
+	if !ok {
+		return false // a token with no expiration lives until deleted
+	}
+	t, err := time.Parse(time.RFC3339, string(exp))
+	if err != nil {
+		return true
+	}
+	return !now.Before(t)
+}
+
+const tokenChars = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+func randString(n int) (string, error) {
+	b := make([]byte, n)
+	max := big.NewInt(int64(len(tokenChars)))
+	for i := range b {
+		v, err := rand.Int(rand.Reader, max)
+		if err != nil {
+			return "", fmt.Errorf("random token: %w", err)
+		}
+		b[i] = tokenChars[v.Int64()]
+	}
+	return string(b), nil
+}
+
+func checkServer(server string) error {
+	u, err := url.Parse(server)
+	if err != nil || u.Scheme != "https" || u.Host == "" {
+		return fmt.Errorf("server %q is not an https://host:port URL", server)
+	}
+	return nil
+}

@@ -1,0 +1,157 @@
+package token
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"stratum.dev/stratum/internal/pki"
+)
+
+func testCA(t *testing.T) []byte {
+	t.Helper()
+	ca, err := pki.NewCA("test-ca", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca.CertPEM
+}
+
+// recording is a tokenSteps whose effects record their order.
+func recording(log *[]string, uploadErr error) tokenSteps {
+	return tokenSteps{
+		narrow: func(context.Context) error { *log = append(*log, "narrow"); return nil },
+		createToken: func(_ context.Context, group string, exp time.Time) (string, metav1.OwnerReference, error) {
+			*log = append(*log, "create "+group)
+			return "abcdef.0123456789abcdef", metav1.OwnerReference{APIVersion: "v1", Kind: "Secret", Name: "bootstrap-token-abcdef", UID: "u1"}, nil
+		},
+		deleteToken: func(_ context.Context, id string) error { *log = append(*log, "delete "+id); return nil },
+		newCertKey:  func() (string, error) { *log = append(*log, "certkey"); return strings.Repeat("ab", 32), nil },
+		upload: func(_ context.Context, k string, o *metav1.OwnerReference) error {
+			*log = append(*log, "upload "+o.Name)
+			return uploadErr
+		},
+	}
+}
+
+func TestMintOrder(t *testing.T) {
+	ca := testCA(t)
+	hash, _ := pki.CAHash(ca)
+	now := func() time.Time { return time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC) }
+	var log []string
+	m, err := mint(context.Background(), recording(&log, nil), ControlPlaneGroup, "https://10.0.0.10:6443", ca, 0, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"narrow", "certkey", "create " + ControlPlaneGroup, "upload bootstrap-token-abcdef"}
+	if !slices.Equal(log, want) {
+		t.Fatalf("steps %v, want %v", log, want)
+	}
+	wantCmd := fmt.Sprintf("stratum server --server https://10.0.0.10:6443 --token abcdef.0123456789abcdef --ca-hash %s --certificate-key %s", hash, strings.Repeat("ab", 32))
+	if m.JoinCommand != wantCmd {
+		t.Fatalf("join command\n%s\nwant\n%s", m.JoinCommand, wantCmd)
+	}
+	if !m.Expires.Equal(now().Add(DefaultTTL)) {
+		t.Fatalf("expires %v", m.Expires)
+	}
+}
+
+func TestMintRefusalsChangeNothing(t *testing.T) {
+	ca := testCA(t)
+	for _, tc := range []struct {
+		name, server string
+		ca           []byte
+		ttl          time.Duration
+	}{
+		{"http server", "http://10.0.0.10:6443", ca, 0},
+		{"no server", "", ca, 0},
+		{"bad CA", "https://10.0.0.10:6443", []byte("not a cert"), 0},
+		{"negative TTL", "https://10.0.0.10:6443", ca, -time.Hour},
+	} {
+		var log []string
+		if _, err := mint(context.Background(), recording(&log, nil), ControlPlaneGroup, tc.server, tc.ca, tc.ttl, nil); err == nil {
+			t.Errorf("%s: minted", tc.name)
+		}
+		if len(log) != 0 {
+			t.Errorf("%s: effects ran: %v", tc.name, log)
+		}
+	}
+}
+
+func TestMintUploadRefusalRemovesToken(t *testing.T) {
+	var log []string
+	refused := errors.New("over budget")
+	_, err := mint(context.Background(), recording(&log, refused), ControlPlaneGroup, "https://10.0.0.10:6443", testCA(t), time.Hour, nil)
+	if !errors.Is(err, refused) {
+		t.Fatalf("mint: %v", err)
+	}
+	if log[len(log)-1] != "delete abcdef" {
+		t.Fatalf("steps %v: the token was not removed", log)
+	}
+}
+
+func TestMintWorkerUploadsNothing(t *testing.T) {
+	cs := fake.NewClientset()
+	m, err := MintWorker(context.Background(), cs, WorkerOptions{Server: "https://10.0.0.10:6443", CACertPEM: testCA(t), TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := cs.CoreV1().Secrets(Namespace).Get(context.Background(), SecretPrefix+m.ID, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Type != corev1.SecretTypeBootstrapToken || s.StringData[keyExtraGroups] != WorkerGroup || s.StringData[keyUsageAuthn] != "true" {
+		t.Fatalf("worker token Secret %+v", s)
+	}
+	if m.CertKey != "" || strings.Contains(m.JoinCommand, "certificate-key") {
+		t.Fatalf("worker mint %+v", m)
+	}
+	if _, _, err := ParseToken(m.Token); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestExpiredOrGone(t *testing.T) {
+	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	tok := func(exp string, authn string) *corev1.Secret {
+		d := map[string][]byte{keyUsageAuthn: []byte(authn)}
+		if exp != "" {
+			d[keyExpiration] = []byte(exp)
+		}
+		return &corev1.Secret{Type: corev1.SecretTypeBootstrapToken, Data: d}
+	}
+	for _, tc := range []struct {
+		name string
+		s    *corev1.Secret
+		want bool
+	}{
+		{"deleted", nil, true},
+		{"live", tok("2030-01-01T13:00:00Z", "true"), false},
+		{"expired", tok("2030-01-01T11:59:59Z", "true"), true},
+		{"expires now", tok("2030-01-01T12:00:00Z", "true"), true},
+		{"no expiry", tok("", "true"), false},
+		{"garbled expiry", tok("soon", "true"), true},
+		{"not for authentication", tok("2030-01-01T13:00:00Z", ""), true},
+		{"not a token", &corev1.Secret{Type: corev1.SecretTypeOpaque}, true},
+	} {
+		if got := ExpiredOrGone(tc.s, now); got != tc.want {
+			t.Errorf("%s: %t, want %t", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestIDFromSecretName(t *testing.T) {
+	for in, want := range map[string]string{"bootstrap-token-abc123": "abc123", "bootstrap-token-ABC123": "", "bootstrap-token-abc12": "", "stratum-certs": "", "bootstrap-token-abc1234": ""} {
+		if got := IDFromSecretName(in); got != want {
+			t.Errorf("%s: %q, want %q", in, got, want)
+		}
+	}
+}
