@@ -66,11 +66,11 @@ var JoinCheckpoints = []string{
 
 // JoinOptions for `stratum server --server --token --certificate-key`.
 type JoinOptions struct {
-	Server   string
-	Token    string
-	CAHash   string
-	CertKey  string
-	NodeIP   string // --node-ip ("" when not given)
+	Server  string
+	Token   string
+	CAHash  string
+	CertKey string
+	NodeIP  string // --node-ip ("" when not given)
 	// ConfigNodeIP is spec.network.nodeIP. Kept apart from NodeIP so the join
 	// logs which one won (host.ResolveNodeIP has the whole precedence).
 	ConfigNodeIP string

@@ -108,7 +108,7 @@ type embeddedEtcd struct {
 	name string
 	mu   sync.Mutex
 	// cut are the peers this member's transport has paused.
-	cut map[uint64]bool
+	cut  map[uint64]bool
 	done chan struct{}
 	once sync.Once
 }
