@@ -498,10 +498,9 @@ func checkJoinAgainst(p bundleProfile, o JoinOptions) error {
 
 // issueLeaves mints this node's leaves from the downloaded shared CAs.
 func (n *Node) issueLeaves(hostname, nodeIP string, sans *pki.APISANs) error {
-	h := n.env.Host
 	files := map[string][]byte{}
 	for _, name := range pki.SharedFileNames() {
-		b, err := h.ReadFile(version.PKIFile(name))
+		b, err := n.env.Host.ReadFile(version.PKIFile(name))
 		if err != nil {
 			return fmt.Errorf("read shared certificate %s: %w", name, err)
 		}
@@ -511,24 +510,7 @@ func (n *Node) issueLeaves(hostname, nodeIP string, sans *pki.APISANs) error {
 	if err != nil {
 		return err
 	}
-	ip := net.ParseIP(nodeIP)
-	if ip == nil {
-		return fmt.Errorf("node IP %q is not an IP address", nodeIP)
-	}
-	leaves, err := pki.NodeLeaves(shared, hostname, ip, sans, h.Now())
-	if err != nil {
-		return err
-	}
-	for name, data := range leaves {
-		mode := 0o644
-		if strings.HasSuffix(name, ".key") {
-			mode = 0o600
-		}
-		if err := h.WriteFile(version.PKIFile(name), data, fs.FileMode(mode)); err != nil {
-			return fmt.Errorf("write %s: %w", name, err)
-		}
-	}
-	return nil
+	return n.issueLeavesFrom(shared, hostname, nodeIP, sans)
 }
 
 // writeKubeconfigs writes the node's kubeconfigs, all targeting server.

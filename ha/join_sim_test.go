@@ -18,6 +18,7 @@ import (
 
 	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/assets/assetstest"
+	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/token"
 	"stratum.dev/stratum/sim"
 )
@@ -55,9 +56,13 @@ func (j *joinCluster) mint(ttl time.Duration) ha.JoinOptions {
 	if err != nil {
 		j.t.Fatal(err)
 	}
+	ca, err := j.c.Host("cp1").Files().ReadFile("/etc/stratum/pki/ca.crt")
+	if err != nil {
+		j.t.Fatal(err)
+	}
 	m, err := token.MintControlPlane(j.ctx, admin, token.ControlPlaneOptions{
 		Server:     j.c.VIPURL(),
-		CACertPEM:  j.c.Shared().Cluster.CertPEM,
+		CACertPEM:  ca,
 		TTL:        ttl,
 		NewCertKey: ha.NewCertKey,
 		Upload: func(ctx context.Context, key string, owner *metav1.OwnerReference) error {
@@ -293,4 +298,39 @@ func TestJoinRefusedWhileClusterUnhealthy(t *testing.T) {
 	// not answer, which is not healthy enough to add one.
 	c.Host("cp3").StopEtcd()
 	j.joinRefused("cp4", o, ha.ErrClusterUnhealthy, c.Host("cp3").ClientURL())
+}
+
+// TestUpBootstrapsThenJoinsFromAFreshCluster runs the whole bring-up as the
+// CLI does on simulated hosts: `stratum up` on cp1 of an empty simulation,
+// then two joins.
+func TestUpBootstrapsThenJoinsFromAFreshCluster(t *testing.T) {
+	assetstest.Require(t)
+	c := sim.Start(t, sim.Config{Fresh: true, SpareHosts: 3, APIServers: true, VIP: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cp1 := joinNodeOn(c.Host("cp1"))
+	st, err := cp1.Up(ctx, ha.BootstrapOptions{VIP: nodestateVIP(c)})
+	if err != nil {
+		t.Fatalf("stratum up on cp1: %v", err)
+	}
+	if st.Etcd.InitialClusterState != "new" || st.Server != c.VIPURL() {
+		t.Fatalf("cp1 state: %+v", st)
+	}
+	// A second `up` on the same node starts what its state records.
+	if _, err := cp1.Up(ctx, ha.BootstrapOptions{}); err != nil {
+		t.Fatalf("second stratum up: %v", err)
+	}
+	j := &joinCluster{t: t, c: c, ctx: ctx, cp1: cp1}
+	for _, name := range []string{"cp2", "cp3"} {
+		if err := j.join(name, j.mint(time.Hour)); err != nil {
+			t.Fatalf("join %s: %v", name, err)
+		}
+	}
+	if got := strings.Join(j.members(), " "); got != "cp1:voter cp2:voter cp3:voter" {
+		t.Fatalf("members: %s", got)
+	}
+}
+
+func nodestateVIP(c *sim.Cluster) nodestate.VIP {
+	return nodestate.VIP{Address: c.VIPAddress().String(), Interface: "lo"}
 }

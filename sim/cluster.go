@@ -41,6 +41,10 @@ type Config struct {
 	ControlPlanes int
 	// SpareHosts are further hosts with nothing on them: join targets.
 	SpareHosts int
+	// Fresh lays out no control plane: every host starts empty, and the
+	// first control plane is made by stratum's own bring-up (ha's Up) on a
+	// host's Handle, as `stratum sim up` does. ControlPlanes is then ignored.
+	Fresh bool
 	// APIServers runs a kube-apiserver on each control plane.
 	APIServers bool
 	// VIP runs the VIP and a kube-vip candidate on each control plane
@@ -61,10 +65,18 @@ type Config struct {
 }
 
 func (cfg *Config) defaults() error {
-	if cfg.ControlPlanes == 0 {
+	if cfg.Fresh {
+		cfg.ControlPlanes = 0
+		if cfg.SpareHosts < 1 {
+			return errors.New("sim: a fresh cluster needs at least one spare host")
+		}
+		if cfg.ControllerManager {
+			return errors.New("sim: a fresh cluster starts no controller manager; start it on a host once it runs an apiserver")
+		}
+	} else if cfg.ControlPlanes == 0 {
 		cfg.ControlPlanes = 3
 	}
-	if cfg.ControlPlanes < 1 || cfg.ControlPlanes+cfg.SpareHosts > 200 {
+	if cfg.ControlPlanes < 0 || cfg.ControlPlanes+cfg.SpareHosts > 200 || !cfg.Fresh && cfg.ControlPlanes < 1 {
 		return fmt.Errorf("sim: %d control planes and %d spare hosts is out of range", cfg.ControlPlanes, cfg.SpareHosts)
 	}
 	if (cfg.VIP || cfg.ControllerManager) && !cfg.APIServers {
@@ -155,6 +167,14 @@ func New(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		}
 	}
 	go c.tick()
+	if cfg.Fresh {
+		if cfg.VIP {
+			if err := c.startVIP(); err != nil {
+				return nil, fmt.Errorf("sim: VIP %s: %w", c.vip.addr, err)
+			}
+		}
+		return c, nil
+	}
 	start := time.Now()
 	// Launch one after another (each finds the ones before it serving), then
 	// wait for all: a new cluster is ready only once a quorum has started.
