@@ -96,7 +96,9 @@ func (n *Node) bootstrap(ctx context.Context, o BootstrapOptions) (*nodestate.No
 			}
 			return nil
 		},
-		IssueCerts:          func(hostname, ip string, sans *pki.APISANs) error { return n.issueLeavesFrom(shared, hostname, ip, sans) },
+		IssueCerts: func(hostname, ip string, sans *pki.APISANs) error {
+			return n.issueLeavesFrom(shared, hostname, ip, sans)
+		},
 		WriteKubeconfigs:    func(_, _ string, _ bool) error { return n.writeKubeconfigs(st.Server) },
 		WriteProfileConfigs: func() error { return writeProfileConfigs(h, o.Profile) },
 		WriteRuntimeConfigs: func(st *nodestate.NodeState) error { return writeRuntimeConfigs(h, st) },
