@@ -364,12 +364,16 @@ func (n *Node) prepareJoin(ctx context.Context, o JoinOptions) (*nodestate.NodeS
 	if err := n.writeJoinIntent(intent); err != nil {
 		return nil, err
 	}
-	if err := n.checkpoint(ctx, CheckpointAfterIntent); err != nil {
-		return nil, err
+	err = n.checkpoint(ctx, CheckpointAfterIntent)
+	if err == nil {
+		err = ctx.Err()
 	}
-	if err := ctx.Err(); err != nil {
-		_ = n.ClearJoinIntent(context.WithoutCancel(ctx))
-		return nil, fmt.Errorf("control-plane join stopped before the etcd member-add: %w; nothing was added to etcd, and %s", err, joinHint)
+	if err != nil {
+		// Nothing was added: the journal has nothing to record.
+		if cerr := n.ClearJoinIntent(context.WithoutCancel(ctx)); cerr != nil {
+			n.log.Warn("the join intent journal could not be cleared", "err", cerr)
+		}
+		return nil, fmt.Errorf("control-plane join stopped before the etcd member-add: %w; nothing was added to etcd: %s", err, joinHint)
 	}
 
 	// The deferral window. From the member-add until the node state that
@@ -404,6 +408,9 @@ func (n *Node) prepareJoin(ctx context.Context, o JoinOptions) (*nodestate.NodeS
 		n.rollbackMember(wctx, etcdIPs, peerURL)
 		return nil, fmt.Errorf("control-plane join of %s: %w", name, err)
 	}
+	// The state records the member: a signal held in the window is delivered
+	// now, and the caller sees it before starting any service.
+	endDeferral()
 	if err := n.checkpoint(wctx, CheckpointAfterStateSave); err != nil {
 		return st, err
 	}

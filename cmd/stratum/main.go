@@ -1,7 +1,8 @@
 // Command stratum is the CLI of stratum's HA control-plane join reference
-// implementation. Today it runs the simulator (`stratum sim up`) and reports
-// its version; the commands that act on a real Linux host (`up`, `server`,
-// `token`, `etcd ...`, `certs`, `grants`) are added as the ha package lands.
+// implementation: the commands that act on this machine (`up`, `server`,
+// `token create`, `etcd members|health`, `certs check`, `grants prune`) and
+// the simulator (`stratum sim up`), which runs the same bring-up and join on
+// simulated hosts.
 //
 // The CLI is thin: flags in, sim / ha / internal calls, printed results out.
 package main
@@ -21,6 +22,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
 
+	"stratum.dev/stratum/internal/host"
 	"stratum.dev/stratum/sim"
 )
 
@@ -45,6 +47,9 @@ type options struct {
 	// it is up, so a test can learn its directory and check that nothing it
 	// started survives the run.
 	onCluster func(*sim.Cluster)
+	// localHost, when set, replaces host.Local as the machine the real-host
+	// commands act on (tests point it at a temporary root).
+	localHost func() (host.Host, error)
 }
 
 // runWith is run with test options.
@@ -116,8 +121,12 @@ live member (learner first, promoted once caught up) and brings up its own
 kube-apiserver, while every client reaches the control planes through one VIP. The same
 code runs first on simulated hosts (embedded etcd members and real kube-apiserver
 processes driven from one process) via "stratum sim", before it acts on real machines.`,
-		Example: `  # Start a simulated cluster of three control planes, check it, tear it down
+		Example: `  # Try the whole flow: bootstrap, mint, join two more control planes, check, tear down
   stratum sim up --control-planes 3
+
+  # On a real host: the first control plane, then a grant for the next one
+  stratum up --vip 10.0.0.10
+  stratum token create --control-plane
 
   # Print stratum's version and the pinned Kubernetes and etcd versions
   stratum version`,
@@ -141,7 +150,7 @@ processes driven from one process) via "stratum sim", before it acts on real mac
 	}
 	root.PersistentFlags().StringVar(&a.logLevel, "log-level", "warn", "log level on stderr: debug, info, warn or error")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(a.versionCmd(), a.simCmd())
+	root.AddCommand(a.upCmd(), a.serverCmd(), a.tokenCmd(), a.etcdCmd(), a.certsCmd(), a.grantsCmd(), a.simCmd(), a.versionCmd())
 	return root
 }
 

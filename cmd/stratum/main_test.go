@@ -2,9 +2,12 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +18,7 @@ import (
 
 	"stratum.dev/stratum/internal/assets"
 	"stratum.dev/stratum/internal/assets/assetstest"
+	"stratum.dev/stratum/internal/host"
 	"stratum.dev/stratum/internal/version"
 	"stratum.dev/stratum/sim"
 )
@@ -56,9 +60,9 @@ func TestHelpShowsExamples(t *testing.T) {
 			}
 		})
 	}
-	// sim up's help says the binaries' remedy and that joining is not yet the real flow.
+	// sim up's help says the binaries' remedy and that it runs the real flow.
 	_, out, _ := runCLI(t, options{}, "sim", "up", "--help")
-	for _, want := range []string{"make assets", "laid out directly", "once that flow lands"} {
+	for _, want := range []string{"make assets", `"stratum up"`, `"stratum token create --control-plane"`, `"stratum server"`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("sim up --help lacks %q:\n%s", want, out)
 		}
@@ -75,6 +79,21 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"sim", "up", "--control-planes", "three"},
 		{"version", "extra"},
 		{"--log-level", "loud", "version"},
+		{"up", "extra"},
+		{"up", "--node-ip", "not-an-ip"},
+		{"up", "--vip", "10.0.0"},
+		{"server"},
+		{"server", "--server", "https://10.0.0.10:6443", "--token", "abcdef.0123456789abcdef"},
+		{"server", "--bogus"},
+		{"token", "create", "--ttl", "two hours"},
+		{"token", "create", "--ttl", "0s"},
+		{"token", "create", "--ttl", "-1h"},
+		{"token", "create", "extra"},
+		{"etcd", "bogus"},
+		{"etcd", "members", "extra"},
+		{"etcd", "health", "--bogus"},
+		{"certs", "check", "extra"},
+		{"grants", "prune", "extra"},
 	} {
 		code, out, errOut := runCLI(t, options{}, args...)
 		if code != exitUsage {
@@ -86,8 +105,10 @@ func TestUsageErrorsExit2(t *testing.T) {
 		}
 	}
 	// A group with no subcommand prints its help and succeeds.
-	if code, out, _ := runCLI(t, options{}, "sim"); code != exitOK || !strings.Contains(out, "stratum sim up") {
-		t.Errorf("stratum sim: exit %d, want 0 and the help:\n%s", code, out)
+	for _, g := range []struct{ group, sub string }{{"sim", "up"}, {"token", "create"}, {"etcd", "members"}, {"certs", "check"}, {"grants", "prune"}} {
+		if code, out, _ := runCLI(t, options{}, g.group); code != exitOK || !strings.Contains(out, "stratum "+g.group+" "+g.sub) {
+			t.Errorf("stratum %s: exit %d, want 0 and the help:\n%s", g.group, code, out)
+		}
 	}
 }
 
@@ -150,9 +171,25 @@ func TestSimUpEndToEnd(t *testing.T) {
 	}
 	dir := cluster.RootDir()
 
+	// The bring-up ran stratum's own flow: up on cp1, then a grant and a
+	// join for each further control plane, in order.
+	steps := []string{
+		"✓ cp1: stratum up (bootstrap)",
+		"✓ token create --control-plane",
+		"✓ cp2: stratum server (join)",
+		"✓ token create --control-plane",
+		"✓ cp3: stratum server (join)",
+	}
+	rest := out
+	for _, step := range steps {
+		i := strings.Index(rest, step)
+		if i < 0 {
+			t.Errorf("output lacks the step %q (in order)", step)
+			break
+		}
+		rest = rest[i+len(step):]
+	}
 	for _, want := range []string{
-		"etcd cluster of 3 members ready",
-		"3 kube-apiservers ready",
 		"VIP " + cluster.VIPAddress().String() + " held by cp",
 		"smoke check: ConfigMap kube-system/" + smokeConfigMap + " written through the VIP, read back from cp",
 		"torn down",
@@ -215,5 +252,152 @@ func TestSimUpEndToEnd(t *testing.T) {
 	}
 	if len(evs) == 0 || evs[len(evs)-1].What != "cluster closed" {
 		t.Errorf("event log does not end with the teardown: %d events", len(evs))
+	}
+}
+
+// tempHost is this machine with its files under a temporary root instead of
+// "/", and no service manager: a real-host command run on it touches nothing
+// outside the root.
+type tempHost struct {
+	*host.Local
+	starts []string
+}
+
+func (*tempHost) Name() string { return "test-node" }
+
+func (h *tempHost) StartService(_ context.Context, name string) error {
+	h.starts = append(h.starts, name)
+	return fmt.Errorf("%w: systemd has no unit stratum-%s.service", host.ErrUnknownService, name)
+}
+
+func (*tempHost) StopService(_ context.Context, name string) error {
+	return fmt.Errorf("%w: systemd has no unit stratum-%s.service", host.ErrUnknownService, name)
+}
+
+func (*tempHost) RestartService(_ context.Context, name string) error {
+	return fmt.Errorf("%w: systemd has no unit stratum-%s.service", host.ErrUnknownService, name)
+}
+
+func (*tempHost) TrustCIDR(netip.Prefix) error { return nil }
+
+// onTempHost returns options whose real-host commands act on a fresh
+// tempHost, and the host.
+func onTempHost(t *testing.T) (options, *tempHost) {
+	t.Helper()
+	h := &tempHost{Local: &host.Local{Dir: host.Dir{Root: t.TempDir(), LockDir: "/run/stratum"}}}
+	return options{localHost: func() (host.Host, error) { return h, nil }}, h
+}
+
+// filesUnder lists every file under root with its contents.
+func filesUnder(t *testing.T, root string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		out[strings.TrimPrefix(p, root)] = string(b)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestServerRefusesMalformedFlagsChangingNothing(t *testing.T) {
+	good := map[string]string{
+		"--server":          "https://10.0.0.10:6443",
+		"--token":           "abcdef.0123456789abcdef",
+		"--ca-hash":         "sha256:" + strings.Repeat("ab", 32),
+		"--certificate-key": strings.Repeat("cd", 32),
+	}
+	for _, tc := range []struct {
+		flag, value, want string
+	}{
+		{"--server", "http://10.0.0.10:6443", "--server"},
+		{"--token", "ABCDEF.0123456789abcdef", "--token is not"},
+		{"--ca-hash", "md5:1234", "--ca-hash is not"},
+		{"--certificate-key", "not-hex", "--certificate-key is not"},
+	} {
+		t.Run(tc.flag, func(t *testing.T) {
+			opts, h := onTempHost(t)
+			args := []string{"server"}
+			for _, f := range []string{"--server", "--token", "--ca-hash", "--certificate-key"} {
+				v := good[f]
+				if f == tc.flag {
+					v = tc.value
+				}
+				args = append(args, f, v)
+			}
+			code, out, errOut := runCLI(t, opts, args...)
+			if code != exitFail {
+				t.Fatalf("%v: exit %d, want %d; stderr:\n%s", args, code, exitFail, errOut)
+			}
+			for _, want := range []string{"stratum: ", "control-plane join refused", tc.want, "nothing was changed"} {
+				if !strings.Contains(errOut, want) {
+					t.Errorf("stderr lacks %q:\n%s", want, errOut)
+				}
+			}
+			if out != "" {
+				t.Errorf("refused, yet printed:\n%s", out)
+			}
+			if files := filesUnder(t, h.Root); len(files) != 0 {
+				t.Errorf("a refused join wrote files: %v", files)
+			}
+			if len(h.starts) > 0 {
+				t.Errorf("a refused join started services: %v", h.starts)
+			}
+		})
+	}
+}
+
+func TestControlPlaneCommandsRefuseOnANodeWithoutState(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"token", "create", "--control-plane"}, "no control-plane state on this node"},
+		{[]string{"token", "create"}, "no control-plane state on this node"},
+		{[]string{"etcd", "members"}, "no control-plane state on this node"},
+		{[]string{"etcd", "health"}, "no control-plane state on this node"},
+		{[]string{"certs", "check"}, "admin kubeconfig"},
+		{[]string{"grants", "prune"}, "admin kubeconfig"},
+	} {
+		opts, h := onTempHost(t)
+		code, out, errOut := runCLI(t, opts, tc.args...)
+		if code != exitFail || !strings.HasPrefix(errOut, "stratum: ") || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v on a fresh node: exit %d, stderr %q; want exit 1 and %q", tc.args, code, errOut, tc.want)
+		}
+		if out != "" {
+			t.Errorf("%v refused, yet printed:\n%s", tc.args, out)
+		}
+		if files := filesUnder(t, h.Root); len(files) != 0 {
+			t.Errorf("%v wrote files: %v", tc.args, files)
+		}
+	}
+}
+
+func TestUpWithoutServiceUnitsPointsToSim(t *testing.T) {
+	opts, h := onTempHost(t)
+	code, out, errOut := runCLI(t, opts, "up", "--node-ip", "127.0.0.1")
+	if code != exitFail {
+		t.Fatalf("up without service units: exit %d, want 1; stdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	for _, want := range []string{"start etcd", "unknown service", "supervisor units", "not part of this release", "stratum sim up"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+	if len(h.starts) != 1 || h.starts[0] != "etcd" {
+		t.Errorf("services started: %v, want only etcd tried", h.starts)
+	}
+	t.Logf("stratum up on a host without units:\n%s", errOut)
+	// The hint says a later `stratum up` starts from the files written: it
+	// does, trying etcd again rather than refusing.
+	code, _, errOut = runCLI(t, opts, "up")
+	if code != exitFail || !strings.Contains(errOut, "supervisor units") || len(h.starts) != 2 || h.starts[1] != "etcd" {
+		t.Errorf("second up: exit %d, starts %v, stderr:\n%s", code, h.starts, errOut)
 	}
 }

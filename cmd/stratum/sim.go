@@ -9,10 +9,7 @@ import (
 	"io"
 	"os"
 	"regexp"
-	"sort"
-	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -20,7 +17,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/assets"
+	"stratum.dev/stratum/internal/nodestate"
+	"stratum.dev/stratum/internal/token"
 	"stratum.dev/stratum/internal/version"
 	"stratum.dev/stratum/sim"
 )
@@ -66,22 +66,25 @@ func (a *app) simUpCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Bring up a simulated HA control plane, check it, and tear it down",
-		Long: `Bring up a simulated HA cluster on this machine and check it: an etcd cluster of
---control-planes members, a real kube-apiserver on every control plane, and a VIP held
-by one of them through a leader-elected lease. Each step is printed with its duration
-as it completes; then the etcd member table (from the members themselves), the VIP,
-and a smoke check that writes a ConfigMap through the VIP and reads it back through
-another control plane's own apiserver.
+		Long: `Bring up a simulated HA cluster on this machine by running stratum's own bring-up and
+join on simulated hosts, then check it. Every host starts empty. On cp1 it runs
+"stratum up" (bootstrap: the cluster's CAs, leaves, kubeconfigs, a single-member etcd,
+the kube-apiserver, kube-vip holding the VIP); then, for each further control plane,
+"stratum token create --control-plane" on cp1 (bootstrap token, certificate-key, shared
+certificates uploaded encrypted) and "stratum server" on the new host with that join
+command (certificate download, leaves, etcd learner add, node state, start, learner
+promotion, kube-apiserver, kube-vip). These are the same code paths the real-host
+commands run, on each simulated host's handle instead of this machine.
+
+Each step is printed with its duration as it completes; then the etcd member table
+(name, peer URL, voter or learner, leader, health, from the members themselves), the
+VIP, and a smoke check that writes a ConfigMap through the VIP and reads it back through
+another control plane's own apiserver. The run fails (exit 1) unless every member is a
+healthy voter and exactly one is leader.
 
 Without --keep the cluster is torn down at once; with --keep it runs until Ctrl-C
 (SIGINT) or SIGTERM. Ctrl-C at any point tears down everything started so far.
-
-The control planes are laid out directly by the simulator, as "stratum up" lays out a
-control plane (shared CAs, leaf certificates, kubeconfigs, node state), and started
-as one etcd cluster. They are not joined through the HA join flow (grant, certificate
-download, learner add and promotion): once that flow lands, the simulated control
-planes after the first will join with it. --spare-hosts adds empty hosts as join
-targets.
+--spare-hosts adds further empty hosts.
 
 The kube-apiserver and etcd binaries come from "make assets".`,
 		Example: `  # Three control planes: bring up, check, tear down
@@ -129,14 +132,14 @@ func (a *app) simUp(ctx context.Context, f simUpFlags) (err error) {
 		p.event(line)
 	}}
 	setupCtx, cancel := context.WithTimeout(ctx, simSetupTimeout)
+	defer cancel()
 	c, err := sim.New(setupCtx, sim.Config{
-		ControlPlanes: f.controlPlanes,
-		SpareHosts:    f.spareHosts,
-		APIServers:    true,
-		VIP:           true,
-		EventsTo:      tee,
+		Fresh:      true,
+		SpareHosts: f.controlPlanes + f.spareHosts,
+		APIServers: true,
+		VIP:        true,
+		EventsTo:   tee,
 	})
-	cancel()
 	if err != nil {
 		if eventsFile != nil {
 			eventsFile.Close()
@@ -168,18 +171,56 @@ func (a *app) simUp(ctx context.Context, f simUpFlags) (err error) {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 
+	// The bring-up, as an operator runs it: `stratum up` on cp1, then a
+	// grant minted on cp1 and `stratum server` for each further control
+	// plane, each an ha.Node on the simulated host's handle.
+	cps := c.Hosts()[:f.controlPlanes]
+	nodes := make([]*ha.Node, len(cps))
+	for i, h := range cps {
+		d := h.Handle()
+		nodes[i] = ha.NewNode(ha.Env{Host: d, Checkpoint: d.Checkpoint, Log: a.log})
+	}
 	start := time.Now()
-	vctx, cancel := context.WithTimeout(ctx, simStepTimeout)
+	vip := nodestate.VIP{Address: c.VIPAddress().String(), Interface: "lo"}
+	if _, err := nodes[0].Up(setupCtx, ha.BootstrapOptions{VIP: vip}); err != nil {
+		return interrupted(cps[0].Name()+": stratum up", err)
+	}
+	p.step(start, cps[0].Name()+": stratum up (bootstrap)")
+	for i := 1; i < len(cps); i++ {
+		start = time.Now()
+		m, server, err := mintGrant(setupCtx, nodes[0], cps[0].Handle(), token.DefaultTTL, true)
+		if err != nil {
+			return interrupted(cps[0].Name()+": token create --control-plane", err)
+		}
+		p.step(start, "token create --control-plane")
+		start = time.Now()
+		o := ha.JoinOptions{Server: server, Token: m.Token, CAHash: m.CAHash, CertKey: m.CertKey}
+		if _, err := join(setupCtx, nodes[i], o); err != nil {
+			return interrupted(cps[i].Name()+": stratum server (join)", err)
+		}
+		p.step(start, cps[i].Name()+": stratum server (join)")
+	}
+
+	start = time.Now()
+	vctx, vcancel := context.WithTimeout(ctx, simStepTimeout)
 	holder, err := c.WaitVIP(vctx)
-	cancel()
+	vcancel()
 	if err != nil {
 		return interrupted("VIP", err)
 	}
 	p.step(start, fmt.Sprintf("VIP %s held by %s", c.VIPAddress(), holder.Name()))
 
-	cps := c.Hosts()[:f.controlPlanes]
 	var table bytes.Buffer
-	if err := memberTable(ctx, &table, cps); err != nil {
+	mctx, mcancel := context.WithTimeout(ctx, simStepTimeout)
+	rows, err := etcdMembers(mctx, nodes[0], cps[0].Handle(), cps[0].ClientURL())
+	mcancel()
+	if err != nil {
+		return interrupted("etcd members", err)
+	}
+	if err := writeMemberTable(&table, rows); err != nil {
+		return err
+	}
+	if err := tableVerdict(rows); err != nil {
 		p.print("\n" + table.String())
 		return interrupted("etcd members", err)
 	}
@@ -199,75 +240,6 @@ func (a *app) simUp(ctx context.Context, f simUpFlags) (err error) {
 		"  apiserver  %s\n  kubectl    kubectl --kubeconfig %s get --raw /readyz\n  host roots %s\n\n",
 		c.VIPURL(), cps[0].Path(version.Kubeconfig("admin")), c.RootDir()))
 	<-ctx.Done()
-	return nil
-}
-
-// memberTable writes the etcd member table as the members report it: the
-// member list, and each member's own status (voter or learner, whether it is
-// the leader, whether it answered). It fails unless every member is healthy
-// and exactly one reports itself leader.
-func memberTable(ctx context.Context, w io.Writer, cps []*sim.Host) error {
-	var endpoints []string
-	for _, h := range cps {
-		endpoints = append(endpoints, h.ClientURL())
-	}
-	cli, err := cps[0].EtcdClient(endpoints...)
-	if err != nil {
-		return err
-	}
-	defer cli.Close()
-	ctx, cancel := context.WithTimeout(ctx, simStepTimeout)
-	defer cancel()
-	list, err := cli.MemberList(ctx)
-	if err != nil {
-		return fmt.Errorf("member list: %w", err)
-	}
-	members := list.Members
-	sort.Slice(members, func(i, j int) bool { return members[i].Name < members[j].Name })
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "MEMBER\tPEER URL\tROLE\tLEADER\tHEALTH")
-	var problems []string
-	leaders := 0
-	for _, m := range members {
-		role := "voter"
-		if m.IsLearner {
-			role = "learner"
-		}
-		leader, health := "-", "healthy"
-		switch {
-		case len(m.ClientURLs) == 0:
-			health = "unhealthy: not started (no client URL)"
-		default:
-			sctx, scancel := context.WithTimeout(ctx, 5*time.Second)
-			st, err := cli.Status(sctx, m.ClientURLs[0])
-			scancel()
-			switch {
-			case err != nil:
-				health = "unhealthy: " + err.Error()
-			case len(st.Errors) > 0:
-				health = "unhealthy: " + strings.Join(st.Errors, "; ")
-			case st.Leader == 0:
-				health = "unhealthy: no leader"
-			}
-			if err == nil && st.Leader == st.Header.MemberId {
-				leader = "leader"
-				leaders++
-			}
-		}
-		if health != "healthy" {
-			problems = append(problems, m.Name+" "+health)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", m.Name, strings.Join(m.PeerURLs, ","), role, leader, health)
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if len(problems) > 0 {
-		return errors.New(strings.Join(problems, "; "))
-	}
-	if leaders != 1 {
-		return fmt.Errorf("%d members report themselves leader, want exactly 1", leaders)
-	}
 	return nil
 }
 
@@ -346,39 +318,18 @@ type progress struct {
 	mu   sync.Mutex
 	out  io.Writer
 	last time.Time // when the last step completed
-
-	hostsAt time.Time // when the simulator announced its hosts
 }
 
-// Simulator events that complete a step (sim.Cluster records them in New).
-var (
-	evHosts      = regexp.MustCompile(`cluster of (\d+) hosts on (\S+), VIP (\S+),`)
-	evEtcd       = regexp.MustCompile(`etcd cluster of (\d+) ready in (\S+)$`)
-	evAPIServers = regexp.MustCompile(`(\d+) apiservers ready `)
-)
+// evHosts is the simulator event that completes the first step (sim.New
+// records it once the hosts are laid out); the rest are the command's own.
+var evHosts = regexp.MustCompile(`cluster of (\d+) hosts on (\S+), VIP (\S+),`)
 
 // event turns one event line into a step when it completes one.
 func (p *progress) event(line string) {
 	now := time.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	switch {
-	case evEtcd.MatchString(line):
-		m := evEtcd.FindStringSubmatch(line)
-		// The event says how long etcd took to start; the rest since the
-		// hosts were announced was making the PKI and laying out the hosts.
-		etcd, err := time.ParseDuration(m[2])
-		if err == nil && !p.hostsAt.IsZero() && now.Add(-etcd).After(p.last) {
-			layout := now.Add(-etcd)
-			p.stepLocked(layout, p.last, "cluster PKI, certificates, kubeconfigs and node state laid out")
-		}
-		p.stepLocked(now, p.last, fmt.Sprintf("etcd cluster of %s members ready", m[1]))
-	case evAPIServers.MatchString(line):
-		m := evAPIServers.FindStringSubmatch(line)
-		p.stepLocked(now, p.last, fmt.Sprintf("%s kube-apiservers ready", m[1]))
-	case evHosts.MatchString(line):
-		m := evHosts.FindStringSubmatch(line)
-		p.hostsAt = now
+	if m := evHosts.FindStringSubmatch(line); m != nil {
 		p.stepLocked(now, p.last, fmt.Sprintf("%s hosts on %s, VIP %s", m[1], m[2], m[3]))
 	}
 }

@@ -1,0 +1,263 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"stratum.dev/stratum/ha"
+	"stratum.dev/stratum/internal/host"
+	"stratum.dev/stratum/internal/kubeconfig"
+	"stratum.dev/stratum/internal/nodestate"
+	"stratum.dev/stratum/internal/pki"
+	"stratum.dev/stratum/internal/token"
+	"stratum.dev/stratum/internal/version"
+)
+
+// The flow shared by the real-host commands and `stratum sim up`: each
+// function acts on one node (an ha.Node and the host it is bound to), so the
+// simulator runs exactly the code a real `stratum up`, `token create` and
+// `server` run.
+
+// apiTimeout bounds each request to an apiserver.
+const apiTimeout = 30 * time.Second
+
+// join is `stratum server`: prepare the join (certificates, leaves, live
+// etcd member-add, node state), then start the control plane from the saved
+// state (etcd, learner promotion, apiserver, kube-vip).
+func join(ctx context.Context, n *ha.Node, o ha.JoinOptions) (*nodestate.NodeState, error) {
+	if _, err := n.PrepareControlPlaneJoin(ctx, o); err != nil {
+		return nil, err
+	}
+	return n.StartControlPlane(ctx)
+}
+
+// adminClient is a clientset from the admin kubeconfig on h, dialing through
+// h (so a simulated host's partitions apply).
+func adminClient(h host.Host) (kubernetes.Interface, error) {
+	kc, err := h.ReadFile(version.Kubeconfig(kubeconfig.Admin))
+	if err != nil {
+		return nil, fmt.Errorf("read the admin kubeconfig: %w; run this on a control plane", err)
+	}
+	cfg, err := kubeconfig.RESTConfig(kc)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Dial = h.DialContext
+	cfg.Timeout = apiTimeout
+	return kubernetes.NewForConfig(cfg)
+}
+
+// loadState is the control-plane node state on h, or an error that says this
+// is not a control plane.
+func loadState(h host.Host) (*nodestate.NodeState, error) {
+	st, err := nodestate.Load(h)
+	if errors.Is(err, nodestate.ErrNoState) {
+		return nil, fmt.Errorf("no control-plane state on this node (%s): run this on a control plane (`stratum up` or `stratum server` made one); nothing was changed", nodestate.Path)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// mintGrant is `stratum token create` on a control plane: a control-plane
+// grant (token, certificate-key, shared certificates uploaded under it) or a
+// worker token, with the join command for the cluster's server (the VIP when
+// the cluster has one) from the node state. It returns that server too.
+func mintGrant(ctx context.Context, n *ha.Node, h host.Host, ttl time.Duration, controlPlane bool) (*token.Minted, string, error) {
+	st, err := loadState(h)
+	if err != nil {
+		return nil, "", err
+	}
+	ca, err := h.ReadFile(version.PKIFile("ca.crt"))
+	if err != nil {
+		return nil, "", fmt.Errorf("read the cluster CA: %w; nothing was created", err)
+	}
+	cs, err := adminClient(h)
+	if err != nil {
+		return nil, "", err
+	}
+	narrow := func(ctx context.Context) error { return n.NarrowCertsReaderBinding(ctx, cs) }
+	if !controlPlane {
+		m, err := token.MintWorker(ctx, cs, token.WorkerOptions{
+			Server: st.Server, CACertPEM: ca, TTL: ttl, Now: h.Now, NarrowReaders: narrow,
+			Description: "stratum token create (worker)",
+		})
+		return m, st.Server, err
+	}
+	m, err := token.MintControlPlane(ctx, cs, token.ControlPlaneOptions{
+		Server:     st.Server,
+		CACertPEM:  ca,
+		TTL:        ttl,
+		Now:        h.Now,
+		NewCertKey: ha.NewCertKey,
+		Upload: func(ctx context.Context, key string, owner *metav1.OwnerReference) error {
+			return n.UploadCerts(ctx, key, owner, nil)
+		},
+		NarrowReaders: narrow,
+		Description:   "stratum token create --control-plane",
+	})
+	return m, st.Server, err
+}
+
+// etcdClient is a clientv3 client on endpoints with h's etcd client
+// certificate (the healthcheck-client leaf), dialing through h.
+func etcdClient(h host.Host, endpoints ...string) (*clientv3.Client, error) {
+	read := func(name string) ([]byte, error) {
+		b, err := h.ReadFile(version.PKIFile(name))
+		if err != nil {
+			return nil, fmt.Errorf("read this node's etcd client credentials: %w; run this on a control plane", err)
+		}
+		return b, nil
+	}
+	ca, err := read("etcd/ca.crt")
+	if err != nil {
+		return nil, err
+	}
+	crt, err := read("etcd/healthcheck-client.crt")
+	if err != nil {
+		return nil, err
+	}
+	key, err := read("etcd/healthcheck-client.key")
+	if err != nil {
+		return nil, err
+	}
+	tlsCfg, err := pki.ClientTLS(ca, crt, key, "")
+	if err != nil {
+		return nil, err
+	}
+	return clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		TLS:         tlsCfg,
+		DialTimeout: 3 * time.Second,
+		Logger:      zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return h.DialContext(ctx, "tcp", addr)
+		})},
+	})
+}
+
+// memberRow is one row of the etcd member table.
+type memberRow struct {
+	Name, PeerURL, ClientIP string
+	Learner, Leader         bool
+	// Health is "healthy" or "unhealthy: <why>".
+	Health string
+}
+
+// etcdMembers lists the cluster's members through the etcd at endpoint (a
+// client URL) and asks each member for its own status (ha's
+// EtcdMemberStatus): voter or learner, whether it is the leader, healthy.
+func etcdMembers(ctx context.Context, n *ha.Node, h host.Host, endpoint string) ([]memberRow, error) {
+	cli, err := etcdClient(h, endpoint)
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	list, err := cli.MemberList(lctx)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("etcd member list through %s: %w", endpoint, err)
+	}
+	rows := make([]memberRow, len(list.Members))
+	done := make(chan struct{}, len(list.Members))
+	for i, m := range list.Members {
+		rows[i] = memberRow{Name: m.Name, PeerURL: strings.Join(m.PeerURLs, ","), Learner: m.IsLearner}
+		if rows[i].Name == "" {
+			rows[i].Name = "(unstarted)"
+		}
+		go func() {
+			defer func() { done <- struct{}{} }()
+			r := &rows[i]
+			if len(m.ClientURLs) == 0 {
+				r.Health = "unhealthy: not started (no client URL)"
+				return
+			}
+			r.ClientIP = urlHost(m.ClientURLs[0])
+			st := n.EtcdMemberStatus(ctx, r.ClientIP)
+			r.Leader = st.Err == nil && st.ID != 0 && st.ID == st.Leader
+			switch {
+			case st.Err != nil:
+				r.Health = "unhealthy: " + st.Err.Error()
+			case st.Leader == 0:
+				r.Health = "unhealthy: no leader"
+			case len(st.Alarms) > 0:
+				r.Health = "unhealthy: " + strings.Join(st.Alarms, "; ")
+			default:
+				r.Health = "healthy"
+			}
+		}()
+	}
+	for range list.Members {
+		<-done
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].Name < rows[j].Name })
+	return rows, nil
+}
+
+// writeMemberTable writes rows as a table: name, peer URL, voter or learner,
+// leader, health.
+func writeMemberTable(w io.Writer, rows []memberRow) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "MEMBER\tPEER URL\tROLE\tLEADER\tHEALTH")
+	for _, r := range rows {
+		role, leader := "voter", "-"
+		if r.Learner {
+			role = "learner"
+		}
+		if r.Leader {
+			leader = "leader"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Name, r.PeerURL, role, leader, r.Health)
+	}
+	return tw.Flush()
+}
+
+// tableVerdict fails unless every member is a healthy voter and exactly one
+// reports itself leader.
+func tableVerdict(rows []memberRow) error {
+	var problems []string
+	leaders := 0
+	for _, r := range rows {
+		if r.Health != "healthy" {
+			problems = append(problems, r.Name+" "+r.Health)
+		}
+		if r.Learner {
+			problems = append(problems, r.Name+" is still a learner")
+		}
+		if r.Leader {
+			leaders++
+		}
+	}
+	if len(problems) > 0 {
+		return errors.New(strings.Join(problems, "; "))
+	}
+	if leaders != 1 {
+		return fmt.Errorf("%d members report themselves leader, want exactly 1", leaders)
+	}
+	return nil
+}
+
+// urlHost is the host part of a URL ("" when it does not parse).
+func urlHost(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	return u.Hostname()
+}

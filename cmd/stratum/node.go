@@ -1,0 +1,429 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"stratum.dev/stratum/ha"
+	"stratum.dev/stratum/internal/host"
+	"stratum.dev/stratum/internal/interrupt"
+	"stratum.dev/stratum/internal/nodestate"
+	"stratum.dev/stratum/internal/token"
+)
+
+// The commands that act on this machine (host.Local): up, server, token
+// create, etcd members / health, certs check, grants prune. Each binds an
+// ha.Node to the host and runs the same flow (flow.go) `stratum sim up` runs
+// on simulated hosts.
+
+// certKeyMaxAge is the age past which `certs check` warns that the
+// certificate-key should be rotated.
+const certKeyMaxAge = 90 * 24 * time.Hour
+
+// localNode binds an ha.Node to this machine (or the test seam's host).
+func (a *app) localNode() (*ha.Node, host.Host, error) {
+	newHost := a.opts.localHost
+	if newHost == nil {
+		newHost = func() (host.Host, error) { return host.NewLocal() }
+	}
+	h, err := newHost()
+	if err != nil {
+		return nil, nil, err
+	}
+	return ha.NewNode(ha.Env{Host: h, Log: a.log}), h, nil
+}
+
+// noUnitsHint is appended to an error caused by this host having no stratum
+// service units.
+const noUnitsHint = `This host has no stratum supervisor units (systemd units stratum-etcd,
+stratum-kube-apiserver, stratum-kube-vip). Running control planes on a real Linux host
+needs them, and they are not part of this release. The files written so far stay, and
+"stratum up" starts from them once the units exist. To try the whole flow (bootstrap,
+token, join) on simulated hosts on this machine, run: stratum sim up --control-planes 3`
+
+// explainHost adds noUnitsHint to an error that comes from a missing service
+// unit or from systemctl itself.
+func explainHost(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, host.ErrUnknownService) || strings.Contains(err.Error(), "systemctl") {
+		return fmt.Errorf("%w\n\n%s", err, noUnitsHint)
+	}
+	return err
+}
+
+// printState prints what a control plane's node state says it is.
+func (a *app) printState(verb string, st *nodestate.NodeState) {
+	fmt.Fprintf(a.stdout, "%s: node %s (%s), etcd member %s, server %s", verb, st.NodeName, st.NodeIP, st.Etcd.PeerURL, st.Server)
+	if st.VIP.Address != "" {
+		fmt.Fprintf(a.stdout, ", VIP %s", st.VIP.Address)
+	}
+	fmt.Fprintln(a.stdout)
+}
+
+func checkIP(flag, v string) error {
+	if v != "" && net.ParseIP(v) == nil {
+		return usagef("%s %q is not an IP address", flag, v)
+	}
+	return nil
+}
+
+// upFlags are `stratum up`'s flags.
+type upFlags struct {
+	nodeIP, vip, podCIDR, serviceCIDR, clusterDomain, profile string
+}
+
+func (a *app) upCmd() *cobra.Command {
+	var f upFlags
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Bring up this machine's control plane: bootstrap the first one, or start a saved one",
+		Long: `Bring up the control plane on this machine.
+
+On a fresh node it bootstraps the first control plane of a new cluster: the cluster's
+CAs, this node's leaf certificates and kubeconfigs, a single-member etcd, the
+kube-apiserver, kube-vip holding --vip, and the cluster-info a joiner discovers the CA
+from. On a node with saved control-plane state it starts what that state records
+(the flags are then not used). On a node where a join was interrupted after its etcd
+member-add (a surviving join intent journal) it refuses, naming the journal and the
+command that recovers it.
+
+The services run under the host's supervisor (systemd units stratum-etcd,
+stratum-kube-apiserver, stratum-kube-vip), which this release does not ship; "stratum
+sim up" runs the same flow on simulated hosts.`,
+		Example: `  # First control plane of a new cluster, fronted by a VIP
+  stratum up --node-ip 10.0.0.11 --vip 10.0.0.10
+
+  # Restart a control plane from its saved state
+  stratum up`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkIP("--node-ip", f.nodeIP); err != nil {
+				return err
+			}
+			if err := checkIP("--vip", f.vip); err != nil {
+				return err
+			}
+			n, _, err := a.localNode()
+			if err != nil {
+				return err
+			}
+			o := ha.BootstrapOptions{
+				NodeIP: f.nodeIP, PodCIDR: f.podCIDR, ServiceCIDR: f.serviceCIDR,
+				ClusterDomain: f.clusterDomain, Profile: f.profile,
+			}
+			if f.vip != "" {
+				o.VIP = nodestate.VIP{Address: f.vip}
+			}
+			st, err := n.Up(cmd.Context(), o)
+			if err != nil {
+				return explainHost(err)
+			}
+			a.printState("control plane up", st)
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.nodeIP, "node-ip", "", "this node's `IP` for etcd and the apiserver (default: resolved from the host's addresses)")
+	fl.StringVar(&f.vip, "vip", "", "the cluster's virtual `IP`, held by kube-vip on one control plane; joiners and clients reach the cluster through it")
+	fl.StringVar(&f.podCIDR, "pod-cidr", "", "the cluster's pod `CIDR` (default 10.244.0.0/16)")
+	fl.StringVar(&f.serviceCIDR, "service-cidr", "", "the cluster's service `CIDR` (default 10.96.0.0/12)")
+	fl.StringVar(&f.clusterDomain, "cluster-domain", "", "the cluster's DNS `domain` (default cluster.local)")
+	fl.StringVar(&f.profile, "profile", "", "the node profile this control plane runs, by `name` (e.g. cis); none by default")
+	return cmd
+}
+
+// serverFlags are `stratum server`'s flags.
+type serverFlags struct {
+	server, token, caHash, certKey, nodeIP, vip string
+}
+
+func (a *app) serverCmd() *cobra.Command {
+	var f serverFlags
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Join this machine to a running cluster as another control plane",
+		Long: `Join this machine to a running cluster as an additional control plane, with the
+join command "stratum token create --control-plane" printed on a running one.
+
+The join checks its flags first and refuses malformed ones before touching anything.
+It then trusts the cluster only through --ca-hash, downloads the shared certificates
+with the bootstrap --token and decrypts them with --certificate-key, issues this node's
+leaf certificates and kubeconfigs, adds this node to etcd as a learner (recording an
+intent journal first), saves the node state, and starts etcd (promoting the learner
+once caught up), the kube-apiserver and kube-vip.
+
+Ctrl-C before the etcd member-add stops the join at a step boundary with nothing
+added; between the member-add and the saved node state the first Ctrl-C is held until
+that window closes (a second one stops at once, and re-running the same command
+recovers). A refused join removes the files it created.
+
+The services run under the host's supervisor (systemd units), which this release does
+not ship; "stratum sim up" runs the same flow on simulated hosts.`,
+		Example: `  # The join command printed by "stratum token create --control-plane"
+  stratum server --server https://10.0.0.10:6443 --token abcdef.0123456789abcdef \
+    --ca-hash sha256:<64 hex digits> --certificate-key <64 hex digits> --node-ip 10.0.0.12`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var missing []string
+			for _, r := range []struct{ name, v string }{
+				{"--server", f.server}, {"--token", f.token}, {"--ca-hash", f.caHash}, {"--certificate-key", f.certKey},
+			} {
+				if r.v == "" {
+					missing = append(missing, r.name)
+				}
+			}
+			if len(missing) > 0 {
+				return usagef("missing required flag(s) %s: copy the join command printed by `stratum token create --control-plane`", strings.Join(missing, ", "))
+			}
+			n, _, err := a.localNode()
+			if err != nil {
+				return err
+			}
+			o := ha.JoinOptions{Server: f.server, Token: f.token, CAHash: f.caHash, CertKey: f.certKey, NodeIP: f.nodeIP}
+			if f.vip != "" {
+				o.VIP = nodestate.VIP{Address: f.vip}
+			}
+			// The join's interrupt context: a signal stops it at a step
+			// boundary, and is held through the member-add window. It is
+			// not under the command's own signal context, which would end
+			// at the first signal regardless of that window.
+			run := interrupt.New(context.WithoutCancel(cmd.Context()), a.log)
+			defer run.Stop()
+			st, err := join(run.Context(), n, o)
+			if err != nil {
+				return explainHost(err)
+			}
+			a.printState("joined as a control plane", st)
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.server, "server", "", "the cluster's API server `URL` (https://<VIP>:6443) (required)")
+	fl.StringVar(&f.token, "token", "", "the control-plane bootstrap `token` (<id>.<secret>) (required)")
+	fl.StringVar(&f.caHash, "ca-hash", "", "the cluster CA's public-key `hash` (sha256:<hex>) (required)")
+	fl.StringVar(&f.certKey, "certificate-key", "", "the `key` (64 hex digits) the shared certificates were uploaded under (required)")
+	fl.StringVar(&f.nodeIP, "node-ip", "", "this node's `IP` (default: resolved from the host's addresses)")
+	fl.StringVar(&f.vip, "vip", "", "the cluster's virtual `IP` this control plane also runs kube-vip for")
+	return cmd
+}
+
+func (a *app) tokenCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "token",
+		Short: "Mint join tokens",
+		Example: `  # A control-plane join grant valid for 2 hours
+  stratum token create --control-plane`,
+		Args: cobra.ArbitraryArgs,
+		RunE: groupRun,
+	}
+	cmd.AddCommand(a.tokenCreateCmd())
+	return cmd
+}
+
+func (a *app) tokenCreateCmd() *cobra.Command {
+	var (
+		controlPlane bool
+		ttl          time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "create",
+		Short: "Mint a join token and print the join command",
+		Long: `Mint a join token on this control plane and print the command to run on the joining
+node. Run it on a control plane (it reads the admin kubeconfig, the cluster CA and the
+node state).
+
+With --control-plane it mints a control-plane join grant: a bootstrap token in the
+control-plane group, a fresh certificate-key, and the shared certificates uploaded
+under that key to an encrypted Secret owned by the token (so the grant expires with
+it). Pass the printed certificate-key to the joiner out of band. Without it, a worker
+token.`,
+		Example: `  # A control-plane join grant valid for 2 hours
+  stratum token create --control-plane
+
+  # A worker token valid for 30 minutes
+  stratum token create --ttl 30m`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if ttl <= 0 {
+				return usagef("--ttl %s: must be positive", ttl)
+			}
+			n, h, err := a.localNode()
+			if err != nil {
+				return err
+			}
+			m, _, err := mintGrant(cmd.Context(), n, h, ttl, controlPlane)
+			if err != nil {
+				return fmt.Errorf("token create: %w", err)
+			}
+			a.printMinted(m, controlPlane)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&controlPlane, "control-plane", false, "mint a control-plane join grant (token, certificate-key, uploaded shared certificates)")
+	cmd.Flags().DurationVar(&ttl, "ttl", token.DefaultTTL, "how long the token authenticates (e.g. 30m, 2h)")
+	return cmd
+}
+
+func (a *app) printMinted(m *token.Minted, controlPlane bool) {
+	kind := "worker token"
+	if controlPlane {
+		kind = "control-plane join grant"
+	}
+	fmt.Fprintf(a.stdout, "%s %s, expires %s\n\n  %s\n", kind, m.ID, m.Expires.UTC().Format(time.RFC3339), m.JoinCommand)
+	if controlPlane {
+		fmt.Fprintf(a.stdout, "\nThe certificate-key decrypts the cluster's shared certificates: pass it to the joiner out of band.\n")
+	}
+}
+
+func (a *app) etcdCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "etcd",
+		Short: "Inspect the cluster's etcd from this control plane",
+		Example: `  stratum etcd members
+  stratum etcd health`,
+		Args: cobra.ArbitraryArgs,
+		RunE: groupRun,
+	}
+	members := &cobra.Command{
+		Use:   "members",
+		Short: "List etcd members: name, peer URL, voter or learner, leader, health",
+		Long: `List the cluster's etcd members through this control plane's own member, and ask each
+member for its status: whether it is a voter or a learner, whether it is the leader,
+and whether it is healthy (answered, knows a leader, raised no alarm). Exits 0 once the
+table is printed, whatever the members' health; "stratum etcd health" is the verdict.`,
+		Example: `  stratum etcd members`,
+		Args:    usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			n, h, err := a.localNode()
+			if err != nil {
+				return err
+			}
+			st, err := loadState(h)
+			if err != nil {
+				return err
+			}
+			rows, err := etcdMembers(cmd.Context(), n, h, st.Etcd.ClientURL)
+			if err != nil {
+				return err
+			}
+			return writeMemberTable(a.stdout, rows)
+		},
+	}
+	health := &cobra.Command{
+		Use:   "health",
+		Short: "Check that every etcd member is healthy and all agree on one leader",
+		Long: `Check the cluster's etcd health from this control plane: every member (by its client
+address, from the member list) must answer, know a leader and raise no alarm, and all
+must name the same leader; a split brain (two partitions, each with a leader) is
+reported unhealthy. Exits 1 with the reason when the cluster is not healthy.`,
+		Example: `  stratum etcd health`,
+		Args:    usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			n, h, err := a.localNode()
+			if err != nil {
+				return err
+			}
+			st, err := loadState(h)
+			if err != nil {
+				return err
+			}
+			self := urlHost(st.Etcd.ClientURL)
+			ips, err := n.MemberClientIPsVia(cmd.Context(), []string{self})
+			if err != nil {
+				return fmt.Errorf("etcd health: list the members through %s: %w", st.Etcd.ClientURL, err)
+			}
+			if err := n.EtcdClusterHealthy(cmd.Context(), ips); err != nil {
+				return fmt.Errorf("etcd is not healthy: %w", err)
+			}
+			fmt.Fprintf(a.stdout, "etcd healthy: %d members (%s) answer and agree on one leader\n", len(ips), strings.Join(ips, ", "))
+			return nil
+		},
+	}
+	cmd.AddCommand(members, health)
+	return cmd
+}
+
+func (a *app) certsCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "certs",
+		Short:   "Inspect the cluster's shared certificates",
+		Example: `  stratum certs check`,
+		Args:    cobra.ArbitraryArgs,
+		RunE:    groupRun,
+	}
+	check := &cobra.Command{
+		Use:   "check",
+		Short: "Say when the shared certificates' certificate-key was last set",
+		Long: fmt.Sprintf(`Read the cluster's encrypted shared-certificate Secret through this control plane's
+admin kubeconfig and say when its certificate-key was last set. Warns (exit 0) when
+it is older than %d days: mint a fresh grant or rekey. Exits 1 when it cannot be read.`, int(certKeyMaxAge.Hours()/24)),
+		Example: `  stratum certs check`,
+		Args:    usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			n, h, err := a.localNode()
+			if err != nil {
+				return err
+			}
+			at, present, err := n.SharedCertsKeySetAt(cmd.Context())
+			if err != nil {
+				return fmt.Errorf("certs check: %w", err)
+			}
+			if !present {
+				fmt.Fprintln(a.stdout, "no shared certificates are published: `stratum token create --control-plane` uploads them")
+				return nil
+			}
+			age := h.Now().Sub(at)
+			fmt.Fprintf(a.stdout, "certificate-key set at %s (%d days ago)\n", at.UTC().Format(time.RFC3339), int(age.Hours()/24))
+			if age > certKeyMaxAge {
+				fmt.Fprintf(a.stdout, "warning: the certificate-key is older than %d days; rotate it\n", int(certKeyMaxAge.Hours()/24))
+			}
+			return nil
+		},
+	}
+	cmd.AddCommand(check)
+	return cmd
+}
+
+func (a *app) grantsCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "grants",
+		Short:   "Manage control-plane join grants",
+		Example: `  stratum grants prune`,
+		Args:    cobra.ArbitraryArgs,
+		RunE:    groupRun,
+	}
+	prune := &cobra.Command{
+		Use:   "prune",
+		Short: "Remove expired join grants from the shared-certificate Secret",
+		Long: `Remove the entries of expired or deleted bootstrap tokens from the cluster's encrypted
+shared-certificate Secret, through this control plane's admin kubeconfig. Live grants
+are kept. Nothing to prune is success.`,
+		Example: `  stratum grants prune`,
+		Args:    usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			n, h, err := a.localNode()
+			if err != nil {
+				return err
+			}
+			cs, err := adminClient(h)
+			if err != nil {
+				return err
+			}
+			if err := n.PruneExpiredGrants(cmd.Context(), cs); err != nil {
+				return err
+			}
+			fmt.Fprintln(a.stdout, "expired grants pruned")
+			return nil
+		},
+	}
+	cmd.AddCommand(prune)
+	return cmd
+}

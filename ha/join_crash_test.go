@@ -1,0 +1,217 @@
+package ha_test
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"stratum.dev/stratum/ha"
+	"stratum.dev/stratum/internal/interrupt"
+	"stratum.dev/stratum/internal/nodestate"
+)
+
+// clusterIDOf is the etcd cluster ID the member on name reports.
+func (j *joinCluster) clusterIDOf(name string) uint64 {
+	j.t.Helper()
+	h := j.c.Host(name)
+	cli, err := h.EtcdClient()
+	if err != nil {
+		j.t.Fatal(err)
+	}
+	defer cli.Close()
+	st, err := cli.Status(j.ctx, h.ClientURL())
+	if err != nil {
+		j.t.Fatalf("status of %s: %v", name, err)
+	}
+	return st.Header.ClusterId
+}
+
+// checkSafe is the join's safety invariant while a join is in flight or
+// crashed: cp1 is a voter, and a member for cp2 exists only while cp2 holds
+// the intent journal or its node state.
+func (j *joinCluster) checkSafe() {
+	j.t.Helper()
+	ms := j.members()
+	if len(ms) == 1 && ms[0] == "cp1:voter" {
+		return
+	}
+	cp2 := j.c.Host("cp2")
+	_, intentErr := cp2.Files().ReadFile(ha.JoinIntentPath())
+	_, stateErr := cp2.Files().ReadFile(nodestate.Path)
+	if intentErr != nil && stateErr != nil {
+		j.t.Fatalf("members %v, but cp2 holds neither an intent journal nor node state (an orphan member)", ms)
+	}
+	if len(ms) > 2 {
+		j.t.Fatalf("members %v: a duplicate add", ms)
+	}
+}
+
+// checkJoined: two voters, one cluster ID, the journal cleared, the data
+// written before the join readable through cp2's apiserver.
+func (j *joinCluster) checkJoined() {
+	j.t.Helper()
+	if got := strings.Join(j.members(), " "); got != "cp1:voter cp2:voter" {
+		j.t.Fatalf("members: %s", got)
+	}
+	if a, b := j.clusterIDOf("cp1"), j.clusterIDOf("cp2"); a != b {
+		j.t.Fatalf("two clusters: cp1 in %x, cp2 in %x", a, b)
+	}
+	if ok, err := joinNodeOn(j.c.Host("cp2")).JoinIntentSurvives(j.ctx); ok || err != nil {
+		j.t.Fatalf("journal survives a finished join (%v)", err)
+	}
+	cs := configMapClient(j.t, j.c.Host("cp2"))
+	got, err := cs.CoreV1().ConfigMaps("default").Get(j.ctx, "sentinel", metav1.GetOptions{})
+	if err != nil || got.Data["written"] != "before" {
+		j.t.Fatalf("data written before the join, read through cp2: %v %v", got, err)
+	}
+}
+
+func (j *joinCluster) writeSentinel() {
+	j.t.Helper()
+	cs := configMapClient(j.t, j.c.Host("cp1"))
+	if _, err := cs.CoreV1().ConfigMaps("default").Create(j.ctx, configMap("sentinel", map[string]string{"written": "before"}), metav1.CreateOptions{}); err != nil {
+		j.t.Fatal(err)
+	}
+}
+
+// TestJoinCrashAtEveryCheckpointConverges crashes cp2's join at each
+// checkpoint, then does what an operator would: reboot (`stratum up`), and
+// when that does not finish the join, re-run the join command. The node ends
+// joined; never an orphan member, never a second cluster.
+func TestJoinCrashAtEveryCheckpointConverges(t *testing.T) {
+	for _, cp := range ha.JoinCheckpoints {
+		t.Run(cp, func(t *testing.T) {
+			j := startJoinCluster(t, 1)
+			j.writeSentinel()
+			o := j.mint(time.Hour)
+			h := j.c.Host("cp2")
+			inc := h.Incarnation()
+			j.c.CrashAt("cp2", cp)
+			returned := make(chan error, 1)
+			go func() {
+				_, err := joinNodeOn(h).PrepareControlPlaneJoin(j.ctx, o)
+				returned <- err
+			}()
+			deadline := time.Now().Add(2 * time.Minute)
+			for h.Incarnation() == inc {
+				select {
+				case err := <-returned:
+					t.Fatalf("the join returned (%v) without reaching %s", err, cp)
+				default:
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the join never reached %s", cp)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			select {
+			case err := <-returned:
+				t.Fatalf("a join crashed at %s returned: %v", cp, err)
+			case <-time.After(200 * time.Millisecond):
+			}
+			j.checkSafe()
+
+			// Reboot: `stratum up`.
+			n := joinNodeOn(h)
+			_, upErr := n.StartControlPlane(j.ctx)
+			_, stateErr := h.Files().ReadFile(nodestate.Path)
+			_, intentErr := h.Files().ReadFile(ha.JoinIntentPath())
+			switch {
+			case stateErr == nil:
+				if upErr != nil {
+					t.Fatalf("stratum up on a node with saved state: %v", upErr)
+				}
+			case intentErr == nil:
+				if !errors.Is(upErr, ha.ErrIntentSurvives) {
+					t.Fatalf("stratum up over a surviving intent = %v, want ErrIntentSurvives", upErr)
+				}
+			default:
+				if upErr == nil {
+					t.Fatal("stratum up on a node with neither state nor intent started something")
+				}
+			}
+			j.checkSafe()
+			if stateErr != nil {
+				// Re-run the join command.
+				if _, err := n.PrepareControlPlaneJoin(j.ctx, o); err != nil {
+					t.Fatalf("re-run after a crash at %s: %v", cp, err)
+				}
+				if _, err := n.StartControlPlane(j.ctx); err != nil {
+					t.Fatalf("stratum up after the re-run: %v", err)
+				}
+			}
+			j.checkJoined()
+		})
+	}
+}
+
+// TestJoinSignalAtEveryStepBoundary sends SIGINT while the join is paused at
+// each checkpoint. Before the member-add the join stops there, adding
+// nothing and leaving nothing; from the member-add to the saved state the
+// signal is deferred and the join finishes saving its state; the signal then
+// ends the run, and `stratum up` completes the node.
+func TestJoinSignalAtEveryStepBoundary(t *testing.T) {
+	deferred := map[string]bool{ha.CheckpointAfterMemberAdd: true, ha.CheckpointBeforeStateSave: true, ha.CheckpointAfterStateSave: true}
+	for _, cp := range ha.JoinCheckpoints {
+		t.Run(cp, func(t *testing.T) {
+			j := startJoinCluster(t, 1)
+			j.writeSentinel()
+			o := j.mint(time.Hour)
+			h := j.c.Host("cp2")
+			sigs := make(chan os.Signal, 1)
+			run := interrupt.NewWithSignals(j.ctx, sigs, nil)
+			defer run.Stop()
+			paused := j.c.PauseAt("cp2", cp)
+			type result struct {
+				st  *nodestate.NodeState
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				st, err := joinNodeOn(h).PrepareControlPlaneJoin(run.Context(), o)
+				done <- result{st, err}
+			}()
+			select {
+			case <-paused.Reached():
+			case r := <-done:
+				t.Fatalf("join returned before %s: %v", cp, r.err)
+			case <-time.After(2 * time.Minute):
+				t.Fatalf("join never reached %s", cp)
+			}
+			sigs <- syscall.SIGINT
+			time.Sleep(50 * time.Millisecond)
+			paused.Release()
+			r := <-done
+			if deferred[cp] {
+				if r.err != nil {
+					t.Fatalf("signal at %s (inside the deferral window) stopped the join: %v", cp, r.err)
+				}
+				if run.Context().Err() == nil {
+					t.Fatalf("the deferred signal was never delivered")
+				}
+				if _, err := joinNodeOn(h).StartControlPlane(j.ctx); err != nil {
+					t.Fatalf("stratum up after the interrupted run: %v", err)
+				}
+				j.checkJoined()
+				return
+			}
+			if r.err == nil {
+				t.Fatalf("signal at %s did not stop the join", cp)
+			}
+			if got := strings.Join(j.members(), " "); got != "cp1:voter" {
+				t.Fatalf("a join interrupted at %s changed membership: %s", cp, got)
+			}
+			if ok, _ := joinNodeOn(h).JoinIntentSurvives(j.ctx); ok {
+				t.Fatalf("a join interrupted at %s before its member-add left its journal", cp)
+			}
+			for p := range snapshotFiles(t, h.Root()) {
+				t.Fatalf("a join interrupted at %s left %s", cp, p)
+			}
+		})
+	}
+}
