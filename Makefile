@@ -6,7 +6,9 @@ SHELL := bash
 GO ?= go
 # Flags for the scenarios package's run in `make test` (CI sets its budget
 # here, e.g. SCENARIO_FLAGS='-rapid.checks=20').
-SCENARIO_FLAGS ?=
+SCENARIO_FLAGS ?= -rapid.checks=3 -rapid.steps=8
+# How long `make test` fuzzes the bundle envelope decoder.
+FUZZTIME ?= 10s
 # Checks per property for `make explore`.
 CHECKS ?= 200
 
@@ -58,6 +60,8 @@ test: assets
 		echo "$(GO) test -p 1 -count=1 -timeout 25m <all packages but ./scenarios>"; \
 		$(GO) test -p 1 -count=1 -timeout 25m $$pkgs || rc=$$?; \
 	fi; \
+	echo "$(GO) test -run '^$$' -fuzz FuzzOpenEnvelope -fuzztime $(FUZZTIME) ./ha"; \
+	$(GO) test -run '^$$' -fuzz FuzzOpenEnvelope -fuzztime $(FUZZTIME) ./ha || rc=$$?; \
 	if compgen -G 'scenarios/*.go' >/dev/null; then \
 		echo "$(GO) test -count=1 -timeout 25m ./scenarios $(SCENARIO_FLAGS)"; \
 		$(GO) test -count=1 -timeout 25m ./scenarios $(SCENARIO_FLAGS) || rc=$$?; \
@@ -87,9 +91,9 @@ demo: build assets
 bench: assets
 	$(GO) test -p 1 -run '^$$' -bench . -benchmem ./...
 
-## explore: run the scenarios with many checks per property (CHECKS=$(CHECKS))
+## explore: run the scenarios with many checks per property (CHECKS=$(CHECKS), STEPS=30, SEED= for a random one, RUN= to pick properties); each logs its checks per minute
 explore: assets
-	$(GO) test ./scenarios -run . -rapid.checks=$(CHECKS) -timeout 0
+	$(GO) test ./scenarios -v -count=1 -timeout 0 -run '$(or $(RUN),.)' -rapid.checks=$(CHECKS) -rapid.steps=$(or $(STEPS),30) $(if $(SEED),-rapid.seed=$(SEED))
 
 ## clean: remove bin/ (the asset cache is kept: see docs/assets.md)
 clean:

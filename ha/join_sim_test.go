@@ -18,6 +18,7 @@ import (
 
 	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/assets/assetstest"
+	"stratum.dev/stratum/internal/nodelock"
 	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/token"
 	"stratum.dev/stratum/sim"
@@ -52,28 +53,38 @@ func joinNodeOn(h *sim.Host) *ha.Node {
 // mint mints a control-plane join grant on cp1 and returns the join options.
 func (j *joinCluster) mint(ttl time.Duration) ha.JoinOptions {
 	j.t.Helper()
-	admin, err := j.c.Host("cp1").Admin()
+	o, err := mintOptions(j.ctx, j.c, j.cp1, ttl)
 	if err != nil {
-		j.t.Fatal(err)
+		j.t.Fatalf("mint: %v", err)
 	}
-	ca, err := j.c.Host("cp1").Files().ReadFile("/etc/stratum/pki/ca.crt")
+	return o
+}
+
+// mintOptions mints a control-plane join grant through cp1, as `stratum token
+// create --control-plane` does there, and returns the join command's options.
+func mintOptions(ctx context.Context, c *sim.Cluster, cp1 *ha.Node, ttl time.Duration) (ha.JoinOptions, error) {
+	admin, err := c.Host("cp1").Admin()
 	if err != nil {
-		j.t.Fatal(err)
+		return ha.JoinOptions{}, err
 	}
-	m, err := token.MintControlPlane(j.ctx, admin, token.ControlPlaneOptions{
-		Server:     j.c.VIPURL(),
+	ca, err := c.Host("cp1").Files().ReadFile("/etc/stratum/pki/ca.crt")
+	if err != nil {
+		return ha.JoinOptions{}, err
+	}
+	m, err := token.MintControlPlane(ctx, admin, token.ControlPlaneOptions{
+		Server:     c.VIPURL(),
 		CACertPEM:  ca,
 		TTL:        ttl,
 		NewCertKey: ha.NewCertKey,
 		Upload: func(ctx context.Context, key string, owner *metav1.OwnerReference) error {
-			return j.cp1.UploadCerts(ctx, key, owner, nil)
+			return cp1.UploadCerts(ctx, key, owner, nil)
 		},
-		NarrowReaders: func(ctx context.Context) error { return j.cp1.NarrowCertsReaderBinding(ctx, admin) },
+		NarrowReaders: func(ctx context.Context) error { return cp1.NarrowCertsReaderBinding(ctx, admin) },
 	})
 	if err != nil {
-		j.t.Fatalf("mint: %v", err)
+		return ha.JoinOptions{}, err
 	}
-	return ha.JoinOptions{Server: j.c.VIPURL(), Token: m.Token, CAHash: m.CAHash, CertKey: m.CertKey}
+	return ha.JoinOptions{Server: c.VIPURL(), Token: m.Token, CAHash: m.CAHash, CertKey: m.CertKey}, nil
 }
 
 // join runs the join and `stratum up` on name.
@@ -272,6 +283,16 @@ func TestJoinRefusalsChangeNothing(t *testing.T) {
 	}
 	j.joinRefused("cp2", good, ha.ErrRetainedData, "stratum etcd rejoin")
 	if err := j.c.Host("cp2").Files().RemoveAll("/var/lib/stratum/etcd"); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another maintenance operation holds the node.
+	release, err := nodelock.Acquire(j.c.Host("cp2").Handle(), nodelock.Maintenance, "stratum etcd rejoin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.joinRefused("cp2", good, nodelock.ErrBusy, "stratum etcd rejoin")
+	if err := release(); err != nil {
 		t.Fatal(err)
 	}
 

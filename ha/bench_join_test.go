@@ -1,0 +1,160 @@
+package ha_test
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+
+	"stratum.dev/stratum/internal/assets/assetstest"
+	"stratum.dev/stratum/internal/kubeconfig"
+	"stratum.dev/stratum/internal/nodestate"
+	"stratum.dev/stratum/internal/pki"
+	"stratum.dev/stratum/internal/version"
+	"stratum.dev/stratum/sim"
+)
+
+// BenchmarkJoin measures a control-plane join from command start to a voting
+// member with its apiserver ready: stratum's join (PrepareControlPlaneJoin
+// and StartControlPlane: discovery, download, gates, leaves, kubeconfigs,
+// journal, learner add, start, promote, apiserver, kube-vip) against the raw
+// sequence in the same cluster (learner add, member start, catch-up, promote,
+// apiserver start), with the raw host's files laid out beforehand, untimed.
+// Each iteration joins one host each way into a fresh one-member cluster,
+// alternating which goes first, and reports both and the ratio.
+func BenchmarkJoin(b *testing.B) {
+	assetstest.Require(b)
+	var ours, raw time.Duration
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		c, err := sim.New(context.Background(), sim.Config{ControlPlanes: 1, SpareHosts: 2, APIServers: true, VIP: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		if _, err := c.WaitVIP(ctx); err != nil {
+			b.Fatal(err)
+		}
+		o, err := mintOptions(ctx, c, joinNodeOn(c.Host("cp1")), time.Hour)
+		if err != nil {
+			b.Fatal(err)
+		}
+		layOutRaw(b, c, c.Host("cp3"))
+		// etcd refuses membership changes for 5 s after its cluster formed;
+		// neither side should pay that.
+		time.Sleep(6 * time.Second)
+		runOurs := func() {
+			start := time.Now()
+			n := joinNodeOn(c.Host("cp2"))
+			if _, err := n.PrepareControlPlaneJoin(ctx, o); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := n.StartControlPlane(ctx); err != nil {
+				b.Fatal(err)
+			}
+			ours += time.Since(start)
+		}
+		runRaw := func() {
+			start := time.Now()
+			rawJoin(b, ctx, c, c.Host("cp3"))
+			raw += time.Since(start)
+		}
+		b.StartTimer()
+		if i%2 == 0 {
+			runOurs()
+			time.Sleep(6 * time.Second) // the next change waits out the strict check either way
+			runRaw()
+		} else {
+			runRaw()
+			time.Sleep(6 * time.Second)
+			runOurs()
+		}
+		b.StopTimer()
+		cancel()
+		c.Close()
+	}
+	b.ReportMetric(ours.Seconds()/float64(b.N), "s-ours")
+	b.ReportMetric(raw.Seconds()/float64(b.N), "s-raw")
+	b.ReportMetric(ours.Seconds()/raw.Seconds(), "ratio")
+}
+
+// layOutRaw writes what the raw join needs on h: the shared CAs, its leaves
+// and an admin kubeconfig.
+func layOutRaw(b *testing.B, c *sim.Cluster, h *sim.Host) {
+	files := c.Shared().Files()
+	leaves, err := pki.NodeLeaves(c.Shared(), h.Name(), net.IP(h.IP().AsSlice()), &pki.APISANs{IPs: []net.IP{net.IP(c.VIPAddress().AsSlice())}}, time.Now())
+	if err != nil {
+		b.Fatal(err)
+	}
+	for k, v := range leaves {
+		files[k] = v
+	}
+	for name, data := range files {
+		if err := h.Files().WriteFile(version.PKIFile(name), data, 0o600); err != nil {
+			b.Fatal(err)
+		}
+	}
+	kcs, err := kubeconfig.NodeKubeconfigs(c.Shared().Cluster, h.APIServerURL(), time.Now())
+	if err != nil {
+		b.Fatal(err)
+	}
+	for name, data := range kcs {
+		if err := h.Files().WriteFile(version.Kubeconfig(name), data, 0o600); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// rawJoin is the join without stratum: clientv3 learner add, node state,
+// member start, a promote loop, apiserver start.
+func rawJoin(b *testing.B, ctx context.Context, c *sim.Cluster, h *sim.Host) {
+	cli, err := c.Host("cp1").EtcdClient()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cli.Close()
+	resp, err := cli.MemberAddAsLearner(ctx, []string{h.PeerURL()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ic := ""
+	for _, m := range resp.Members {
+		name := m.Name
+		if m.ID == resp.Member.ID {
+			name = h.Name()
+		}
+		for _, u := range m.PeerURLs {
+			if ic != "" {
+				ic += ","
+			}
+			ic += name + "=" + u
+		}
+	}
+	if err := nodestate.Save(h.Files(), &nodestate.NodeState{Role: nodestate.RoleControlPlane, NodeName: h.Name(), NodeIP: h.IP().String(),
+		Etcd: nodestate.Etcd{Name: h.Name(), PeerURL: h.PeerURL(), ClientURL: h.ClientURL(), InitialCluster: ic, InitialClusterState: "existing"}}); err != nil {
+		b.Fatal(err)
+	}
+	if err := h.StartEtcd(ctx); err != nil {
+		b.Fatal(err)
+	}
+	for {
+		_, err := cli.MemberPromote(ctx, resp.Member.ID)
+		if err == nil {
+			break
+		}
+		if !rpctypesIsNotReady(err) {
+			b.Fatal(err)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	if err := h.StartAPIServer(ctx); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func rpctypesIsNotReady(err error) bool {
+	e := rpctypes.Error(err)
+	return e == rpctypes.ErrMemberLearnerNotReady || e == rpctypes.ErrUnhealthy || e == rpctypes.ErrMemberNotEnoughStarted
+}
