@@ -90,27 +90,7 @@ func EtcdEndpoint(cpIP string) string {
 // etcdTLS is this node's etcd client TLS: the etcd CA and the
 // healthcheck-client leaf from its PKI dir.
 func (n *Node) etcdTLS() (*tls.Config, error) {
-	h := n.env.Host
-	read := func(name string) ([]byte, error) {
-		b, err := h.ReadFile(version.PKIFile(name))
-		if err != nil {
-			return nil, fmt.Errorf("read this node's etcd client credentials: %w", err)
-		}
-		return b, nil
-	}
-	ca, err := read("etcd/ca.crt")
-	if err != nil {
-		return nil, err
-	}
-	cert, err := read("etcd/healthcheck-client.crt")
-	if err != nil {
-		return nil, err
-	}
-	key, err := read("etcd/healthcheck-client.key")
-	if err != nil {
-		return nil, err
-	}
-	return pki.ClientTLS(ca, cert, key, "")
+	return pki.EtcdClientTLS(func(name string) ([]byte, error) { return n.env.Host.ReadFile(version.PKIFile(name)) })
 }
 
 // etcdClient is a clientv3 client on endpoints with this node's etcd client

@@ -351,18 +351,5 @@ func lastLines(s string, n int) string {
 
 // etcdClientTLS is the host's etcd client TLS (its healthcheck-client leaf).
 func (h *Host) etcdClientTLS() (*tls.Config, error) {
-	read := func(name string) ([]byte, error) { return h.files.ReadFile(version.PKIFile(name)) }
-	ca, err := read("etcd/ca.crt")
-	if err != nil {
-		return nil, err
-	}
-	cert, err := read("etcd/healthcheck-client.crt")
-	if err != nil {
-		return nil, err
-	}
-	key, err := read("etcd/healthcheck-client.key")
-	if err != nil {
-		return nil, err
-	}
-	return pki.ClientTLS(ca, cert, key, "")
+	return pki.EtcdClientTLS(func(name string) ([]byte, error) { return h.files.ReadFile(version.PKIFile(name)) })
 }

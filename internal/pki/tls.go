@@ -48,3 +48,26 @@ func ServerTLS(caPEM, certPEM, keyPEM []byte) (*tls.Config, error) {
 		MinVersion:   tls.VersionTLS12,
 	}, nil
 }
+
+// Names of stratum's own etcd client credentials, relative to the PKI dir.
+const (
+	EtcdCAFile         = "etcd/ca.crt"
+	EtcdClientCertFile = "etcd/healthcheck-client.crt"
+	EtcdClientKeyFile  = "etcd/healthcheck-client.key"
+)
+
+// EtcdClientTLS is stratum's own etcd client TLS on a node: the etcd CA and
+// the healthcheck-client leaf, read through read (a host's files, by name
+// relative to the PKI dir). Every member is verified against the address it
+// was dialed at.
+func EtcdClientTLS(read func(name string) ([]byte, error)) (*tls.Config, error) {
+	var pems [3][]byte
+	for i, name := range []string{EtcdCAFile, EtcdClientCertFile, EtcdClientKeyFile} {
+		b, err := read(name)
+		if err != nil {
+			return nil, fmt.Errorf("read this node's etcd client credentials (%s): %w", name, err)
+		}
+		pems[i] = b
+	}
+	return ClientTLS(pems[0], pems[1], pems[2], "")
+}
