@@ -111,10 +111,15 @@ func (cp *checkpoints) reach(ctx context.Context, d *Handle, name string) error 
 	if a == nil {
 		return nil
 	}
+	if a.action == actCrash {
+		// The crash is complete (services stopped, locks dropped) before
+		// anyone waiting on Reached goes on, so a re-run started at once
+		// never races the crash's own stops.
+		d.h.Crash()
+	}
 	close(a.reached)
 	switch a.action {
 	case actCrash:
-		d.h.Crash()
 		// Freeze: no return, so no deferred cleanup or rollback runs, as
 		// after a SIGKILL. The goroutine is parked for the process's life.
 		<-frozen

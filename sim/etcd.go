@@ -111,6 +111,8 @@ type embeddedEtcd struct {
 	cut  map[uint64]bool
 	done chan struct{}
 	once sync.Once
+	// stopOnce: a crash and a failed start may both stop the member.
+	stopOnce sync.Once
 }
 
 // launchEmbeddedEtcd starts a member without waiting for it to be ready:
@@ -174,10 +176,12 @@ func (m *embeddedEtcd) waitReady(ctx context.Context) error {
 }
 
 func (m *embeddedEtcd) stop(hard bool) {
-	if hard {
-		m.e.Server.HardStop()
-	}
-	m.e.Close()
+	m.stopOnce.Do(func() {
+		if hard {
+			m.e.Server.HardStop()
+		}
+		m.e.Close()
+	})
 	m.once.Do(func() { close(m.done) })
 }
 

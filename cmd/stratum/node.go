@@ -286,9 +286,10 @@ func (a *app) printMinted(m *token.Minted, controlPlane bool) {
 func (a *app) etcdCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "etcd",
-		Short: "Inspect the cluster's etcd from this control plane",
+		Short: "Inspect the cluster's etcd from this control plane, or rejoin it after a restore",
 		Example: `  stratum etcd members
-  stratum etcd health`,
+  stratum etcd health
+  stratum etcd rejoin --server 10.0.0.11`,
 		Args: cobra.ArbitraryArgs,
 		RunE: groupRun,
 	}

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+)
+
+// withRejoin adds `etcd rejoin` to the etcd command group.
+func (a *app) withRejoin(etcd *cobra.Command) *cobra.Command {
+	var server string
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "rejoin --server <seed-ip> [--force]",
+		Short: "Rejoin this control plane's etcd to a cluster restored from a snapshot",
+		Long: `After "stratum snapshot restore" made one control plane (the seed) a new single-member
+etcd cluster, run this on every other control plane: it stops the local control plane,
+removes the stale etcd data, adds this node to the seed's etcd as a learner, records
+the new membership in the node state, starts etcd, waits for the learner to catch up
+(reporting the wait), promotes it, and starts the apiserver and kube-vip again.
+
+It holds the node's maintenance and etcd-data locks; another maintenance operation in
+progress refuses it, naming the holder, with nothing changed. A re-run after a crash or
+an interruption resumes from what it finds. It refuses to remove the data while the old
+cluster this node belonged to may still have a quorum (one of its members reports a
+leader, or too many do not answer); --force removes it anyway, discarding whatever that
+cluster wrote since the snapshot.
+
+Exits 0 once this node is a voter of the seed's cluster, 1 when refused or failed, 2 on
+bad usage.`,
+		Example: `  # On cp2, after "stratum snapshot restore backup.db" on cp1 (10.0.0.11)
+  stratum etcd rejoin --server 10.0.0.11
+
+  # The old cluster still runs (cp2 and cp3 keep a quorum): discard it
+  stratum etcd rejoin --server 10.0.0.11 --force`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if server == "" {
+				return usagef("--server is required: the address of the restored seed control plane")
+			}
+			if err := checkIP("--server", server); err != nil {
+				return err
+			}
+			n, _, err := a.localNode()
+			if err != nil {
+				return err
+			}
+			return explainHost(n.RejoinEtcd(cmd.Context(), a.stdout, server, force))
+		},
+	}
+	cmd.Flags().StringVar(&server, "server", "", "the restored seed control plane's `IP` (its etcd client address)")
+	cmd.Flags().BoolVar(&force, "force", false, "remove this node's etcd data even while its old cluster may still have a quorum")
+	etcd.AddCommand(cmd)
+	return etcd
+}

@@ -1,0 +1,351 @@
+package ha
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sort"
+	"strings"
+	"time"
+
+	"stratum.dev/stratum/internal/nodelock"
+	"stratum.dev/stratum/internal/nodestate"
+	"stratum.dev/stratum/internal/version"
+)
+
+// Checkpoints of an etcd rejoin (RejoinEtcd), in the order a rejoin reaches
+// them. A crash at any of them leaves a node that a re-run of the same
+// command converges: it plans the remaining steps from what it observes.
+const (
+	// CheckpointRejoinStart: refusals passed, locks held, nothing changed.
+	CheckpointRejoinStart = "rejoin-start"
+	// CheckpointRejoinAfterStop: the local control plane is stopped.
+	CheckpointRejoinAfterStop = "rejoin-after-stop"
+	// CheckpointRejoinAfterWipe: the stale etcd data directory is gone.
+	CheckpointRejoinAfterWipe = "rejoin-after-wipe"
+	// CheckpointRejoinAfterMemberAdd: the seed's etcd has this node as a
+	// learner; the node state still records the old membership.
+	CheckpointRejoinAfterMemberAdd = "rejoin-after-member-add"
+	// CheckpointRejoinAfterStateSave: the node state records the seed's
+	// membership (state "existing"); etcd not yet started.
+	CheckpointRejoinAfterStateSave = "rejoin-after-state-save"
+)
+
+// RejoinCheckpoints are the rejoin's checkpoints in order.
+var RejoinCheckpoints = []string{
+	CheckpointRejoinStart, CheckpointRejoinAfterStop, CheckpointRejoinAfterWipe,
+	CheckpointRejoinAfterMemberAdd, CheckpointRejoinAfterStateSave,
+}
+
+// ErrOldClusterQuorum matches a rejoin refused without force because the
+// etcd cluster this node's data belongs to may still have a quorum: wiping
+// the data would drop a member of a working cluster.
+var ErrOldClusterQuorum = errors.New("this node's old etcd cluster may still have a quorum")
+
+// rejoinReportEvery is how often a rejoin reports, through its writer, that
+// it is still waiting for its learner to catch up.
+const rejoinReportEvery = 5 * time.Second
+
+// RejoinEtcd makes this control plane a member of the seed's etcd cluster
+// after a snapshot restore there (`stratum etcd rejoin --server <cp1>`).
+func RejoinEtcd(ctx context.Context, w io.Writer, cp1IP string, force bool) error {
+	n, err := local()
+	if err != nil {
+		return err
+	}
+	return n.RejoinEtcd(ctx, w, cp1IP, force)
+}
+
+// rejoinStep is one step of a rejoin.
+type rejoinStep string
+
+const (
+	rejoinStop         rejoinStep = "stop"          // stop the local control plane
+	rejoinWipe         rejoinStep = "wipe"          // remove the stale etcd data directory
+	rejoinMemberRemove rejoinStep = "member-remove" // drop a started member with this peer URL from the seed
+	rejoinMemberAdd    rejoinStep = "member-add"    // add this node to the seed as a learner
+	rejoinStateSave    rejoinStep = "state-save"    // record the seed's membership in the node state
+	rejoinStart        rejoinStep = "start"         // start etcd, promote, start the rest of the control plane
+)
+
+// seedMembership is how the seed's cluster knows this node's peer URL.
+type seedMembership int
+
+const (
+	seedNone      seedMembership = iota // no member has it
+	seedUnstarted                       // a learner added but never started
+	seedStarted                         // a started member
+)
+
+// rejoinObservation is what a rejoin sees before it plans.
+type rejoinObservation struct {
+	// SeedClusterID is the seed's etcd cluster ID.
+	SeedClusterID string
+	// Self is how the seed's cluster knows this node's peer URL.
+	Self seedMembership
+	// LocalClusterID is the cluster ID the local etcd member reports, ""
+	// when it does not answer.
+	LocalClusterID string
+	// StateJoined: the node state records a join of the seed's cluster
+	// (state "existing", the seed's cluster ID).
+	StateJoined bool
+	// DataDirEmpty: the etcd data directory is absent or empty.
+	DataDirEmpty bool
+	// Running: some control-plane service runs on this node.
+	Running bool
+}
+
+// planRejoin returns the steps a rejoin has left, from what it observes. A
+// node whose member the seed knows and whose local data belongs to the
+// seed's cluster (its running etcd says so, or its saved state does) only
+// needs starting and promoting. Anything else is stale data: stop what
+// runs, remove the data, drop a started member of ours from the seed (it
+// cannot be re-added while it is there), add this node (an unstarted
+// learner of ours is taken as the add), record it, start.
+func planRejoin(o rejoinObservation) []rejoinStep {
+	belongs := o.LocalClusterID == o.SeedClusterID || o.LocalClusterID == "" && o.StateJoined
+	if o.Self != seedNone && belongs {
+		return []rejoinStep{rejoinStart}
+	}
+	var steps []rejoinStep
+	if o.Running {
+		steps = append(steps, rejoinStop)
+	}
+	if !o.DataDirEmpty {
+		steps = append(steps, rejoinWipe)
+	}
+	if o.Self == seedStarted {
+		steps = append(steps, rejoinMemberRemove)
+	}
+	return append(steps, rejoinMemberAdd, rejoinStateSave, rejoinStart)
+}
+
+// RejoinEtcd is the package-level RejoinEtcd on this node.
+//
+// It takes the node's maintenance lock, then its etcd-data lock, and holds
+// both to the end; a refusal names the holder and changes nothing. It
+// observes the seed's membership, the local etcd, the data directory and
+// the node state, and plans the remaining steps (planRejoin), so a re-run
+// after a crash resumes. Before it wipes data it refuses, unless force, when
+// the old cluster this node's data belongs to may still have a quorum: a
+// member of it (this node's own or an old peer) that is not in the seed's
+// cluster reports a leader, or too many of them do not answer to rule a
+// quorum out. The learner's catch-up is reported through w every
+// rejoinReportEvery; everything is bounded by ctx.
+func (n *Node) RejoinEtcd(ctx context.Context, w io.Writer, cp1IP string, force bool) error {
+	h := n.env.Host
+	if net.ParseIP(cp1IP) == nil {
+		return fmt.Errorf("etcd rejoin: --server %q is not an IP address; nothing was changed", cp1IP)
+	}
+	release, err := nodelock.AcquireBoth(h, "stratum etcd rejoin")
+	if err != nil {
+		return err
+	}
+	defer release()
+	st, err := nodestate.Load(h)
+	if err != nil {
+		return fmt.Errorf("etcd rejoin: %w", err)
+	}
+	if st.Role != nodestate.RoleControlPlane || st.Etcd.Name == "" || st.Etcd.PeerURL == "" {
+		return fmt.Errorf("etcd rejoin: node state %s is not a control plane's with an etcd member; nothing was changed", nodestate.Path)
+	}
+	self := urlHostOf(st.Etcd.ClientURL)
+	if cp1IP == self || cp1IP == st.NodeIP {
+		return fmt.Errorf("etcd rejoin: %s is this node; nothing was changed: run the rejoin on the other control planes, naming the restored seed", cp1IP)
+	}
+
+	obs, err := n.observeRejoin(ctx, st, cp1IP, self)
+	if err != nil {
+		return err
+	}
+	steps := planRejoin(obs)
+	fmt.Fprintf(w, "rejoining %s to the etcd cluster %s at %s: %s\n", st.Etcd.Name, obs.SeedClusterID, cp1IP, joinSteps(steps))
+	if hasStep(steps, rejoinWipe) && !force {
+		if err := n.checkOldClusterGone(ctx, st, cp1IP, obs.SeedClusterID); err != nil {
+			return err
+		}
+	}
+	if err := n.checkpoint(ctx, CheckpointRejoinStart); err != nil {
+		return err
+	}
+	seed := []string{cp1IP}
+	for _, s := range steps {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("etcd rejoin stopped before %s: %w; re-run the same command to resume", s, err)
+		}
+		switch s {
+		case rejoinStop:
+			if err := n.stopControlPlane(ctx); err != nil {
+				return fmt.Errorf("etcd rejoin: %w; re-run the same command", err)
+			}
+			fmt.Fprintf(w, "local control plane stopped\n")
+			if err := n.checkpoint(ctx, CheckpointRejoinAfterStop); err != nil {
+				return err
+			}
+		case rejoinWipe:
+			if err := h.RemoveAll(version.EtcdDataDir); err != nil {
+				return fmt.Errorf("etcd rejoin: remove the stale data directory %s: %w; re-run the same command", version.EtcdDataDir, err)
+			}
+			fmt.Fprintf(w, "stale etcd data %s removed\n", version.EtcdDataDir)
+			if err := n.checkpoint(ctx, CheckpointRejoinAfterWipe); err != nil {
+				return err
+			}
+		case rejoinMemberRemove:
+			if err := n.MemberRemove(ctx, seed, st.Etcd.PeerURL); err != nil {
+				return fmt.Errorf("etcd rejoin: drop this node's stale member from the seed: %w", err)
+			}
+			fmt.Fprintf(w, "stale member %s removed from the seed\n", st.Etcd.PeerURL)
+		case rejoinMemberAdd:
+			ic, err := n.MemberAdd(ctx, seed, st.Etcd.Name, st.Etcd.PeerURL)
+			if err != nil {
+				return fmt.Errorf("etcd rejoin: %w; re-run the same command", err)
+			}
+			st.Etcd.InitialCluster = ic
+			fmt.Fprintf(w, "added to the seed as a learner (initial cluster %s)\n", ic)
+			if err := n.checkpoint(ctx, CheckpointRejoinAfterMemberAdd); err != nil {
+				return err
+			}
+		case rejoinStateSave:
+			st.Etcd.InitialClusterState = "existing"
+			st.Etcd.ClusterID = obs.SeedClusterID
+			st.Etcd.MemberID = ""
+			if err := nodestate.Save(h, st); err != nil {
+				return fmt.Errorf("etcd rejoin: %w; re-run the same command", err)
+			}
+			if err := n.checkpoint(ctx, CheckpointRejoinAfterStateSave); err != nil {
+				return err
+			}
+		case rejoinStart:
+			if err := n.startRejoined(ctx, w, seed, st); err != nil {
+				return err
+			}
+		}
+	}
+	fmt.Fprintf(w, "rejoined: %s is a voter of etcd cluster %s\n", st.Etcd.Name, obs.SeedClusterID)
+	return nil
+}
+
+// observeRejoin reads what planRejoin plans from.
+func (n *Node) observeRejoin(ctx context.Context, st *nodestate.NodeState, cp1IP, self string) (rejoinObservation, error) {
+	var o rejoinObservation
+	seedStatus, err := n.etcdStatus(ctx, cp1IP)
+	if err != nil {
+		return o, fmt.Errorf("etcd rejoin: the seed's etcd at %s: %w; nothing was changed: start it (restore it with `stratum snapshot restore`) and re-run", cp1IP, err)
+	}
+	if seedStatus.Leader == 0 {
+		return o, fmt.Errorf("etcd rejoin: the seed's etcd at %s knows no leader; nothing was changed: heal it and re-run", cp1IP)
+	}
+	o.SeedClusterID = fmt.Sprintf("%x", seedStatus.Header.ClusterId)
+	ms, err := n.members(ctx, []string{cp1IP}, "etcd rejoin")
+	if err != nil {
+		return o, fmt.Errorf("%w; nothing was changed", err)
+	}
+	if m := memberByPeerURL(ms, st.Etcd.PeerURL); m != nil {
+		o.Self = seedUnstarted
+		if started(m) {
+			o.Self = seedStarted
+		}
+	}
+	if ls, err := n.etcdStatus(ctx, self); err == nil {
+		o.LocalClusterID = fmt.Sprintf("%x", ls.Header.ClusterId)
+	}
+	o.StateJoined = st.Etcd.InitialClusterState == "existing" && st.Etcd.ClusterID == o.SeedClusterID
+	if o.DataDirEmpty, err = dirEmpty(n.env.Host, version.EtcdDataDir); err != nil {
+		return o, fmt.Errorf("etcd rejoin: read %s: %w; nothing was changed", version.EtcdDataDir, err)
+	}
+	for _, s := range controlPlaneServices {
+		if ss, err := n.env.Host.ServiceStatus(ctx, s); err == nil && ss.Running {
+			o.Running = true
+		}
+	}
+	return o, nil
+}
+
+// checkOldClusterGone refuses a wipe while the old cluster may still have a
+// quorum. The old cluster's members are the peers of this node's recorded
+// initial cluster and this node itself; the seed, and any member that now
+// answers with the seed's cluster ID, have left it. One that reports a
+// leader proves a quorum; members that do not answer could form one, so
+// they refuse too once they are a majority of the old cluster.
+func (n *Node) checkOldClusterGone(ctx context.Context, st *nodestate.NodeState, cp1IP, seedID string) error {
+	self := urlHostOf(st.Etcd.ClientURL)
+	old := map[string]bool{self: true}
+	for _, ip := range peerIPs(st.Etcd.InitialCluster, st.Etcd.PeerURL) {
+		old[ip] = true
+	}
+	var ips []string
+	for ip := range old {
+		ips = append(ips, ip)
+	}
+	sort.Strings(ips)
+	var leaders, silent []string
+	for _, ip := range ips {
+		if ip == cp1IP {
+			continue
+		}
+		s, err := n.etcdStatus(ctx, ip)
+		switch {
+		case err != nil:
+			silent = append(silent, ip)
+		case fmt.Sprintf("%x", s.Header.ClusterId) == seedID:
+		case s.Leader != 0:
+			leaders = append(leaders, fmt.Sprintf("%s (cluster %x, leader %x)", ip, s.Header.ClusterId, s.Leader))
+		}
+	}
+	const hint = "nothing was changed: stop etcd on the old cluster's members first, or pass --force to discard this member's data anyway"
+	if len(leaders) > 0 {
+		return fmt.Errorf("%w: %s still report a leader; %s", ErrOldClusterQuorum, strings.Join(leaders, ", "), hint)
+	}
+	if len(silent) >= len(ips)/2+1 {
+		return fmt.Errorf("%w: %d of the old cluster's %d members (%s) do not answer, enough to hold a quorum elsewhere; %s", ErrOldClusterQuorum, len(silent), len(ips), strings.Join(silent, ", "), hint)
+	}
+	return nil
+}
+
+// startRejoined starts the rejoined member, reports its catch-up until it is
+// promoted, then starts the rest of the control plane as `stratum up` does.
+func (n *Node) startRejoined(ctx context.Context, w io.Writer, seed []string, st *nodestate.NodeState) error {
+	if err := n.env.Host.StartService(ctx, ServiceEtcd); err != nil {
+		return fmt.Errorf("etcd rejoin: start etcd: %w; the node state records the seed's membership: run `stratum up` or re-run the rejoin", err)
+	}
+	fmt.Fprintf(w, "etcd started; waiting for the learner to catch up with the seed\n")
+	done := make(chan error, 1)
+	go func() { done <- n.PromoteWhenCaughtUp(ctx, seed, st.Etcd.PeerURL) }()
+	start := time.Now()
+	tick := time.NewTicker(rejoinReportEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				return fmt.Errorf("etcd rejoin: %w; re-run the same command (or `stratum up`) to promote it", err)
+			}
+			fmt.Fprintf(w, "promoted to a voter after %s\n", time.Since(start).Round(time.Second))
+			if _, err := n.StartControlPlane(ctx); err != nil {
+				return fmt.Errorf("etcd rejoin: member promoted, but the control plane did not start: %w; run `stratum up`", err)
+			}
+			return nil
+		case <-tick.C:
+			fmt.Fprintf(w, "still waiting for %s to catch up (%s)\n", st.Etcd.Name, time.Since(start).Round(time.Second))
+		}
+	}
+}
+
+func hasStep(steps []rejoinStep, s rejoinStep) bool {
+	for _, x := range steps {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func joinSteps(steps []rejoinStep) string {
+	out := make([]string, len(steps))
+	for i, s := range steps {
+		out[i] = string(s)
+	}
+	return strings.Join(out, ", ")
+}

@@ -1,0 +1,417 @@
+package ha_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"stratum.dev/stratum/ha"
+	"stratum.dev/stratum/internal/assets/assetstest"
+	"stratum.dev/stratum/internal/nodelock"
+	"stratum.dev/stratum/internal/nodestate"
+	"stratum.dev/stratum/internal/version"
+	"stratum.dev/stratum/sim"
+)
+
+// syncBuffer is a bytes.Buffer safe for a rejoin writing from a goroutine.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// restoreCluster is a simulated three-control-plane cluster with etcd data
+// written before and after a snapshot.
+type restoreCluster struct {
+	t    *testing.T
+	c    *sim.Cluster
+	ctx  context.Context
+	snap string
+}
+
+const (
+	keyBefore = "/stratum-test/before-snapshot"
+	keyAfter  = "/stratum-test/after-snapshot"
+)
+
+func startRestoreCluster(t *testing.T) *restoreCluster {
+	t.Helper()
+	assetstest.Require(t)
+	cfg := sim.Config{ControlPlanes: 3, APIServers: true}
+	if os.Getenv("STRATUM_TEST_EVENTS") != "" {
+		cfg.EventsTo = os.Stderr // the event log as it happens, for a run that dies
+	}
+	c := sim.Start(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	t.Cleanup(cancel)
+	r := &restoreCluster{t: t, c: c, ctx: ctx, snap: filepath.Join(t.TempDir(), "etcd.db")}
+	r.put("cp1", keyBefore)
+	if _, err := configMapClient(t, c.Host("cp1")).CoreV1().ConfigMaps("default").Create(ctx, configMap("before", map[string]string{"k": "v"}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ss, err := joinNodeOn(c.Host("cp1")).SnapshotSave(ctx, r.snap)
+	if err != nil {
+		t.Fatalf("snapshot save: %v", err)
+	}
+	if ss.TotalKeys == 0 || ss.Revision == 0 {
+		t.Fatalf("snapshot status: %+v", ss)
+	}
+	r.put("cp1", keyAfter)
+	if _, err := configMapClient(t, c.Host("cp1")).CoreV1().ConfigMaps("default").Create(ctx, configMap("after", map[string]string{"k": "v"}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func (r *restoreCluster) put(host, key string) {
+	r.t.Helper()
+	cli, err := r.c.Host(host).EtcdClient()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer cli.Close()
+	if _, err := cli.Put(r.ctx, key, "x"); err != nil {
+		r.t.Fatalf("put %s through %s: %v", key, host, err)
+	}
+}
+
+func (r *restoreCluster) restore() {
+	r.t.Helper()
+	var out syncBuffer
+	if err := joinNodeOn(r.c.Host("cp1")).SnapshotRestore(r.ctx, &out, r.snap); err != nil {
+		r.t.Fatalf("restore on cp1: %v\n%s", err, out.String())
+	}
+	if got := r.members("cp1"); strings.Join(got, " ") != "cp1:voter" {
+		r.t.Fatalf("after restore the seed's members are %v, want cp1 alone", got)
+	}
+}
+
+// members lists the members of the cluster of host's etcd as name:voter|learner.
+func (r *restoreCluster) members(host string) []string {
+	r.t.Helper()
+	cli, err := r.c.Host(host).EtcdClient(r.c.Host(host).ClientURL())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer cli.Close()
+	ml, err := cli.MemberList(r.ctx)
+	if err != nil {
+		r.t.Fatalf("member list through %s: %v", host, err)
+	}
+	var out []string
+	for _, m := range ml.Members {
+		role := "voter"
+		if m.IsLearner {
+			role = "learner"
+		}
+		if m.Name == "" {
+			role = "unstarted"
+		}
+		out = append(out, fmt.Sprintf("%s:%s", m.Name, role))
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (r *restoreCluster) clusterID(host string) uint64 {
+	r.t.Helper()
+	h := r.c.Host(host)
+	cli, err := h.EtcdClient(h.ClientURL())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer cli.Close()
+	st, err := cli.Status(r.ctx, h.ClientURL())
+	if err != nil {
+		r.t.Fatalf("status of %s: %v", host, err)
+	}
+	return st.Header.ClusterId
+}
+
+// checkHoldsSnapshot: host's own member serves the snapshot's data: the key
+// written before the snapshot, not the one after.
+func (r *restoreCluster) checkHoldsSnapshot(host string) {
+	r.t.Helper()
+	h := r.c.Host(host)
+	cli, err := h.EtcdClient(h.ClientURL())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer cli.Close()
+	for key, want := range map[string]int64{keyBefore: 1, keyAfter: 0} {
+		resp, err := cli.Get(r.ctx, key)
+		if err != nil {
+			r.t.Fatalf("get %s through %s: %v", key, host, err)
+		}
+		if resp.Count != want {
+			r.t.Fatalf("%s: %s count %d, want %d", host, key, resp.Count, want)
+		}
+	}
+}
+
+func (r *restoreCluster) rejoin(host string, force bool) (string, error) {
+	var out syncBuffer
+	err := joinNodeOn(r.c.Host(host)).RejoinEtcd(r.ctx, &out, r.c.Host("cp1").IP().String(), force)
+	return out.String(), err
+}
+
+func TestSnapshotRestoreThenRejoin(t *testing.T) {
+	r := startRestoreCluster(t)
+	c := r.c
+	cp1IP := c.Host("cp1").IP().String()
+	r.restore()
+	r.checkHoldsSnapshot("cp1")
+
+	// cp2 and cp3 still make a quorum of the old cluster: a rejoin without
+	// force is refused and changes nothing.
+	cp2 := c.Host("cp2")
+	stateBefore, _ := cp2.Files().ReadFile(nodestate.Path)
+	if out, err := r.rejoin("cp2", false); !errors.Is(err, ha.ErrOldClusterQuorum) {
+		t.Fatalf("rejoin without force while the old cluster has quorum: %v\n%s", err, out)
+	}
+	if stateAfter, _ := cp2.Files().ReadFile(nodestate.Path); !bytes.Equal(stateBefore, stateAfter) {
+		t.Fatalf("a refused rejoin changed the node state")
+	}
+	if empty, err := cp2.Files().ReadDir(version.EtcdDataDir); err != nil || len(empty) == 0 || !cp2.EtcdRunning() || !cp2.APIServerRunning() {
+		t.Fatalf("a refused rejoin touched cp2's etcd: data %v (%v), etcd running %v, apiserver running %v", empty, err, cp2.EtcdRunning(), cp2.APIServerRunning())
+	}
+	if got := strings.Join(r.members("cp2"), " "); got != "cp1:voter cp2:voter cp3:voter" {
+		t.Fatalf("old cluster's members after a refused rejoin: %s", got)
+	}
+	if got := strings.Join(r.members("cp1"), " "); got != "cp1:voter" {
+		t.Fatalf("seed's members after a refused rejoin: %s", got)
+	}
+
+	start := time.Now()
+	if out, err := r.rejoin("cp2", true); err != nil {
+		t.Fatalf("rejoin cp2 --force: %v\n%s", err, out)
+	}
+	t.Logf("cp2 rejoined in %s", time.Since(start).Round(time.Millisecond))
+
+	// cp3 alone is no quorum: no force needed. It is paused after its stop,
+	// and a second maintenance operation on cp3 meanwhile is refused naming
+	// the rejoin, and changes nothing.
+	cp3 := c.Host("cp3")
+	armed := c.PauseAt("cp3", ha.CheckpointRejoinAfterStop)
+	errc := make(chan error, 1)
+	var out3 syncBuffer
+	go func() {
+		errc <- joinNodeOn(cp3).RejoinEtcd(r.ctx, &out3, cp1IP, false)
+	}()
+	select {
+	case <-armed.Reached():
+	case err := <-errc:
+		t.Fatalf("cp3's rejoin ended before its pause: %v\n%s", err, out3.String())
+	case <-r.ctx.Done():
+		t.Fatal(r.ctx.Err())
+	}
+	if _, err := nodelock.Acquire(cp3.Handle(), nodelock.Maintenance, "test"); !errors.Is(err, nodelock.ErrBusy) || !strings.Contains(err.Error(), "stratum etcd rejoin") {
+		t.Fatalf("maintenance lock during a rejoin: %v", err)
+	}
+	state3, _ := cp3.Files().ReadFile(nodestate.Path)
+	if out, err := r.rejoin("cp3", true); !errors.Is(err, nodelock.ErrBusy) || !strings.Contains(err.Error(), "stratum etcd rejoin") {
+		t.Fatalf("second rejoin during a rejoin: %v\n%s", err, out)
+	}
+	if s, _ := cp3.Files().ReadFile(nodestate.Path); !bytes.Equal(s, state3) {
+		t.Fatal("a refused second rejoin changed cp3's node state")
+	}
+	if got := strings.Join(r.members("cp1"), " "); got != "cp1:voter cp2:voter" {
+		t.Fatalf("seed's members while cp3 is paused: %s", got)
+	}
+	armed.Release()
+	if err := <-errc; err != nil {
+		t.Fatalf("rejoin cp3: %v\n%s", err, out3.String())
+	}
+	if !strings.Contains(out3.String(), "rejoined") {
+		t.Fatalf("cp3's rejoin output:\n%s", out3.String())
+	}
+
+	if got := strings.Join(r.members("cp1"), " "); got != "cp1:voter cp2:voter cp3:voter" {
+		t.Fatalf("members after the rejoins: %s", got)
+	}
+	n := joinNodeOn(c.Host("cp1"))
+	var ips []string
+	for _, name := range []string{"cp1", "cp2", "cp3"} {
+		ips = append(ips, c.Host(name).IP().String())
+		if a, b := r.clusterID("cp1"), r.clusterID(name); a != b {
+			t.Fatalf("%s in cluster %x, the seed in %x", name, b, a)
+		}
+		r.checkHoldsSnapshot(name)
+	}
+	if err := n.EtcdClusterHealthy(r.ctx, ips); err != nil {
+		t.Fatalf("cluster after the rejoins: %v", err)
+	}
+	cm := configMapClient(t, cp3).CoreV1().ConfigMaps("default")
+	if _, err := cm.Get(r.ctx, "before", metav1.GetOptions{}); err != nil {
+		t.Fatalf("configmap written before the snapshot, through cp3: %v", err)
+	}
+	if _, err := cm.Get(r.ctx, "after", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("configmap written after the snapshot, through cp3: %v (want not found)", err)
+	}
+	for _, name := range []string{"cp2", "cp3"} {
+		st, err := nodestate.Load(c.Host(name).Files())
+		if err != nil || st.Etcd.InitialClusterState != "existing" || st.Etcd.ClusterID != fmt.Sprintf("%x", r.clusterID("cp1")) {
+			t.Fatalf("%s node state after rejoin: %+v (%v)", name, st, err)
+		}
+	}
+}
+
+// TestRejoinCrashAtEachCheckpointResumes crashes cp2 at each rejoin
+// checkpoint in turn and re-runs the same command on the rebooted host: the
+// re-run resumes and converges. Each round restores cp1 afresh, so each
+// round's rejoin starts from a stale cp2.
+func TestRejoinCrashAtEachCheckpointResumes(t *testing.T) {
+	r := startRestoreCluster(t)
+	c := r.c
+	cp2 := c.Host("cp2")
+	for _, cp := range ha.RejoinCheckpoints {
+		r.restore()
+		seedID := r.clusterID("cp1")
+		inc := cp2.Incarnation()
+		armed := c.CrashAt("cp2", cp)
+		errc := make(chan error, 1)
+		go func() {
+			errc <- joinNodeOn(cp2).RejoinEtcd(r.ctx, io.Discard, c.Host("cp1").IP().String(), true)
+		}()
+		select {
+		case <-armed.Reached():
+		case err := <-errc:
+			t.Fatalf("%s: the rejoin ended without reaching the checkpoint: %v", cp, err)
+		case <-r.ctx.Done():
+			t.Fatal(r.ctx.Err())
+		}
+		waitCrashed(t, cp2, inc)
+		// While cp2 is down the seed has cp1, and cp2 only as a learner that
+		// never started, once the add is done.
+		want := "cp1:voter"
+		if cp == ha.CheckpointRejoinAfterMemberAdd || cp == ha.CheckpointRejoinAfterStateSave {
+			want = ":unstarted cp1:voter"
+		}
+		if got := strings.Join(r.members("cp1"), " "); got != want {
+			t.Fatalf("%s: seed's members while cp2 is crashed: %s, want %s", cp, got, want)
+		}
+		start := time.Now()
+		if out, err := r.rejoin("cp2", true); err != nil {
+			t.Fatalf("%s: re-run after the crash: %v\n%s", cp, err, out)
+		}
+		t.Logf("%s: re-run converged in %s", cp, time.Since(start).Round(time.Millisecond))
+		if got := strings.Join(r.members("cp1"), " "); got != "cp1:voter cp2:voter" {
+			t.Fatalf("%s: members after the re-run: %s", cp, got)
+		}
+		if id := r.clusterID("cp2"); id != seedID {
+			t.Fatalf("%s: cp2 in cluster %x, the seed in %x", cp, id, seedID)
+		}
+		r.checkHoldsSnapshot("cp2")
+		if !cp2.APIServerRunning() {
+			t.Fatalf("%s: cp2's apiserver is not running after the re-run", cp)
+		}
+	}
+}
+
+// waitCrashed waits until h's crash has finished: Armed.Reached closes, and
+// the incarnation is bumped, before Host.Crash has stopped the host's
+// services, so a re-run started at once would race the crash's own stops
+// (its hard stop of etcd would kill the member the re-run starts). Done is:
+// a new incarnation, no apiserver or etcd running, and nothing listening on
+// the etcd ports.
+func waitCrashed(t *testing.T, h *sim.Host, inc uint64) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		quiet := h.Incarnation() != inc && !h.APIServerRunning() && !h.EtcdRunning()
+		for _, port := range []string{"2379", "2380"} {
+			if !quiet {
+				break
+			}
+			if conn, err := net.DialTimeout("tcp", net.JoinHostPort(h.IP().String(), port), 200*time.Millisecond); err == nil {
+				conn.Close()
+				quiet = false
+			}
+		}
+		if quiet {
+			time.Sleep(100 * time.Millisecond)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: the crash did not finish within a minute", h.Name())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRejoinRefusedWhileOldPeersMayHoldQuorum: five control planes, cp1
+// restored. From cp2, cut off from cp3..cp5 (which still make a quorum of the
+// old cluster, 3 of 5), the silent members are enough to hold a quorum: a
+// rejoin without force is refused. Healed, they report a leader: refused
+// again. Neither refusal changes anything.
+func TestRejoinRefusedWhileOldPeersMayHoldQuorum(t *testing.T) {
+	assetstest.Require(t)
+	c := sim.Start(t, sim.Config{ControlPlanes: 5})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cp1, cp2 := c.Host("cp1"), c.Host("cp2")
+	snap := filepath.Join(t.TempDir(), "etcd.db")
+	if _, err := joinNodeOn(cp1).SnapshotSave(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	if err := joinNodeOn(cp1).SnapshotRestore(ctx, io.Discard, snap); err != nil {
+		t.Fatal(err)
+	}
+	state, _ := cp2.Files().ReadFile(nodestate.Path)
+	check := func(want string) {
+		t.Helper()
+		var out syncBuffer
+		err := joinNodeOn(cp2).RejoinEtcd(ctx, &out, cp1.IP().String(), false)
+		if !errors.Is(err, ha.ErrOldClusterQuorum) || !strings.Contains(err.Error(), want) {
+			t.Fatalf("rejoin of cp2: %v, want %v naming %q\n%s", err, ha.ErrOldClusterQuorum, want, out.String())
+		}
+		if s, _ := cp2.Files().ReadFile(nodestate.Path); !bytes.Equal(s, state) || !cp2.EtcdRunning() {
+			t.Fatalf("a refused rejoin changed cp2 (etcd running %v)", cp2.EtcdRunning())
+		}
+	}
+	// cp2 notices the lost leader after an election timeout, and finds its
+	// old leader again once healed: wait for each state, then check it.
+	waitRefusal := func(want string) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for {
+			err := joinNodeOn(cp2).RejoinEtcd(ctx, io.Discard, cp1.IP().String(), false)
+			if err != nil && strings.Contains(err.Error(), want) {
+				break
+			}
+			if !errors.Is(err, ha.ErrOldClusterQuorum) || time.Now().After(deadline) {
+				t.Fatalf("waiting for a refusal naming %q: %v", want, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		check(want)
+	}
+	c.Partition([]string{"cp1", "cp2"}, []string{"cp3", "cp4", "cp5"})
+	waitRefusal("3 of the old cluster's 5 members")
+	c.Heal()
+	waitRefusal("still report a leader")
+}

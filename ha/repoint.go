@@ -1,0 +1,235 @@
+package ha
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"net/url"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"stratum.dev/stratum/internal/host"
+	"stratum.dev/stratum/internal/kubeconfig"
+	"stratum.dev/stratum/internal/nodestate"
+	"stratum.dev/stratum/internal/version"
+)
+
+// ErrVIPNotServing matches a repoint refused because the VIP does not serve
+// this cluster's apiserver with a certificate that covers it.
+var ErrVIPNotServing = errors.New("the VIP does not serve this cluster's apiserver")
+
+// vipProbeTimeout bounds one VIPServes probe.
+const vipProbeTimeout = 5 * time.Second
+
+// repointConsumers are the local services that read this node's kubeconfigs
+// and so are restarted after a repoint, when they run: kube-vip (its leader
+// election goes through the apiserver), the controller manager and
+// scheduler where the host runs them, and the stratum operator. etcd and
+// the apiserver read no kubeconfig and are left alone.
+var repointConsumers = []string{ServiceVIP, "kube-controller-manager", "kube-scheduler", serviceOperator}
+
+// VIPServes reports whether the VIP serves this cluster's apiserver, as
+// checkVIPServes does. Exported, and a var, so a test of a command that
+// repoints, in this package or another, can stand in for a VIP that does or
+// does not answer. It is consulted by the package-level NodeRepoint and
+// RepointCilium; a Node's methods use the node's own check (Node.VIPServes).
+var VIPServes = checkVIPServes
+
+// checkVIPServes is Node.VIPServes on this machine.
+func checkVIPServes(ctx context.Context, vip string) (bool, error) {
+	n, err := local()
+	if err != nil {
+		return false, err
+	}
+	return n.VIPServes(ctx, vip)
+}
+
+// VIPServes reports whether https://<vip>:6443 serves this cluster's
+// apiserver: dialed through the host's dialer, the TLS chain must verify
+// against this node's cluster CA (version.PKIDir/ca.crt), the certificate's
+// SANs must include the VIP, and the server must answer HTTP on /readyz (an
+// apiserver answers 200, or 401/403 when anonymous requests are not
+// allowed). false comes with the reason as the error.
+func (n *Node) VIPServes(ctx context.Context, vip string) (bool, error) {
+	ip := net.ParseIP(vip)
+	if ip == nil {
+		return false, fmt.Errorf("%w: %q is not an IP address", ErrVIPNotServing, vip)
+	}
+	caPEM, err := n.env.Host.ReadFile(version.PKIFile("ca.crt"))
+	if err != nil {
+		return false, fmt.Errorf("read this node's cluster CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return false, fmt.Errorf("this node's cluster CA %s holds no certificate", version.PKIFile("ca.crt"))
+	}
+	h := n.env.Host
+	// ServerName an IP: crypto/tls verifies it against the IP SANs.
+	tr := &http.Transport{
+		TLSClientConfig:   &tls.Config{RootCAs: pool, ServerName: ip.String(), MinVersion: tls.VersionTLS12},
+		DialContext:       h.DialContext,
+		DisableKeepAlives: true,
+	}
+	defer tr.CloseIdleConnections()
+	cl := &http.Client{Transport: tr, Timeout: vipProbeTimeout}
+	u := "https://" + net.JoinHostPort(ip.String(), strconv.Itoa(version.APIServerPort)) + "/readyz"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return false, err
+	}
+	resp, err := cl.Do(req)
+	if err != nil {
+		return false, fmt.Errorf("%w at %s: %v", ErrVIPNotServing, vip, err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	switch resp.StatusCode {
+	case http.StatusOK, http.StatusUnauthorized, http.StatusForbidden:
+		return true, nil
+	}
+	return false, fmt.Errorf("%w at %s: /readyz answered %s", ErrVIPNotServing, vip, resp.Status)
+}
+
+// RepointKubeconfigs rewrites every kubeconfig on this node to server.
+func RepointKubeconfigs(server string) error {
+	n, err := local()
+	if err != nil {
+		return err
+	}
+	return n.RepointKubeconfigs(server)
+}
+
+// RepointKubeconfigs is the package-level RepointKubeconfigs on this node:
+// every *.conf under version.K8sConfDir (bootstrap.conf included) gets server
+// as every cluster's server, its credentials and CA data kept byte for byte
+// (kubeconfig.Repoint), and the node state records server as its Server, so
+// the kubeconfigs a later `stratum up` writes name it too. A node with no
+// state file has nothing to record; an unreadable state is an error found
+// before any kubeconfig is rewritten. Every kubeconfig is parsed and
+// repointed in memory before the first is written.
+func (n *Node) RepointKubeconfigs(server string) error {
+	if u, err := url.Parse(server); err != nil || u.Scheme != "https" || u.Hostname() == "" || u.Port() == "" {
+		return fmt.Errorf("repoint kubeconfigs: %q is not https://<host>:<port>; nothing was changed", server)
+	}
+	h := n.env.Host
+	st, err := nodestate.Load(h)
+	switch {
+	case errors.Is(err, nodestate.ErrNoState):
+		st = nil
+	case err != nil:
+		return fmt.Errorf("repoint kubeconfigs: %w; nothing was changed", err)
+	}
+	entries, err := h.ReadDir(version.K8sConfDir)
+	if err != nil {
+		return fmt.Errorf("repoint kubeconfigs: list %s: %w; nothing was changed", version.K8sConfDir, err)
+	}
+	type rewrite struct {
+		p    string
+		data []byte
+		perm fs.FileMode
+	}
+	var rewrites []rewrite
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".conf") {
+			continue
+		}
+		p := path.Join(version.K8sConfDir, e.Name())
+		b, err := h.ReadFile(p)
+		if err != nil {
+			return fmt.Errorf("repoint kubeconfigs: read %s: %w; nothing was changed", p, err)
+		}
+		out, err := kubeconfig.Repoint(b, server)
+		if err != nil {
+			return fmt.Errorf("repoint kubeconfigs: %s: %w; nothing was changed", p, err)
+		}
+		perm := fs.FileMode(0o600)
+		if info, err := e.Info(); err == nil {
+			perm = info.Mode().Perm()
+		}
+		rewrites = append(rewrites, rewrite{p, out, perm})
+	}
+	for _, rw := range rewrites {
+		if err := h.WriteFile(rw.p, rw.data, rw.perm); err != nil {
+			return fmt.Errorf("repoint kubeconfigs: write %s: %w; re-run to finish", rw.p, err)
+		}
+	}
+	if st != nil && st.Server != server {
+		st.Server = server
+		if err := nodestate.Save(h, st); err != nil {
+			return fmt.Errorf("repoint kubeconfigs: kubeconfigs rewritten, but %w; re-run to finish", err)
+		}
+	}
+	n.log.Info("kubeconfigs repointed", "server", server, "files", len(rewrites))
+	return nil
+}
+
+// NodeRepoint moves this node's clients onto the cluster VIP.
+func NodeRepoint(w io.Writer, vip string) ([]string, error) {
+	n, err := local()
+	if err != nil {
+		return nil, err
+	}
+	return n.nodeRepoint(context.Background(), w, vip, VIPServes)
+}
+
+// NodeRepoint is the package-level NodeRepoint on this node, with the node's
+// own VIPServes check: nothing changes unless the VIP serves this cluster's
+// apiserver; then every kubeconfig is rewritten to https://<vip>:6443
+// (RepointKubeconfigs) and every running repointConsumers service is
+// restarted. A consumer that fails to restart is a warning beside a nil
+// error: the kubeconfigs were rewritten, so the repoint landed.
+func (n *Node) NodeRepoint(ctx context.Context, w io.Writer, vip string) ([]string, error) {
+	return n.nodeRepoint(ctx, w, vip, n.VIPServes)
+}
+
+func (n *Node) nodeRepoint(ctx context.Context, w io.Writer, vip string, serves func(context.Context, string) (bool, error)) ([]string, error) {
+	if err := n.checkServes(ctx, vip, serves); err != nil {
+		return nil, err
+	}
+	server := "https://" + net.JoinHostPort(vip, strconv.Itoa(version.APIServerPort))
+	if err := n.RepointKubeconfigs(server); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(w, "kubeconfigs now point at %s\n", server)
+	var warnings []string
+	for _, s := range repointConsumers {
+		ss, err := n.env.Host.ServiceStatus(ctx, s)
+		if errors.Is(err, host.ErrUnknownService) || err == nil && !ss.Running {
+			continue
+		}
+		if err == nil {
+			err = n.env.Host.RestartService(ctx, s)
+		}
+		if err != nil {
+			warnings = append(warnings, fmt.Sprintf("%s was not restarted (%v): restart it so it reads the repointed kubeconfig", s, err))
+			continue
+		}
+		fmt.Fprintf(w, "restarted %s\n", s)
+	}
+	sort.Strings(warnings)
+	return warnings, nil
+}
+
+// checkServes refuses a VIP that does not serve this cluster's apiserver.
+func (n *Node) checkServes(ctx context.Context, vip string, serves func(context.Context, string) (bool, error)) error {
+	ok, err := serves(ctx, vip)
+	if ok {
+		return nil
+	}
+	if err == nil {
+		err = ErrVIPNotServing
+	}
+	if !errors.Is(err, ErrVIPNotServing) {
+		err = fmt.Errorf("%w: %w", ErrVIPNotServing, err)
+	}
+	return fmt.Errorf("%w; nothing was changed: bring up the VIP (kube-vip) on the control planes, with an apiserver certificate that covers it, and retry", err)
+}

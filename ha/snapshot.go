@@ -1,0 +1,296 @@
+package ha
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"path"
+	"path/filepath"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	clientsnapshot "go.etcd.io/etcd/client/v3/snapshot"
+	utlsnapshot "go.etcd.io/etcd/etcdutl/v3/snapshot"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"stratum.dev/stratum/internal/host"
+	"stratum.dev/stratum/internal/nodelock"
+	"stratum.dev/stratum/internal/nodestate"
+	"stratum.dev/stratum/internal/version"
+)
+
+// restoreClusterToken is a fresh --initial-cluster-token for one restore.
+// etcd derives the member and cluster IDs of a restored data directory from
+// the token and the peer URLs alone, so restoring the same snapshot on the
+// same node twice with one token makes two clusters with the same cluster
+// ID: members of the first would pass for members of the second. A unique
+// token per restore makes every restored cluster distinct, as etcd's restore
+// documentation advises. The token is used only by the restore: a member
+// with data ignores its --initial-cluster-token, and members added later get
+// their IDs from the member add.
+func restoreClusterToken() (string, error) {
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return "stratum-restore-" + hex.EncodeToString(b), nil
+}
+
+// restoreRevisionBump is how far a restore moves the restored keyspace's
+// revision past the snapshot's, and the restore marks the old revisions
+// compacted: a kube-apiserver (or any watcher) that saw revisions written
+// after the snapshot must never see the revision go backwards, which would
+// leave its watch caches silently stale (etcd's documented restore advice
+// for Kubernetes).
+const restoreRevisionBump = 1_000_000_000
+
+// SnapshotStatus describes a snapshot file, as etcdutl reads it.
+type SnapshotStatus struct {
+	Hash      uint32
+	Revision  int64
+	TotalKeys int
+	TotalSize int64
+	Version   string
+}
+
+// SnapshotSave saves a snapshot of this node's etcd member (its client URL
+// from the node state) to dbPath, a path on the machine running the command
+// (not under the host's root), through clientv3's snapshot package: the
+// member streams its backend, the file is written as dbPath.part, its
+// integrity hash checked, then renamed. The saved file is read back with
+// etcdutl's status and described.
+func (n *Node) SnapshotSave(ctx context.Context, dbPath string) (SnapshotStatus, error) {
+	st, err := nodestate.Load(n.env.Host)
+	if err != nil {
+		return SnapshotStatus{}, fmt.Errorf("snapshot save: %w", err)
+	}
+	if st.Etcd.ClientURL == "" {
+		return SnapshotStatus{}, fmt.Errorf("snapshot save: node state %s records no etcd client URL; nothing was saved: run it on a control plane", nodestate.Path)
+	}
+	cfg, err := n.etcdConfig(st.Etcd.ClientURL)
+	if err != nil {
+		return SnapshotStatus{}, err
+	}
+	lg := zap.NewNop()
+	if _, err := clientsnapshot.SaveWithVersion(ctx, lg, cfg, dbPath); err != nil {
+		return SnapshotStatus{}, fmt.Errorf("snapshot save from %s to %s: %w", st.Etcd.ClientURL, dbPath, err)
+	}
+	ss, err := snapshotStatus(dbPath)
+	if err != nil {
+		return SnapshotStatus{}, fmt.Errorf("snapshot saved to %s, but it does not read back: %w", dbPath, err)
+	}
+	n.log.Info("etcd snapshot saved", "path", dbPath, "revision", ss.Revision, "keys", ss.TotalKeys)
+	return ss, nil
+}
+
+// snapshotStatus is etcdutl's status of the snapshot file at dbPath.
+func snapshotStatus(dbPath string) (SnapshotStatus, error) {
+	s, err := utlsnapshot.NewV3(zap.NewNop()).Status(dbPath)
+	if err != nil {
+		return SnapshotStatus{}, err
+	}
+	return SnapshotStatus{Hash: s.Hash, Revision: s.Revision, TotalKeys: s.TotalKey, TotalSize: s.TotalSize, Version: s.Version}, nil
+}
+
+// etcdConfig is the clientv3 configuration etcdClient builds, for the
+// libraries that take a configuration rather than a client.
+func (n *Node) etcdConfig(endpoints ...string) (clientv3.Config, error) {
+	tlsCfg, err := n.etcdTLS()
+	if err != nil {
+		return clientv3.Config{}, err
+	}
+	h := n.env.Host
+	return clientv3.Config{
+		Endpoints:   endpoints,
+		TLS:         tlsCfg,
+		DialTimeout: etcdDialTimeout,
+		Logger:      zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return h.DialContext(ctx, "tcp", addr)
+		})},
+	}, nil
+}
+
+// SnapshotRestore resets this control plane to a NEW single-member etcd
+// cluster holding the data of the snapshot at dbPath (a path on the machine
+// running the command): the seed the other control planes then rejoin
+// (RejoinEtcd). It takes the maintenance and etcd-data locks, restores the
+// snapshot into a scratch directory with etcd's own restore (etcdutl,
+// verifying the snapshot's hash) before it touches anything, then stops the
+// local control plane (kube-vip, kube-apiserver, etcd), replaces
+// version.EtcdDataDir with the restored data, rewrites the node state's etcd
+// membership to this member alone (initial-cluster-state "new", which is
+// correct on a restored data directory: etcd finds the restored WAL and
+// starts from it), starts the control plane again and records the new
+// cluster ID in the node state.
+//
+// The old data directory is removed, not kept: the host's file API has no
+// rename, and the snapshot file is the backup. A run that stops part-way is
+// re-run as is: every step from the stop on is repeated whole.
+func (n *Node) SnapshotRestore(ctx context.Context, w io.Writer, dbPath string) error {
+	h := n.env.Host
+	release, err := nodelock.AcquireBoth(h, "stratum snapshot restore")
+	if err != nil {
+		return err
+	}
+	defer release()
+	st, err := nodestate.Load(h)
+	if err != nil {
+		return fmt.Errorf("snapshot restore: %w", err)
+	}
+	if st.Role != nodestate.RoleControlPlane || st.Etcd.Name == "" || st.Etcd.PeerURL == "" {
+		return fmt.Errorf("snapshot restore: node state %s is not a control plane's with an etcd member; nothing was changed", nodestate.Path)
+	}
+	ss, err := snapshotStatus(dbPath)
+	if err != nil {
+		return fmt.Errorf("snapshot restore: %s is not a readable etcd snapshot (%v); nothing was changed", dbPath, err)
+	}
+	fmt.Fprintf(w, "restoring %s (revision %d, %d keys) as a new single-member cluster %s=%s\n", dbPath, ss.Revision, ss.TotalKeys, st.Etcd.Name, st.Etcd.PeerURL)
+
+	// Restore into scratch first: a snapshot that fails its hash check
+	// refuses here, with the control plane still running.
+	scratch, err := os.MkdirTemp("", "stratum-restore-")
+	if err != nil {
+		return fmt.Errorf("snapshot restore: scratch directory: %w; nothing was changed", err)
+	}
+	defer os.RemoveAll(scratch)
+	out := filepath.Join(scratch, "etcd")
+	token, err := restoreClusterToken()
+	if err != nil {
+		return fmt.Errorf("snapshot restore: cluster token: %w; nothing was changed", err)
+	}
+	initial := st.Etcd.Name + "=" + st.Etcd.PeerURL
+	if err := utlsnapshot.NewV3(zap.NewNop()).Restore(utlsnapshot.RestoreConfig{
+		SnapshotPath:        dbPath,
+		Name:                st.Etcd.Name,
+		OutputDataDir:       out,
+		PeerURLs:            []string{st.Etcd.PeerURL},
+		InitialCluster:      initial,
+		InitialClusterToken: token,
+		RevisionBump:        restoreRevisionBump,
+		MarkCompacted:       true,
+	}); err != nil {
+		return fmt.Errorf("snapshot restore of %s: %w; nothing was changed", dbPath, err)
+	}
+
+	if err := n.stopControlPlane(ctx); err != nil {
+		return fmt.Errorf("snapshot restore: %w; etcd data not touched: re-run the restore", err)
+	}
+	fmt.Fprintf(w, "control plane stopped; replacing %s\n", version.EtcdDataDir)
+	if err := h.RemoveAll(version.EtcdDataDir); err != nil {
+		return fmt.Errorf("snapshot restore: remove %s: %w; the control plane is stopped: re-run the restore", version.EtcdDataDir, err)
+	}
+	if err := copyTreeToHost(h, out, version.EtcdDataDir); err != nil {
+		return fmt.Errorf("snapshot restore: write the restored data to %s: %w; the control plane is stopped: re-run the restore", version.EtcdDataDir, err)
+	}
+	st.Etcd.InitialCluster = initial
+	st.Etcd.InitialClusterState = "new"
+	st.Etcd.ClusterID, st.Etcd.MemberID = "", ""
+	if err := nodestate.Save(h, st); err != nil {
+		return fmt.Errorf("snapshot restore: %w; the restored data is in place and the control plane is stopped: re-run the restore", err)
+	}
+	if _, err := n.StartControlPlane(ctx); err != nil {
+		return fmt.Errorf("snapshot restore: data restored, but the control plane did not start: %w; run `stratum up`", err)
+	}
+	status, err := n.etcdStatus(ctx, urlHostOf(st.Etcd.ClientURL))
+	if err != nil {
+		return fmt.Errorf("snapshot restore: restored etcd started, but its cluster ID could not be read: %w", err)
+	}
+	st.Etcd.ClusterID = fmt.Sprintf("%x", status.Header.ClusterId)
+	if err := nodestate.Save(h, st); err != nil {
+		return fmt.Errorf("snapshot restore: restored and started, but the cluster ID was not recorded: %w", err)
+	}
+	fmt.Fprintf(w, "restored: etcd cluster %s with one member %s; now run `stratum etcd rejoin --server %s` on every other control plane\n",
+		st.Etcd.ClusterID, st.Etcd.Name, urlHostOf(st.Etcd.ClientURL))
+	return nil
+}
+
+// controlPlaneServices are what stopControlPlane stops, in order: the
+// clients of the apiserver first, etcd last.
+var controlPlaneServices = []string{ServiceVIP, serviceOperator, ServiceAPIServer, ServiceEtcd}
+
+// serviceOperator is the stratum-operator host service.
+const serviceOperator = "stratum-operator"
+
+// stopControlPlane stops the local control plane's services; a service this
+// host does not know is not running. A stop that reports an error but leaves
+// the service stopped (a kube-apiserver whose etcd has lost its quorum does
+// not shut down gracefully, and is killed once its stop times out) is a
+// warning, not a failure: what the caller needs is the service stopped.
+func (n *Node) stopControlPlane(ctx context.Context) error {
+	for _, s := range controlPlaneServices {
+		err := n.env.Host.StopService(ctx, s)
+		if err == nil || errors.Is(err, host.ErrUnknownService) {
+			continue
+		}
+		if ss, serr := n.env.Host.ServiceStatus(ctx, s); serr == nil && !ss.Running {
+			n.log.Warn("service stop reported an error, but the service is stopped", "service", s, "err", err)
+			continue
+		}
+		return fmt.Errorf("stop %s: %w", s, err)
+	}
+	return nil
+}
+
+// etcdStatus is the Status of the etcd member at cpIP (its own view: no
+// quorum needed).
+func (n *Node) etcdStatus(ctx context.Context, cpIP string) (*clientv3.StatusResponse, error) {
+	ep := EtcdEndpoint(cpIP)
+	cli, err := n.etcdClient(ep)
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	rctx, cancel := context.WithTimeout(ctx, etcdReadTimeout)
+	defer cancel()
+	st, err := cli.Status(rctx, ep)
+	if err != nil {
+		return nil, fmt.Errorf("%w of %s: %w", ErrEtcdNoStatus, ep, err)
+	}
+	return st, nil
+}
+
+// copyTreeToHost copies the real directory src to dst on the host,
+// directories private (0700, etcd's own mode) and files with their modes.
+func copyTreeToHost(h host.Files, src, dst string) error {
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil {
+			return err
+		}
+		target := path.Join(dst, filepath.ToSlash(rel))
+		if d.IsDir() {
+			return h.MkdirAll(target, 0o700)
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return h.WriteFile(target, data, info.Mode().Perm())
+	})
+}
+
+// dirEmpty reports whether the host directory p is absent or empty.
+func dirEmpty(h host.Files, p string) (bool, error) {
+	entries, err := h.ReadDir(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return len(entries) == 0, nil
+}
