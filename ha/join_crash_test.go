@@ -215,3 +215,37 @@ func TestJoinSignalAtEveryStepBoundary(t *testing.T) {
 		})
 	}
 }
+
+// TestJoinFailureAfterMemberAddRollsBack fails the join right after its
+// member-add and right before its state save: the join removes exactly the
+// member it added, through the published endpoints, clears its journal and
+// the files it created, and the same command then joins.
+func TestJoinFailureAfterMemberAddRollsBack(t *testing.T) {
+	for _, cp := range []string{ha.CheckpointAfterMemberAdd, ha.CheckpointBeforeStateSave} {
+		t.Run(cp, func(t *testing.T) {
+			j := startJoinCluster(t, 1)
+			j.writeSentinel()
+			o := j.mint(time.Hour)
+			h := j.c.Host("cp2")
+			boom := errors.New("injected fault")
+			j.c.FailAt("cp2", cp, boom)
+			_, err := joinNodeOn(h).PrepareControlPlaneJoin(j.ctx, o)
+			if !errors.Is(err, boom) {
+				t.Fatalf("join failing at %s = %v", cp, err)
+			}
+			if got := strings.Join(j.members(), " "); got != "cp1:voter" {
+				t.Fatalf("after a failure at %s the added member was not rolled back: %s", cp, got)
+			}
+			if ok, err := joinNodeOn(h).JoinIntentSurvives(j.ctx); ok || err != nil {
+				t.Fatalf("journal survives a rolled-back join (%v)", err)
+			}
+			for p := range snapshotFiles(t, h.Root()) {
+				t.Fatalf("a rolled-back join left %s", p)
+			}
+			if err := j.join("cp2", o); err != nil {
+				t.Fatalf("join after the rollback: %v", err)
+			}
+			j.checkJoined()
+		})
+	}
+}

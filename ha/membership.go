@@ -185,6 +185,19 @@ func errMemberStarted(m *etcdserverpb.Member, peerURL string) error {
 		peerURL, m.Name, m.ID, m.ClientURLs, started(m), m.IsLearner)
 }
 
+// addRefusedNothingAdded reports whether a member add's error is one of the
+// refusals that mean nothing was added, which MemberAdd retries: etcd's
+// unhealthy-cluster refusal (strict reconfiguration), its too-many-learners
+// refusal while another join is in flight, and the "member not found" it
+// answers for about half a second after a member with the same peer URL was
+// removed (seen on v3.7.3: a join re-run right after its own rollback). Each
+// retry lists the members first, so an add that did land is recognised, never
+// repeated.
+func addRefusedNothingAdded(err error) bool {
+	return etcdErrIs(err, rpctypes.ErrUnhealthy) || etcdErrIs(err, rpctypes.ErrTooManyLearners) ||
+		etcdErrIs(err, rpctypes.ErrMemberNotFound)
+}
+
 // MemberAdd is the package-level MemberAdd on this node.
 func (n *Node) MemberAdd(ctx context.Context, cpIPs []string, newName, newPeerURL string) (string, error) {
 	if err := checkPeerURL(newPeerURL); err != nil {
@@ -200,7 +213,7 @@ func (n *Node) MemberAdd(ctx context.Context, cpIPs []string, newName, newPeerUR
 		if err == nil {
 			return ic, nil
 		}
-		if !etcdErrIs(err, rpctypes.ErrUnhealthy) && !etcdErrIs(err, rpctypes.ErrTooManyLearners) {
+		if !addRefusedNothingAdded(err) {
 			return "", err
 		}
 		if time.Now().Add(backoff).After(deadline) {
