@@ -253,7 +253,6 @@ func (n *Node) prepareJoin(ctx context.Context, o JoinOptions) (*nodestate.NodeS
 	}
 
 	peerURL := "" // known once the node IP is
-	var grant bundleGrant
 	var etcdIPs []string
 	var nodeIP string
 	server := o.Server
@@ -275,7 +274,6 @@ func (n *Node) prepareJoin(ctx context.Context, o JoinOptions) (*nodestate.NodeS
 			if err != nil {
 				return netcfg.Config{}, err
 			}
-			grant = g
 			for _, ep := range g.EtcdEndpoints {
 				if u, err := url.Parse(ep); err == nil && u.Hostname() != "" {
 					etcdIPs = append(etcdIPs, u.Hostname())
@@ -342,7 +340,6 @@ func (n *Node) prepareJoin(ctx context.Context, o JoinOptions) (*nodestate.NodeS
 	}); err != nil {
 		return nil, err
 	}
-	_ = grant
 
 	// The intent journal, then the live member-add.
 	if err := n.checkpoint(ctx, CheckpointBeforeIntent); err != nil {
