@@ -40,12 +40,15 @@ fmt-check:
 	bad=$$(gofmt -l $$files); \
 	if [[ -n "$$bad" ]]; then echo "gofmt: these files need formatting (run gofmt -w):"; echo "$$bad"; exit 1; fi
 
-# leaked_pids prints the pids of kube-apiserver / kube-controller-manager /
-# etcd processes running from the asset directory ($$dir), one per line. `make
-# test` fails on any that appear during its run and outlive it; ones already
-# running before (another checkout's tests, a demo) are not counted.
+# leaked_pids prints the pids of orphaned kube-apiserver /
+# kube-controller-manager / etcd processes running from the asset directory
+# ($$dir), one per line. A server a test started and did not stop outlives
+# its test binary and is reparented to init (ppid 1); one still parented by a
+# live test binary belongs to another run (another checkout, a developer's
+# test) and is not counted. `make test` fails on orphans that appear during
+# its run; ones already there before are not counted either.
 define leaked_pids
-pgrep -f -- "^$$(printf '%s' "$$dir" | sed 's/[][\.*^$$+?(){}|]/\\&/g')/(kube-apiserver|kube-controller-manager|etcd-)" || true
+pgrep -P 1 -f -- "^$$(printf '%s' "$$dir" | sed 's/[][\.*^$$+?(){}|]/\\&/g')/(kube-apiserver|kube-controller-manager|etcd-)" || true
 endef
 
 ## test: assets, go vet, gofmt check, then every package's tests (-p 1), then ./scenarios with $(SCENARIO_FLAGS); fails if a test leaves a real server running
