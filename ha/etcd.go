@@ -169,8 +169,17 @@ func (n *Node) EtcdMemberStatus(ctx context.Context, cpIP string) EtcdMemberHeal
 // answer, knew no leader, raised an alarm, or named a leader other than the
 // one most members name.
 func (n *Node) EtcdClusterHealthy(ctx context.Context, cpIPs []string) error {
+	_, err := n.EtcdClusterHealth(ctx, cpIPs)
+	return err
+}
+
+// EtcdClusterHealth asks every named member for its status at once and
+// returns the answers together with EtcdClusterHealthy's verdict on them
+// (nil when healthy), so a caller can show, or check, what the verdict was
+// based on.
+func (n *Node) EtcdClusterHealth(ctx context.Context, cpIPs []string) ([]EtcdMemberHealth, error) {
 	if len(cpIPs) == 0 {
-		return errors.New("etcd cluster health: no members named; nothing was checked")
+		return nil, errors.New("etcd cluster health: no members named; nothing was checked")
 	}
 	res := make([]EtcdMemberHealth, len(cpIPs))
 	var wg sync.WaitGroup
@@ -178,7 +187,7 @@ func (n *Node) EtcdClusterHealthy(ctx context.Context, cpIPs []string) error {
 		wg.Go(func() { res[i] = n.EtcdMemberStatus(ctx, ip) })
 	}
 	wg.Wait()
-	return clusterVerdict(res)
+	return res, clusterVerdict(res)
 }
 
 // clusterVerdict is EtcdClusterHealthy's judgement of the members' answers.

@@ -1,0 +1,219 @@
+package scenarios
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"pgregory.net/rapid"
+
+	"stratum.dev/stratum/ha"
+	"stratum.dev/stratum/internal/assets/assetstest"
+	"stratum.dev/stratum/internal/pki"
+	"stratum.dev/stratum/internal/version"
+	"stratum.dev/stratum/sim"
+)
+
+// CI budget: what `go test ./scenarios` runs when no -rapid.checks or
+// -rapid.steps is given (rapid's own defaults, 100 checks of ~30 steps, would
+// build a hundred simulated clusters per property). `make explore` passes its
+// own counts; an explicit flag always wins.
+const (
+	ciChecks = 3
+	ciSteps  = 8
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["rapid.checks"] && os.Getenv("RAPID_CHECKS") == "" {
+		_ = flag.Set("rapid.checks", fmt.Sprint(ciChecks))
+	}
+	if !set["rapid.steps"] && os.Getenv("RAPID_STEPS") == "" {
+		_ = flag.Set("rapid.steps", fmt.Sprint(ciSteps))
+	}
+	os.Exit(m.Run())
+}
+
+// property runs prop as a rapid property under t, after checking the real
+// server binaries are there. It counts the checks and logs the rate (for `make
+// explore` and docs/performance.md), and on failure logs the exact command
+// that replays it: the failfile rapid just wrote (committed under
+// testdata/rapid/<TestName>/ it becomes a regression that replays first).
+func property(t *testing.T, prop func(*rapid.T)) {
+	t.Helper()
+	assetstest.Require(t)
+	var checks atomic.Int64
+	start := time.Now()
+	t.Cleanup(func() {
+		d := time.Since(start)
+		n := checks.Load()
+		t.Logf("%s: %d checks in %s = %.1f/min", strings.TrimPrefix(t.Name(), "Test"), n, d.Round(time.Second), float64(n)/d.Minutes())
+		if t.Failed() {
+			t.Logf("replay: %s", replayCommand(t.Name(), start))
+		}
+	})
+	rapid.Check(t, func(rt *rapid.T) {
+		checks.Add(1)
+		prop(rt)
+	})
+}
+
+// replayCommand is the command that replays the failfile rapid wrote for
+// test since start, or the seed form when it wrote none (a committed
+// regression failfile that failed is named by rapid's own message above).
+func replayCommand(test string, start time.Time) string {
+	files, _ := filepath.Glob(filepath.Join("testdata", "rapid", test, "*.fail"))
+	newest, at := "", start
+	for _, f := range files {
+		if st, err := os.Stat(f); err == nil && !st.ModTime().Before(at) {
+			newest, at = f, st.ModTime()
+		}
+	}
+	if newest == "" {
+		return fmt.Sprintf("go test ./scenarios -run '^%s$' -rapid.failfile=<the failfile rapid named above> (or -rapid.seed=<the seed rapid printed above>)", test)
+	}
+	return fmt.Sprintf("go test ./scenarios -run '^%s$' -rapid.failfile='%s' (or -rapid.seed=<the seed rapid printed above>); commit the file as a regression",
+		test, newest)
+}
+
+// startCluster is sim.Start for a rapid check: the cluster closes when the
+// check ends, and a failed check's output carries the event log.
+func startCluster(t *rapid.T, cfg sim.Config) *sim.Cluster {
+	t.Helper()
+	if os.Getenv("SCENARIO_EVENTS") != "" {
+		cfg.EventsTo = os.Stderr
+	}
+	c := sim.Start(t, cfg)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the simulation event log below is this check's: the smallest failing check rapid found")
+		}
+	})
+	return c
+}
+
+// checkCtx is a context bounded for one check.
+func checkCtx(t *rapid.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// nodeOn is the ha node on a simulated host, bound to its current incarnation,
+// as the simulator builds it.
+func nodeOn(h *sim.Host) *ha.Node {
+	d := h.Handle()
+	return ha.NewNode(ha.Env{Host: d, Checkpoint: d.Checkpoint, Log: quiet})
+}
+
+// observer is a host's handle whose dialer ignores the simulated network's
+// cuts: an operator who reaches both sides of a partition, so the members'
+// own answers (not the dial refusals) are what is judged.
+type observer struct{ *sim.Handle }
+
+func (observer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	var d net.Dialer
+	return d.DialContext(ctx, network, address)
+}
+
+func observerOn(h *sim.Host) *ha.Node {
+	return ha.NewNode(ha.Env{Host: observer{h.Handle()}, Log: quiet})
+}
+
+// ipsOf are the hosts' IPs, as the ha package names members.
+func ipsOf(hosts ...*sim.Host) []string {
+	out := make([]string, len(hosts))
+	for i, h := range hosts {
+		out[i] = h.IP().String()
+	}
+	return out
+}
+
+// eventually polls cond until it holds or within passes; it returns the last
+// detail on timeout. Polling is how a bound is checked, never a sleep standing
+// in for an assertion.
+func eventually(ctx context.Context, within time.Duration, cond func() (bool, string)) (bool, string) {
+	deadline := time.Now().Add(within)
+	var last string
+	for {
+		ok, detail := cond()
+		if ok {
+			return true, ""
+		}
+		last = detail
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false, last
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// directEtcd is an etcd client with h's etcd client certificate that dials
+// directly, ignoring the simulated network: the test's own view of the
+// members (ground truth), never the code under test's.
+func directEtcd(h *sim.Host, endpoints ...string) (*clientv3.Client, error) {
+	read := func(name string) ([]byte, error) { return h.Files().ReadFile(version.PKIFile(name)) }
+	ca, err := read("etcd/ca.crt")
+	if err != nil {
+		return nil, err
+	}
+	cert, err := read("etcd/healthcheck-client.crt")
+	if err != nil {
+		return nil, err
+	}
+	key, err := read("etcd/healthcheck-client.key")
+	if err != nil {
+		return nil, err
+	}
+	tlsCfg, err := pki.ClientTLS(ca, cert, key, "")
+	if err != nil {
+		return nil, err
+	}
+	if len(endpoints) == 0 {
+		endpoints = []string{h.ClientURL()}
+	}
+	return clientv3.New(clientv3.Config{Endpoints: endpoints, TLS: tlsCfg, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+}
+
+// memberView is one member's own answer: its ID, cluster, term and the leader
+// it names, or why it did not answer.
+type memberView struct {
+	ID, Cluster, Term, Leader uint64
+	Err                       error
+}
+
+func (v memberView) String() string {
+	if v.Err != nil {
+		return "no answer"
+	}
+	return fmt.Sprintf("leader %x (term %d)", v.Leader, v.Term)
+}
+
+// viewOf asks one member for its status through cli.
+func viewOf(ctx context.Context, cli *clientv3.Client, ep string) memberView {
+	rctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	st, err := cli.Status(rctx, ep)
+	if err != nil {
+		return memberView{Err: err}
+	}
+	return memberView{ID: st.Header.MemberId, Cluster: st.Header.ClusterId, Term: st.RaftTerm, Leader: st.Leader}
+}

@@ -1,0 +1,264 @@
+package scenarios
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"stratum.dev/stratum/ha"
+	"stratum.dev/stratum/internal/nodestate"
+	"stratum.dev/stratum/sim"
+)
+
+// interrupted is one check of TestInterruptedMemberAdd: joins of the spare
+// hosts crashed at drawn checkpoints, then reboots (`stratum up`, ha's
+// StartControlPlane) and join re-runs in drawn order.
+type interrupted struct {
+	*world
+	spares []*sim.Host
+	g      *grant
+	// offset and crashes make the checkpoints round-robin from a drawn
+	// offset: a check that crashes len(ha.JoinCheckpoints) joins crashes one
+	// at every checkpoint; a drawn bool picks a random one instead.
+	offset, crashes int
+	// drawn records the checkpoints armed and reached, for coverage.
+	drawn map[string]int
+}
+
+func TestInterruptedMemberAdd(t *testing.T) {
+	var mu sync.Mutex
+	covered := map[string]int{}
+	checks := 0
+	t.Cleanup(func() {
+		var missing []string
+		for _, cp := range ha.JoinCheckpoints {
+			if covered[cp] == 0 {
+				missing = append(missing, cp)
+			}
+		}
+		t.Logf("InterruptedMemberAdd: crashes by checkpoint %v; never crashed at %v", covered, missing)
+		// Every check's crash chain crashes a join at every checkpoint.
+		if !t.Failed() && checks > 0 && len(missing) > 0 {
+			t.Errorf("%d checks never crashed a join at %v", checks, missing)
+		}
+	})
+	property(t, func(rt *rapid.T) {
+		s := &interrupted{world: newWorld(rt, 2), drawn: map[string]int{}}
+		s.spares = s.c.Hosts()[1:]
+		s.g = s.mint(time.Hour)
+		s.offset = rapid.IntRange(0, len(ha.JoinCheckpoints)-1).Draw(rt, "checkpoint offset")
+		s.crashChain(rt)
+		rt.Repeat(map[string]func(*rapid.T){
+			"crashJoin": s.crashJoin,
+			"reboot":    s.reboot,
+			"rejoin":    s.rejoin,
+			"write":     func(t *rapid.T) { s.writeSentinel(fmt.Sprintf("step %d", len(s.sentinels))) },
+			"":          s.check,
+		})
+		s.finish()
+		mu.Lock()
+		checks++
+		for k, v := range s.drawn {
+			covered[k] += v
+		}
+		mu.Unlock()
+	})
+}
+
+func (s *interrupted) spareNames() []string {
+	var out []string
+	for _, h := range s.spares {
+		out = append(out, h.Name())
+	}
+	return out
+}
+
+// learnerBesides reports whether a host other than h has an unpromoted
+// learner member.
+func (s *interrupted) learnerBesides(h *sim.Host) bool {
+	ms, _ := s.members()
+	for _, m := range ms {
+		if m.Learner && m.PeerURL != h.PeerURL() {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *interrupted) unjoined() []string {
+	var out []string
+	for _, h := range s.spares {
+		if !hasFile(h, nodestate.Path) {
+			out = append(out, h.Name())
+		}
+	}
+	return out
+}
+
+// crashChain crashes one drawn spare's join at every checkpoint in order,
+// re-running the join after each crash (and, when drawn, trying `stratum up`
+// first): each run starts from what every crash before it left. Every check
+// reaches every checkpoint this way; the host ends with its node state saved
+// and its services down (crashed at the last checkpoint).
+func (s *interrupted) crashChain(t *rapid.T) {
+	h := s.c.Host(rapid.SampledFrom(s.spareNames()).Draw(t, "chain host"))
+	for _, cp := range ha.JoinCheckpoints {
+		if rapid.Bool().Draw(t, "stratum up before the re-run") {
+			s.rebootHost(t, h)
+			s.check(t)
+		}
+		s.crashJoinAt(t, h, cp)
+		s.check(t)
+	}
+}
+
+// crashJoin runs a join on a drawn unjoined spare and crashes the host at the
+// next checkpoint of a round-robin from a drawn offset (or a random one).
+func (s *interrupted) crashJoin(t *rapid.T) {
+	cands := s.unjoined()
+	if len(cands) == 0 {
+		t.Skip("every spare has joined")
+	}
+	h := s.c.Host(rapid.SampledFrom(cands).Draw(t, "joiner"))
+	cps := ha.JoinCheckpoints
+	if s.learnerBesides(h) {
+		// etcd holds one learner at a time: another host's unpromoted member
+		// makes this join's add wait (MemberAdd retries "too many learner
+		// members") until that host is finished. An operator finishes that
+		// one first; here this join is crashed before its add.
+		cps = cps[:slices.Index(cps, ha.CheckpointAfterIntent)+1]
+	}
+	cp := cps[(s.offset+s.crashes)%len(cps)]
+	if rapid.Bool().Draw(t, "random checkpoint") {
+		cp = rapid.SampledFrom(cps).Draw(t, "checkpoint")
+	}
+	s.crashes++
+	s.crashJoinAt(t, h, cp)
+}
+
+// crashJoinAt runs the join on h and crashes h at cp. The join must reach
+// it: every checkpoint is reachable.
+func (s *interrupted) crashJoinAt(t *rapid.T, h *sim.Host, cp string) {
+	inc := h.Incarnation()
+	armed := s.c.CrashAt(h.Name(), cp)
+	returned := make(chan error, 1)
+	go func() {
+		_, err := nodeOn(h).PrepareControlPlaneJoin(s.ctx, s.g.JoinOptions)
+		returned <- err
+	}()
+	select {
+	case <-armed.Reached():
+	case err := <-returned:
+		s.c.Disarm(h.Name(), cp)
+		t.Fatalf("the join on %s returned (%s) without reaching checkpoint %s", h.Name(), joinErr(err), cp)
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("the join on %s never reached checkpoint %s", h.Name(), cp)
+	}
+	if ok, _ := eventually(s.ctx, 30*time.Second, func() (bool, string) { return h.Incarnation() != inc, "" }); !ok {
+		t.Fatalf("%s did not crash at %s", h.Name(), cp)
+	}
+	s.drawn[cp]++
+}
+
+// reboot is `stratum up` on a drawn spare: with node state it must start the
+// control plane; with an intent journal and no state it must refuse with
+// ErrIntentSurvives (never bootstrap a cluster over it); with neither it
+// must refuse and start nothing.
+func (s *interrupted) reboot(t *rapid.T) {
+	s.rebootHost(t, s.c.Host(rapid.SampledFrom(s.spareNames()).Draw(t, "host")))
+}
+
+func (s *interrupted) rebootHost(t *rapid.T, h *sim.Host) {
+	state, intent := hasFile(h, nodestate.Path), hasFile(h, ha.JoinIntentPath())
+	_, err := nodeOn(h).StartControlPlane(s.ctx)
+	switch {
+	case state:
+		if err != nil {
+			t.Fatalf("stratum up on %s (node state saved): %v", h.Name(), err)
+		}
+	case intent:
+		if !errors.Is(err, ha.ErrIntentSurvives) {
+			t.Fatalf("stratum up on %s over a surviving intent journal and no state = %v, want ErrIntentSurvives", h.Name(), err)
+		}
+		if h.EtcdRunning() {
+			t.Fatalf("stratum up on %s refused over the intent journal but started etcd", h.Name())
+		}
+	default:
+		if err == nil || h.EtcdRunning() {
+			t.Fatalf("stratum up on %s with neither state nor intent = %v (etcd running %v); want a refusal that starts nothing", h.Name(), err, h.EtcdRunning())
+		}
+	}
+}
+
+// rejoin re-runs the join command on a drawn unjoined spare, then `stratum
+// up`: it must finish whatever a crash left.
+func (s *interrupted) rejoin(t *rapid.T) {
+	cands := s.unjoined()
+	if len(cands) == 0 {
+		t.Skip("every spare has joined")
+	}
+	h := s.c.Host(rapid.SampledFrom(cands).Draw(t, "joiner"))
+	if s.learnerBesides(h) {
+		t.Skip("another host's learner is pending: that join is finished first")
+	}
+	n := nodeOn(h)
+	if _, err := n.PrepareControlPlaneJoin(s.ctx, s.g.JoinOptions); err != nil {
+		t.Fatalf("re-run of the join on %s: %v", h.Name(), err)
+	}
+	if _, err := n.StartControlPlane(s.ctx); err != nil {
+		t.Fatalf("stratum up after the join on %s: %v", h.Name(), err)
+	}
+}
+
+// check: one cluster among the running members; no member without an intent
+// journal or node state on its host; data written earlier survives; the
+// worker token is refused the bundle.
+func (s *interrupted) check(t *rapid.T) {
+	s.checkOneCluster()
+	s.checkNoOrphan()
+	s.checkSentinels(s.admin, "cp1")
+	s.checkWorkerRefused()
+}
+
+// finish: the operator re-runs what is pending (the join on every spare
+// without state, `stratum up` on every one with state), in drawn order; the
+// cluster converges to 1+spares voters.
+func (s *interrupted) finish() {
+	t := s.t
+	var order []*sim.Host
+	for _, name := range rapid.Permutation(s.spareNames()).Draw(t, "finish order") {
+		order = append(order, s.c.Host(name))
+	}
+	// A host whose member is an unpromoted learner goes first (etcd takes one
+	// learner at a time); the drawn order stands among the rest.
+	slices.SortStableFunc(order, func(a, b *sim.Host) int {
+		la, lb := s.learnerBesides(b), s.learnerBesides(a)
+		switch {
+		case la && !lb:
+			return -1
+		case lb && !la:
+			return 1
+		}
+		return 0
+	})
+	for _, h := range order {
+		n := nodeOn(h)
+		if !hasFile(h, nodestate.Path) {
+			if _, err := n.PrepareControlPlaneJoin(s.ctx, s.g.JoinOptions); err != nil {
+				t.Fatalf("finishing: the join on %s: %v", h.Name(), err)
+			}
+		}
+		if _, err := n.StartControlPlane(s.ctx); err != nil {
+			t.Fatalf("finishing: stratum up on %s: %v", h.Name(), err)
+		}
+		s.check(t)
+	}
+	s.converge(s.spares)
+	t.Logf("crashed at %v", slices.Sorted(maps.Keys(s.drawn)))
+}
