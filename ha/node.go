@@ -93,16 +93,15 @@ func (n *Node) etcdTLS() (*tls.Config, error) {
 	return pki.EtcdClientTLS(func(name string) ([]byte, error) { return n.env.Host.ReadFile(version.PKIFile(name)) })
 }
 
-// etcdClient is a clientv3 client on endpoints with this node's etcd client
-// certificate, dialing through the host's dialer (kubeadm util/etcd's shape: a
-// domain API over a client factory).
-func (n *Node) etcdClient(endpoints ...string) (*clientv3.Client, error) {
+// etcdConfig is the clientv3 configuration etcdClient builds, for the
+// libraries that take a configuration rather than a client.
+func (n *Node) etcdConfig(endpoints ...string) (clientv3.Config, error) {
 	tlsCfg, err := n.etcdTLS()
 	if err != nil {
-		return nil, err
+		return clientv3.Config{}, err
 	}
 	h := n.env.Host
-	cli, err := clientv3.New(clientv3.Config{
+	return clientv3.Config{
 		Endpoints:   endpoints,
 		TLS:         tlsCfg,
 		DialTimeout: etcdDialTimeout,
@@ -110,7 +109,22 @@ func (n *Node) etcdClient(endpoints ...string) (*clientv3.Client, error) {
 		DialOptions: []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 			return h.DialContext(ctx, "tcp", addr)
 		})},
-	})
+	}, nil
+}
+
+// EtcdClient is a clientv3 client on endpoints with this node's etcd client
+// certificate, dialing through the host's dialer (kubeadm util/etcd's shape:
+// a domain API over a client factory). The caller closes it.
+func (n *Node) EtcdClient(endpoints ...string) (*clientv3.Client, error) {
+	return n.etcdClient(endpoints...)
+}
+
+func (n *Node) etcdClient(endpoints ...string) (*clientv3.Client, error) {
+	cfg, err := n.etcdConfig(endpoints...)
+	if err != nil {
+		return nil, err
+	}
+	cli, err := clientv3.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("etcd client for %v: %w", endpoints, err)
 	}

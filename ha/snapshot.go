@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"os"
 	"path"
 	"path/filepath"
@@ -17,7 +16,6 @@ import (
 	clientsnapshot "go.etcd.io/etcd/client/v3/snapshot"
 	utlsnapshot "go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.uber.org/zap"
-	"google.golang.org/grpc"
 
 	"stratum.dev/stratum/internal/host"
 	"stratum.dev/stratum/internal/nodelock"
@@ -96,25 +94,6 @@ func snapshotStatus(dbPath string) (SnapshotStatus, error) {
 		return SnapshotStatus{}, err
 	}
 	return SnapshotStatus{Hash: s.Hash, Revision: s.Revision, TotalKeys: s.TotalKey, TotalSize: s.TotalSize, Version: s.Version}, nil
-}
-
-// etcdConfig is the clientv3 configuration etcdClient builds, for the
-// libraries that take a configuration rather than a client.
-func (n *Node) etcdConfig(endpoints ...string) (clientv3.Config, error) {
-	tlsCfg, err := n.etcdTLS()
-	if err != nil {
-		return clientv3.Config{}, err
-	}
-	h := n.env.Host
-	return clientv3.Config{
-		Endpoints:   endpoints,
-		TLS:         tlsCfg,
-		DialTimeout: etcdDialTimeout,
-		Logger:      zap.NewNop(),
-		DialOptions: []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			return h.DialContext(ctx, "tcp", addr)
-		})},
-	}, nil
 }
 
 // SnapshotRestore resets this control plane to a NEW single-member etcd

@@ -5,16 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/url"
 	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-	"google.golang.org/grpc"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -22,7 +18,6 @@ import (
 	"stratum.dev/stratum/internal/host"
 	"stratum.dev/stratum/internal/kubeconfig"
 	"stratum.dev/stratum/internal/nodestate"
-	"stratum.dev/stratum/internal/pki"
 	"stratum.dev/stratum/internal/token"
 	"stratum.dev/stratum/internal/version"
 )
@@ -114,43 +109,6 @@ func mintGrant(ctx context.Context, n *ha.Node, h host.Host, ttl time.Duration, 
 	return m, st.Server, err
 }
 
-// etcdClient is a clientv3 client on endpoints with h's etcd client
-// certificate (the healthcheck-client leaf), dialing through h.
-func etcdClient(h host.Host, endpoints ...string) (*clientv3.Client, error) {
-	read := func(name string) ([]byte, error) {
-		b, err := h.ReadFile(version.PKIFile(name))
-		if err != nil {
-			return nil, fmt.Errorf("read this node's etcd client credentials: %w; run this on a control plane", err)
-		}
-		return b, nil
-	}
-	ca, err := read("etcd/ca.crt")
-	if err != nil {
-		return nil, err
-	}
-	crt, err := read("etcd/healthcheck-client.crt")
-	if err != nil {
-		return nil, err
-	}
-	key, err := read("etcd/healthcheck-client.key")
-	if err != nil {
-		return nil, err
-	}
-	tlsCfg, err := pki.ClientTLS(ca, crt, key, "")
-	if err != nil {
-		return nil, err
-	}
-	return clientv3.New(clientv3.Config{
-		Endpoints:   endpoints,
-		TLS:         tlsCfg,
-		DialTimeout: 3 * time.Second,
-		Logger:      zap.NewNop(),
-		DialOptions: []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			return h.DialContext(ctx, "tcp", addr)
-		})},
-	})
-}
-
 // memberRow is one row of the etcd member table.
 type memberRow struct {
 	Name, PeerURL, ClientIP string
@@ -162,8 +120,8 @@ type memberRow struct {
 // etcdMembers lists the cluster's members through the etcd at endpoint (a
 // client URL) and asks each member for its own status (ha's
 // EtcdMemberStatus): voter or learner, whether it is the leader, healthy.
-func etcdMembers(ctx context.Context, n *ha.Node, h host.Host, endpoint string) ([]memberRow, error) {
-	cli, err := etcdClient(h, endpoint)
+func etcdMembers(ctx context.Context, n *ha.Node, endpoint string) ([]memberRow, error) {
+	cli, err := n.EtcdClient(endpoint)
 	if err != nil {
 		return nil, err
 	}

@@ -311,7 +311,7 @@ table is printed, whatever the members' health; "stratum etcd health" is the ver
 			if err != nil {
 				return err
 			}
-			rows, err := etcdMembers(cmd.Context(), n, h, st.Etcd.ClientURL)
+			rows, err := etcdMembers(cmd.Context(), n, st.Etcd.ClientURL)
 			if err != nil {
 				return err
 			}

@@ -212,7 +212,7 @@ func (a *app) simUp(ctx context.Context, f simUpFlags) (err error) {
 
 	var table bytes.Buffer
 	mctx, mcancel := context.WithTimeout(ctx, simStepTimeout)
-	rows, err := etcdMembers(mctx, nodes[0], cps[0].Handle(), cps[0].ClientURL())
+	rows, err := etcdMembers(mctx, nodes[0], cps[0].ClientURL())
 	mcancel()
 	if err != nil {
 		return interrupted("etcd members", err)
