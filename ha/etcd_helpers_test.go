@@ -151,3 +151,18 @@ func leaderHost(t testing.TB, c *sim.Cluster, names []string) string {
 	t.Fatal("no etcd leader within 5s")
 	return ""
 }
+
+// settledStorage reads EtcdStorageAt once etcd has set its storage version,
+// which it does shortly after a cluster forms; until then a member truthfully
+// reports none.
+func settledStorage(t testing.TB, ctx context.Context, n *ha.Node, ip string) (ha.EtcdStorage, error) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err := n.EtcdStorageAt(ctx, ip)
+		if err != nil || st.StorageVersion != "" || time.Now().After(deadline) {
+			return st, err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

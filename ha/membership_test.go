@@ -44,16 +44,7 @@ func TestMembershipOfOneThreeFiveMembers(t *testing.T) {
 			if err := n.EtcdClusterHealthy(ctx, ips); err != nil {
 				t.Errorf("EtcdClusterHealthy of a fresh cluster: %v", err)
 			}
-			// etcd sets its storage version shortly after the cluster forms;
-			// until then the member truthfully reports none.
-			var st ha.EtcdStorage
-			for deadline := time.Now().Add(10 * time.Second); ; {
-				st, err = n.EtcdStorageAt(ctx, ips[0])
-				if err != nil || st.StorageVersion != "" || time.Now().After(deadline) {
-					break
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
+			st, err := settledStorage(t, ctx, n, ips[0])
 			if err != nil || st.Members != size || !strings.HasPrefix(st.StorageVersion, "3.7") || st.Downgrading {
 				t.Errorf("EtcdStorageAt = %+v, %v", st, err)
 			}
