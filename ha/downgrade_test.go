@@ -26,7 +26,7 @@ func TestDowngradeEtcd(t *testing.T) {
 	ips := ipsOf(c, names...)
 	n, logs := loggedNodeOn(c.Host("cp1"))
 
-	before, err := settledStorage(t, ctx, n, ips[0])
+	before, err := settledStorage(t, ctx, n, ips[0], "3.7")
 	if err != nil || !strings.HasPrefix(before.StorageVersion, "3.7") {
 		t.Fatalf("storage before = %+v, %v", before, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -152,15 +153,15 @@ func leaderHost(t testing.TB, c *sim.Cluster, names []string) string {
 	return ""
 }
 
-// settledStorage reads EtcdStorageAt once etcd has set its storage version,
-// which it does shortly after a cluster forms; until then a member truthfully
-// reports none.
-func settledStorage(t testing.TB, ctx context.Context, n *ha.Node, ip string) (ha.EtcdStorage, error) {
+// settledStorage reads EtcdStorageAt once etcd's storage version has reached
+// want (a "3.7" prefix): a new cluster starts at none, passes through 3.5.0,
+// and is migrated up to its cluster version shortly after it forms.
+func settledStorage(t testing.TB, ctx context.Context, n *ha.Node, ip, want string) (ha.EtcdStorage, error) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(15 * time.Second)
 	for {
 		st, err := n.EtcdStorageAt(ctx, ip)
-		if err != nil || st.StorageVersion != "" || time.Now().After(deadline) {
+		if err != nil || strings.HasPrefix(st.StorageVersion, want) || time.Now().After(deadline) {
 			return st, err
 		}
 		time.Sleep(50 * time.Millisecond)

@@ -44,7 +44,7 @@ func TestMembershipOfOneThreeFiveMembers(t *testing.T) {
 			if err := n.EtcdClusterHealthy(ctx, ips); err != nil {
 				t.Errorf("EtcdClusterHealthy of a fresh cluster: %v", err)
 			}
-			st, err := settledStorage(t, ctx, n, ips[0])
+			st, err := settledStorage(t, ctx, n, ips[0], "3.7")
 			if err != nil || st.Members != size || !strings.HasPrefix(st.StorageVersion, "3.7") || st.Downgrading {
 				t.Errorf("EtcdStorageAt = %+v, %v", st, err)
 			}
