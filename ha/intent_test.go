@@ -16,11 +16,12 @@ import (
 // dirHost is a host.Host over a temp dir, for tests that need only files.
 type dirHost struct{ *host.Dir }
 
-func (dirHost) Name() string                                 { return "t" }
-func (dirHost) Now() time.Time                               { return time.Now() }
-func (dirHost) StartService(context.Context, string) error   { return nil }
-func (dirHost) StopService(context.Context, string) error    { return nil }
-func (dirHost) RestartService(context.Context, string) error { return nil }
+func (dirHost) Name() string                                  { return "t" }
+func (dirHost) Now() time.Time                                { return time.Now() }
+func (dirHost) StartService(context.Context, string) error    { return nil }
+func (dirHost) StopService(context.Context, string) error     { return nil }
+func (dirHost) RestartService(context.Context, string) error  { return nil }
+func (dirHost) CheckServices(context.Context, []string) error { return nil }
 func (dirHost) ServiceStatus(context.Context, string) (host.ServiceStatus, error) {
 	return host.ServiceStatus{}, nil
 }

@@ -63,6 +63,13 @@ type Services interface {
 	StopService(ctx context.Context, name string) error
 	RestartService(ctx context.Context, name string) error
 	ServiceStatus(ctx context.Context, name string) (ServiceStatus, error)
+	// CheckServices reports, without starting or changing anything, whether
+	// each named service could be started on this host now: its binary
+	// present, its ports free (unless it is this host's own running
+	// instance), its manager able to run it. A join runs it before its etcd
+	// member-add, so a host that could not start its services is refused
+	// while the cluster is still unchanged.
+	CheckServices(ctx context.Context, names []string) error
 }
 
 // ServiceStatus is what a service manager reports of one service.
@@ -109,6 +116,10 @@ func (e *LockedError) Error() string {
 
 // Is makes errors.Is(err, ErrLocked) true for a *LockedError.
 func (e *LockedError) Is(target error) bool { return target == ErrLocked }
+
+// ErrServicesUnavailable matches a CheckServices that found a service this
+// host could not start now.
+var ErrServicesUnavailable = errors.New("services cannot be started on this host")
 
 // ErrUnknownService matches a service name the host does not run.
 var ErrUnknownService = errors.New("unknown service")

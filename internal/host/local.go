@@ -8,8 +8,11 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"time"
+
+	"stratum.dev/stratum/internal/version"
 )
 
 // Local is the real Linux machine: files under "/", systemd units named
@@ -117,3 +120,48 @@ func (l *Local) ServiceStatus(ctx context.Context, name string) (ServiceStatus, 
 }
 
 var _ Host = (*Local)(nil)
+
+// CheckServices checks, for each named service, that systemd knows its unit
+// (this release starts services through units named stratum-<name>) and,
+// for a service not already active, that the ports it listens on are free.
+func (l *Local) CheckServices(ctx context.Context, names []string) error {
+	var problems []string
+	for _, name := range names {
+		out, err := exec.CommandContext(ctx, "systemctl", "cat", unit(name)).CombinedOutput()
+		if err != nil {
+			why := strings.TrimSpace(string(out))
+			if why == "" {
+				why = err.Error()
+			}
+			problems = append(problems, fmt.Sprintf("%s: no systemd unit %s (%s)", name, unit(name), why))
+			continue
+		}
+		if st, err := l.ServiceStatus(ctx, name); err == nil && st.Running {
+			continue
+		}
+		for _, port := range servicePorts[name] {
+			if err := portFree(port); err != nil {
+				problems = append(problems, fmt.Sprintf("%s: %v", name, err))
+			}
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%w: %s", ErrServicesUnavailable, strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// servicePorts are the TCP ports each service listens on.
+var servicePorts = map[string][]int{
+	"etcd":           {version.EtcdClientPort, version.EtcdPeerPort},
+	"kube-apiserver": {version.APIServerPort},
+}
+
+// portFree reports whether nothing listens on port on any address.
+func portFree(port int) error {
+	ln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(port)))
+	if err != nil {
+		return fmt.Errorf("port %d is in use: %w", port, err)
+	}
+	return ln.Close()
+}

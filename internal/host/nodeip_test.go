@@ -97,8 +97,9 @@ func (testHost) Now() time.Time { return time.Now() }
 func (testHost) StartService(context.Context, string) error {
 	return nil
 }
-func (testHost) StopService(context.Context, string) error    { return nil }
-func (testHost) RestartService(context.Context, string) error { return nil }
+func (testHost) StopService(context.Context, string) error     { return nil }
+func (testHost) RestartService(context.Context, string) error  { return nil }
+func (testHost) CheckServices(context.Context, []string) error { return nil }
 func (testHost) ServiceStatus(context.Context, string) (ServiceStatus, error) {
 	return ServiceStatus{}, nil
 }

@@ -179,3 +179,28 @@ func dedupIPs(ips []net.IP) []net.IP {
 	}
 	return out
 }
+
+// APIServerLeafFor issues only the apiserver serving certificate of the node
+// named hostname at nodeIP, from the cluster CA, with the same names and
+// addresses NodeLeaves gives it. A node whose apiserver certificate must be
+// reissued to cover a new address (the VIP) replaces just that pair, leaving
+// the etcd and client leaves its running services use as they are.
+func APIServerLeafFor(cluster *CA, hostname string, nodeIP net.IP, sans *APISANs, now time.Time) (certPEM, keyPEM []byte, err error) {
+	switch {
+	case cluster == nil:
+		return nil, nil, errors.New("issue the apiserver certificate: no cluster CA")
+	case hostname == "":
+		return nil, nil, errors.New("issue the apiserver certificate: hostname is empty")
+	case nodeIP == nil || nodeIP.IsUnspecified():
+		return nil, nil, fmt.Errorf("issue the apiserver certificate for %s: node IP %v is not an address", hostname, nodeIP)
+	}
+	spec := nodeLeafSpecs(&Shared{Cluster: cluster}, hostname, nodeIP, sans)[0]
+	if spec.name != APIServerLeaf {
+		return nil, nil, fmt.Errorf("issue the apiserver certificate: leaf table starts with %s", spec.name)
+	}
+	certPEM, keyPEM, err = cluster.Issue(spec.spec, now)
+	if err != nil {
+		return nil, nil, fmt.Errorf("issue the apiserver certificate for %s: %w", hostname, err)
+	}
+	return certPEM, keyPEM, nil
+}
