@@ -30,6 +30,7 @@ type AssembleRequest struct {
 	NodeIPFlag, ConfigNodeIP, SavedIP string
 	// VIPAddress is the cluster VIP ("" when none): the extra apiserver SAN,
 	// the kubeconfigs' VIP marker, and a controller's client-facing endpoint.
+	// When empty, the VIP that ResolveNet records in State.VIP counts.
 	VIPAddress string
 	// APIServer is the endpoint every kubeconfig on this node targets: the
 	// node state's recorded endpoint (bring-up's rule — the VIP when
@@ -169,7 +170,7 @@ func AssembleNodeContext(ctx context.Context, a NodeAssembly, req AssembleReques
 	if err := step("certificates"); err != nil {
 		return choice, err
 	}
-	sans, err := apiSANs(req.VIPAddress, netc)
+	sans, err := apiSANs(req.vip(), netc)
 	if err != nil {
 		return choice, err
 	}
@@ -181,7 +182,7 @@ func AssembleNodeContext(ctx context.Context, a NodeAssembly, req AssembleReques
 	if err := step("kubeconfigs"); err != nil {
 		return choice, err
 	}
-	if err := a.WriteKubeconfigs(req.Hostname, req.APIServer, req.VIPAddress != ""); err != nil {
+	if err := a.WriteKubeconfigs(req.Hostname, req.APIServer, req.vip() != ""); err != nil {
 		return choice, fmt.Errorf("write this node's kubeconfigs: %w", err)
 	}
 	if req.PrereqOptions.Profile != "" {
@@ -209,6 +210,18 @@ func AssembleNodeContext(ctx context.Context, a NodeAssembly, req AssembleReques
 		return choice, fmt.Errorf("write runtime configs: %w", err)
 	}
 	return choice, nil
+}
+
+// vip is the cluster VIP the certificates must cover: the request's, or,
+// when it names none, the one the network resolution recorded in the node
+// state (a join learns the cluster's VIP from the shared-certificate bundle,
+// after the request was built). A control plane whose apiserver certificate
+// lacks the VIP fails every client the first time it holds the VIP.
+func (req AssembleRequest) vip() string {
+	if req.VIPAddress == "" && req.State != nil {
+		return req.State.VIP.Address
+	}
+	return req.VIPAddress
 }
 
 // check refuses an assembly missing a required effect, before any step runs.

@@ -32,95 +32,187 @@ type BootstrapOptions struct {
 	SELinuxOptOut        bool
 }
 
+// Checkpoints of a first control plane's bootstrap, in order; the start's
+// (StartCheckpoints) and CheckpointUpAfterPublish follow them. A crash at any
+// of them leaves a node that `stratum up` run again brings to a cluster a
+// joiner can join.
+const (
+	// CheckpointUpStart: refusals passed, locks held, nothing written.
+	CheckpointUpStart = "up-start"
+	// CheckpointUpAfterCAs: the cluster's CAs are on disk.
+	CheckpointUpAfterCAs = "up-after-cas"
+	// CheckpointUpAfterAssembly: leaves, kubeconfigs and configs are on disk.
+	CheckpointUpAfterAssembly = "up-after-assembly"
+	// CheckpointUpAfterStateSave: the node state is saved; nothing started.
+	CheckpointUpAfterStateSave = "up-after-state-save"
+	// CheckpointUpAfterPublish: cluster-info and the joiners' grant are
+	// published.
+	CheckpointUpAfterPublish = "up-after-publish"
+)
+
+// UpCheckpoints are every checkpoint a first `stratum up` reaches, in order.
+var UpCheckpoints = append(append([]string{CheckpointUpStart, CheckpointUpAfterCAs, CheckpointUpAfterAssembly, CheckpointUpAfterStateSave},
+	StartCheckpoints...), CheckpointUpAfterPublish)
+
 // Up is `stratum up`: on a node with saved control-plane state it starts that
 // control plane (StartControlPlane); on a node with a surviving join intent
 // it refuses (ErrIntentSurvives); on a fresh node it bootstraps the first
 // control plane of a new cluster: the cluster's CAs, this node's leaves and
-// kubeconfigs, a single-member etcd, the apiserver, kube-vip, and the
-// cluster-info a joiner discovers the CA from.
+// kubeconfigs, a single-member etcd, the apiserver, kube-vip. Every run that
+// starts a control plane then publishes, idempotently, what a joiner needs
+// (cluster-info with the CA, the certs-reader grant and its fence policy),
+// so a first run that failed after saving its state is finished by the next.
 func (n *Node) Up(ctx context.Context, o BootstrapOptions) (*nodestate.NodeState, error) {
 	h := n.env.Host
-	if _, err := nodestate.Load(h); err == nil {
-		return n.StartControlPlane(ctx)
-	} else if !errors.Is(err, nodestate.ErrNoState) {
+	var st *nodestate.NodeState
+	_, err := nodestate.Load(h)
+	switch {
+	case err == nil:
+		st, err = n.StartControlPlane(ctx)
+	case !errors.Is(err, nodestate.ErrNoState):
 		return nil, err
+	default:
+		survives, ierr := n.JoinIntentSurvives(ctx)
+		if ierr != nil {
+			return nil, ierr
+		}
+		if survives {
+			return n.StartControlPlane(ctx) // refuses, naming the journal
+		}
+		st, err = n.bootstrap(ctx, o)
 	}
-	if survives, err := n.JoinIntentSurvives(ctx); err != nil {
-		return nil, err
-	} else if survives {
-		return n.StartControlPlane(ctx) // refuses, naming the journal
+	if err != nil {
+		return st, err
 	}
-	return n.bootstrap(ctx, o)
+	if err := n.publishForJoiners(ctx, st); err != nil {
+		return st, err
+	}
+	return st, n.checkpoint(ctx, CheckpointUpAfterPublish)
+}
+
+// bootstrapRun is a first control plane's bootstrap in flight.
+type bootstrapRun struct {
+	n       *Node
+	o       BootstrapOptions
+	netc    netcfg.Config
+	release func()
+	shared  *pki.Shared
+	st      *nodestate.NodeState
+}
+
+// bootstrapSteps are a bootstrap's steps in checkpoint order: refusals
+// first, then each write, each re-run safe (the CAs are made once and kept).
+var bootstrapSteps = []struct {
+	name, checkpoint string
+	run              func(*bootstrapRun, context.Context) error
+}{
+	{"refusals", CheckpointUpStart, (*bootstrapRun).refuse},
+	{"cluster CAs", CheckpointUpAfterCAs, (*bootstrapRun).makeCAs},
+	{"node assembly", CheckpointUpAfterAssembly, (*bootstrapRun).assemble},
+	{"node state", CheckpointUpAfterStateSave, (*bootstrapRun).saveState},
 }
 
 func (n *Node) bootstrap(ctx context.Context, o BootstrapOptions) (*nodestate.NodeState, error) {
-	h := n.env.Host
-	name := h.Name()
-	netc := netcfg.Config{PodCIDR: o.PodCIDR, ServiceCIDR: o.ServiceCIDR, ClusterDomain: o.ClusterDomain}.WithDefaults()
-	if err := netc.Validate(); err != nil {
-		return nil, fmt.Errorf("stratum up refused: %w; nothing was changed", err)
+	r := &bootstrapRun{n: n, o: o}
+	defer func() {
+		if r.release != nil {
+			r.release()
+		}
+	}()
+	for _, s := range bootstrapSteps {
+		n.log.Debug("bootstrap step", "step", s.name)
+		if err := s.run(r, ctx); err != nil {
+			return nil, err
+		}
+		if err := n.checkpoint(ctx, s.checkpoint); err != nil {
+			return nil, err
+		}
+	}
+	r.release()
+	r.release = nil
+	return n.StartControlPlane(ctx)
+}
+
+// refuse checks the options, takes the node's locks and refuses a node with
+// retained etcd data.
+func (r *bootstrapRun) refuse(ctx context.Context) error {
+	h, o := r.n.env.Host, r.o
+	r.netc = netcfg.Config{PodCIDR: o.PodCIDR, ServiceCIDR: o.ServiceCIDR, ClusterDomain: o.ClusterDomain}.WithDefaults()
+	if err := r.netc.Validate(); err != nil {
+		return fmt.Errorf("stratum up refused: %w; nothing was changed", err)
 	}
 	if o.VIP.Address != "" && net.ParseIP(o.VIP.Address) == nil {
-		return nil, fmt.Errorf("stratum up refused: the VIP %q is not an IP address; nothing was changed", o.VIP.Address)
+		return fmt.Errorf("stratum up refused: the VIP %q is not an IP address; nothing was changed", o.VIP.Address)
 	}
 	release, err := nodelock.AcquireBoth(h, "stratum up (bootstrap)")
 	if err != nil {
-		return nil, err
+		return err
 	}
-	defer release()
-	if entries, err := h.ReadDir(version.EtcdDataDir); err == nil && len(entries) > 0 {
-		return nil, fmt.Errorf("%w in %s but no node state; nothing was changed: this node was a member of some cluster; remove the directory to bootstrap a new one, or rejoin with `stratum etcd rejoin`", ErrRetainedData, version.EtcdDataDir)
+	r.release = release
+	entries, err := h.ReadDir(version.EtcdDataDir)
+	switch {
+	case err == nil && len(entries) > 0:
+		return fmt.Errorf("%w in %s but no node state; nothing was changed: this node was a member of some cluster; remove the directory to bootstrap a new one, or rejoin with `stratum etcd rejoin`", ErrRetainedData, version.EtcdDataDir)
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%w? %s cannot be read (%v); nothing was changed: make it readable, or remove it", ErrRetainedData, version.EtcdDataDir, err)
 	}
-	// The CAs are made once: a bootstrap re-run after a crash keeps the ones
-	// it already wrote, so the leaves and kubeconfigs it wrote stay valid.
-	shared, err := n.loadOrMakeShared()
-	if err != nil {
-		return nil, err
-	}
+	return nil
+}
+
+// makeCAs makes the cluster's CAs once: a re-run after a crash keeps the
+// ones it already wrote, so the leaves and kubeconfigs it wrote stay valid.
+func (r *bootstrapRun) makeCAs(context.Context) error {
+	shared, err := r.n.loadOrMakeShared()
+	r.shared = shared
+	return err
+}
+
+// assemble is the shared node assembly on the bootstrap's own network.
+func (r *bootstrapRun) assemble(ctx context.Context) error {
+	n, h, o := r.n, r.n.env.Host, r.o
+	name := h.Name()
 	st := &nodestate.NodeState{Role: nodestate.RoleControlPlane, NodeName: name, VIP: o.VIP,
-		PodCIDR: netc.PodCIDR, ServiceCIDR: netc.ServiceCIDR, ClusterDomain: netc.ClusterDomain, Cilium: o.Cilium, Profile: o.Profile}
-	var nodeIP string
-	_, err = AssembleNodeContext(ctx, NodeAssembly{
+		PodCIDR: r.netc.PodCIDR, ServiceCIDR: r.netc.ServiceCIDR, ClusterDomain: r.netc.ClusterDomain, Cilium: o.Cilium, Profile: o.Profile}
+	r.st = st
+	_, err := AssembleNodeContext(ctx, NodeAssembly{
 		HostDirs:      func() error { return host.Dirs(h) },
 		Prereqs:       func(po host.PrereqOptions) error { return host.Prereqs(h, po) },
-		ResolveNet:    func() (netcfg.Config, error) { return netc, nil },
+		ResolveNet:    func() (netcfg.Config, error) { return r.netc, nil },
 		TrustPodCIDRs: func(c string) { _ = host.TrustPodCIDRs(h, c) },
 		ResolveNodeIP: host.ResolveNodeIP,
 		DetectNodeIPs: func(dual bool) (string, error) { return host.DetectNodeIPs(h, dual) },
 		BeforeCerts: func(c host.NodeIPChoice) error {
-			nodeIP = strings.SplitN(c.IP, ",", 2)[0]
-			st.NodeIP = nodeIP
-			st.Server = "https://" + net.JoinHostPort(nodeIP, fmt.Sprint(version.APIServerPort))
+			st.NodeIP = strings.SplitN(c.IP, ",", 2)[0]
+			if err := checkLocalIP(h, st.NodeIP); err != nil {
+				return fmt.Errorf("stratum up refused: node IP %s (from %s): %w; nothing was changed: pass --node-ip with an address of this host", st.NodeIP, c.Source, err)
+			}
+			if o.VIP.Address != "" && o.VIP.Address == st.NodeIP {
+				return fmt.Errorf("stratum up refused: the VIP %s is this node's own address; nothing was changed: pick an unused address on the node's network for --vip", o.VIP.Address)
+			}
+			st.Server = "https://" + net.JoinHostPort(st.NodeIP, fmt.Sprint(version.APIServerPort))
 			if o.VIP.Address != "" {
 				st.Server = "https://" + net.JoinHostPort(o.VIP.Address, fmt.Sprint(version.APIServerPort))
 			}
 			return nil
 		},
 		IssueCerts: func(hostname, ip string, sans *pki.APISANs) error {
-			return n.issueLeavesFrom(shared, hostname, ip, sans)
+			return n.issueLeavesFrom(r.shared, hostname, ip, sans)
 		},
 		WriteKubeconfigs:    func(_, _ string, _ bool) error { return n.writeKubeconfigs(st.Server) },
 		WriteProfileConfigs: func() error { return writeProfileConfigs(h, o.Profile) },
 		WriteRuntimeConfigs: func(st *nodestate.NodeState) error { return writeRuntimeConfigs(h, st) },
 	}, AssembleRequest{Hostname: name, NodeIPFlag: o.NodeIP, ConfigNodeIP: o.ConfigNodeIP, VIPAddress: o.VIP.Address,
 		PrereqOptions: host.PrereqOptions{Profile: o.Profile, SELinuxOptOut: o.SELinuxOptOut}, State: st})
-	if err != nil {
-		return nil, err
-	}
-	peerURL := "https://" + net.JoinHostPort(nodeIP, fmt.Sprint(version.EtcdPeerPort))
-	st.Etcd = nodestate.Etcd{Name: name, PeerURL: peerURL, ClientURL: EtcdEndpoint(nodeIP),
-		InitialCluster: name + "=" + peerURL, InitialClusterState: "new"}
-	if err := nodestate.Save(h, st); err != nil {
-		return nil, err
-	}
-	release()
-	if _, err := n.StartControlPlane(ctx); err != nil {
-		return st, err
-	}
-	if err := n.publishForJoiners(ctx, st, shared); err != nil {
-		return st, err
-	}
-	return st, nil
+	return err
+}
+
+// saveState records the single-member etcd the node starts as.
+func (r *bootstrapRun) saveState(context.Context) error {
+	st := r.st
+	peerURL := "https://" + net.JoinHostPort(st.NodeIP, fmt.Sprint(version.EtcdPeerPort))
+	st.Etcd = nodestate.Etcd{Name: st.NodeName, PeerURL: peerURL, ClientURL: EtcdEndpoint(st.NodeIP),
+		InitialCluster: st.NodeName + "=" + peerURL, InitialClusterState: "new"}
+	return nodestate.Save(r.n.env.Host, st)
 }
 
 // loadOrMakeShared returns the cluster CAs on this node, making and writing
@@ -186,25 +278,33 @@ func (n *Node) issueLeavesFrom(shared *pki.Shared, hostname, nodeIP string, sans
 }
 
 // publishForJoiners publishes what a joiner needs before any grant is
-// minted: the CA in cluster-info, the certs-reader grant and its fence policy.
-func (n *Node) publishForJoiners(ctx context.Context, st *nodestate.NodeState, shared *pki.Shared) error {
+// minted: the CA in cluster-info, the certs-reader grant and its fence
+// policy. Idempotent: every `stratum up` runs it.
+func (n *Node) publishForJoiners(ctx context.Context, st *nodestate.NodeState) error {
+	caPEM, err := n.env.Host.ReadFile(version.PKIFile("ca.crt"))
+	if err != nil {
+		return fmt.Errorf("publish cluster-info for joiners: read the cluster CA: %w", err)
+	}
 	cs, err := n.adminClient()
 	if err != nil {
 		return err
 	}
 	deadline := time.Now().Add(time.Minute)
 	for {
-		err = discovery.Publish(ctx, cs, st.Server, shared.Cluster.CertPEM)
+		err = discovery.Publish(ctx, cs, st.Server, caPEM)
 		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
 			break
 		}
-		time.Sleep(200 * time.Millisecond) // the apiserver's RBAC bootstrap may still be settling
+		select { // the apiserver's RBAC bootstrap may still be settling
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("publish cluster-info for joiners: %w; the control plane runs: re-run `stratum up` to retry", err)
 	}
 	if err := n.GrantCertsReader(ctx, cs); err != nil {
-		return fmt.Errorf("grant joiners read access to the shared certificates: %w; re-run `stratum up` to retry", err)
+		return fmt.Errorf("grant joiners read access to the shared certificates: %w; the control plane runs: re-run `stratum up` to retry", err)
 	}
 	return nil
 }

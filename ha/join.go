@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
+	"net/netip"
 	"net/url"
+	"path"
 	"regexp"
 	"strings"
 	"sync"
@@ -194,72 +196,145 @@ func (c *createdFiles) undo() error {
 	return errors.Join(errs...)
 }
 
-func (n *Node) prepareJoin(ctx context.Context, o JoinOptions) (*nodestate.NodeState, error) {
-	h := n.env.Host
-	name := h.Name()
-	start := time.Now()
+// joinRun is one control-plane join in flight: its options, what each step
+// resolved, and the node state it builds. The steps (joinPhases) run in
+// checkpoint order; each reads what the ones before it resolved.
+type joinRun struct {
+	n     *Node
+	o     JoinOptions
+	name  string
+	start time.Time
+	// intent is the journal this run resumes from (resumed true) or wrote.
+	intent  joinIntent
+	resumed bool
+	// release drops the node's locks; the run holds them throughout.
+	release func()
+	// Resolved by discovery and the assembly.
+	etcdIPs         []string
+	nodeIP, peerURL string
+	clusterID       string
+	st              *nodestate.NodeState
+	// fence is the maintenance fence the join holds from the health gate to
+	// the saved node state (nil once released).
+	fence *Fence
+}
 
-	// Refusals first: nothing below writes until every one has passed.
+// joinStep is one named step of a join.
+type joinStep struct {
+	name string
+	run  func(r *joinRun, ctx context.Context) error
+}
+
+// joinPhases are a join's steps in the order its checkpoints name them. Every
+// step before addMember refuses without changing the cluster; addMember is
+// the one step that changes it, and from there to saveState a failure rolls
+// back exactly the member this join added.
+var joinPhases = []joinStep{
+	{"refusals", (*joinRun).refuse},
+	{"discovery", (*joinRun).discover},
+	{"node assembly", (*joinRun).assemble},
+	{"preflight", (*joinRun).preflight},
+	{"intent journal", (*joinRun).writeIntent},
+	{"etcd member-add and node state", (*joinRun).addMemberAndSave},
+}
+
+func (n *Node) prepareJoin(ctx context.Context, o JoinOptions) (*nodestate.NodeState, error) {
+	r := &joinRun{n: n, o: o, name: n.env.Host.Name(), start: time.Now()}
+	defer func() {
+		if r.release != nil {
+			r.release()
+		}
+	}()
+	defer r.dropFence(ctx)
+	for _, s := range joinPhases {
+		n.log.Debug("join step", "step", s.name)
+		if err := s.run(r, ctx); err != nil {
+			if r.st != nil && r.st.Etcd.InitialCluster != "" {
+				return r.st, err // saved: the caller starts from the state
+			}
+			return nil, err
+		}
+	}
+	n.log.Info("control-plane join prepared", "member", r.name, "peerURL", r.peerURL, "took", time.Since(r.start).Round(time.Millisecond))
+	return r.st, nil
+}
+
+// refuse is every refusal that needs nothing from the cluster: malformed
+// options, a node IP this host does not have, the node's locks, saved state,
+// a journal it cannot read, retained etcd data.
+func (r *joinRun) refuse(ctx context.Context) error {
+	n, h, o := r.n, r.n.env.Host, r.o
 	if err := checkJoinOptions(o); err != nil {
-		return nil, err
+		return err
+	}
+	for _, c := range []struct{ what, ip string }{{"--node-ip", o.NodeIP}, {"spec.network.nodeIP", o.ConfigNodeIP}} {
+		if c.ip == "" {
+			continue
+		}
+		if err := checkLocalIP(h, c.ip); err != nil {
+			return fmt.Errorf("control-plane join refused: %s %s: %w; nothing was changed: pass an address of this host", c.what, c.ip, err)
+		}
 	}
 	release, err := nodelock.AcquireBoth(h, "stratum server (control-plane join)")
 	if err != nil {
-		return nil, err
+		return err
 	}
-	defer release()
+	r.release = release
 	if st, err := nodestate.Load(h); err == nil {
-		return nil, fmt.Errorf("%w (%s, node state %s, etcd member %s); nothing was changed: start it with `stratum up`", ErrAlreadyJoined, name, nodestate.Path, st.Etcd.PeerURL)
+		return fmt.Errorf("%w (%s, node state %s, etcd member %s); nothing was changed: start it with `stratum up`", ErrAlreadyJoined, r.name, nodestate.Path, st.Etcd.PeerURL)
 	} else if !errors.Is(err, nodestate.ErrNoState) {
-		return nil, fmt.Errorf("control-plane join: %w", err)
+		return fmt.Errorf("control-plane join: %w", err)
 	}
-	intent, err := n.readJoinIntent()
-	switch {
+	switch in, err := n.readJoinIntent(); {
 	case errors.Is(err, errNoIntent):
-		intent = joinIntent{}
 	case err != nil:
-		return nil, err
+		return err
 	default:
-		n.log.Info("a join intent journal survives: reconciling with it", "peerURL", intent.PeerURL, "member", intent.MemberID)
+		r.intent, r.resumed = in, true
+		n.log.Info("a join intent journal survives: reconciling with it", "peerURL", in.PeerURL, "member", in.MemberID)
 	}
 	if err := n.checkNoRetainedData(); err != nil {
-		return nil, err
+		return err
 	}
-	if err := n.checkpoint(ctx, CheckpointJoinStart); err != nil {
-		return nil, err
-	}
+	return n.checkpoint(ctx, CheckpointJoinStart)
+}
 
-	// Discovery: trust the cluster only through the CA hash; no credential is
-	// sent before it matches.
+// discover trusts the cluster only through the CA hash (no credential is
+// sent before it matches) and writes the bootstrap kubeconfig.
+func (r *joinRun) discover(ctx context.Context) error {
+	n, h, o := r.n, r.n.env.Host, r.o
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("control-plane join stopped before discovery: %w; nothing was changed", err)
+		return fmt.Errorf("control-plane join stopped before discovery: %w; nothing was changed", err)
 	}
 	caPEM, err := discovery.FetchCA(ctx, o.Server, o.CAHash, h.DialContext)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	bootstrapKC, err := kubeconfig.ForToken(o.Server, caPEM, o.Token, "tls-bootstrap-token-user")
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if err := h.MkdirAll(version.K8sConfDir, 0o755); err != nil {
-		return nil, err
+	if err := h.MkdirAll(version.K8sConfDir, 0o700); err != nil {
+		return err
 	}
 	if err := h.WriteFile(version.Kubeconfig("bootstrap"), bootstrapKC, 0o600); err != nil {
-		return nil, fmt.Errorf("write the bootstrap kubeconfig: %w", err)
+		return fmt.Errorf("write the bootstrap kubeconfig: %w", err)
 	}
-	if err := n.checkpoint(ctx, CheckpointAfterDiscovery); err != nil {
-		return nil, err
-	}
+	return n.checkpoint(ctx, CheckpointAfterDiscovery)
+}
 
-	peerURL := "" // known once the node IP is
-	var etcdIPs []string
-	var nodeIP string
+// assemble is the shared node assembly: the shared-certificate download and
+// the cluster's gates, the node IP, this node's leaves and kubeconfigs, the
+// profile and runtime configs. The cluster's VIP rides in with the bundle
+// and lands in the node state before any certificate is issued, so the
+// apiserver certificate covers it whether or not --vip was given.
+func (r *joinRun) assemble(ctx context.Context) error {
+	n, h, o := r.n, r.n.env.Host, r.o
 	server := o.Server
 	if o.VIP.Address != "" {
 		server = "https://" + net.JoinHostPort(o.VIP.Address, fmt.Sprint(version.APIServerPort))
 	}
-	st := &nodestate.NodeState{Role: nodestate.RoleControlPlane, NodeName: name, Server: server, VIP: o.VIP, Profile: o.Profile}
+	st := &nodestate.NodeState{Role: nodestate.RoleControlPlane, NodeName: r.name, Server: server, VIP: o.VIP, Profile: o.Profile}
 	profile := o.Profile
 	if profile == "" && o.CIS {
 		profile = "cis"
@@ -276,10 +351,10 @@ func (n *Node) prepareJoin(ctx context.Context, o JoinOptions) (*nodestate.NodeS
 			}
 			for _, ep := range g.EtcdEndpoints {
 				if u, err := url.Parse(ep); err == nil && u.Hostname() != "" {
-					etcdIPs = append(etcdIPs, u.Hostname())
+					r.etcdIPs = append(r.etcdIPs, u.Hostname())
 				}
 			}
-			if len(etcdIPs) == 0 {
+			if len(r.etcdIPs) == 0 {
 				return netcfg.Config{}, fmt.Errorf("the shared-certificate bundle publishes no etcd endpoints; nothing was added to etcd: mint a fresh join command on a control plane (`stratum token create --control-plane`)")
 			}
 			netc := netcfg.Config{PodCIDR: g.Profile.PodCIDR, ServiceCIDR: g.Profile.ServiceCIDR, ClusterDomain: g.Profile.ClusterDomain}.WithDefaults()
@@ -298,13 +373,16 @@ func (n *Node) prepareJoin(ctx context.Context, o JoinOptions) (*nodestate.NodeS
 		ResolveNodeIP: host.ResolveNodeIP,
 		DetectNodeIPs: func(dual bool) (string, error) { return host.DetectNodeIPs(h, dual) },
 		BeforeCerts: func(c host.NodeIPChoice) error {
-			nodeIP = strings.SplitN(c.IP, ",", 2)[0]
-			st.NodeIP = nodeIP
-			peerURL = "https://" + net.JoinHostPort(nodeIP, fmt.Sprint(version.EtcdPeerPort))
+			r.nodeIP = strings.SplitN(c.IP, ",", 2)[0]
+			if err := checkLocalIP(h, r.nodeIP); err != nil {
+				return fmt.Errorf("control-plane join refused: node IP %s (from %s): %w; nothing was added to etcd: pass --node-ip with an address of this host", r.nodeIP, c.Source, err)
+			}
+			st.NodeIP = r.nodeIP
+			r.peerURL = "https://" + net.JoinHostPort(r.nodeIP, fmt.Sprint(version.EtcdPeerPort))
 			n.log.Info("node IP", "ip", c.IP, "source", c.Source)
-			if intent.PeerURL != "" && intent.PeerURL != peerURL {
+			if r.intent.PeerURL != "" && r.intent.PeerURL != r.peerURL {
 				return fmt.Errorf("the surviving join intent journal %s records peer URL %s, but this run resolves %s; nothing more was changed: re-run with --node-ip %s, or remove the journal's member (`stratum etcd members`) and the file",
-					joinIntentPath, intent.PeerURL, peerURL, urlHostOf(intent.PeerURL))
+					joinIntentPath, r.intent.PeerURL, r.peerURL, urlHostOf(r.intent.PeerURL))
 			}
 			return nil
 		},
@@ -320,115 +398,207 @@ func (n *Node) prepareJoin(ctx context.Context, o JoinOptions) (*nodestate.NodeS
 			}
 			return n.checkpoint(ctx, CheckpointAfterKubeconfigs)
 		},
-		WriteProfileConfigs: func() error { return writeProfileConfigs(h, profile) },
-		BeforeRuntimeConfigs: func() error {
-			if err := n.checkNoRetainedData(); err != nil {
-				return err
-			}
-			if err := n.EtcdClusterHealthy(ctx, etcdIPs); err != nil {
-				return fmt.Errorf("%w: %v; nothing was added to etcd: heal the cluster (`stratum etcd health`), then %s", ErrClusterUnhealthy, err, joinHint)
-			}
-			return nil
-		},
-		WriteRuntimeConfigs: func(st *nodestate.NodeState) error { return writeRuntimeConfigs(h, st) },
+		WriteProfileConfigs:  func() error { return writeProfileConfigs(h, profile) },
+		BeforeRuntimeConfigs: func() error { return n.checkNoRetainedData() },
+		WriteRuntimeConfigs:  func(st *nodestate.NodeState) error { return writeRuntimeConfigs(h, st) },
 	}
-	if _, err := AssembleNodeContext(ctx, assembly, AssembleRequest{
-		Hostname: name, NodeIPFlag: o.NodeIP, ConfigNodeIP: o.ConfigNodeIP,
+	r.st = st
+	_, err := AssembleNodeContext(ctx, assembly, AssembleRequest{
+		Hostname: r.name, NodeIPFlag: o.NodeIP, ConfigNodeIP: o.ConfigNodeIP,
 		VIPAddress: o.VIP.Address, APIServer: server,
 		PrereqOptions: host.PrereqOptions{Profile: profile, SELinuxOptOut: o.SELinuxOptOut},
 		State:         st,
-	}); err != nil {
-		return nil, err
-	}
+	})
+	return err
+}
 
-	// The intent journal, then the live member-add.
-	if err := n.checkpoint(ctx, CheckpointBeforeIntent); err != nil {
-		return nil, err
+// preflight checks, before the journal and the member-add, everything that
+// would leave the new member unable to start: the services this control
+// plane runs (binaries, service manager, ports), the directories its etcd
+// writes, and the cluster's health. It then takes the maintenance fence,
+// which the join holds until its node state is saved.
+func (r *joinRun) preflight(ctx context.Context) error {
+	n, h := r.n, r.n.env.Host
+	services := []string{ServiceEtcd, ServiceAPIServer}
+	if r.st.VIP.Address != "" {
+		services = append(services, ServiceVIP)
 	}
-	clusterID, err := n.clusterID(ctx, etcdIPs)
+	if err := h.CheckServices(ctx, services); err != nil {
+		return fmt.Errorf("control-plane join refused: this host could not start its control plane: %w; nothing was added to etcd: fix the host, then %s", err, joinHint)
+	}
+	if err := checkWritable(h, version.StateDir, path.Dir(version.EtcdDataDir)); err != nil {
+		return fmt.Errorf("control-plane join refused: %w; nothing was added to etcd: fix the directory, then %s", err, joinHint)
+	}
+	if err := n.EtcdClusterHealthy(ctx, r.etcdIPs); err != nil {
+		return fmt.Errorf("%w: %v; nothing was added to etcd: heal the cluster (`stratum etcd health`), then %s", ErrClusterUnhealthy, err, joinHint)
+	}
+	clusterID, err := n.clusterID(ctx, r.etcdIPs)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if intent.ClusterID != "" && intent.ClusterID != clusterID {
-		return nil, fmt.Errorf("the surviving join intent journal %s records etcd cluster %s, but the cluster at %v is %s (restored or rebuilt since?); nothing more was changed: remove the journal once you have checked that cluster %s has no member %s",
-			joinIntentPath, intent.ClusterID, etcdIPs, clusterID, intent.ClusterID, intent.PeerURL)
+	if r.intent.ClusterID != "" && r.intent.ClusterID != clusterID {
+		return fmt.Errorf("the surviving join intent journal %s records etcd cluster %s, but the cluster at %v is %s (restored or rebuilt since?); nothing more was changed: remove the journal once you have checked that cluster %s has no member %s",
+			joinIntentPath, r.intent.ClusterID, r.etcdIPs, clusterID, r.intent.ClusterID, r.intent.PeerURL)
 	}
-	endpoints := make([]string, len(etcdIPs))
-	for i, ip := range etcdIPs {
+	r.clusterID = clusterID
+	return n.checkpoint(ctx, CheckpointBeforeIntent)
+}
+
+// writeIntent records, fsync'd, who is about to be added where. A run that
+// stops before its member-add clears the journal it wrote, since nothing was
+// added; one that resumed from a surviving journal keeps it, since the
+// earlier run's member may exist.
+func (r *joinRun) writeIntent(ctx context.Context) error {
+	n, h := r.n, r.n.env.Host
+	endpoints := make([]string, len(r.etcdIPs))
+	for i, ip := range r.etcdIPs {
 		endpoints[i] = EtcdEndpoint(ip)
 	}
-	intent = joinIntent{Name: name, PeerURL: peerURL, ClusterID: clusterID, Endpoints: endpoints, Started: h.Now().UTC(), MemberID: intent.MemberID}
-	if err := n.writeJoinIntent(intent); err != nil {
-		return nil, err
+	r.intent = joinIntent{Name: r.name, PeerURL: r.peerURL, ClusterID: r.clusterID, Endpoints: endpoints, Started: h.Now().UTC(), MemberID: r.intent.MemberID}
+	if err := n.writeJoinIntent(r.intent); err != nil {
+		return err
 	}
-	err = n.checkpoint(ctx, CheckpointAfterIntent)
+	err := n.checkpoint(ctx, CheckpointAfterIntent)
 	if err == nil {
 		err = ctx.Err()
 	}
-	if err != nil {
-		// Nothing was added: the journal has nothing to record.
-		if cerr := n.ClearJoinIntent(context.WithoutCancel(ctx)); cerr != nil {
-			n.log.Warn("the join intent journal could not be cleared", "err", cerr)
-		}
-		return nil, fmt.Errorf("control-plane join stopped before the etcd member-add: %w; nothing was added to etcd: %s", err, joinHint)
+	if err == nil {
+		return nil
 	}
+	if r.resumed {
+		return fmt.Errorf("control-plane join stopped before the etcd member-add: %w; the surviving journal %s is kept, since the member an earlier run recorded may exist: %s", err, joinIntentPath, joinHint)
+	}
+	if cerr := n.ClearJoinIntent(context.WithoutCancel(ctx)); cerr != nil {
+		n.log.Warn("the join intent journal could not be cleared", "err", cerr)
+	}
+	return fmt.Errorf("control-plane join stopped before the etcd member-add: %w; nothing was added to etcd: %s", err, joinHint)
+}
 
-	// The deferral window. From the member-add until the node state that
-	// records it is saved, the node is a member that nothing on disk but the
-	// journal knows about: the first SIGINT/SIGTERM is held until the state
-	// is saved (a second one is not), so an impatient Ctrl-C does not turn a
-	// join that was about to finish into a rollback. Everything in the window
-	// runs on a context that the signal does not end.
+// addMemberAndSave is the deferral window. From the member-add until the
+// node state that records it is saved, the node is a member that nothing on
+// disk but the journal knows about: the first SIGINT/SIGTERM is held until
+// the state is saved, so an impatient Ctrl-C does not turn a join that was
+// about to finish into a rollback. Everything in the window runs on a
+// context that the first signal does not end.
+func (r *joinRun) addMemberAndSave(ctx context.Context) error {
+	n, h := r.n, r.n.env.Host
 	endDeferral := interrupt.DeferFrom(ctx)
 	defer endDeferral()
 	wctx := context.WithoutCancel(ctx)
-	ic, err := n.MemberAdd(wctx, etcdIPs, name, peerURL)
+	ic, id, err := n.memberAdd(wctx, r.etcdIPs, r.name, r.peerURL)
 	if err != nil {
-		// MemberAdd's errors mean nothing was added, except an answer lost
-		// after etcd applied it: remove any unstarted learner with our URL.
-		n.rollbackMember(wctx, etcdIPs, peerURL)
-		return nil, fmt.Errorf("control-plane join of %s: %w", name, err)
+		// A refusal added nothing. Any other error may hide an add that
+		// landed (its answer lost): only an unstarted learner with this
+		// node's own peer URL can be it.
+		if !errors.Is(err, errMemberAddRefused) {
+			r.rollback(wctx, 0)
+		} else if !r.resumed {
+			r.clearIntent(wctx)
+		}
+		return fmt.Errorf("control-plane join of %s: %w", r.name, err)
+	}
+	r.intent.MemberID = fmt.Sprintf("%x", id)
+	if err := n.writeJoinIntent(r.intent); err != nil {
+		r.rollback(wctx, id)
+		return fmt.Errorf("control-plane join of %s: record the added member %x: %w", r.name, id, err)
 	}
 	if err := n.checkpoint(wctx, CheckpointAfterMemberAdd); err != nil {
-		n.rollbackMember(wctx, etcdIPs, peerURL)
-		return nil, err
+		r.rollback(wctx, id)
+		return err
 	}
-	st.Etcd = nodestate.Etcd{
-		Name: name, PeerURL: peerURL, ClientURL: EtcdEndpoint(nodeIP),
-		InitialCluster: ic, InitialClusterState: "existing", ClusterID: clusterID,
+	r.st.Etcd = nodestate.Etcd{
+		Name: r.name, PeerURL: r.peerURL, ClientURL: EtcdEndpoint(r.nodeIP),
+		InitialCluster: ic, InitialClusterState: "existing", ClusterID: r.clusterID,
 	}
 	if err := n.checkpoint(wctx, CheckpointBeforeStateSave); err != nil {
-		n.rollbackMember(wctx, etcdIPs, peerURL)
-		return nil, err
+		r.st.Etcd = nodestate.Etcd{}
+		r.rollback(wctx, id)
+		return err
 	}
-	if err := nodestate.Save(h, st); err != nil {
-		n.rollbackMember(wctx, etcdIPs, peerURL)
-		return nil, fmt.Errorf("control-plane join of %s: %w", name, err)
+	if err := nodestate.Save(h, r.st); err != nil {
+		r.st.Etcd = nodestate.Etcd{}
+		r.rollback(wctx, id)
+		return fmt.Errorf("control-plane join of %s: %w", r.name, err)
 	}
 	// The state records the member: a signal held in the window is delivered
 	// now, and the caller sees it before starting any service.
 	endDeferral()
-	if err := n.checkpoint(wctx, CheckpointAfterStateSave); err != nil {
-		return st, err
-	}
-	n.log.Info("control-plane join prepared", "member", name, "peerURL", peerURL, "took", time.Since(start).Round(time.Millisecond))
-	return st, nil
+	r.dropFence(wctx)
+	return n.checkpoint(wctx, CheckpointAfterStateSave)
 }
 
-// rollbackMember removes the member this join added, by its peer URL, through
-// the published etcd endpoints (never the VIP), then clears the journal. A
-// removal that fails leaves the journal: it is the record a re-run
-// reconciles from.
-func (n *Node) rollbackMember(ctx context.Context, etcdIPs []string, peerURL string) {
+// rollback removes the member this join added, by the ID its own add
+// returned (or the journal recorded), never by address: a member another
+// node owns is never touched. With no ID (an add whose answer was lost) it
+// removes only an unstarted learner with this node's peer URL, which no
+// other node can have. The journal is cleared once the member is known
+// gone; a removal that fails keeps it for a re-run to reconcile.
+func (r *joinRun) rollback(ctx context.Context, id uint64) {
+	n := r.n
+	if id == 0 && r.intent.MemberID != "" {
+		fmt.Sscanf(r.intent.MemberID, "%x", &id)
+	}
 	rctx, cancel := context.WithTimeout(ctx, memberAddRetryFor+10*time.Second)
 	defer cancel()
-	if err := n.MemberRemove(rctx, etcdIPs, peerURL); err != nil {
-		n.log.Error("rollback: the added etcd member could not be removed; the join intent journal is kept for a re-run to reconcile", "peerURL", peerURL, "err", err)
+	if err := n.removeOwnMember(rctx, r.etcdIPs, id, r.peerURL); err != nil {
+		n.log.Error("rollback: the added etcd member could not be removed; the join intent journal is kept for a re-run to reconcile", "peerURL", r.peerURL, "id", fmt.Sprintf("%x", id), "err", err)
 		return
 	}
-	if err := n.ClearJoinIntent(rctx); err != nil {
-		n.log.Error("rollback: member removed, but the journal could not be cleared", "err", err)
+	r.clearIntent(rctx)
+}
+
+func (r *joinRun) clearIntent(ctx context.Context) {
+	if err := r.n.ClearJoinIntent(ctx); err != nil {
+		r.n.log.Error("the join intent journal could not be cleared", "err", err)
 	}
+}
+
+// dropFence releases the maintenance fence if the run holds it.
+func (r *joinRun) dropFence(ctx context.Context) {
+	if r.fence == nil {
+		return
+	}
+	if err := r.fence.Release(context.WithoutCancel(ctx)); err != nil {
+		r.n.log.Warn("the maintenance fence could not be released; it runs out on its own", "err", err)
+	}
+	r.fence = nil
+}
+
+// checkLocalIP refuses an address this host does not have: a join on the
+// wrong --node-ip would publish another node's peer URL as its own.
+func checkLocalIP(h host.Host, ip string) error {
+	want, err := netip.ParseAddr(strings.TrimSpace(strings.SplitN(ip, ",", 2)[0]))
+	if err != nil {
+		return fmt.Errorf("not an IP address: %w", err)
+	}
+	addrs, err := h.Addresses()
+	if err != nil {
+		return fmt.Errorf("list this host's addresses: %w", err)
+	}
+	for _, a := range addrs {
+		if a.Unmap() == want.Unmap() {
+			return nil
+		}
+	}
+	return fmt.Errorf("not an address of this host (it has %v)", addrs)
+}
+
+// checkWritable refuses a directory this node cannot write: created when
+// absent, then probed with a file written and removed.
+func checkWritable(h host.Files, dirs ...string) error {
+	for _, d := range dirs {
+		if err := h.MkdirAll(d, 0o700); err != nil {
+			return fmt.Errorf("cannot create %s: %w", d, err)
+		}
+		probe := path.Join(d, ".stratum-write-probe")
+		if err := h.WriteFile(probe, []byte("ok"), 0o600); err != nil {
+			return fmt.Errorf("cannot write %s: %w", d, err)
+		}
+		if err := h.Remove(probe); err != nil {
+			return fmt.Errorf("cannot remove a file from %s: %w", d, err)
+		}
+	}
+	return nil
 }
 
 // clusterID is the etcd cluster's ID, read through the published endpoints.
@@ -450,8 +620,11 @@ func (n *Node) clusterID(ctx context.Context, etcdIPs []string) (string, error) 
 // one, must never be started as a fresh joining member.
 func (n *Node) checkNoRetainedData() error {
 	entries, err := n.env.Host.ReadDir(version.EtcdDataDir)
-	if err != nil {
+	if errors.Is(err, fs.ErrNotExist) {
 		return nil // absent: nothing retained
+	}
+	if err != nil {
+		return fmt.Errorf("%w? %s cannot be read (%v), so it may hold data; nothing was changed: make it readable, or remove it if the data is unwanted, then %s", ErrRetainedData, version.EtcdDataDir, err, joinHint)
 	}
 	if len(entries) > 0 {
 		return fmt.Errorf("%w in %s; nothing was changed: if this node was a member before, rejoin it with `stratum etcd rejoin --server <cp>`; if the data is unwanted, remove the directory and %s", ErrRetainedData, version.EtcdDataDir, joinHint)

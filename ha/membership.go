@@ -200,30 +200,57 @@ func addRefusedNothingAdded(err error) bool {
 
 // MemberAdd is the package-level MemberAdd on this node.
 func (n *Node) MemberAdd(ctx context.Context, cpIPs []string, newName, newPeerURL string) (string, error) {
+	ic, _, err := n.memberAdd(ctx, cpIPs, newName, newPeerURL)
+	return ic, err
+}
+
+// errMemberAddRefused matches a member add that etcd (or the lookup before
+// it) refused with nothing added: the caller has nothing to roll back.
+var errMemberAddRefused = errors.New("member add refused; nothing was added")
+
+// memberNotFoundRetries bounds the retries of etcd's transient "member not
+// found" answer to an add (about half a second after a removal of the same
+// peer URL); past it the answer is taken as final.
+const memberNotFoundRetries = 5
+
+// memberAdd is MemberAdd returning the added member's ID too: the one member
+// a rollback may remove. Refusals that mean nothing was added are retried
+// (see addRefusedNothingAdded) within memberAddRetryFor; any other refusal
+// is returned after its one attempt, wrapping errMemberAddRefused when it
+// says nothing was added.
+func (n *Node) memberAdd(ctx context.Context, cpIPs []string, newName, newPeerURL string) (string, uint64, error) {
 	if err := checkPeerURL(newPeerURL); err != nil {
-		return "", fmt.Errorf("etcd member add of %s: %w", newName, err)
+		return "", 0, fmt.Errorf("etcd member add of %s: %w: %w", newName, errMemberAddRefused, err)
 	}
 	if newName == "" {
-		return "", fmt.Errorf("etcd member add of %s: no member name given; nothing was asked of etcd", newPeerURL)
+		return "", 0, fmt.Errorf("etcd member add of %s: no member name given: %w", newPeerURL, errMemberAddRefused)
 	}
 	deadline := time.Now().Add(memberAddRetryFor)
 	backoff := 100 * time.Millisecond
+	notFound := 0
 	for attempt := 1; ; attempt++ {
-		ic, err := n.memberAddOnce(ctx, cpIPs, newName, newPeerURL)
+		n.log.Debug("etcd member add attempt", "member", newName, "peerURL", newPeerURL, "attempt", attempt)
+		ic, id, err := n.memberAddOnce(ctx, cpIPs, newName, newPeerURL)
 		if err == nil {
-			return ic, nil
+			return ic, id, nil
 		}
-		if !addRefusedNothingAdded(err) {
-			return "", err
+		if etcdErrIs(err, rpctypes.ErrMemberNotFound) {
+			notFound++
+		}
+		if !addRefusedNothingAdded(err) || notFound > memberNotFoundRetries {
+			if errors.Is(err, errMemberAddRefused) || addRefusedNothingAdded(err) || etcdErrIs(err, rpctypes.ErrPeerURLExist) {
+				return "", 0, fmt.Errorf("%w: %w", errMemberAddRefused, err)
+			}
+			return "", 0, err
 		}
 		if time.Now().Add(backoff).After(deadline) {
-			return "", fmt.Errorf("etcd member add of %s (%s): still refused after %d attempts over %s; nothing was added. Check the cluster's health (EtcdClusterHealthy) and learners, then retry: %w",
-				newName, newPeerURL, attempt, memberAddRetryFor, err)
+			return "", 0, fmt.Errorf("etcd member add of %s (%s): still refused after %d attempts over %s; %w. Check the cluster's health (EtcdClusterHealthy) and learners, then retry: %w",
+				newName, newPeerURL, attempt, memberAddRetryFor, errMemberAddRefused, err)
 		}
 		n.log.Info("etcd refused the member add; nothing was added, retrying", "member", newName, "peerURL", newPeerURL, "attempt", attempt, "in", backoff, "err", err)
 		select {
 		case <-ctx.Done():
-			return "", fmt.Errorf("etcd member add of %s: %w (last refusal: %v); nothing was added", newName, ctx.Err(), err)
+			return "", 0, fmt.Errorf("etcd member add of %s: %w (last refusal: %v); %w", newName, ctx.Err(), err, errMemberAddRefused)
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, memberAddBackoffMax)
@@ -233,8 +260,9 @@ func (n *Node) MemberAdd(ctx context.Context, cpIPs []string, newName, newPeerUR
 // memberAddOnce is one MemberAdd attempt through the first endpoint that
 // answers: look the peer URL up (an earlier add whose answer was lost left an
 // unstarted learner with it), then add it as a learner.
-func (n *Node) memberAddOnce(ctx context.Context, cpIPs []string, newName, newPeerURL string) (string, error) {
+func (n *Node) memberAddOnce(ctx context.Context, cpIPs []string, newName, newPeerURL string) (string, uint64, error) {
 	var ic string
+	var id uint64
 	err := n.viaEach(ctx, cpIPs, "etcd member add of "+newPeerURL, func(ctx context.Context, cli *clientv3.Client, ep string) error {
 		ml, err := memberList(ctx, cli)
 		if err != nil {
@@ -242,10 +270,10 @@ func (n *Node) memberAddOnce(ctx context.Context, cpIPs []string, newName, newPe
 		}
 		if m := memberByPeerURL(ml.Members, newPeerURL); m != nil {
 			if started(m) || !m.IsLearner {
-				return errMemberStarted(m, newPeerURL)
+				return fmt.Errorf("%w: %w", errMemberAddRefused, errMemberStarted(m, newPeerURL))
 			}
 			n.log.Info("etcd learner with this peer URL already added and not started; taking it as this add", "member", newName, "peerURL", newPeerURL, "id", fmt.Sprintf("%x", m.ID))
-			ic = initialCluster(ml.Members, m.ID, newName)
+			ic, id = initialCluster(ml.Members, m.ID, newName), m.ID
 			return nil
 		}
 		wctx, cancel := context.WithTimeout(ctx, etcdWriteTimeout)
@@ -255,10 +283,70 @@ func (n *Node) memberAddOnce(ctx context.Context, cpIPs []string, newName, newPe
 			return fmt.Errorf("etcd member add (learner) of %s as %s through %s: %w", newPeerURL, newName, ep, err)
 		}
 		n.log.Info("etcd learner added", "member", newName, "peerURL", newPeerURL, "id", fmt.Sprintf("%x", resp.Member.ID), "through", ep)
-		ic = initialCluster(resp.Members, resp.Member.ID, newName)
+		ic, id = initialCluster(resp.Members, resp.Member.ID, newName), resp.Member.ID
 		return nil
 	})
-	return ic, err
+	return ic, id, err
+}
+
+// removeOwnMember removes the member a join added: by id when known (a
+// member gone already is success), else only an unstarted learner with
+// peerURL (an add whose answer was lost). A started member or a voter is
+// never removed without its id.
+func (n *Node) removeOwnMember(ctx context.Context, cpIPs []string, id uint64, peerURL string) error {
+	op := fmt.Sprintf("etcd member remove of this join's member (ID %x, %s)", id, peerURL)
+	return n.retryUnhealthy(ctx, op, func() error {
+		return n.viaEach(ctx, cpIPs, op, func(ctx context.Context, cli *clientv3.Client, ep string) error {
+			ml, err := memberList(ctx, cli)
+			if err != nil {
+				return fmt.Errorf("etcd member list from %s: %w", ep, err)
+			}
+			var m *etcdserverpb.Member
+			if id != 0 {
+				for _, x := range ml.Members {
+					if x.ID == id {
+						m = x
+					}
+				}
+			} else if x := memberByPeerURL(ml.Members, peerURL); x != nil && x.IsLearner && !started(x) {
+				m = x
+			}
+			if m == nil {
+				n.log.Info("no member of this join's to remove", "id", fmt.Sprintf("%x", id), "peerURL", peerURL)
+				return nil
+			}
+			wctx, cancel := context.WithTimeout(ctx, etcdWriteTimeout)
+			defer cancel()
+			if _, err := cli.MemberRemove(wctx, m.ID); err != nil && !etcdErrIs(err, rpctypes.ErrMemberNotFound) {
+				return fmt.Errorf("%s through %s: %w", op, ep, err)
+			}
+			n.log.Info("etcd member removed (rollback of this join's add)", "peerURL", peerURL, "id", fmt.Sprintf("%x", m.ID), "through", ep)
+			return nil
+		})
+	})
+}
+
+// retryUnhealthy runs f until it succeeds or fails with anything but etcd's
+// unhealthy-cluster refusal (which means nothing changed), within
+// memberAddRetryFor.
+func (n *Node) retryUnhealthy(ctx context.Context, op string, f func() error) error {
+	deadline := time.Now().Add(memberAddRetryFor)
+	backoff := 100 * time.Millisecond
+	for {
+		err := f()
+		if err == nil || !etcdErrIs(err, rpctypes.ErrUnhealthy) {
+			return err
+		}
+		if time.Now().Add(backoff).After(deadline) {
+			return fmt.Errorf("%s: still refused after %s; nothing was changed: check the cluster's health and retry: %w", op, memberAddRetryFor, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w (last refusal: %v); nothing was changed", op, ctx.Err(), err)
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, memberAddBackoffMax)
+	}
 }
 
 // PromoteWhenCaughtUp promotes the learner with peerURL to a voter as soon as
@@ -312,10 +400,8 @@ func (n *Node) PromoteWhenCaughtUp(ctx context.Context, cpIPs []string, peerURL 
 // retries it.
 func (n *Node) MemberRemove(ctx context.Context, cpIPs []string, peerURL string) error {
 	op := "etcd member remove of " + peerURL
-	deadline := time.Now().Add(memberAddRetryFor)
-	backoff := 100 * time.Millisecond
-	for {
-		err := n.viaEach(ctx, cpIPs, op, func(ctx context.Context, cli *clientv3.Client, ep string) error {
+	return n.retryUnhealthy(ctx, op, func() error {
+		return n.viaEach(ctx, cpIPs, op, func(ctx context.Context, cli *clientv3.Client, ep string) error {
 			ml, err := memberList(ctx, cli)
 			if err != nil {
 				return fmt.Errorf("etcd member list from %s: %w", ep, err)
@@ -333,19 +419,7 @@ func (n *Node) MemberRemove(ctx context.Context, cpIPs []string, peerURL string)
 			n.log.Info("etcd member removed", "peerURL", peerURL, "id", fmt.Sprintf("%x", m.ID), "through", ep)
 			return nil
 		})
-		if err == nil || !etcdErrIs(err, rpctypes.ErrUnhealthy) {
-			return err
-		}
-		if time.Now().Add(backoff).After(deadline) {
-			return fmt.Errorf("%s: still refused after %s; the member was not removed: check the cluster's health and retry: %w", op, memberAddRetryFor, err)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s: %w (last refusal: %v); the member was not removed", op, ctx.Err(), err)
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, memberAddBackoffMax)
-	}
+	})
 }
 
 // members is the member list through the first of cpIPs that answers.

@@ -25,18 +25,24 @@ const (
 	CheckpointRejoinAfterStop = "rejoin-after-stop"
 	// CheckpointRejoinAfterWipe: the stale etcd data directory is gone.
 	CheckpointRejoinAfterWipe = "rejoin-after-wipe"
+	// CheckpointRejoinAfterMemberRemove: this node's stale started member is
+	// gone from the seed; it is not yet added back.
+	CheckpointRejoinAfterMemberRemove = "rejoin-after-member-remove"
 	// CheckpointRejoinAfterMemberAdd: the seed's etcd has this node as a
 	// learner; the node state still records the old membership.
 	CheckpointRejoinAfterMemberAdd = "rejoin-after-member-add"
 	// CheckpointRejoinAfterStateSave: the node state records the seed's
 	// membership (state "existing"); etcd not yet started.
 	CheckpointRejoinAfterStateSave = "rejoin-after-state-save"
+	// CheckpointRejoinAfterEtcdStart: the rejoined member runs as a learner,
+	// not yet promoted.
+	CheckpointRejoinAfterEtcdStart = "rejoin-after-etcd-start"
 )
 
 // RejoinCheckpoints are the rejoin's checkpoints in order.
 var RejoinCheckpoints = []string{
-	CheckpointRejoinStart, CheckpointRejoinAfterStop, CheckpointRejoinAfterWipe,
-	CheckpointRejoinAfterMemberAdd, CheckpointRejoinAfterStateSave,
+	CheckpointRejoinStart, CheckpointRejoinAfterStop, CheckpointRejoinAfterWipe, CheckpointRejoinAfterMemberRemove,
+	CheckpointRejoinAfterMemberAdd, CheckpointRejoinAfterStateSave, CheckpointRejoinAfterEtcdStart,
 }
 
 // ErrOldClusterQuorum matches a rejoin refused without force because the
@@ -197,6 +203,9 @@ func (n *Node) RejoinEtcd(ctx context.Context, w io.Writer, cp1IP string, force 
 				return fmt.Errorf("etcd rejoin: drop this node's stale member from the seed: %w", err)
 			}
 			fmt.Fprintf(w, "stale member %s removed from the seed\n", st.Etcd.PeerURL)
+			if err := n.checkpoint(ctx, CheckpointRejoinAfterMemberRemove); err != nil {
+				return err
+			}
 		case rejoinMemberAdd:
 			ic, err := n.MemberAdd(ctx, seed, st.Etcd.Name, st.Etcd.PeerURL)
 			if err != nil {
@@ -311,6 +320,9 @@ func (n *Node) startRejoined(ctx context.Context, w io.Writer, seed []string, st
 		return fmt.Errorf("etcd rejoin: start etcd: %w; the node state records the seed's membership: run `stratum up` or re-run the rejoin", err)
 	}
 	fmt.Fprintf(w, "etcd started; waiting for the learner to catch up with the seed\n")
+	if err := n.checkpoint(ctx, CheckpointRejoinAfterEtcdStart); err != nil {
+		return err
+	}
 	done := make(chan error, 1)
 	go func() { done <- n.PromoteWhenCaughtUp(ctx, seed, st.Etcd.PeerURL) }()
 	start := time.Now()

@@ -195,6 +195,9 @@ func (n *Node) nodeRepoint(ctx context.Context, w io.Writer, vip string, serves 
 	if err := n.checkServes(ctx, vip, serves); err != nil {
 		return nil, err
 	}
+	if err := n.coverVIP(ctx, w, vip); err != nil {
+		return nil, err
+	}
 	server := "https://" + net.JoinHostPort(vip, strconv.Itoa(version.APIServerPort))
 	if err := n.RepointKubeconfigs(server); err != nil {
 		return nil, err
@@ -217,6 +220,47 @@ func (n *Node) nodeRepoint(ctx context.Context, w io.Writer, vip string, serves 
 	}
 	sort.Strings(warnings)
 	return warnings, nil
+}
+
+// coverVIP makes this control plane ready to hold the VIP before anything
+// points at it: the node state records the VIP (so every start keeps the
+// certificate covering it and runs kube-vip), the apiserver certificate is
+// reissued when it does not cover it (and a running apiserver restarted onto
+// it), and kube-vip is started. A node with no state (a worker) has nothing
+// to cover.
+func (n *Node) coverVIP(ctx context.Context, w io.Writer, vip string) error {
+	h := n.env.Host
+	st, err := nodestate.Load(h)
+	if errors.Is(err, nodestate.ErrNoState) || err == nil && st.Role != nodestate.RoleControlPlane {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("repoint: %w; nothing was changed", err)
+	}
+	if st.VIP.Address != vip {
+		st.VIP = nodestate.VIP{Address: vip, Interface: st.VIP.Interface}
+		if err := nodestate.Save(h, st); err != nil {
+			return fmt.Errorf("repoint: record the VIP %s in the node state: %w; nothing else was changed", vip, err)
+		}
+	}
+	reissued, err := n.ensureAPIServerCoversVIP(st)
+	if err != nil {
+		return fmt.Errorf("repoint: %w", err)
+	}
+	if reissued {
+		fmt.Fprintf(w, "apiserver certificate reissued to cover the VIP %s\n", vip)
+		if ss, err := h.ServiceStatus(ctx, ServiceAPIServer); err == nil && ss.Running {
+			if err := h.RestartService(ctx, ServiceAPIServer); err != nil {
+				return fmt.Errorf("repoint: restart kube-apiserver onto its reissued certificate: %w; the kubeconfigs were not changed: run `stratum up`, then retry", err)
+			}
+		}
+	}
+	if ss, err := h.ServiceStatus(ctx, ServiceVIP); err == nil && !ss.Running {
+		if err := h.StartService(ctx, ServiceVIP); err != nil {
+			n.log.Warn("kube-vip did not start on this node; other control planes hold the VIP", "err", err)
+		}
+	}
+	return nil
 }
 
 // checkServes refuses a VIP that does not serve this cluster's apiserver.

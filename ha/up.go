@@ -19,11 +19,31 @@ const (
 	ServiceVIP       = "kube-vip"
 )
 
+// Checkpoints of a control plane's start (StartControlPlane), in order. A
+// crash at any of them leaves a node that `stratum up` starts again.
+const (
+	// CheckpointStartAfterEtcd: etcd runs; a joined learner is not yet promoted.
+	CheckpointStartAfterEtcd = "start-after-etcd"
+	// CheckpointStartAfterPromote: the member is a voter; the journal remains.
+	CheckpointStartAfterPromote = "start-after-promote"
+	// CheckpointStartAfterConfirm: the local member is confirmed serving as a
+	// voter and the join journal is cleared.
+	CheckpointStartAfterConfirm = "start-after-confirm"
+	// CheckpointStartAfterAPIServer: the apiserver runs, with a certificate
+	// covering the VIP; kube-vip is next.
+	CheckpointStartAfterAPIServer = "start-after-apiserver"
+)
+
+// StartCheckpoints are a control plane start's checkpoints in order.
+var StartCheckpoints = []string{CheckpointStartAfterEtcd, CheckpointStartAfterPromote, CheckpointStartAfterConfirm, CheckpointStartAfterAPIServer}
+
 // StartControlPlane is `stratum up` on a node with saved control-plane state:
 // it starts etcd from the node state, promotes the member if it joined as a
 // learner (on every start, so a crash between start and promotion never
 // strands a learner), clears the join's intent journal once the local member
-// is confirmed serving as a voter, then starts the apiserver and kube-vip.
+// is confirmed serving as a voter, makes sure the apiserver certificate covers
+// the cluster VIP (reissuing it when it does not), then starts the apiserver
+// and kube-vip.
 //
 // A node with no state but a surviving join intent is refused: bootstrapping
 // there would make a second, single-member cluster over the membership the
@@ -44,32 +64,91 @@ func (n *Node) StartControlPlane(ctx context.Context) (*nodestate.NodeState, err
 	if err != nil {
 		return nil, err
 	}
-	if err := h.StartService(ctx, ServiceEtcd); err != nil {
-		return st, fmt.Errorf("start etcd: %w", err)
-	}
-	if st.Etcd.InitialClusterState == "existing" {
-		peers := peerIPs(st.Etcd.InitialCluster, st.Etcd.PeerURL)
-		if len(peers) > 0 {
-			if err := n.PromoteWhenCaughtUp(ctx, peers, st.Etcd.PeerURL); err != nil {
-				return st, fmt.Errorf("promote this node's etcd learner: %w; etcd keeps running as a learner, and the next `stratum up` retries", err)
+	for _, step := range []struct {
+		name string
+		run  func(context.Context, *nodestate.NodeState) error
+	}{
+		{CheckpointStartAfterEtcd, n.startEtcd},
+		{CheckpointStartAfterPromote, n.promoteSelf},
+		{CheckpointStartAfterConfirm, n.confirmAndClearJournal},
+		{CheckpointStartAfterAPIServer, n.startAPIServer},
+		{"", n.startVIP},
+	} {
+		if err := step.run(ctx, st); err != nil {
+			return st, err
+		}
+		if step.name != "" {
+			if err := n.checkpoint(ctx, step.name); err != nil {
+				return st, err
 			}
 		}
 	}
-	if err := n.confirmLocalMember(ctx, st); err != nil {
-		return st, err
+	return st, nil
+}
+
+func (n *Node) startEtcd(ctx context.Context, _ *nodestate.NodeState) error {
+	if err := n.env.Host.StartService(ctx, ServiceEtcd); err != nil {
+		return fmt.Errorf("start etcd: %w", err)
 	}
-	if err := n.ClearJoinIntent(ctx); err != nil {
-		return st, err
+	return nil
+}
+
+// promoteSelf promotes this node's member when it joined as a learner.
+func (n *Node) promoteSelf(ctx context.Context, st *nodestate.NodeState) error {
+	if st.Etcd.InitialClusterState != "existing" {
+		return nil
+	}
+	peers := peerIPs(st.Etcd.InitialCluster, st.Etcd.PeerURL)
+	if len(peers) == 0 {
+		return nil
+	}
+	if err := n.PromoteWhenCaughtUp(ctx, peers, st.Etcd.PeerURL); err != nil {
+		return fmt.Errorf("promote this node's etcd learner: %w; etcd keeps running as a learner, and the next `stratum up` retries", err)
+	}
+	return nil
+}
+
+func (n *Node) confirmAndClearJournal(ctx context.Context, st *nodestate.NodeState) error {
+	if err := n.confirmLocalMember(ctx, st); err != nil {
+		return err
+	}
+	return n.ClearJoinIntent(ctx)
+}
+
+// startAPIServer starts the apiserver with a certificate that covers the
+// VIP: one that does not is reissued first, and a running apiserver is
+// restarted onto it.
+func (n *Node) startAPIServer(ctx context.Context, st *nodestate.NodeState) error {
+	h := n.env.Host
+	reissued, err := n.ensureAPIServerCoversVIP(st)
+	if err != nil {
+		return err
 	}
 	if err := h.StartService(ctx, ServiceAPIServer); err != nil {
-		return st, fmt.Errorf("start kube-apiserver: %w", err)
+		return fmt.Errorf("start kube-apiserver: %w", err)
 	}
-	if st.VIP.Address != "" {
-		if err := h.StartService(ctx, ServiceVIP); err != nil {
-			return st, fmt.Errorf("start kube-vip: %w", err)
+	if reissued {
+		if err := h.RestartService(ctx, ServiceAPIServer); err != nil {
+			return fmt.Errorf("restart kube-apiserver onto its reissued certificate: %w", err)
 		}
 	}
-	return st, nil
+	return nil
+}
+
+// startVIP starts kube-vip on a node of a cluster with a VIP, once this
+// node's apiserver certificate is known to cover it: a node that would fail
+// every client's TLS check while it holds the VIP does not take it.
+func (n *Node) startVIP(ctx context.Context, st *nodestate.NodeState) error {
+	if st.VIP.Address == "" {
+		return nil
+	}
+	if err := n.apiServerCoversVIP(st); err != nil {
+		return fmt.Errorf("kube-vip not started: this node would hold the VIP %s with an apiserver certificate that does not cover it (%w); nothing else was changed: run `stratum up` again, which reissues the certificate", st.VIP.Address, err)
+	}
+	if err := n.env.Host.StartService(ctx, ServiceVIP); err != nil {
+		return fmt.Errorf("start kube-vip: %w", err)
+	}
+	return nil
 }
 
 // confirmLocalMember checks that the local etcd serves, as a started voter of
@@ -90,7 +169,11 @@ func (n *Node) confirmLocalMember(ctx context.Context, st *nodestate.NodeState) 
 			} else if m.Leader == 0 {
 				why = "it knows no leader"
 			}
-			return fmt.Errorf("this node's etcd member is not confirmed (%s); the join intent journal %s is kept: run `stratum up` again", why, JoinIntentPath())
+			kept := ""
+			if survives, _ := n.JoinIntentSurvives(ctx); survives {
+				kept = fmt.Sprintf("; the join intent journal %s is kept", JoinIntentPath())
+			}
+			return fmt.Errorf("this node's etcd member is not confirmed (%s)%s: run `stratum up` again", why, kept)
 		}
 		select {
 		case <-ctx.Done():

@@ -67,7 +67,9 @@ func (d *Dir) RemoveAll(p string) error {
 func (d *Dir) WriteFile(p string, data []byte, perm fs.FileMode) error {
 	real := d.Path(p)
 	dir := filepath.Dir(real)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	// Parents are private: the directories a node writes hold keys and
+	// kubeconfigs; Dirs makes the shared layout with its own modes first.
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(real)+".tmp-*")

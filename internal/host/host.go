@@ -37,7 +37,7 @@ type Files interface {
 	// WriteFile replaces path atomically: the data is written to a temporary
 	// file in the same directory, fsync'd, renamed over path, and the directory
 	// fsync'd, so a crash leaves either the old contents or the new, never a
-	// mix. Missing parent directories are created (0755).
+	// mix. Missing parent directories are created (0700).
 	WriteFile(path string, data []byte, perm fs.FileMode) error
 	// Remove removes a file or empty directory. A missing path is not an error.
 	Remove(path string) error

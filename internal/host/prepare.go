@@ -18,7 +18,7 @@ var NodeDirs = []string{version.K8sConfDir, version.PKIDir, version.EtcdPKIDir, 
 func Dirs(f Files) error {
 	for _, d := range NodeDirs {
 		mode := fs.FileMode(0o755)
-		if d == version.PKIDir || d == version.EtcdPKIDir || d == version.StateDir {
+		if d == version.K8sConfDir || d == version.PKIDir || d == version.EtcdPKIDir || d == version.StateDir {
 			mode = 0o700
 		}
 		if err := f.MkdirAll(d, mode); err != nil {
