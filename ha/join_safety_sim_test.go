@@ -1,0 +1,444 @@
+package ha_test
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"stratum.dev/stratum/ha"
+	"stratum.dev/stratum/internal/assets/assetstest"
+	"stratum.dev/stratum/internal/kubeconfig"
+	"stratum.dev/stratum/internal/nodestate"
+	"stratum.dev/stratum/internal/pki"
+	"stratum.dev/stratum/internal/token"
+	"stratum.dev/stratum/internal/version"
+	"stratum.dev/stratum/sim"
+)
+
+// The tests of issue 11: a cluster that survives losing any control plane as
+// a client sees it, join refusals that can never hurt the cluster, and
+// bring-ups and joins that converge on every re-run.
+
+// vipClient is what a user of the cluster has: a client built from the admin
+// kubeconfig exactly as the node wrote it (the VIP as its server, only the
+// cluster CA to verify it), nothing else.
+func vipClient(t *testing.T, h *sim.Host) kubernetes.Interface {
+	t.Helper()
+	kc, err := h.Files().ReadFile(version.Kubeconfig("admin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := kubeconfig.RESTConfig(kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Insecure || len(cfg.CAData) == 0 {
+		t.Fatalf("%s's admin kubeconfig does not verify the server with the cluster CA", h.Name())
+	}
+	cfg.Timeout = 3 * time.Second
+	return kubernetes.NewForConfigOrDie(cfg)
+}
+
+// readyThroughVIP polls /readyz through cs until it answers ok, within d.
+func readyThroughVIP(ctx context.Context, cs kubernetes.Interface, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	var last error
+	for time.Now().Before(deadline) {
+		body, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		if err == nil && string(body) == "ok" {
+			return nil
+		}
+		last = fmt.Errorf("readyz %q: %v", body, err)
+		time.Sleep(200 * time.Millisecond)
+	}
+	return last
+}
+
+// TestEveryControlPlaneServesTheVIPAfterFailover joins two control planes
+// with the join command as minted (no --vip), then kills the VIP holder's
+// apiserver twice: each time a client with only the cluster CA must read
+// through the VIP within 20 s, so every control plane that can win the VIP
+// serves it with a certificate that covers it.
+func TestEveryControlPlaneServesTheVIPAfterFailover(t *testing.T) {
+	j := startJoinCluster(t, 2)
+	for _, name := range []string{"cp2", "cp3"} {
+		o := j.mint(time.Hour)
+		if o.VIP.Address != "" {
+			t.Fatal("the minted join options carry a VIP; the test must join without one")
+		}
+		if err := j.join(name, o); err != nil {
+			t.Fatalf("join %s: %v", name, err)
+		}
+		crt, err := j.c.Host(name).Files().ReadFile(version.PKIFile("apiserver.crt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pki.CheckLeafCovers(crt, net.IP(j.c.VIPAddress().AsSlice())); err != nil {
+			t.Errorf("%s joined without --vip: %v", name, err)
+		}
+	}
+	cs := vipClient(t, j.c.Host("cp2"))
+	if err := readyThroughVIP(j.ctx, cs, 20*time.Second); err != nil {
+		t.Fatalf("through the VIP before any failover: %v", err)
+	}
+	for round := 1; round <= 2; round++ {
+		holder, err := j.c.WaitVIP(j.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := holder.KillAPIServer(); err != nil {
+			t.Fatal(err)
+		}
+		if err := readyThroughVIP(j.ctx, cs, 20*time.Second); err != nil {
+			t.Fatalf("failover %d: %s's apiserver killed; through the VIP (now held by %v) a client with only the cluster CA got: %v", round, holder.Name(), j.c.VIPHolder(), err)
+		}
+	}
+}
+
+// TestStartReissuesAnAPIServerCertificateLackingTheVIP: a control plane whose
+// apiserver certificate does not cover the VIP (joined by an older stratum)
+// gets one that does on its next `stratum up`, and serves it.
+func TestStartReissuesAnAPIServerCertificateLackingTheVIP(t *testing.T) {
+	j := startJoinCluster(t, 1)
+	if err := j.join("cp2", j.mint(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	h := j.c.Host("cp2")
+	shared := j.c.Shared()
+	crt, key, err := pki.APIServerLeafFor(shared.Cluster, "cp2", net.IP(h.IP().AsSlice()), &pki.APISANs{}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.StopAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string][]byte{"apiserver.key": key, "apiserver.crt": crt} {
+		if err := h.Files().WriteFile(version.PKIFile(name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := joinNodeOn(h).Up(j.ctx, ha.BootstrapOptions{}); err != nil {
+		t.Fatalf("stratum up on cp2: %v", err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(shared.Cluster.CertPEM)
+	conn, err := tls.Dial("tcp", net.JoinHostPort(h.IP().String(), "6443"), &tls.Config{RootCAs: pool, ServerName: j.c.VIPAddress().String()})
+	if err != nil {
+		t.Fatalf("cp2's apiserver, verified as the VIP %s: %v", j.c.VIPAddress(), err)
+	}
+	conn.Close()
+}
+
+// addressHost is a host that claims an address that is not its own: the
+// only way a join reaches the member-add with another member's peer URL now
+// that --node-ip must be the host's.
+type addressHost struct {
+	*sim.Handle
+	extra netip.Addr
+}
+
+func (a addressHost) Addresses() ([]netip.Addr, error) {
+	own, err := a.Handle.Addresses()
+	return append(own, a.extra), err
+}
+
+// TestJoinOnAnotherMembersAddressNeverHarmsIt: a join whose node IP is a
+// member's own address is refused before anything changes; and should such
+// a join reach the member-add anyway (a host claiming the address), its
+// refusal removes nothing, and says nothing was added.
+func TestJoinOnAnotherMembersAddressNeverHarmsIt(t *testing.T) {
+	j := startJoinCluster(t, 2)
+	if err := j.join("cp2", j.mint(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	cp2 := j.c.Host("cp2").IP().String()
+	o := j.mint(time.Hour)
+	o.NodeIP = cp2
+	j.joinRefused("cp3", o, nil, "not an address of this host")
+
+	before := j.members()
+	h := j.c.Host("cp3")
+	d := h.Handle()
+	n := ha.NewNode(ha.Env{Host: addressHost{Handle: d, extra: j.c.Host("cp2").IP()}, Checkpoint: d.Checkpoint})
+	_, err := n.PrepareControlPlaneJoin(j.ctx, o)
+	if err == nil || !strings.Contains(err.Error(), "already has that peer URL") || !strings.Contains(err.Error(), "nothing was added") {
+		t.Fatalf("join with cp2's address: %v", err)
+	}
+	time.Sleep(time.Second) // a rollback would have removed cp2 by now
+	if after := j.members(); strings.Join(after, " ") != strings.Join(before, " ") {
+		t.Fatalf("a refused join changed the members: %v -> %v", before, after)
+	}
+	if hasFile(h, ha.JoinIntentPath()) {
+		t.Fatal("a refused member-add left its journal behind")
+	}
+}
+
+func hasFile(h *sim.Host, p string) bool {
+	_, err := h.Files().ReadFile(p)
+	return err == nil
+}
+
+// brokenServices is a host whose service manager cannot start anything.
+type brokenServices struct{ *sim.Handle }
+
+var errNoManager = errors.New("no service manager on this host")
+
+func (brokenServices) CheckServices(context.Context, []string) error { return errNoManager }
+func (brokenServices) StartService(context.Context, string) error   { return errNoManager }
+
+// TestJoinRefusedBeforeTheAddWhenTheHostCannotStartServices: a host that
+// could not start its etcd after the member-add is refused before the
+// journal and the add, with nothing changed.
+func TestJoinRefusedBeforeTheAddWhenTheHostCannotStartServices(t *testing.T) {
+	j := startJoinCluster(t, 1)
+	o := j.mint(time.Hour)
+	h := j.c.Host("cp2")
+	before := j.members()
+	filesBefore := snapshotFiles(t, h.Root())
+	d := h.Handle()
+	n := ha.NewNode(ha.Env{Host: brokenServices{d}, Checkpoint: d.Checkpoint})
+	_, err := n.PrepareControlPlaneJoin(j.ctx, o)
+	if !errors.Is(err, errNoManager) || !strings.Contains(err.Error(), "nothing was added") {
+		t.Fatalf("join on a host that cannot start services: %v", err)
+	}
+	if after := j.members(); strings.Join(after, " ") != strings.Join(before, " ") {
+		t.Fatalf("members changed: %v -> %v", before, after)
+	}
+	if seen := j.c.CheckpointsSeen()[ha.CheckpointBeforeIntent]; seen != 0 {
+		t.Fatalf("the join reached %s (%d times)", ha.CheckpointBeforeIntent, seen)
+	}
+	if got := snapshotFiles(t, h.Root()); len(got) != len(filesBefore) {
+		t.Fatalf("the refused join left files: %d before, %d after", len(filesBefore), len(got))
+	}
+}
+
+// crashDuring runs op on h until h crashes at checkpoint cp (armed here),
+// and fails the test if op returns instead. The crash is complete (services
+// stopped, locks dropped) when it returns.
+func crashDuring(t *testing.T, c *sim.Cluster, h *sim.Host, cp string, op func() error) {
+	t.Helper()
+	armed := c.CrashAt(h.Name(), cp)
+	returned := make(chan error, 1)
+	go func() { returned <- op() }()
+	select {
+	case <-armed.Reached():
+	case err := <-returned:
+		t.Fatalf("%s returned (%v) without reaching %s", h.Name(), err, cp)
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("%s never reached %s", h.Name(), cp)
+	}
+}
+
+// TestResumedJournalIsKeptUntilTheStateIsSaved: a join crashed after its
+// member-add leaves the journal; `stratum up` refuses over it; a re-run that
+// is stopped before its add keeps it (the member exists); the next re-run
+// finishes the join with that member.
+func TestResumedJournalIsKeptUntilTheStateIsSaved(t *testing.T) {
+	j := startJoinCluster(t, 1)
+	o := j.mint(time.Hour)
+	h := j.c.Host("cp2")
+	crashDuring(t, j.c, h, ha.CheckpointAfterMemberAdd, func() error {
+		_, err := joinNodeOn(h).PrepareControlPlaneJoin(j.ctx, o)
+		return err
+	})
+	if !hasFile(h, ha.JoinIntentPath()) {
+		t.Fatal("no journal after a crash past the member-add")
+	}
+	if _, err := joinNodeOn(h).Up(j.ctx, ha.BootstrapOptions{}); !errors.Is(err, ha.ErrIntentSurvives) {
+		t.Fatalf("stratum up over the journal: %v, want ErrIntentSurvives", err)
+	}
+	stop := errors.New("stopped by the test")
+	j.c.FailAt("cp2", ha.CheckpointAfterIntent, stop)
+	if _, err := joinNodeOn(h).PrepareControlPlaneJoin(j.ctx, o); !errors.Is(err, stop) {
+		t.Fatalf("re-run stopped before the add: %v", err)
+	}
+	if !hasFile(h, ha.JoinIntentPath()) {
+		t.Fatalf("the re-run stopped before its add dropped the journal while the member exists (members %v)", j.members())
+	}
+	if _, err := joinNodeOn(h).Up(j.ctx, ha.BootstrapOptions{}); !errors.Is(err, ha.ErrIntentSurvives) {
+		t.Fatalf("stratum up over the kept journal: %v, want ErrIntentSurvives", err)
+	}
+	if err := j.join("cp2", o); err != nil {
+		t.Fatalf("final re-run: %v", err)
+	}
+	if got := strings.Join(j.members(), " "); got != "cp1:voter cp2:voter" {
+		t.Fatalf("members: %s", got)
+	}
+	if hasFile(h, ha.JoinIntentPath()) {
+		t.Fatal("the journal survives a finished join")
+	}
+}
+
+// TestUpPromotesALearnerLeftBetweenEtcdStartAndPromotion: a joined node that
+// crashed after its etcd started, before the promotion, is promoted by the
+// next `stratum up`; so is one that crashed at any later start checkpoint.
+func TestUpPromotesALearnerLeftBetweenEtcdStartAndPromotion(t *testing.T) {
+	j := startJoinCluster(t, 1)
+	o := j.mint(time.Hour)
+	h := j.c.Host("cp2")
+	if _, err := joinNodeOn(h).PrepareControlPlaneJoin(j.ctx, o); err != nil {
+		t.Fatal(err)
+	}
+	crashDuring(t, j.c, h, ha.CheckpointStartAfterEtcd, func() error {
+		_, err := joinNodeOn(h).StartControlPlane(j.ctx)
+		return err
+	})
+	if got := strings.Join(j.members(), " "); got != "cp1:voter cp2:learner" {
+		t.Fatalf("members after the crash: %s", got)
+	}
+	if _, err := joinNodeOn(h).Up(j.ctx, ha.BootstrapOptions{}); err != nil {
+		t.Fatalf("stratum up after the crash: %v", err)
+	}
+	if got := strings.Join(j.members(), " "); got != "cp1:voter cp2:voter" {
+		t.Fatalf("members after stratum up: %s", got)
+	}
+	if hasFile(h, ha.JoinIntentPath()) {
+		t.Fatal("the journal survives the start that promoted the member")
+	}
+}
+
+// TestUpCrashAtEveryCheckpointThenJoin crashes a first `stratum up` at each of
+// its checkpoints, runs `stratum up` again, and joins a second control plane:
+// every re-run must leave a cluster that can be joined.
+func TestUpCrashAtEveryCheckpointThenJoin(t *testing.T) {
+	assetstest.Require(t)
+	c := sim.Start(t, sim.Config{Fresh: true, SpareHosts: 2 * len(ha.UpCheckpoints), APIServers: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	hosts := c.Hosts()
+	for i, cp := range ha.UpCheckpoints {
+		first, joiner := hosts[2*i], hosts[2*i+1]
+		t.Run(cp, func(t *testing.T) {
+			defer first.Crash()
+			defer joiner.Crash()
+			crashDuring(t, c, first, cp, func() error {
+				_, err := joinNodeOn(first).Up(ctx, ha.BootstrapOptions{})
+				return err
+			})
+			n := joinNodeOn(first)
+			if _, err := n.Up(ctx, ha.BootstrapOptions{}); err != nil {
+				t.Fatalf("stratum up after a crash at %s: %v", cp, err)
+			}
+			o, err := mintOn(ctx, first, n)
+			if err != nil {
+				t.Fatalf("token create on %s after the re-run: %v", first.Name(), err)
+			}
+			jn := joinNodeOn(joiner)
+			if _, err := jn.PrepareControlPlaneJoin(ctx, o); err != nil {
+				t.Fatalf("join after a bring-up crashed at %s and re-run: %v", cp, err)
+			}
+			if _, err := jn.StartControlPlane(ctx); err != nil {
+				t.Fatalf("start the joined node: %v", err)
+			}
+			checkFileModes(t, first)
+			checkFileModes(t, joiner)
+		})
+	}
+}
+
+// mintOn mints a control-plane grant on h (no VIP: its own apiserver), as
+// `stratum token create --control-plane` does there.
+func mintOn(ctx context.Context, h *sim.Host, n *ha.Node) (ha.JoinOptions, error) {
+	admin, err := h.Admin()
+	if err != nil {
+		return ha.JoinOptions{}, err
+	}
+	ca, err := h.Files().ReadFile(version.PKIFile("ca.crt"))
+	if err != nil {
+		return ha.JoinOptions{}, err
+	}
+	m, err := token.MintControlPlane(ctx, admin, token.ControlPlaneOptions{
+		Server: h.APIServerURL(), CACertPEM: ca, TTL: time.Hour, NewCertKey: ha.NewCertKey,
+		Upload: func(ctx context.Context, key string, owner *metav1.OwnerReference) error {
+			return n.UploadCerts(ctx, key, owner, nil)
+		},
+		NarrowReaders: func(ctx context.Context) error { return n.NarrowCertsReaderBinding(ctx, admin) },
+	})
+	if err != nil {
+		return ha.JoinOptions{}, err
+	}
+	return ha.JoinOptions{Server: h.APIServerURL(), Token: m.Token, CAHash: m.CAHash, CertKey: m.CertKey}, nil
+}
+
+// checkFileModes walks h's files: every private key, kubeconfig, node state
+// and journal is 0600, and every directory holding one is 0700.
+func checkFileModes(t *testing.T, h *sim.Host) {
+	t.Helper()
+	root := h.Root()
+	secret := func(p string) bool {
+		base := filepath.Base(p)
+		return strings.HasSuffix(base, ".key") || strings.HasSuffix(base, ".conf") ||
+			p == nodestate.Path || p == ha.JoinIntentPath() || strings.HasSuffix(p, "encryption-config.yaml")
+	}
+	err := filepath.WalkDir(root, func(real string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		p := "/" + filepath.ToSlash(strings.TrimPrefix(real, root+string(os.PathSeparator)))
+		if !secret(p) || strings.HasPrefix(p, version.EtcdDataDir) {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if info.Mode().Perm() != 0o600 {
+			t.Errorf("%s: %s is %v, want 0600", h.Name(), p, info.Mode().Perm())
+		}
+		dir, err := os.Stat(filepath.Dir(real))
+		if err != nil {
+			return err
+		}
+		if dir.Mode().Perm() != 0o700 {
+			t.Errorf("%s: %s (holding %s) is %v, want 0700", h.Name(), filepath.Dir(p), filepath.Base(p), dir.Mode().Perm())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMemberAddRefusalIsReturnedAfterOneAttempt: an add etcd refuses for
+// good (the peer URL of a started member) is not retried.
+func TestMemberAddRefusalIsReturnedAfterOneAttempt(t *testing.T) {
+	assetstest.Require(t)
+	c := sim.Start(t, sim.Config{ControlPlanes: 2})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n, logs := loggedNodeOn(c.Host("cp1"))
+	_, err := n.MemberAdd(ctx, ipsOf(c, "cp1"), "again", c.Host("cp2").PeerURL())
+	if err == nil || !strings.Contains(err.Error(), "nothing was added") {
+		t.Fatalf("adding a started member's peer URL: %v", err)
+	}
+	if got := strings.Count(logs.String(), "etcd member add attempt"); got != 1 {
+		t.Fatalf("%d attempts for a refusal that is not retried, want 1:\n%s", got, logs)
+	}
+}
+
+// TestRetainedDataCheckFailsClosed: an etcd data directory that cannot be
+// read may hold data, and a join refuses it.
+func TestRetainedDataCheckFailsClosed(t *testing.T) {
+	j := startJoinCluster(t, 1)
+	o := j.mint(time.Hour)
+	h := j.c.Host("cp2")
+	// A file where the data directory should be: ReadDir fails, not "absent".
+	if err := h.Files().WriteFile(version.EtcdDataDir, []byte("not a directory"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	j.joinRefused("cp2", o, ha.ErrRetainedData, version.EtcdDataDir)
+}
+
