@@ -179,11 +179,38 @@ func (n *Node) NarrowCertsReaderBinding(ctx context.Context, cs kubernetes.Inter
 	return nil
 }
 
+// fenceMetadataKept is the CEL test that an update of the fence Lease leaves
+// every metadata field a client can set as it was: labels, annotations, owner
+// references, finalizers and generateName. An absent field and an empty one
+// are the same (a label map sent as {} grants nothing more than none), hence
+// the optionals. The server keeps the rest of the metadata itself: name,
+// namespace, uid, creationTimestamp, generation and the deletion fields are
+// immutable or its own by the time validating admission runs, and
+// managedFields it rewrites on every update — they record who wrote which
+// field for server-side apply, and change what no reader of the fence acts on.
+const fenceMetadataKept = `object.metadata.?labels.orValue({}) == oldObject.metadata.?labels.orValue({}) && ` +
+	`object.metadata.?annotations.orValue({}) == oldObject.metadata.?annotations.orValue({}) && ` +
+	`object.metadata.?ownerReferences.orValue([]) == oldObject.metadata.?ownerReferences.orValue([]) && ` +
+	`object.metadata.?finalizers.orValue([]) == oldObject.metadata.?finalizers.orValue([]) && ` +
+	`object.metadata.?generateName.orValue('') == oldObject.metadata.?generateName.orValue('')`
+
+// fenceSpecKept is the CEL test that an update of the fence Lease changes no
+// spec field but the holder's own: holderIdentity, acquireTime, renewTime,
+// leaseDurationSeconds and leaseTransitions are what taking, renewing and
+// releasing write; strategy and preferredHolder (coordinated leader election)
+// are every other LeaseSpec field of coordination.k8s.io/v1 as of v1.37. A
+// field added to LeaseSpec later must be added here.
+const fenceSpecKept = `object.?spec.?strategy.orValue('') == oldObject.?spec.?strategy.orValue('') && ` +
+	`object.?spec.?preferredHolder.orValue('') == oldObject.?spec.?preferredHolder.orValue('')`
+
 // joinFencePolicyObject is the admission policy: a request from the
 // control-plane bootstrap group may only update the fence Lease, set no holder
 // but itself (or clear its own), take no Lease another holds unless the
-// holder's lease had run out at the renew time written, and write a lease
-// duration of at most fenceMaxLeaseSeconds.
+// holder's lease had run out at the renew time written, write a lease
+// duration of at most fenceMaxLeaseSeconds, and change nothing else: neither
+// the Lease's metadata (fenceMetadataKept) nor a spec field that is not the
+// holder's (fenceSpecKept). The bootstrap token may hold the fence; it may not
+// decorate, own, pin or repurpose the object.
 func joinFencePolicyObject() *admissionv1.ValidatingAdmissionPolicy {
 	fail := admissionv1.Fail
 	fence := fmt.Sprintf(`request.resource.group == 'coordination.k8s.io' && request.resource.resource == 'leases' && (!has(request.subResource) || request.subResource == '') && request.namespace == '%s' && request.name == '%s' && request.operation == 'UPDATE'`, certsNamespace, fenceLease)
@@ -228,6 +255,16 @@ func joinFencePolicyObject() *admissionv1.ValidatingAdmissionPolicy {
 				{
 					Expression: fmt.Sprintf(`!variables.isFence || !has(object.spec.leaseDurationSeconds) || object.spec.leaseDurationSeconds <= %d`, fenceMaxLeaseSeconds),
 					Message:    fmt.Sprintf("a bootstrap token may hold the fence for at most %d seconds at a time", fenceMaxLeaseSeconds),
+					Reason:     ptr(metav1.StatusReasonForbidden),
+				},
+				{
+					Expression: `!variables.isFence || (` + fenceMetadataKept + `)`,
+					Message:    fmt.Sprintf("a bootstrap token may not change the fence Lease's metadata (labels, annotations, owner references, finalizers, generateName) of %s/%s", certsNamespace, fenceLease),
+					Reason:     ptr(metav1.StatusReasonForbidden),
+				},
+				{
+					Expression: `!variables.isFence || (` + fenceSpecKept + `)`,
+					Message:    "a bootstrap token may change only the fence's holder fields (holderIdentity, acquireTime, renewTime, leaseDurationSeconds, leaseTransitions)",
 					Reason:     ptr(metav1.StatusReasonForbidden),
 				},
 			},
