@@ -72,8 +72,9 @@ func GrantCertsReader(ctx context.Context, cs kubernetes.Interface) error {
 }
 
 // NarrowCertsReaderBinding rewrites an existing stratum:certs-reader
-// RoleBinding to name only certsReaderSubjects, and leaves an absent one
-// absent.
+// RoleBinding to name only certsReaderSubjects and the certs-reader Role
+// (replacing a binding whose immutable roleRef is wrong), and leaves an absent
+// one absent.
 func NarrowCertsReaderBinding(ctx context.Context, cs kubernetes.Interface) error {
 	n, err := local()
 	if err != nil {
@@ -129,11 +130,7 @@ func (n *Node) GrantCertsReaderProbing(ctx context.Context, cs kubernetes.Interf
 	}); err != nil {
 		return fmt.Errorf("grant certs reader: write Role %s/%s: %w", certsNamespace, certsReader, err)
 	}
-	_, err := cs.RbacV1().RoleBindings(certsNamespace).Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: certsReader, Namespace: certsNamespace},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: certsReader},
-		Subjects:   certsReaderSubjects,
-	}, metav1.CreateOptions{})
+	_, err := cs.RbacV1().RoleBindings(certsNamespace).Create(ctx, certsReaderBinding(), metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		return n.NarrowCertsReaderBinding(ctx, cs)
 	}
@@ -143,38 +140,69 @@ func (n *Node) GrantCertsReaderProbing(ctx context.Context, cs kubernetes.Interf
 	return nil
 }
 
-// NarrowCertsReaderBinding is the package-level NarrowCertsReaderBinding.
+// certsReaderRoleRef is the only role the certs-reader binding may name.
+var certsReaderRoleRef = rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: certsReader}
+
+// certsReaderBinding is the certs-reader RoleBinding as it must be.
+func certsReaderBinding() *rbacv1.RoleBinding {
+	return &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: certsReader, Namespace: certsNamespace},
+		RoleRef:    certsReaderRoleRef,
+		Subjects:   slices.Clone(certsReaderSubjects),
+	}
+}
+
+// NarrowCertsReaderBinding is the package-level NarrowCertsReaderBinding. A
+// binding whose roleRef names anything but the certs-reader Role (another
+// Role, a ClusterRole, another API group) is replaced: roleRef is immutable,
+// so it is deleted — with a UID precondition, so exactly the binding judged
+// wrong goes, and a replacement someone made meanwhile is judged afresh — and
+// created again as it must be. A binding with the right roleRef has its
+// subjects narrowed in place.
 func (n *Node) NarrowCertsReaderBinding(ctx context.Context, cs kubernetes.Interface) error {
+	rbs := cs.RbacV1().RoleBindings(certsNamespace)
+	deleted := false
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		b, err := cs.RbacV1().RoleBindings(certsNamespace).Get(ctx, certsReader, metav1.GetOptions{})
+		b, err := rbs.Get(ctx, certsReader, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
+			if deleted {
+				// Ours was deleted and not yet recreated: finish the repair.
+				_, err = rbs.Create(ctx, certsReaderBinding(), metav1.CreateOptions{})
+				return raceAsConflict(err)
+			}
 			return nil
 		}
 		if err != nil {
 			return err
 		}
+		if b.RoleRef != certsReaderRoleRef {
+			n.log.Info("replacing certs-reader binding with a wrong roleRef", "roleRef", b.RoleRef, "subjects", b.Subjects)
+			uid := b.UID
+			err := rbs.Delete(ctx, certsReader, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+			if apierrors.IsNotFound(err) {
+				// Gone meanwhile: judge what is there now.
+				return apierrors.NewConflict(rbacv1.Resource("rolebindings"), certsReader, err)
+			}
+			if err != nil {
+				return err
+			}
+			deleted = true
+			_, err = rbs.Create(ctx, certsReaderBinding(), metav1.CreateOptions{})
+			return raceAsConflict(err)
+		}
 		if slices.Equal(b.Subjects, certsReaderSubjects) {
 			return nil
 		}
-		if b.RoleRef.Kind != "Role" || b.RoleRef.Name != certsReader {
-			// roleRef is immutable: the binding is replaced whole.
-			if err := cs.RbacV1().RoleBindings(certsNamespace).Delete(ctx, certsReader, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &b.ResourceVersion}}); err != nil {
-				return err
-			}
-			_, err := cs.RbacV1().RoleBindings(certsNamespace).Create(ctx, &rbacv1.RoleBinding{
-				ObjectMeta: metav1.ObjectMeta{Name: certsReader, Namespace: certsNamespace},
-				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: certsReader},
-				Subjects:   certsReaderSubjects,
-			}, metav1.CreateOptions{})
-			return err
-		}
 		n.log.Info("narrowing certs-reader binding", "was", b.Subjects)
 		b.Subjects = slices.Clone(certsReaderSubjects)
-		_, err = cs.RbacV1().RoleBindings(certsNamespace).Update(ctx, b, metav1.UpdateOptions{})
+		_, err = rbs.Update(ctx, b, metav1.UpdateOptions{})
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("narrow RoleBinding %s/%s to %s: %w", certsNamespace, certsReader, token.ControlPlaneGroup, err)
+		if deleted {
+			return fmt.Errorf("repair RoleBinding %s/%s: %w; the binding with the wrong roleRef was deleted and the right one not yet written, so no token can read the shared certificates until this is re-run (any `stratum token create` does)", certsNamespace, certsReader, err)
+		}
+		return fmt.Errorf("narrow RoleBinding %s/%s to %s: %w; the binding was not changed, re-run to retry", certsNamespace, certsReader, token.ControlPlaneGroup, err)
 	}
 	return nil
 }
