@@ -78,7 +78,8 @@ func UploadCerts(certKeyHex string, owner *metav1.OwnerReference, confirm func(c
 }
 
 // ReUploadCerts re-seals the current on-disk shared material under certKeyHex
-// and removes every grant entry, keeping the owners.
+// and removes every grant entry, keeping the owners. It holds the maintenance
+// fence for the publication ((*Node).ReUploadCerts).
 func ReUploadCerts(certKeyHex string) error {
 	n, err := local()
 	if err != nil {
@@ -158,19 +159,87 @@ func (n *Node) UploadCertsProbing(ctx context.Context, certKeyHex string, owner 
 	return n.publish(ctx, certKeyHex, owner, confirm, publishMint, publishOptions{apiservers: apiservers})
 }
 
-// ReUploadCerts is the package-level ReUploadCerts on this node. It runs under
-// the CA rotation's fence, which the rotation rechecks itself.
+// Fence holder operations: the fenced publications hold the fence as
+// "<operation>@<node name>".
+const (
+	fenceOpUpload   = "token-create"
+	fenceOpRekey    = "rekey"
+	fenceOpReUpload = "reupload"
+)
+
+// UploadCertsFenced is UploadCerts holding the maintenance fence, as
+// `stratum token create --control-plane` uploads: it takes the fence as
+// "token-create@<node>" through this node's admin kubeconfig — refusing with
+// ErrFenceHeld, naming the holder, before anything is written while another
+// operation holds it — publishes with the fence's Confirm as the recheck
+// before the Secret write, and releases the fence, also on failure.
+// UploadCerts itself keeps the seed's contract: its confirm is the recheck of
+// a fence its caller already holds, nil for none, and it takes no fence.
+func (n *Node) UploadCertsFenced(ctx context.Context, certKeyHex string, owner *metav1.OwnerReference) error {
+	return n.fenced(ctx, fenceOpUpload, "upload shared certificates", certKeyHex, func(ctx context.Context, confirm func(context.Context) error) error {
+		return n.publish(ctx, certKeyHex, owner, confirm, publishMint, publishOptions{})
+	})
+}
+
+// ReUploadCerts is the package-level ReUploadCerts on this node. It holds the
+// maintenance fence as "reupload@<node>" for the publication (refusing with
+// ErrFenceHeld while another operation holds it, before anything is written);
+// a caller that already holds the fence — a CA rotation running under its own
+// hold — uses ReUploadCertsUnder with that fence's Confirm instead.
 func (n *Node) ReUploadCerts(ctx context.Context, certKeyHex string) error {
-	return n.publish(ctx, certKeyHex, nil, nil, publishRetire, publishOptions{})
+	return n.fenced(ctx, fenceOpReUpload, "re-seal shared certificates", certKeyHex, func(ctx context.Context, confirm func(context.Context) error) error {
+		return n.publish(ctx, certKeyHex, nil, confirm, publishRetire, publishOptions{})
+	})
+}
+
+// ReUploadCertsUnder is ReUploadCerts under a fence the caller already holds:
+// confirm is that fence's recheck, run before the Secret write. A nil confirm
+// is refused, nothing changed.
+func (n *Node) ReUploadCertsUnder(ctx context.Context, certKeyHex string, confirm func(context.Context) error) error {
+	if confirm == nil {
+		return errors.New("re-seal shared certificates: no maintenance-fence recheck was handed in; use ReUploadCerts, which takes the fence, or pass the held fence's Confirm; nothing was changed")
+	}
+	return n.publish(ctx, certKeyHex, nil, confirm, publishRetire, publishOptions{})
 }
 
 // RekeySharedCerts is the package-level RekeySharedCerts on this node. A rekey
-// with no confirm is refused: it must run under the maintenance fence.
+// with no confirm is refused: it must run under the maintenance fence
+// (RekeySharedCertsFenced takes it).
 func (n *Node) RekeySharedCerts(ctx context.Context, certKeyHex string, confirm func(context.Context) error) error {
 	if confirm == nil {
-		return errors.New("rekey shared certificates: no maintenance-fence recheck was handed in; take the fence (TakeFence) and pass its Confirm; nothing was changed")
+		return errors.New("rekey shared certificates: no maintenance-fence recheck was handed in; use RekeySharedCertsFenced, or take the fence (TakeFence) and pass its Confirm; nothing was changed")
 	}
 	return n.publish(ctx, certKeyHex, nil, confirm, publishRetire, publishOptions{})
+}
+
+// RekeySharedCertsFenced is RekeySharedCerts holding the maintenance fence as
+// "rekey@<node>" for the rekey: taken first (ErrFenceHeld, naming the holder,
+// before anything is written, while another operation holds it), rechecked
+// before the Secret write, released after, also on failure.
+func (n *Node) RekeySharedCertsFenced(ctx context.Context, certKeyHex string) error {
+	return n.fenced(ctx, fenceOpRekey, "rekey shared certificates", certKeyHex, func(ctx context.Context, confirm func(context.Context) error) error {
+		return n.publish(ctx, certKeyHex, nil, confirm, publishRetire, publishOptions{})
+	})
+}
+
+// fenced runs a publication under the maintenance fence held as op@<node>
+// through this node's admin kubeconfig (withFence). The key is checked first:
+// a malformed one is refused without touching the fence.
+func (n *Node) fenced(ctx context.Context, op, what, certKeyHex string, fn func(ctx context.Context, confirm func(context.Context) error) error) error {
+	if _, err := parseCertKey(certKeyHex); err != nil {
+		return fmt.Errorf("%s: %w; nothing was changed", what, err)
+	}
+	cs, err := n.adminClient()
+	if err != nil {
+		return fmt.Errorf("%s: %w; nothing was changed", what, err)
+	}
+	if err := n.withFence(ctx, cs, n.fenceHolder(op), fenceOpLease, fn); err != nil {
+		if errors.Is(err, ErrFenceHeld) {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		return err
+	}
+	return nil
 }
 
 // publish seals this node's shared material into stratum-certs.

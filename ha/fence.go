@@ -11,10 +11,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"stratum.dev/stratum/internal/token"
 )
 
 // fenceLease is the maintenance fence: the Lease (kube-system) that joins,
-// rekeys and CA rotations hold while they change the cluster's shared state.
+// mints' uploads, rekeys, re-uploads and CA rotations hold while they change
+// the cluster's shared state.
 const fenceLease = "stratum-maintenance"
 
 // Fence errors a caller branches on.
@@ -202,4 +205,90 @@ func leaseEnd(l *coordinationv1.Lease) time.Time {
 
 func leaseRanOut(l *coordinationv1.Lease, now time.Time) bool {
 	return !now.Before(leaseEnd(l))
+}
+
+// fenceOpLease is how long an operation's hold of the fence lasts between
+// renewals (withFence renews it every third of that): short, so a holder that
+// crashed frees the fence within a minute, yet far above one renewal's round
+// trip.
+const fenceOpLease = time.Minute
+
+// fenceReleaseTimeout bounds releasing the fence after the operation, on a
+// context its caller's cancellation does not end.
+const fenceReleaseTimeout = 30 * time.Second
+
+// fenceHolder is the identity an operation of this node holds the fence as:
+// "<operation>@<node name>", which a refused operation elsewhere names.
+func (n *Node) fenceHolder(op string) string { return op + "@" + n.env.Host.Name() }
+
+// withFence runs fn while holding the maintenance fence as holder for d
+// through cs: it takes the fence (refusing with ErrFenceHeld, naming the
+// holder, before fn runs, so nothing is written), renews it every d/3 while fn
+// runs, hands fn the fence's Confirm to recheck immediately before each write,
+// and releases it when fn returns, also on error or cancellation. A renewal
+// that fails is logged and renewal stops: the fence may then run out, which
+// the next confirm refuses. A release that fails is logged, not returned:
+// fn's outcome stands, and the fence frees itself when its lease runs out.
+func (n *Node) withFence(ctx context.Context, cs kubernetes.Interface, holder string, d time.Duration, fn func(ctx context.Context, confirm func(context.Context) error) error) error {
+	f, err := n.TakeFence(ctx, cs, holder, d)
+	if err != nil {
+		return err
+	}
+	rctx, stopRenew := context.WithCancel(ctx)
+	renewed := make(chan struct{})
+	go func() {
+		defer close(renewed)
+		t := time.NewTicker(d / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-rctx.Done():
+				return
+			case <-t.C:
+				if err := f.Renew(rctx); err != nil {
+					if rctx.Err() == nil {
+						n.log.Warn("maintenance fence renewal failed; the operation's next fence recheck decides", "holder", holder, "err", err)
+					}
+					return
+				}
+			}
+		}
+	}()
+	defer func() {
+		stopRenew()
+		<-renewed
+		relctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), fenceReleaseTimeout)
+		defer cancel()
+		if err := f.Release(relctx); err != nil {
+			n.log.Warn("maintenance fence not released; it frees itself when its lease runs out", "holder", holder, "lease", d, "err", err)
+		}
+	}()
+	return fn(ctx, f.Confirm)
+}
+
+// TakeJoinFence takes the maintenance fence for a control-plane join that
+// authenticates with the control-plane bootstrap token tokenID, through cs
+// (a client authenticating with that token). The holder is the token's own
+// username, system:bootstrap:<tokenID>, the only holder the stratum-join-fence
+// admission policy lets such a client write, and d may be at most
+// fenceMaxLeaseSeconds, the longest hold it admits; both are refused here,
+// before anything is written. The Lease must exist — every control-plane mint
+// creates it (GrantCertsReader) — since the token may update it but not create
+// it. Refusals are as TakeFence's: ErrFenceHeld, naming the holder, while
+// another holder's lease has not run out.
+func (n *Node) TakeJoinFence(ctx context.Context, cs kubernetes.Interface, tokenID string, d time.Duration) (*Fence, error) {
+	if token.IDFromSecretName(token.SecretPrefix+tokenID) != tokenID {
+		return nil, fmt.Errorf("take join fence: token ID %q is not 6 [a-z0-9]; nothing was changed", tokenID)
+	}
+	if d > fenceMaxLeaseSeconds*time.Second {
+		return nil, fmt.Errorf("take join fence: a bootstrap token may hold the fence for at most %ds, not %s; nothing was changed", fenceMaxLeaseSeconds, d)
+	}
+	f, err := n.TakeFence(ctx, cs, "system:bootstrap:"+tokenID, d)
+	if apierrors.IsForbidden(err) {
+		return nil, fmt.Errorf("take join fence: %w; nothing was changed: the token may update the fence Lease %s/%s but not create it, so it must be a live control-plane token of a cluster that has minted one (%s)", err, certsNamespace, fenceLease, mintHint)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("take join fence: %w", err)
+	}
+	return f, nil
 }

@@ -72,8 +72,9 @@ func GrantCertsReader(ctx context.Context, cs kubernetes.Interface) error {
 }
 
 // NarrowCertsReaderBinding rewrites an existing stratum:certs-reader
-// RoleBinding to name only certsReaderSubjects, and leaves an absent one
-// absent.
+// RoleBinding to name only certsReaderSubjects and the certs-reader Role
+// (replacing a binding whose immutable roleRef is wrong), and leaves an absent
+// one absent.
 func NarrowCertsReaderBinding(ctx context.Context, cs kubernetes.Interface) error {
 	n, err := local()
 	if err != nil {
@@ -129,11 +130,7 @@ func (n *Node) GrantCertsReaderProbing(ctx context.Context, cs kubernetes.Interf
 	}); err != nil {
 		return fmt.Errorf("grant certs reader: write Role %s/%s: %w", certsNamespace, certsReader, err)
 	}
-	_, err := cs.RbacV1().RoleBindings(certsNamespace).Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: certsReader, Namespace: certsNamespace},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: certsReader},
-		Subjects:   certsReaderSubjects,
-	}, metav1.CreateOptions{})
+	_, err := cs.RbacV1().RoleBindings(certsNamespace).Create(ctx, certsReaderBinding(), metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		return n.NarrowCertsReaderBinding(ctx, cs)
 	}
@@ -143,47 +140,105 @@ func (n *Node) GrantCertsReaderProbing(ctx context.Context, cs kubernetes.Interf
 	return nil
 }
 
-// NarrowCertsReaderBinding is the package-level NarrowCertsReaderBinding.
+// certsReaderRoleRef is the only role the certs-reader binding may name.
+var certsReaderRoleRef = rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: certsReader}
+
+// certsReaderBinding is the certs-reader RoleBinding as it must be.
+func certsReaderBinding() *rbacv1.RoleBinding {
+	return &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: certsReader, Namespace: certsNamespace},
+		RoleRef:    certsReaderRoleRef,
+		Subjects:   slices.Clone(certsReaderSubjects),
+	}
+}
+
+// NarrowCertsReaderBinding is the package-level NarrowCertsReaderBinding. A
+// binding whose roleRef names anything but the certs-reader Role (another
+// Role, a ClusterRole, another API group) is replaced: roleRef is immutable,
+// so it is deleted — with a UID precondition, so exactly the binding judged
+// wrong goes, and a replacement someone made meanwhile is judged afresh — and
+// created again as it must be. A binding with the right roleRef has its
+// subjects narrowed in place.
 func (n *Node) NarrowCertsReaderBinding(ctx context.Context, cs kubernetes.Interface) error {
+	rbs := cs.RbacV1().RoleBindings(certsNamespace)
+	deleted := false
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		b, err := cs.RbacV1().RoleBindings(certsNamespace).Get(ctx, certsReader, metav1.GetOptions{})
+		b, err := rbs.Get(ctx, certsReader, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
+			if deleted {
+				// Ours was deleted and not yet recreated: finish the repair.
+				_, err = rbs.Create(ctx, certsReaderBinding(), metav1.CreateOptions{})
+				return raceAsConflict(err)
+			}
 			return nil
 		}
 		if err != nil {
 			return err
 		}
+		if b.RoleRef != certsReaderRoleRef {
+			n.log.Info("replacing certs-reader binding with a wrong roleRef", "roleRef", b.RoleRef, "subjects", b.Subjects)
+			uid := b.UID
+			err := rbs.Delete(ctx, certsReader, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+			if apierrors.IsNotFound(err) {
+				// Gone meanwhile: judge what is there now.
+				return apierrors.NewConflict(rbacv1.Resource("rolebindings"), certsReader, err)
+			}
+			if err != nil {
+				return err
+			}
+			deleted = true
+			_, err = rbs.Create(ctx, certsReaderBinding(), metav1.CreateOptions{})
+			return raceAsConflict(err)
+		}
 		if slices.Equal(b.Subjects, certsReaderSubjects) {
 			return nil
 		}
-		if b.RoleRef.Kind != "Role" || b.RoleRef.Name != certsReader {
-			// roleRef is immutable: the binding is replaced whole.
-			if err := cs.RbacV1().RoleBindings(certsNamespace).Delete(ctx, certsReader, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &b.ResourceVersion}}); err != nil {
-				return err
-			}
-			_, err := cs.RbacV1().RoleBindings(certsNamespace).Create(ctx, &rbacv1.RoleBinding{
-				ObjectMeta: metav1.ObjectMeta{Name: certsReader, Namespace: certsNamespace},
-				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: certsReader},
-				Subjects:   certsReaderSubjects,
-			}, metav1.CreateOptions{})
-			return err
-		}
 		n.log.Info("narrowing certs-reader binding", "was", b.Subjects)
 		b.Subjects = slices.Clone(certsReaderSubjects)
-		_, err = cs.RbacV1().RoleBindings(certsNamespace).Update(ctx, b, metav1.UpdateOptions{})
+		_, err = rbs.Update(ctx, b, metav1.UpdateOptions{})
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("narrow RoleBinding %s/%s to %s: %w", certsNamespace, certsReader, token.ControlPlaneGroup, err)
+		if deleted {
+			return fmt.Errorf("repair RoleBinding %s/%s: %w; the binding with the wrong roleRef was deleted and the right one not yet written, so no token can read the shared certificates until this is re-run (any `stratum token create` does)", certsNamespace, certsReader, err)
+		}
+		return fmt.Errorf("narrow RoleBinding %s/%s to %s: %w; the binding was not changed, re-run to retry", certsNamespace, certsReader, token.ControlPlaneGroup, err)
 	}
 	return nil
 }
 
+// fenceMetadataKept is the CEL test that an update of the fence Lease leaves
+// every metadata field a client can set as it was: labels, annotations, owner
+// references, finalizers and generateName. An absent field and an empty one
+// are the same (a label map sent as {} grants nothing more than none), hence
+// the optionals. The server keeps the rest of the metadata itself: name,
+// namespace, uid, creationTimestamp, generation and the deletion fields are
+// immutable or its own by the time validating admission runs, and
+// managedFields it rewrites on every update — they record who wrote which
+// field for server-side apply, and change what no reader of the fence acts on.
+const fenceMetadataKept = `object.metadata.?labels.orValue({}) == oldObject.metadata.?labels.orValue({}) && ` +
+	`object.metadata.?annotations.orValue({}) == oldObject.metadata.?annotations.orValue({}) && ` +
+	`object.metadata.?ownerReferences.orValue([]) == oldObject.metadata.?ownerReferences.orValue([]) && ` +
+	`object.metadata.?finalizers.orValue([]) == oldObject.metadata.?finalizers.orValue([]) && ` +
+	`object.metadata.?generateName.orValue('') == oldObject.metadata.?generateName.orValue('')`
+
+// fenceSpecKept is the CEL test that an update of the fence Lease changes no
+// spec field but the holder's own: holderIdentity, acquireTime, renewTime,
+// leaseDurationSeconds and leaseTransitions are what taking, renewing and
+// releasing write; strategy and preferredHolder (coordinated leader election)
+// are every other LeaseSpec field of coordination.k8s.io/v1 as of v1.37. A
+// field added to LeaseSpec later must be added here.
+const fenceSpecKept = `object.?spec.?strategy.orValue('') == oldObject.?spec.?strategy.orValue('') && ` +
+	`object.?spec.?preferredHolder.orValue('') == oldObject.?spec.?preferredHolder.orValue('')`
+
 // joinFencePolicyObject is the admission policy: a request from the
 // control-plane bootstrap group may only update the fence Lease, set no holder
 // but itself (or clear its own), take no Lease another holds unless the
-// holder's lease had run out at the renew time written, and write a lease
-// duration of at most fenceMaxLeaseSeconds.
+// holder's lease had run out at the renew time written, write a lease
+// duration of at most fenceMaxLeaseSeconds, and change nothing else: neither
+// the Lease's metadata (fenceMetadataKept) nor a spec field that is not the
+// holder's (fenceSpecKept). The bootstrap token may hold the fence; it may not
+// decorate, own, pin or repurpose the object.
 func joinFencePolicyObject() *admissionv1.ValidatingAdmissionPolicy {
 	fail := admissionv1.Fail
 	fence := fmt.Sprintf(`request.resource.group == 'coordination.k8s.io' && request.resource.resource == 'leases' && (!has(request.subResource) || request.subResource == '') && request.namespace == '%s' && request.name == '%s' && request.operation == 'UPDATE'`, certsNamespace, fenceLease)
@@ -228,6 +283,16 @@ func joinFencePolicyObject() *admissionv1.ValidatingAdmissionPolicy {
 				{
 					Expression: fmt.Sprintf(`!variables.isFence || !has(object.spec.leaseDurationSeconds) || object.spec.leaseDurationSeconds <= %d`, fenceMaxLeaseSeconds),
 					Message:    fmt.Sprintf("a bootstrap token may hold the fence for at most %d seconds at a time", fenceMaxLeaseSeconds),
+					Reason:     ptr(metav1.StatusReasonForbidden),
+				},
+				{
+					Expression: `!variables.isFence || (` + fenceMetadataKept + `)`,
+					Message:    fmt.Sprintf("a bootstrap token may not change the fence Lease's metadata (labels, annotations, owner references, finalizers, generateName) of %s/%s", certsNamespace, fenceLease),
+					Reason:     ptr(metav1.StatusReasonForbidden),
+				},
+				{
+					Expression: `!variables.isFence || (` + fenceSpecKept + `)`,
+					Message:    "a bootstrap token may change only the fence's holder fields (holderIdentity, acquireTime, renewTime, leaseDurationSeconds, leaseTransitions)",
 					Reason:     ptr(metav1.StatusReasonForbidden),
 				},
 			},

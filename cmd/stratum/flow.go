@@ -101,7 +101,7 @@ func mintGrant(ctx context.Context, n *ha.Node, h host.Host, ttl time.Duration, 
 		Now:        h.Now,
 		NewCertKey: ha.NewCertKey,
 		Upload: func(ctx context.Context, key string, owner *metav1.OwnerReference) error {
-			return n.UploadCerts(ctx, key, owner, nil)
+			return n.UploadCertsFenced(ctx, key, owner)
 		},
 		NarrowReaders: narrow,
 		Description:   "stratum token create --control-plane",

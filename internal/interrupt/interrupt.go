@@ -4,8 +4,9 @@
 // must not be separated — the join's member-add and the node-state save that
 // records it: the first signal inside the window is held until the window
 // closes, then ends the context. A second signal inside the window ends it
-// at once: the operator insists, and the join's intent journal is what
-// recovers that node.
+// at once, and with it the window's own context (WindowContext), which the
+// first signal leaves running: the operator insists, and the join's intent
+// journal is what recovers that node.
 package interrupt
 
 import (
@@ -26,8 +27,17 @@ type Run struct {
 	mu        sync.Mutex
 	deferring int
 	pending   os.Signal
-	stop      func()
+	// interrupted is set once a signal has ended the run: every signal after
+	// it is a second one.
+	interrupted bool
+	// windows cancel the open window contexts (WindowContext) on a second
+	// signal.
+	windows map[*windowCtx]struct{}
+	stop    func()
 }
+
+// windowCtx is one open WindowContext's cancel.
+type windowCtx struct{ cancel context.CancelCauseFunc }
 
 // ErrInterrupted is the context's cause after a signal.
 type ErrInterrupted struct{ Signal os.Signal }
@@ -51,17 +61,19 @@ func NewWithSignals(parent context.Context, sigs <-chan os.Signal, log *slog.Log
 		log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancelCause(parent)
-	r := &Run{cancel: cancel, log: log}
+	r := &Run{cancel: cancel, log: log, windows: map[*windowCtx]struct{}{}}
 	r.ctx = context.WithValue(ctx, runKey{}, r)
 	done := make(chan struct{})
 	var once sync.Once
 	r.stop = func() { once.Do(func() { close(done) }) }
+	// The loop outlives an interrupt (it ends with the parent or Stop): a
+	// window opened after the first signal must still see a second one.
 	go func() {
 		for {
 			select {
 			case <-done:
 				return
-			case <-ctx.Done():
+			case <-parent.Done():
 				return
 			case s := <-sigs:
 				r.signal(s)
@@ -74,12 +86,19 @@ func NewWithSignals(parent context.Context, sigs <-chan os.Signal, log *slog.Log
 func (r *Run) signal(s os.Signal) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.deferring > 0 && r.pending == nil {
+	if r.deferring > 0 && r.pending == nil && !r.interrupted {
 		r.pending = s
 		r.log.Warn("signal deferred: this step must finish together with the one before it; a second signal stops at once", "signal", s.String())
 		return
 	}
+	if r.deferring > 0 {
+		r.log.Warn("second signal inside a deferral window: stopping at once", "signal", s.String())
+	}
+	r.interrupted = true
 	r.cancel(ErrInterrupted{s})
+	for w := range r.windows {
+		w.cancel(ErrInterrupted{s})
+	}
 }
 
 type runKey struct{}
@@ -94,25 +113,63 @@ func DeferFrom(ctx context.Context) (end func()) {
 	return func() {}
 }
 
+// WindowContext opens a deferral window on the run ctx belongs to, as
+// DeferFrom does, and returns the context the window's work runs on: one that
+// keeps ctx's values, is not ended by ctx nor by the first signal (which is
+// held until end), but is ended, with ErrInterrupted as its cause, by a second
+// signal received while the window is open — the operator insists, and the
+// work must stop at its next check instead of finishing the window. A signal
+// that arrives when the run was already interrupted before the window opened
+// counts as a second one. end closes the window and delivers a held signal to
+// the run's context; wctx stays usable after end and no later signal ends it.
+// For a ctx that is not a run's, wctx is context.WithoutCancel(ctx), which no
+// signal ends, and end does nothing.
+//
+// A window's work uses it so:
+//
+//	wctx, end := interrupt.WindowContext(ctx)
+//	defer end()
+//	... steps on wctx ...
+//	end() // the window's last step is done: a held signal now ends ctx
+func WindowContext(ctx context.Context) (wctx context.Context, end func()) {
+	r, ok := ctx.Value(runKey{}).(*Run)
+	if !ok {
+		return context.WithoutCancel(ctx), func() {}
+	}
+	wctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	return wctx, r.open(&windowCtx{cancel: cancel})
+}
+
 // Context ends when the run is interrupted. It carries the run, so code
 // handed only the context can open a deferral window (DeferFrom).
 func (r *Run) Context() context.Context { return r.ctx }
 
 // Defer opens a deferral window; the returned function closes it, and then
 // delivers a signal held meanwhile. Windows nest.
-func (r *Run) Defer() (end func()) {
+func (r *Run) Defer() (end func()) { return r.open(nil) }
+
+// open opens a deferral window and registers w (nil for none) as its context
+// in the same step, so no signal falls between the two.
+func (r *Run) open(w *windowCtx) (end func()) {
 	r.mu.Lock()
 	r.deferring++
+	if w != nil {
+		r.windows[w] = struct{}{}
+	}
 	r.mu.Unlock()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			r.mu.Lock()
 			defer r.mu.Unlock()
+			if w != nil {
+				delete(r.windows, w)
+			}
 			r.deferring--
 			if r.deferring == 0 && r.pending != nil {
 				s := r.pending
 				r.pending = nil
+				r.interrupted = true
 				r.cancel(ErrInterrupted{s})
 			}
 		})

@@ -79,3 +79,93 @@ func TestDeferFromContext(t *testing.T) {
 	waitDone(t, ctx, true)
 	DeferFrom(context.Background())() // no run: a no-op
 }
+
+func causeIsSignal(t *testing.T, ctx context.Context, want os.Signal) {
+	t.Helper()
+	var ie ErrInterrupted
+	if !errors.As(context.Cause(ctx), &ie) || ie.Signal != want {
+		t.Fatalf("cause = %v, want ErrInterrupted{%v}", context.Cause(ctx), want)
+	}
+}
+
+// TestWindowContextSecondSignalEndsTheWindow: the first signal inside the
+// window ends neither the window's context nor the run's; the second ends
+// both at once, the window's with ErrInterrupted as its cause.
+func TestWindowContextSecondSignalEndsTheWindow(t *testing.T) {
+	sigs := make(chan os.Signal, 2)
+	r := NewWithSignals(context.Background(), sigs, nil)
+	defer r.Stop()
+	wctx, end := WindowContext(r.Context())
+	defer end()
+	sigs <- syscall.SIGINT
+	waitDone(t, wctx, false)
+	waitDone(t, r.Context(), false)
+	sigs <- syscall.SIGTERM
+	waitDone(t, wctx, true)
+	causeIsSignal(t, wctx, syscall.SIGTERM)
+	waitDone(t, r.Context(), true)
+}
+
+// TestWindowContextHeldSignalDeliveredAtEnd: one signal inside the window is
+// held, then ends the run's context when the window closes; the window's
+// context is not ended by it nor by any later signal.
+func TestWindowContextHeldSignalDeliveredAtEnd(t *testing.T) {
+	sigs := make(chan os.Signal, 2)
+	r := NewWithSignals(context.Background(), sigs, nil)
+	defer r.Stop()
+	ctx, cancel := context.WithCancel(r.Context()) // a derived context still carries the run
+	defer cancel()
+	wctx, end := WindowContext(ctx)
+	sigs <- syscall.SIGINT
+	waitDone(t, ctx, false)
+	end()
+	waitDone(t, ctx, true)
+	causeIsSignal(t, r.Context(), syscall.SIGINT)
+	sigs <- syscall.SIGINT
+	waitDone(t, wctx, false)
+	end() // a second end is a no-op
+}
+
+// TestWindowContextAfterInterrupt: a window opened on a run a signal already
+// ended is not ended by that signal, but any signal inside it is a second one.
+func TestWindowContextAfterInterrupt(t *testing.T) {
+	sigs := make(chan os.Signal, 2)
+	r := NewWithSignals(context.Background(), sigs, nil)
+	defer r.Stop()
+	sigs <- syscall.SIGINT
+	waitDone(t, r.Context(), true)
+	wctx, end := WindowContext(r.Context())
+	defer end()
+	waitDone(t, wctx, false)
+	sigs <- syscall.SIGINT
+	waitDone(t, wctx, true)
+}
+
+// TestWindowContextNestedWindows: a second signal ends every open window's
+// context, and the values of the run's context carry into the window's.
+func TestWindowContextNestedWindows(t *testing.T) {
+	sigs := make(chan os.Signal, 2)
+	r := NewWithSignals(context.Background(), sigs, nil)
+	defer r.Stop()
+	outer, endOuter := WindowContext(r.Context())
+	defer endOuter()
+	inner, endInner := WindowContext(outer) // the window's context carries the run
+	defer endInner()
+	sigs <- syscall.SIGINT
+	waitDone(t, outer, false)
+	waitDone(t, inner, false)
+	sigs <- syscall.SIGINT
+	waitDone(t, outer, true)
+	waitDone(t, inner, true)
+}
+
+// TestWindowContextWithoutRun: with no run, nothing ends the window's context,
+// not even the end of ctx.
+func TestWindowContextWithoutRun(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	wctx, end := WindowContext(ctx)
+	cancel()
+	waitDone(t, wctx, false)
+	end()
+	waitDone(t, wctx, false)
+}
