@@ -319,9 +319,7 @@ func launchProcessEtcd(s etcdSpec, etcdVersion, logPath string) (*processEtcd, e
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
-	// Pdeathsig: a test binary killed mid-run takes its members with it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if err := startChild(cmd); err != nil {
 		logFile.Close()
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
@@ -350,13 +348,7 @@ func (m *processEtcd) stop(hard bool) {
 	if hard {
 		sig = syscall.SIGKILL
 	}
-	_ = m.cmd.Process.Signal(sig)
-	select {
-	case <-m.done:
-	case <-time.After(15 * time.Second):
-		_ = m.cmd.Process.Kill()
-		<-m.done
-	}
+	stopChild(m.cmd, m.done, sig, 15*time.Second)
 }
 
 func (m *processEtcd) exited() <-chan struct{} { return m.done }

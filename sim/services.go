@@ -264,9 +264,12 @@ func (h *Host) StopAPIServer() error {
 	if a == nil {
 		return nil
 	}
-	err := a.stop()
+	if a.stop() {
+		h.cluster.events.Record(h.name, "service", "kube-apiserver stopped (killed: it did not stop within %s of SIGTERM)", apiServerStopTimeout)
+		return nil
+	}
 	h.cluster.events.Record(h.name, "service", "kube-apiserver stopped")
-	return err
+	return nil
 }
 
 // KillAPIServer is the fault form of StopAPIServer.
