@@ -19,6 +19,9 @@ const (
 )
 
 func (h *Host) startService(ctx context.Context, name string) error {
+	if err := h.servicesBroken("start " + name); err != nil {
+		return err
+	}
 	switch name {
 	case ServiceEtcd:
 		return h.StartEtcd(ctx)
