@@ -2,89 +2,63 @@ package sim
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
-	"net/url"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"stratum.dev/stratum/internal/assets"
 	"stratum.dev/stratum/internal/version"
 )
 
-// apiServer is a host's real kube-apiserver, started through envtest.APIServer
-// against the host's own etcd member and serving on the host's address with
-// the certificate from the host's PKI.
+// apiServer is a host's real kube-apiserver process, run against the host's
+// own etcd member and serving on the host's address with the certificate from
+// the host's PKI.
+//
+// Its flags are rendered by envtest's structured arguments
+// (envtest.Arguments.AsStrings), with every value envtest's APIServer would
+// default set explicitly, so the command line is the one envtest.APIServer
+// ran. The simulator starts the process itself because envtest starts it
+// without a parent-death signal (and offers no hook for one): a test binary
+// that panicked or was killed left its apiservers running.
 type apiServer struct {
-	s   *envtest.APIServer
-	log *os.File
+	cmd  *exec.Cmd
+	done chan struct{}
+	log  *os.File
 }
 
-// pkiAuthn is envtest's Authn over the cluster's own CA: clients authenticate
-// with certificates the cluster CA signed (the admin kubeconfig on every
-// host), exactly as on a real control plane. envtest's own user provisioning
-// is not used.
-type pkiAuthn struct{ clientCA string }
+// Timing of an apiserver's start and stop.
+const (
+	apiServerStartTimeout = 60 * time.Second
+	// apiServerStopTimeout: an apiserver whose etcd lost quorum hangs in
+	// shutdown; it is killed after this.
+	apiServerStopTimeout = 5 * time.Second
+	apiServerPollEvery   = 100 * time.Millisecond
+)
 
-func (a pkiAuthn) Configure(_ string, args *envtest.Arguments) error {
-	args.Set("client-ca-file", a.clientCA)
-	return nil
-}
-func (pkiAuthn) Start() error { return nil }
-func (pkiAuthn) Stop() error  { return nil }
-func (pkiAuthn) AddUser(envtest.User, *rest.Config) (*rest.Config, error) {
-	return nil, errors.New("the simulator authenticates with the cluster's own PKI; use a host's admin kubeconfig")
-}
-
-func (h *Host) startAPIServer(ctx context.Context) (*apiServer, error) {
-	bin, err := assets.KubeAPIServer()
-	if err != nil {
-		return nil, err
-	}
+// apiServerArgs are the host's kube-apiserver flags. The first group are the
+// values envtest.APIServer defaults (cert dir, secure port, bind address) and
+// its Authn sets (client CA: clients authenticate with certificates the
+// cluster CA signed, as on a real control plane); the rest are the
+// simulator's own.
+func (h *Host) apiServerArgs() []string {
 	cfg := h.cluster.cfg
 	pkiDir := h.Path(version.PKIDir)
-	for _, f := range []string{"apiserver.crt", "apiserver.key", "ca.crt", "sa.key", "sa.pub", "etcd/ca.crt", "apiserver-etcd-client.crt"} {
-		if _, err := os.Stat(filepath.Join(pkiDir, f)); err != nil {
-			return nil, fmt.Errorf("start kube-apiserver on %s: %w", h.name, err)
-		}
-	}
-	etcdURL, _ := url.Parse(h.ClientURL())
-	logPath := h.Path("/var/log/kube-apiserver.log")
-	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
-		return nil, err
-	}
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	timeout := 60 * time.Second
-	if dl, ok := ctx.Deadline(); ok {
-		timeout = time.Until(dl)
-	}
-	s := &envtest.APIServer{
-		Path: bin,
-		// envtest writes its own serving certificate only when CertDir has no
-		// apiserver.crt; the host's PKI dir has ours.
-		CertDir: pkiDir,
-		EtcdURL: etcdURL,
-		SecureServing: envtest.SecureServing{
-			ListenAddr: envtest.ListenAddr{Address: h.ip.String(), Port: strconv.Itoa(version.APIServerPort)},
-			Authn:      pkiAuthn{clientCA: filepath.Join(pkiDir, "ca.crt")},
-		},
-		StartTimeout: timeout,
-		// An apiserver whose etcd lost quorum hangs in shutdown; it is
-		// killed after this.
-		StopTimeout: 5 * time.Second,
-		Out:         io.Writer(logFile),
-		Err:         io.Writer(logFile),
-	}
-	args := s.Configure()
+	args := envtest.EmptyArguments()
+	args.Set("cert-dir", pkiDir)
+	args.Set("secure-port", strconv.Itoa(version.APIServerPort))
+	args.Set("bind-address", h.ip.String())
+	args.Set("client-ca-file", filepath.Join(pkiDir, "ca.crt"))
+
 	args.Set("advertise-address", h.ip.String())
 	// The endpoint reconcilers refuse a loopback advertise address, and every
 	// simulated host lives on one; the simulation runs no pods that would use
@@ -108,18 +82,102 @@ func (h *Host) startAPIServer(ctx context.Context) (*apiServer, error) {
 	args.Set("audit-log-maxage", "0")
 	args.Set("event-ttl", "5m")
 	args.Set("v", "1")
-	if err := s.Start(); err != nil {
+	return args.AsStrings(nil)
+}
+
+// startAPIServer starts the host's kube-apiserver and waits until it reports
+// ready. On failure the process is killed.
+func (h *Host) startAPIServer(ctx context.Context) (*apiServer, error) {
+	bin, err := assets.KubeAPIServer()
+	if err != nil {
+		return nil, err
+	}
+	pkiDir := h.Path(version.PKIDir)
+	for _, f := range []string{"apiserver.crt", "apiserver.key", "ca.crt", "sa.key", "sa.pub", "etcd/ca.crt", "apiserver-etcd-client.crt"} {
+		if _, err := os.Stat(filepath.Join(pkiDir, f)); err != nil {
+			return nil, fmt.Errorf("start kube-apiserver on %s: %w", h.name, err)
+		}
+	}
+	caPEM, err := h.files.ReadFile(version.PKIFile("ca.crt"))
+	if err != nil {
+		return nil, fmt.Errorf("start kube-apiserver on %s: %w", h.name, err)
+	}
+	logPath := h.Path("/var/log/kube-apiserver.log")
+	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
+		return nil, err
+	}
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, h.apiServerArgs()...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := startChild(cmd); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("start kube-apiserver on %s: %w", h.name, err)
+	}
+	a := &apiServer{cmd: cmd, done: make(chan struct{}), log: logFile}
+	go func() { _ = cmd.Wait(); close(a.done) }()
+	if err := a.waitReady(ctx, h.APIServerURL()+"/readyz", caPEM); err != nil {
+		stopChild(cmd, a.done, syscall.SIGKILL, 0)
 		logFile.Close()
 		tail, _ := os.ReadFile(logPath)
 		return nil, fmt.Errorf("start kube-apiserver on %s: %w; log %s ends: %s", h.name, err, logPath, lastLines(string(tail), 5))
 	}
-	return &apiServer{s: s, log: logFile}, nil
+	return a, nil
 }
 
-// stop stops the apiserver: SIGTERM, then SIGKILL after the stop timeout
-// (envtest owns the process; a hard kill is not exposed by it).
-func (a *apiServer) stop() error {
-	err := a.s.Stop()
+// waitReady polls url (the apiserver's /readyz, verified against the cluster
+// CA) until it answers 200, the process exits, or the start times out.
+func (a *apiServer) waitReady(ctx context.Context, url string, caPEM []byte) error {
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return errors.New("the cluster CA file holds no certificate")
+	}
+	client := &http.Client{
+		Timeout:   time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}},
+	}
+	defer client.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(ctx, apiServerStartTimeout)
+	defer cancel()
+	var last error
+	for {
+		last = getOK(ctx, client, url)
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-a.done:
+			return fmt.Errorf("kube-apiserver exited before it was ready (%s: %v)", url, last)
+		case <-ctx.Done():
+			return fmt.Errorf("kube-apiserver not ready: %w (%s: %v)", ctx.Err(), url, last)
+		case <-time.After(apiServerPollEvery):
+		}
+	}
+}
+
+// getOK GETs url and reports an error unless it answers 200.
+func getOK(ctx context.Context, client *http.Client, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("status %s", resp.Status)
+	}
+	return nil
+}
+
+// stop stops the apiserver: SIGTERM to its process group, then SIGKILL after
+// the stop timeout. It reports whether the kill was needed.
+func (a *apiServer) stop() (killed bool) {
+	killed = stopChild(a.cmd, a.done, syscall.SIGTERM, apiServerStopTimeout)
 	a.log.Close()
-	return err
+	return killed
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -113,14 +114,27 @@ type embeddedEtcd struct {
 	once sync.Once
 	// stopOnce: a crash and a failed start may both stop the member.
 	stopOnce sync.Once
+	// stopping is set once the simulator stops the member, so that its watch
+	// tells a stop it asked for from one etcd made on its own.
+	stopping atomic.Bool
+	// guard refuses client calls once the member is removed (removal.go).
+	guard *removalGuard
+	// removed is set before done is closed when the member stopped because it
+	// was removed from its cluster.
+	removed atomic.Bool
 }
+
+// removalPoll is how often a member checks its own view of the cluster for
+// its removal: a removed member reads as stopped within it.
+const removalPoll = 25 * time.Millisecond
 
 // launchEmbeddedEtcd starts a member without waiting for it to be ready:
 // members of a new cluster are launched one after another, each finding the
 // ones before it serving (etcd asks every peer whether it was bootstrapped
 // before, and a peer that listens but does not yet serve costs a 1 s
-// timeout), then waited for together.
-func launchEmbeddedEtcd(s etcdSpec) (*embeddedEtcd, error) {
+// timeout), then waited for together. onRemoved is called once, after the
+// member has been stopped because it was removed from its cluster.
+func launchEmbeddedEtcd(s etcdSpec, onRemoved func(*embeddedEtcd)) (*embeddedEtcd, error) {
 	cfg := embed.NewConfig()
 	cfg.Name = s.name
 	cfg.Dir = s.dataDir
@@ -140,20 +154,48 @@ func launchEmbeddedEtcd(s etcdSpec) (*embeddedEtcd, error) {
 	cfg.PeerTLSInfo = transport.TLSInfo{CertFile: s.peerCert, KeyFile: s.peerKey, TrustedCAFile: s.caFile, ClientCertAuth: true}
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(etcdLogger(s.name))
 	cfg.EnableGRPCGateway = false
+	guard := newRemovalGuard()
+	cfg.GRPCAdditionalServerOptions = guard.serverOptions()
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("start embedded etcd %s: %w", s.name, err)
 	}
-	m := &embeddedEtcd{e: e, name: s.name, done: make(chan struct{})}
-	go func() {
+	guard.srv.Store(e.Server)
+	m := &embeddedEtcd{e: e, name: s.name, done: make(chan struct{}), guard: guard}
+	go m.watch(onRemoved)
+	return m, nil
+}
+
+// watch waits until the member is stopped by the simulator, stops on its own
+// or is seen removed from its own view of the cluster. The last two both mean
+// the member was removed (an etcd server stops itself only for that, see
+// removal.go): it is then stopped hard, its calls refused from the first
+// moment, and onRemoved told.
+func (m *embeddedEtcd) watch(onRemoved func(*embeddedEtcd)) {
+	tick := time.NewTicker(removalPoll)
+	defer tick.Stop()
+	for !m.guard.isRemoved() {
 		select {
-		case <-e.Server.StopNotify():
 		case <-m.done:
 			return
+		case <-m.guard.removed:
+		case <-m.e.Server.StopNotify():
+			if m.stopping.Load() {
+				m.once.Do(func() { close(m.done) })
+				return
+			}
+			m.guard.markRemoved()
+		case <-tick.C:
 		}
-		m.once.Do(func() { close(m.done) })
-	}()
-	return m, nil
+	}
+	if m.stopping.Load() {
+		return
+	}
+	m.removed.Store(true)
+	m.stop(true)
+	if onRemoved != nil {
+		onRemoved(m)
+	}
 }
 
 // waitReady waits until the member has joined its cluster and serves clients.
@@ -166,9 +208,11 @@ func (m *embeddedEtcd) waitReady(ctx context.Context) error {
 	case err := <-e.Err():
 		m.stop(true)
 		return fmt.Errorf("embedded etcd %s failed while starting: %w", m.name, err)
-	case <-e.Server.StopNotify():
-		m.stop(true)
-		return fmt.Errorf("embedded etcd %s stopped while starting (for example: it was removed from the cluster, or its data belongs to another cluster)", m.name)
+	case <-m.done:
+		if m.removed.Load() {
+			return fmt.Errorf("embedded etcd %s was removed from its cluster while starting; stopped. Its member ID is gone for good: wipe its data and add it again", m.name)
+		}
+		return fmt.Errorf("embedded etcd %s stopped while starting (for example: its data belongs to another cluster)", m.name)
 	case <-ctx.Done():
 		m.stop(true)
 		return fmt.Errorf("embedded etcd %s not ready: %w", m.name, ctx.Err())
@@ -177,6 +221,9 @@ func (m *embeddedEtcd) waitReady(ctx context.Context) error {
 
 func (m *embeddedEtcd) stop(hard bool) {
 	m.stopOnce.Do(func() {
+		if !m.removed.Load() {
+			m.stopping.Store(true)
+		}
 		if hard {
 			m.e.Server.HardStop()
 		}
@@ -272,9 +319,7 @@ func launchProcessEtcd(s etcdSpec, etcdVersion, logPath string) (*processEtcd, e
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
-	// Pdeathsig: a test binary killed mid-run takes its members with it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if err := startChild(cmd); err != nil {
 		logFile.Close()
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
@@ -303,13 +348,7 @@ func (m *processEtcd) stop(hard bool) {
 	if hard {
 		sig = syscall.SIGKILL
 	}
-	_ = m.cmd.Process.Signal(sig)
-	select {
-	case <-m.done:
-	case <-time.After(15 * time.Second):
-		_ = m.cmd.Process.Kill()
-		<-m.done
-	}
+	stopChild(m.cmd, m.done, sig, 15*time.Second)
 }
 
 func (m *processEtcd) exited() <-chan struct{} { return m.done }

@@ -41,6 +41,9 @@ type Host struct {
 	apiserver   *apiServer
 	vip         *vipCandidate
 	kcm         *controllerManager
+	// brokenServices, when set, is the error every service start and check
+	// fails with (BreakServices).
+	brokenServices error
 }
 
 // Name is the host's name (its node and etcd member name).
@@ -201,6 +204,18 @@ func (d *Handle) RestartService(ctx context.Context, name string) error {
 		return err
 	}
 	return d.h.startService(ctx, name)
+}
+
+// CheckServices reports, without starting or changing anything, whether each
+// named service could be started on this host now (host.Services'
+// CheckServices): its binary present, its ports on the host's address free
+// unless it is this host's own running instance, and the host's services not
+// broken (BreakServices).
+func (d *Handle) CheckServices(ctx context.Context, names []string) error {
+	if err := d.live(); err != nil {
+		return err
+	}
+	return d.h.checkServices(ctx, names)
 }
 
 func (d *Handle) ServiceStatus(ctx context.Context, name string) (host.ServiceStatus, error) {

@@ -74,8 +74,7 @@ func (h *Host) StartControllerManager(ctx context.Context) error {
 		"--v=1",
 	)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if err := startChild(cmd); err != nil {
 		logFile.Close()
 		return fmt.Errorf("start kube-controller-manager on %s: %w", h.name, err)
 	}
@@ -103,12 +102,6 @@ func (h *Host) StopControllerManager() {
 	if m == nil {
 		return
 	}
-	_ = m.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-m.done:
-	case <-time.After(10 * time.Second):
-		_ = m.cmd.Process.Kill()
-		<-m.done
-	}
+	stopChild(m.cmd, m.done, syscall.SIGTERM, 10*time.Second)
 	h.cluster.events.Record(h.name, "service", "kube-controller-manager stopped")
 }

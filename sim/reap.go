@@ -43,9 +43,11 @@ func SimProcesses(dir string) []int {
 }
 
 // ReapOrphans kills simulation processes whose parent has died (reparented to
-// init): what a test binary killed mid-run leaves behind. envtest starts the
-// apiserver in its own process group without a parent-death signal, so this
-// sweep, run before every new simulation, is what keeps them from piling up.
+// init). Every server the simulator starts already dies with its parent
+// (startChild's parent-death signal), so this sweep, run before every new
+// simulation, is the second line of defence: for processes left by a build of
+// the simulator from before that, or one started from a thread that has since
+// exited (see startChild).
 func ReapOrphans() {
 	for _, pid := range SimProcesses("") {
 		stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))

@@ -19,6 +19,9 @@ const (
 )
 
 func (h *Host) startService(ctx context.Context, name string) error {
+	if err := h.servicesBroken("start " + name); err != nil {
+		return err
+	}
 	switch name {
 	case ServiceEtcd:
 		return h.StartEtcd(ctx)
@@ -143,7 +146,7 @@ func (h *Host) launchEtcd(ctx context.Context) (wait func(context.Context) error
 			return nil
 		}, nil
 	}
-	em, err := launchEmbeddedEtcd(spec)
+	em, err := launchEmbeddedEtcd(spec, func(m *embeddedEtcd) { h.etcdRemoved(m) })
 	if err != nil {
 		h.cluster.events.Record(h.name, "error", "etcd start failed: %v", err)
 		return nil, err
@@ -164,6 +167,17 @@ func (h *Host) launchEtcd(ctx context.Context) (wait func(context.Context) error
 		started(em)
 		return nil
 	}, nil
+}
+
+// etcdRemoved forgets a member that was stopped because it was removed from
+// its cluster, as a supervisor forgets an exited process, and records why.
+func (h *Host) etcdRemoved(m etcdMember) {
+	h.mu.Lock()
+	if h.etcd == m {
+		h.etcd = nil
+	}
+	h.mu.Unlock()
+	h.cluster.events.Record(h.name, "service", "etcd member removed from the cluster; stopped")
 }
 
 // StopEtcd stops the member gracefully.
@@ -253,9 +267,12 @@ func (h *Host) StopAPIServer() error {
 	if a == nil {
 		return nil
 	}
-	err := a.stop()
+	if a.stop() {
+		h.cluster.events.Record(h.name, "service", "kube-apiserver stopped (killed: it did not stop within %s of SIGTERM)", apiServerStopTimeout)
+		return nil
+	}
 	h.cluster.events.Record(h.name, "service", "kube-apiserver stopped")
-	return err
+	return nil
 }
 
 // KillAPIServer is the fault form of StopAPIServer.

@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
+	"stratum.dev/stratum/internal/pki"
 	"stratum.dev/stratum/internal/version"
 )
 
@@ -139,6 +141,9 @@ type vipCandidate struct {
 }
 
 // StartVIPCandidate starts the host's kube-vip. A running one is left as is.
+// A host whose apiserver certificate does not cover the VIP is refused and no
+// candidate starts: clients reaching the VIP would be served a certificate
+// that does not name the address they dialed.
 func (h *Host) StartVIPCandidate() error {
 	h.mu.Lock()
 	if h.vip != nil {
@@ -146,14 +151,49 @@ func (h *Host) StartVIPCandidate() error {
 		return nil
 	}
 	h.mu.Unlock()
+	c := h.cluster
+	if err := h.checkVIPCovered(); err != nil {
+		err = fmt.Errorf("%w; no kube-vip candidate was started", err)
+		c.events.Record(h.name, "error", "%v", err)
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cand := &vipCandidate{cancel: cancel, done: make(chan struct{})}
+	le, err := h.vipElector(cand)
+	if err != nil {
+		cancel()
+		return err
+	}
+	h.mu.Lock()
+	h.vip = cand
+	h.mu.Unlock()
+	c.events.Record(h.name, "service", "kube-vip started")
+	go func() {
+		defer close(cand.done)
+		for ctx.Err() == nil {
+			le.Run(ctx) // returns when leadership is lost or ctx ends; kube-vip restarts it
+			select {
+			case <-ctx.Done():
+			case <-time.After(vipRetryPeriod):
+			}
+		}
+	}()
+	return nil
+}
+
+// vipElector is cand's leader elector on the VIP Lease, through the host's
+// own apiserver. Winning the lease makes the host the VIP holder, unless its
+// apiserver certificate no longer covers the VIP: then the win is refused and
+// the candidate stopped, which releases the lease for the other hosts.
+func (h *Host) vipElector(cand *vipCandidate) (*leaderelection.LeaderElector, error) {
 	cfg, err := h.AdminConfig()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cfg.Timeout = vipRenewDeadline
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Name: VIPLeaseName, Namespace: "kube-system"},
@@ -161,7 +201,7 @@ func (h *Host) StartVIPCandidate() error {
 		LockConfig: resourcelock.ResourceLockConfig{Identity: h.name},
 	}
 	c := h.cluster
-	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+	return leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,
 		LeaseDuration:   vipLeaseDuration,
 		RenewDeadline:   vipRenewDeadline,
@@ -170,6 +210,11 @@ func (h *Host) StartVIPCandidate() error {
 		Name:            "kube-vip@" + h.name,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(context.Context) {
+				if err := h.checkVIPCovered(); err != nil {
+					c.events.Record(h.name, "error", "%v; won the VIP lease but did not take the VIP, and stopped its kube-vip candidate (the lease is released)", err)
+					h.stopVIPCandidate(cand)
+					return
+				}
 				if c.vip.setHolder(h) {
 					c.events.Record(h.name, "vip", "holds the VIP %s", c.vip.addr)
 				}
@@ -185,25 +230,26 @@ func (h *Host) StartVIPCandidate() error {
 			},
 		},
 	})
+}
+
+// checkVIPCovered reports an error matching pki.ErrIPNotCovered unless the
+// host's apiserver serving certificate names the cluster VIP among its IP
+// SANs, as kube-vip on a real node checks before announcing the address.
+func (h *Host) checkVIPCovered() error {
+	vip := h.cluster.vip.addr
+	redo := fmt.Sprintf("re-run `stratum up` on %s, which reissues the apiserver certificate to cover the VIP", h.name)
+	certPEM, err := h.files.ReadFile(version.PKIFile("apiserver.crt"))
 	if err != nil {
-		return err
+		return fmt.Errorf("%s refuses to take the VIP %s: read its apiserver certificate: %w; %s", h.name, vip, err, redo)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cand := &vipCandidate{cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(cand.done)
-		for ctx.Err() == nil {
-			le.Run(ctx) // returns when leadership is lost or ctx ends; kube-vip restarts it
-			select {
-			case <-ctx.Done():
-			case <-time.After(vipRetryPeriod):
-			}
+	if err := pki.CheckLeafCovers(certPEM, net.IP(vip.AsSlice())); err != nil {
+		var sans []net.IP
+		if crt, perr := pki.ParseCert(certPEM); perr == nil {
+			sans = crt.IPAddresses
 		}
-	}()
-	h.mu.Lock()
-	h.vip = cand
-	h.mu.Unlock()
-	c.events.Record(h.name, "service", "kube-vip started")
+		return fmt.Errorf("%s refuses to take the VIP %s: its apiserver certificate %s covers only the IPs %v: %w; %s",
+			h.name, vip, version.PKIFile("apiserver.crt"), sans, err, redo)
+	}
 	return nil
 }
 
@@ -211,11 +257,23 @@ func (h *Host) StartVIPCandidate() error {
 func (h *Host) StopVIPCandidate() {
 	h.mu.Lock()
 	cand := h.vip
-	h.vip = nil
 	h.mu.Unlock()
-	if cand == nil {
+	if cand != nil {
+		h.stopVIPCandidate(cand)
+	}
+}
+
+// stopVIPCandidate stops cand and, when it is still the host's kube-vip,
+// forgets it.
+func (h *Host) stopVIPCandidate(cand *vipCandidate) {
+	h.mu.Lock()
+	if h.vip != cand {
+		h.mu.Unlock()
+		cand.cancel()
 		return
 	}
+	h.vip = nil
+	h.mu.Unlock()
 	cand.cancel()
 	select {
 	case <-cand.done:

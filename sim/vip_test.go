@@ -1,0 +1,121 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"stratum.dev/stratum/internal/assets/assetstest"
+	"stratum.dev/stratum/internal/pki"
+	"stratum.dev/stratum/internal/version"
+)
+
+// reissueWithoutVIP replaces h's apiserver serving certificate with one that
+// names the host and the first service IP but not the VIP, and restarts its
+// apiserver on it: a node left with a certificate from before the VIP.
+func reissueWithoutVIP(t *testing.T, ctx context.Context, c *Cluster, h *Host) {
+	t.Helper()
+	sans := &pki.APISANs{IPs: []net.IP{firstServiceIP(c.Config().ServiceCIDR)}}
+	leaves, err := pki.NodeLeaves(c.Shared(), h.Name(), net.IP(h.IP().AsSlice()), sans, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"apiserver.crt", "apiserver.key"} {
+		if err := h.Files().WriteFile(version.PKIFile(f), leaves[f], 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pki.CheckLeafCovers(leaves["apiserver.crt"], net.IP(c.VIPAddress().AsSlice())); !errors.Is(err, pki.ErrIPNotCovered) {
+		t.Fatalf("reissued certificate covers the VIP: %v", err)
+	}
+	if err := h.StopAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.StartAPIServer(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// heldVIP reports whether the event log shows h ever holding the VIP.
+func heldVIP(c *Cluster, h *Host) bool {
+	for _, e := range c.Events().Find("vip", "holds the VIP") {
+		if e.Host == h.Name() {
+			return true
+		}
+	}
+	return false
+}
+
+// TestVIPRefusedWithoutCoveringCertificate gives cp3 an apiserver certificate
+// without the VIP: its kube-vip refuses to start, saying why; a candidate that
+// was started before the certificate changed wins the lease once it is the
+// only one, refuses to take the VIP and releases it; then a good host takes it.
+func TestVIPRefusedWithoutCoveringCertificate(t *testing.T) {
+	assetstest.Require(t)
+	c := Start(t, Config{ControlPlanes: 3, APIServers: true, VIP: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cp1, cp2, cp3 := c.Host("cp1"), c.Host("cp2"), c.Host("cp3")
+	// Only cp1 runs a candidate, so it holds the VIP; cp3's starts beside it
+	// with its certificate still good.
+	cp2.StopVIPCandidate()
+	cp3.StopVIPCandidate()
+	eventually(t, 20*time.Second, "cp1 holds the VIP", func() (bool, string) {
+		return c.VIPHolder() == cp1, fmt.Sprint(c.VIPHolder())
+	})
+	if err := cp3.StartVIPCandidate(); err != nil {
+		t.Fatalf("cp3 with a covering certificate: %v", err)
+	}
+
+	reissueWithoutVIP(t, ctx, c, cp3)
+
+	// cp3's candidate runs on; once cp1's is gone it wins the lease.
+	cp1.StopVIPCandidate()
+	eventually(t, 20*time.Second, "cp3 wins the lease and refuses the VIP", func() (bool, string) {
+		for _, e := range c.Events().Find("error", "won the VIP lease but did not take the VIP") {
+			if e.Host == "cp3" {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprint(c.VIPHolder())
+	})
+	eventually(t, 10*time.Second, "cp3's kube-vip stopped", func() (bool, string) {
+		st, err := cp3.serviceStatus(ServiceVIP)
+		return err == nil && !st.Running, fmt.Sprint(st, err)
+	})
+
+	// Refused at the start, saying why and what to do.
+	err := cp3.StartVIPCandidate()
+	if err == nil {
+		t.Fatal("cp3's kube-vip started with a certificate that does not cover the VIP")
+	}
+	for _, want := range []string{"cp3", c.VIPAddress().String(), cp3.IP().String(), "re-run `stratum up` on cp3"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("refusal %q does not name %q", err, want)
+		}
+	}
+	if !errors.Is(err, pki.ErrIPNotCovered) {
+		t.Errorf("refusal %v does not match pki.ErrIPNotCovered", err)
+	}
+	if st, _ := cp3.serviceStatus(ServiceVIP); st.Running {
+		t.Fatal("a refused kube-vip reports running")
+	}
+	if len(c.Events().Find("error", "no kube-vip candidate was started")) != 1 {
+		t.Fatalf("event log does not record the refusal:\n%s", c.Events())
+	}
+
+	// The lease was released: a good host takes the VIP at once.
+	if err := cp2.StartVIPCandidate(); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := c.WaitVIP(ctx); err != nil || h != cp2 {
+		t.Fatalf("VIP holder = %v (%v), want cp2", h, err)
+	}
+	if heldVIP(c, cp3) {
+		t.Fatalf("cp3 held the VIP with a certificate that does not cover it:\n%s", c.Events())
+	}
+}
