@@ -15,6 +15,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/client-go/kubernetes"
 
 	"stratum.dev/stratum/internal/addons"
 	"stratum.dev/stratum/internal/discovery"
@@ -25,6 +26,7 @@ import (
 	"stratum.dev/stratum/internal/nodelock"
 	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/pki"
+	"stratum.dev/stratum/internal/token"
 	"stratum.dev/stratum/internal/version"
 )
 
@@ -441,6 +443,9 @@ func (r *joinRun) preflight(ctx context.Context) error {
 			joinIntentPath, r.intent.ClusterID, r.etcdIPs, clusterID, r.intent.ClusterID, r.intent.PeerURL)
 	}
 	r.clusterID = clusterID
+	if err := r.takeFence(ctx); err != nil {
+		return err
+	}
 	return n.checkpoint(ctx, CheckpointBeforeIntent)
 }
 
@@ -482,9 +487,14 @@ func (r *joinRun) writeIntent(ctx context.Context) error {
 // context that the first signal does not end.
 func (r *joinRun) addMemberAndSave(ctx context.Context) error {
 	n, h := r.n, r.n.env.Host
-	endDeferral := interrupt.DeferFrom(ctx)
+	wctx, endDeferral := interrupt.WindowContext(ctx)
 	defer endDeferral()
-	wctx := context.WithoutCancel(ctx)
+	if err := r.fence.Confirm(wctx); err != nil {
+		if !r.resumed {
+			r.clearIntent(wctx)
+		}
+		return fmt.Errorf("control-plane join of %s: the maintenance fence was lost before the member-add: %w; nothing was added to etcd: %s", r.name, err, joinHint)
+	}
 	ic, id, err := n.memberAdd(wctx, r.etcdIPs, r.name, r.peerURL)
 	if err != nil {
 		// A refusal added nothing. Any other error may hide an add that
@@ -551,6 +561,41 @@ func (r *joinRun) clearIntent(ctx context.Context) {
 	if err := r.n.ClearJoinIntent(ctx); err != nil {
 		r.n.log.Error("the join intent journal could not be cleared", "err", err)
 	}
+}
+
+// joinFenceFor bounds how long a join holds the maintenance fence without
+// renewing it: from the health gate to the saved node state, member-add
+// retries included. A join that crashed holding it blocks other maintenance
+// for at most this long; its own re-run (the same token) retakes it at once.
+const joinFenceFor = 2 * time.Minute
+
+// takeFence takes the maintenance fence as the join's bootstrap token, so no
+// rekey, CA rotation or other join changes the cluster's shared state
+// between this join's health gate and its saved node state.
+func (r *joinRun) takeFence(ctx context.Context) error {
+	n, h := r.n, r.n.env.Host
+	kc, err := h.ReadFile(version.Kubeconfig("bootstrap"))
+	if err != nil {
+		return fmt.Errorf("control-plane join: read the bootstrap kubeconfig: %w; nothing was added to etcd", err)
+	}
+	cfg, err := n.restConfig(kc)
+	if err != nil {
+		return err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	id, _, err := token.ParseToken(r.o.Token)
+	if err != nil {
+		return err
+	}
+	f, err := n.TakeJoinFence(ctx, cs, id, joinFenceFor)
+	if err != nil {
+		return fmt.Errorf("control-plane join refused: %w; nothing was added to etcd: %s once the holder is done", err, joinHint)
+	}
+	r.fence = f
+	return nil
 }
 
 // dropFence releases the maintenance fence if the run holds it.
