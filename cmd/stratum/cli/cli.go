@@ -5,7 +5,7 @@
 // simulated hosts.
 //
 // The CLI is thin: flags in, sim / ha / internal calls, printed results out.
-package main
+package cli
 
 import (
 	"context"
