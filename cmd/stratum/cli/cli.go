@@ -1,8 +1,10 @@
-// Command stratum is the CLI of stratum's HA control-plane join reference
-// implementation: the commands that act on this machine (`up`, `server`,
-// `token create`, `etcd members|health`, `certs check`, `grants prune`) and
-// the simulator (`stratum sim up`), which runs the same bring-up and join on
-// simulated hosts.
+// Package cli is the stratum command tree (cobra): the commands that act on
+// a machine (`up`, `server`, `token create`, `etcd members|health|rejoin`,
+// `certs check`, `grants prune`, `repoint`, `snapshot`) and the simulator
+// (`stratum sim up`), which runs the same bring-up and join on simulated
+// hosts. cmd/stratum is its production wrapper (this machine, signals); the
+// scenarios run it on simulated hosts through Run, so what they check is what
+// an operator types.
 //
 // The CLI is thin: flags in, sim / ha / internal calls, printed results out.
 package cli
@@ -13,10 +15,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
@@ -26,47 +25,47 @@ import (
 	"stratum.dev/stratum/sim"
 )
 
-// Exit codes.
+// Exit codes Run returns.
 const (
-	exitOK    = 0 // done
-	exitFail  = 1 // refused or failed
-	exitUsage = 2 // bad usage: unknown command or flag, wrong arguments
+	ExitOK    = 0 // done
+	ExitFail  = 1 // refused or failed
+	ExitUsage = 2 // bad usage: unknown command or flag, wrong arguments
 )
 
-func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
-
-// run executes the command line args, writing results to stdout and
-// diagnostics to stderr, and returns the process exit code.
-func run(args []string, stdout, stderr io.Writer) int {
-	return runWith(args, stdout, stderr, options{})
+// Options are a run's seams; the zero value is production (this machine).
+type Options struct {
+	// Host, when set, is the machine the real-host commands act on instead
+	// of host.Local: a simulated host's Handle in the scenarios, a temporary
+	// root in tests. It is called once per command.
+	Host func() (host.Host, error)
+	// Checkpoint is the ha.Env checkpoint hook of the nodes the real-host
+	// commands build (nil in production: no checkpoints), so a simulation
+	// can crash, pause or fail a command at a named point.
+	Checkpoint func(ctx context.Context, name string) error
+	// OnCluster, when set, is called with each cluster `sim up` brings up,
+	// right after it is up, so a test can learn its directory and check
+	// that nothing it started survives the run.
+	OnCluster func(*sim.Cluster)
 }
 
-// options are the test seams of a run. The zero value is production.
-type options struct {
-	// onCluster, when set, is called with each simulated cluster right after
-	// it is up, so a test can learn its directory and check that nothing it
-	// started survives the run.
-	onCluster func(*sim.Cluster)
-	// localHost, when set, replaces host.Local as the machine the real-host
-	// commands act on (tests point it at a temporary root).
-	localHost func() (host.Host, error)
-}
-
-// runWith is run with test options.
-func runWith(args []string, stdout, stderr io.Writer, opts options) int {
-	// Ctrl-C or SIGTERM at any point cancels ctx; every command tears down
-	// what it started before returning.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-
-	app := &app{stdout: stdout, stderr: stderr, opts: opts}
+// Run executes the command line args (without the program name) under ctx,
+// writing results to stdout and diagnostics to stderr, and returns the
+// process exit code (ExitOK, ExitFail or ExitUsage). Cancelling ctx stops the
+// command; every command tears down what it started before returning. Signal
+// handling is the caller's (cmd/stratum cancels ctx on SIGINT and SIGTERM),
+// with one exception: `stratum server`'s join is not under ctx but answers
+// SIGINT and SIGTERM itself (internal/interrupt), so a signal between its
+// etcd member-add and its saved node state is held until that window closes;
+// a caller that needs a bound on a join waits for Run with its own deadline.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer, o Options) int {
+	app := &app{stdout: stdout, stderr: stderr, opts: o}
 	root := app.rootCmd()
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
-		return exitOK
+		return ExitOK
 	}
 	if ue := (usageError{}); errors.As(err, &ue) {
 		fmt.Fprintf(stderr, "stratum: %v\n\n", err)
@@ -74,10 +73,10 @@ func runWith(args []string, stdout, stderr io.Writer, opts options) int {
 			cmd = root
 		}
 		fmt.Fprint(stderr, cmd.UsageString())
-		return exitUsage
+		return ExitUsage
 	}
 	fmt.Fprintf(stderr, "stratum: %v\n", err)
-	return exitFail
+	return ExitFail
 }
 
 // usageError is a command line the CLI does not accept (as opposed to a
@@ -104,7 +103,7 @@ func usageArgs(v cobra.PositionalArgs) cobra.PositionalArgs {
 // app is one invocation's shared state: its streams, options and logger.
 type app struct {
 	stdout, stderr io.Writer
-	opts           options
+	opts           Options
 	logLevel       string
 	log            *slog.Logger
 }

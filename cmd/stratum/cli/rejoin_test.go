@@ -13,27 +13,27 @@ func TestRejoinRepointSnapshotUsageAndRefusals(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"etcd", "rejoin"}, exitUsage, "--server is required"},
-		{[]string{"etcd", "rejoin", "--server", "cp1"}, exitUsage, `--server "cp1" is not an IP address`},
-		{[]string{"etcd", "rejoin", "--server", "10.0.0.1", "extra"}, exitUsage, "unknown command"},
-		{[]string{"repoint"}, exitUsage, "--vip is required"},
-		{[]string{"repoint", "--vip", "vip.example"}, exitUsage, "is not an IP address"},
-		{[]string{"snapshot", "save"}, exitUsage, "accepts 1 arg"},
-		{[]string{"snapshot", "restore", "a", "b"}, exitUsage, "accepts 1 arg"},
-		{[]string{"snapshot", "bogus"}, exitUsage, "unknown command"},
-		{[]string{"etcd", "rejoin", "--server", "10.0.0.1"}, exitFail, "no node state"},
-		{[]string{"etcd", "rejoin", "--server", "10.0.0.1", "--force"}, exitFail, "no node state"},
-		{[]string{"snapshot", "save", "/tmp/x.db"}, exitFail, "no control-plane state on this node"},
-		{[]string{"snapshot", "restore", "/tmp/x.db"}, exitFail, "no control-plane state on this node"},
-		{[]string{"repoint", "--vip", "10.0.0.10"}, exitFail, "cluster CA"},
-		{[]string{"repoint", "--vip", "10.0.0.10", "--cilium"}, exitFail, "cluster CA"},
+		{[]string{"etcd", "rejoin"}, ExitUsage, "--server is required"},
+		{[]string{"etcd", "rejoin", "--server", "cp1"}, ExitUsage, `--server "cp1" is not an IP address`},
+		{[]string{"etcd", "rejoin", "--server", "10.0.0.1", "extra"}, ExitUsage, "unknown command"},
+		{[]string{"repoint"}, ExitUsage, "--vip is required"},
+		{[]string{"repoint", "--vip", "vip.example"}, ExitUsage, "is not an IP address"},
+		{[]string{"snapshot", "save"}, ExitUsage, "accepts 1 arg"},
+		{[]string{"snapshot", "restore", "a", "b"}, ExitUsage, "accepts 1 arg"},
+		{[]string{"snapshot", "bogus"}, ExitUsage, "unknown command"},
+		{[]string{"etcd", "rejoin", "--server", "10.0.0.1"}, ExitFail, "no node state"},
+		{[]string{"etcd", "rejoin", "--server", "10.0.0.1", "--force"}, ExitFail, "no node state"},
+		{[]string{"snapshot", "save", "/tmp/x.db"}, ExitFail, "no control-plane state on this node"},
+		{[]string{"snapshot", "restore", "/tmp/x.db"}, ExitFail, "no control-plane state on this node"},
+		{[]string{"repoint", "--vip", "10.0.0.10"}, ExitFail, "cluster CA"},
+		{[]string{"repoint", "--vip", "10.0.0.10", "--cilium"}, ExitFail, "cluster CA"},
 	} {
 		opts, h := onTempHost(t)
 		code, out, errOut := runCLI(t, opts, tc.args...)
 		if code != tc.code || !strings.Contains(errOut, tc.want) {
 			t.Errorf("%v: exit %d, stderr %q; want exit %d and %q", tc.args, code, errOut, tc.code, tc.want)
 		}
-		if code == exitFail && out != "" {
+		if code == ExitFail && out != "" {
 			t.Errorf("%v refused, yet printed:\n%s", tc.args, out)
 		}
 		for p := range filesUnder(t, h.Root) {
