@@ -18,6 +18,7 @@ import (
 
 	"stratum.dev/stratum/cmd/stratum/cli"
 	"stratum.dev/stratum/ha"
+	"stratum.dev/stratum/internal/assets"
 	"stratum.dev/stratum/internal/host"
 	"stratum.dev/stratum/internal/token"
 	"stratum.dev/stratum/internal/version"
@@ -92,7 +93,7 @@ func TestClientsThroughVIP(t *testing.T) {
 			"":                    func(*rapid.T) { w.checkClients() },
 		})
 		w.converge()
-	})
+	}, assets.KubeAPIServerName)
 }
 
 // syncBuffer is a bytes.Buffer safe for a command still writing while the
@@ -247,7 +248,7 @@ func (w *vipWorld) printedJoin(minter *sim.Host) []string {
 // join command verbatim on h; on a healthy cluster it must succeed.
 func (w *vipWorld) join(h *sim.Host, check bool) {
 	t := w.t
-	minter := rapid.SampledFrom(w.cps).Draw(t, "minter for "+h.Name())
+	minter := drawHost(t, w.cps, "minter for "+h.Name())
 	args := w.printedJoin(minter)
 	code, out, errOut := w.stratum(h, args...)
 	if code != cli.ExitOK {
@@ -330,6 +331,17 @@ func (w *vipWorld) checkClients() {
 	}
 }
 
+// drawHost draws one of hs by name (so the draw prints as a name).
+func drawHost(t *rapid.T, hs []*sim.Host, label string) *sim.Host {
+	name := rapid.SampledFrom(names(hs)).Draw(t, label)
+	for _, h := range hs {
+		if h.Name() == name {
+			return h
+		}
+	}
+	panic("unreachable")
+}
+
 func names(hs []*sim.Host) []string {
 	out := make([]string, len(hs))
 	for i, h := range hs {
@@ -407,7 +419,7 @@ func (w *vipWorld) restart(t *rapid.T) {
 	if len(down) == 0 {
 		t.Skip("every control plane runs")
 	}
-	h := rapid.SampledFrom(down).Draw(t, "restart")
+	h := drawHost(t, down, "restart")
 	running := 0
 	for _, o := range w.cps {
 		if o != h && o.EtcdRunning() && w.connected(o) {
@@ -485,13 +497,13 @@ func (w *vipWorld) badJoin(t *rapid.T) {
 	if err != nil {
 		t.Skip("member list unreadable: " + err.Error())
 	}
-	minter := rapid.SampledFrom(live).Draw(t, "minter")
+	minter := drawHost(t, live, "minter")
 	args := w.printedJoin(minter)
 	kind := rapid.SampledFrom([]string{"node-ip of a member", "wrong certificate-key", "wrong token", "expired token"}).Draw(t, "bad input")
 	var detail string
 	switch kind {
 	case "node-ip of a member":
-		victim := rapid.SampledFrom(w.cps).Draw(t, "node-ip of")
+		victim := drawHost(t, w.cps, "node-ip of")
 		args = append(args, "--node-ip", victim.IP().String())
 		detail = victim.Name() + "'s address " + victim.IP().String()
 	case "wrong certificate-key":
