@@ -52,9 +52,11 @@ func TestMain(m *testing.M) {
 // explore` and docs/performance.md), and on failure logs the exact command
 // that replays it: the failfile rapid just wrote (committed under
 // testdata/rapid/<TestName>/ it becomes a regression that replays first).
-func property(t *testing.T, prop func(*rapid.T)) {
+// need names the asset binaries the property runs (every one when none is
+// named).
+func property(t *testing.T, prop func(*rapid.T), need ...string) {
 	t.Helper()
-	assetstest.Require(t)
+	assetstest.Require(t, need...)
 	var checks atomic.Int64
 	start := time.Now()
 	t.Cleanup(func() {

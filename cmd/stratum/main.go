@@ -1,193 +1,21 @@
 // Command stratum is the CLI of stratum's HA control-plane join reference
-// implementation: the commands that act on this machine (`up`, `server`,
-// `token create`, `etcd members|health`, `certs check`, `grants prune`) and
-// the simulator (`stratum sim up`), which runs the same bring-up and join on
-// simulated hosts.
-//
-// The CLI is thin: flags in, sim / ha / internal calls, printed results out.
+// implementation; the command tree is package cli. main binds it to this
+// machine: os.Args, the process's streams, and SIGINT / SIGTERM cancelling
+// the running command (which tears down what it started).
 package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
-	"github.com/go-logr/logr"
-	"github.com/spf13/cobra"
-	"k8s.io/klog/v2"
-
-	"stratum.dev/stratum/internal/host"
-	"stratum.dev/stratum/sim"
+	"stratum.dev/stratum/cmd/stratum/cli"
 )
 
-// Exit codes.
-const (
-	exitOK    = 0 // done
-	exitFail  = 1 // refused or failed
-	exitUsage = 2 // bad usage: unknown command or flag, wrong arguments
-)
-
-func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
-
-// run executes the command line args, writing results to stdout and
-// diagnostics to stderr, and returns the process exit code.
-func run(args []string, stdout, stderr io.Writer) int {
-	return runWith(args, stdout, stderr, options{})
-}
-
-// options are the test seams of a run. The zero value is production.
-type options struct {
-	// onCluster, when set, is called with each simulated cluster right after
-	// it is up, so a test can learn its directory and check that nothing it
-	// started survives the run.
-	onCluster func(*sim.Cluster)
-	// localHost, when set, replaces host.Local as the machine the real-host
-	// commands act on (tests point it at a temporary root).
-	localHost func() (host.Host, error)
-}
-
-// runWith is run with test options.
-func runWith(args []string, stdout, stderr io.Writer, opts options) int {
-	// Ctrl-C or SIGTERM at any point cancels ctx; every command tears down
-	// what it started before returning.
+func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-
-	app := &app{stdout: stdout, stderr: stderr, opts: opts}
-	root := app.rootCmd()
-	root.SetArgs(args)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
-	cmd, err := root.ExecuteContextC(ctx)
-	if err == nil {
-		return exitOK
-	}
-	if ue := (usageError{}); errors.As(err, &ue) {
-		fmt.Fprintf(stderr, "stratum: %v\n\n", err)
-		if cmd == nil {
-			cmd = root
-		}
-		fmt.Fprint(stderr, cmd.UsageString())
-		return exitUsage
-	}
-	fmt.Fprintf(stderr, "stratum: %v\n", err)
-	return exitFail
-}
-
-// usageError is a command line the CLI does not accept (as opposed to a
-// command that was understood and then refused or failed).
-type usageError struct{ err error }
-
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
-
-func usagef(format string, args ...any) error {
-	return usageError{fmt.Errorf(format, args...)}
-}
-
-// usageArgs wraps an argument validator so that its refusal is a usage error.
-func usageArgs(v cobra.PositionalArgs) cobra.PositionalArgs {
-	return func(cmd *cobra.Command, args []string) error {
-		if err := v(cmd, args); err != nil {
-			return usageError{err}
-		}
-		return nil
-	}
-}
-
-// app is one invocation's shared state: its streams, options and logger.
-type app struct {
-	stdout, stderr io.Writer
-	opts           options
-	logLevel       string
-	log            *slog.Logger
-}
-
-func (a *app) rootCmd() *cobra.Command {
-	root := &cobra.Command{
-		Use:   "stratum",
-		Short: "stratum: HA control-plane join for a Kubernetes distribution, with a simulator",
-		Long: `stratum is a Kubernetes distribution's node agent and CLI; this build is the reference
-implementation of its HA control-plane join. A new control-plane node downloads the
-cluster's shared certificates from an encrypted Secret (authenticated by a control-plane
-bootstrap token, decrypted with a certificate key passed out of band), joins etcd as a
-live member (learner first, promoted once caught up) and brings up its own
-kube-apiserver, while every client reaches the control planes through one VIP. The same
-code runs first on simulated hosts (embedded etcd members and real kube-apiserver
-processes driven from one process) via "stratum sim", before it acts on real machines.`,
-		Example: `  # Try the whole flow: bootstrap, mint, join two more control planes, check, tear down
-  stratum sim up --control-planes 3
-
-  # On a real host: the first control plane, then a grant for the next one
-  stratum up --vip 10.0.0.10
-  stratum token create --control-plane
-
-  # Print stratum's version and the pinned Kubernetes and etcd versions
-  stratum version`,
-		Args:              cobra.ArbitraryArgs,
-		RunE:              groupRun,
-		SilenceUsage:      true,
-		SilenceErrors:     true,
-		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
-		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			var lvl slog.Level
-			if err := lvl.UnmarshalText([]byte(a.logLevel)); err != nil {
-				return usagef("--log-level %q: want debug, info, warn or error", a.logLevel)
-			}
-			h := slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: lvl})
-			a.log = slog.New(h)
-			// client-go (the simulator's VIP leader election) logs through
-			// klog; its messages, errors included, are debug detail here.
-			klog.SetLogger(logr.FromSlogHandler(debugHandler{h}))
-			return nil
-		},
-	}
-	root.PersistentFlags().StringVar(&a.logLevel, "log-level", "warn", "log level on stderr: debug, info, warn or error")
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(a.upCmd(), a.serverCmd(), a.tokenCmd(), a.withRejoin(a.etcdCmd()), a.certsCmd(), a.grantsCmd(), a.simCmd(), a.versionCmd(), a.repointCmd(), a.snapshotCmd())
-	return root
-}
-
-// groupRun is the RunE of a command that only groups subcommands: with no
-// arguments it prints its help; an argument is an unknown subcommand.
-func groupRun(cmd *cobra.Command, args []string) error {
-	if len(args) == 0 {
-		return cmd.Help()
-	}
-	msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
-	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
-		msg += "; did you mean " + strings.Join(s, " or ") + "?"
-	}
-	return usageError{errors.New(msg)}
-}
-
-// debugHandler logs every record at debug level: for libraries whose own
-// errors are routine detail to a stratum user.
-type debugHandler struct{ slog.Handler }
-
-func (h debugHandler) Enabled(ctx context.Context, _ slog.Level) bool {
-	return h.Handler.Enabled(ctx, slog.LevelDebug)
-}
-
-func (h debugHandler) Handle(ctx context.Context, r slog.Record) error {
-	// logr hands errors over without asking Enabled first.
-	if !h.Handler.Enabled(ctx, slog.LevelDebug) {
-		return nil
-	}
-	r.Level = slog.LevelDebug
-	return h.Handler.Handle(ctx, r)
-}
-
-func (h debugHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return debugHandler{h.Handler.WithAttrs(attrs)}
-}
-
-func (h debugHandler) WithGroup(name string) slog.Handler {
-	return debugHandler{h.Handler.WithGroup(name)}
+	code := cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr, cli.Options{})
+	stop()
+	os.Exit(code)
 }

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"fmt"
@@ -12,7 +12,7 @@ import (
 
 // Version is stratum's own version, set at build time:
 //
-//	go build -ldflags "-X main.Version=v0.1.0" ./cmd/stratum
+//	go build -ldflags "-X stratum.dev/stratum/cmd/stratum/cli.Version=v0.1.0" ./cmd/stratum
 var Version = "dev"
 
 func (a *app) versionCmd() *cobra.Command {

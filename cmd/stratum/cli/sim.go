@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -161,8 +161,8 @@ func (a *app) simUp(ctx context.Context, f simUpFlags) (err error) {
 			}
 		}
 	}()
-	if a.opts.onCluster != nil {
-		a.opts.onCluster(c)
+	if a.opts.OnCluster != nil {
+		a.opts.OnCluster(c)
 	}
 	interrupted := func(what string, err error) error {
 		if ctx.Err() != nil {

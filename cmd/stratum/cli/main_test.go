@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -24,10 +24,10 @@ import (
 )
 
 // runCLI runs the CLI in-process and returns its exit code and streams.
-func runCLI(t *testing.T, opts options, args ...string) (code int, stdout, stderr string) {
+func runCLI(t *testing.T, opts Options, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	code = runWith(args, &out, &errOut, opts)
+	code = Run(context.Background(), args, &out, &errOut, opts)
 	return code, out.String(), errOut.String()
 }
 
@@ -51,8 +51,8 @@ func TestHelpShowsExamples(t *testing.T) {
 			if strings.TrimSpace(cmd.Example) == "" {
 				t.Fatalf("%s has no Example", cmd.CommandPath())
 			}
-			code, out, errOut := runCLI(t, options{}, append(path, "--help")...)
-			if code != exitOK {
+			code, out, errOut := runCLI(t, Options{}, append(path, "--help")...)
+			if code != ExitOK {
 				t.Fatalf("%s --help: exit %d, want 0; stderr:\n%s", cmd.CommandPath(), code, errOut)
 			}
 			if !strings.Contains(out, cmd.Example) {
@@ -61,7 +61,7 @@ func TestHelpShowsExamples(t *testing.T) {
 		})
 	}
 	// sim up's help says the binaries' remedy and that it runs the real flow.
-	_, out, _ := runCLI(t, options{}, "sim", "up", "--help")
+	_, out, _ := runCLI(t, Options{}, "sim", "up", "--help")
 	for _, want := range []string{"make assets", `"stratum up"`, `"stratum token create --control-plane"`, `"stratum server"`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("sim up --help lacks %q:\n%s", want, out)
@@ -95,9 +95,9 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"certs", "check", "extra"},
 		{"grants", "prune", "extra"},
 	} {
-		code, out, errOut := runCLI(t, options{}, args...)
-		if code != exitUsage {
-			t.Errorf("stratum %s: exit %d, want %d; stdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, exitUsage, out, errOut)
+		code, out, errOut := runCLI(t, Options{}, args...)
+		if code != ExitUsage {
+			t.Errorf("stratum %s: exit %d, want %d; stdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, ExitUsage, out, errOut)
 			continue
 		}
 		if !strings.HasPrefix(errOut, "stratum: ") || !strings.Contains(errOut, "Usage:") {
@@ -106,15 +106,15 @@ func TestUsageErrorsExit2(t *testing.T) {
 	}
 	// A group with no subcommand prints its help and succeeds.
 	for _, g := range []struct{ group, sub string }{{"sim", "up"}, {"token", "create"}, {"etcd", "members"}, {"certs", "check"}, {"grants", "prune"}} {
-		if code, out, _ := runCLI(t, options{}, g.group); code != exitOK || !strings.Contains(out, "stratum "+g.group+" "+g.sub) {
+		if code, out, _ := runCLI(t, Options{}, g.group); code != ExitOK || !strings.Contains(out, "stratum "+g.group+" "+g.sub) {
 			t.Errorf("stratum %s: exit %d, want 0 and the help:\n%s", g.group, code, out)
 		}
 	}
 }
 
 func TestVersionPrintsPins(t *testing.T) {
-	code, out, errOut := runCLI(t, options{}, "version")
-	if code != exitOK {
+	code, out, errOut := runCLI(t, Options{}, "version")
+	if code != ExitOK {
 		t.Fatalf("version: exit %d; stderr:\n%s", code, errOut)
 	}
 	for _, want := range []string{Version, version.Kubernetes, version.Etcd, version.EtcdPrevious} {
@@ -134,9 +134,9 @@ func TestSimUpRefusesBadCounts(t *testing.T) {
 		{[]string{"--spare-hosts", "-1"}, "cannot be negative"},
 		{[]string{"--control-planes", "150", "--spare-hosts", "60"}, "at most 200 hosts"},
 	} {
-		code, out, errOut := runCLI(t, options{}, append([]string{"sim", "up"}, tc.args...)...)
-		if code != exitUsage || !strings.HasPrefix(errOut, "stratum: ") || !strings.Contains(errOut, tc.want) {
-			t.Errorf("sim up %v: exit %d, stderr %q; want exit %d and %q", tc.args, code, errOut, exitUsage, tc.want)
+		code, out, errOut := runCLI(t, Options{}, append([]string{"sim", "up"}, tc.args...)...)
+		if code != ExitUsage || !strings.HasPrefix(errOut, "stratum: ") || !strings.Contains(errOut, tc.want) {
+			t.Errorf("sim up %v: exit %d, stderr %q; want exit %d and %q", tc.args, code, errOut, ExitUsage, tc.want)
 		}
 		if out != "" {
 			t.Errorf("sim up %v: refused, yet printed:\n%s", tc.args, out)
@@ -146,8 +146,8 @@ func TestSimUpRefusesBadCounts(t *testing.T) {
 
 func TestSimUpMissingBinariesNamesMakeAssets(t *testing.T) {
 	t.Setenv(assets.EnvDir, t.TempDir())
-	code, out, errOut := runCLI(t, options{}, "sim", "up", "--control-planes", "1")
-	if code != exitFail || !strings.HasPrefix(errOut, "stratum: ") || !strings.Contains(errOut, "make assets") {
+	code, out, errOut := runCLI(t, Options{}, "sim", "up", "--control-planes", "1")
+	if code != ExitFail || !strings.HasPrefix(errOut, "stratum: ") || !strings.Contains(errOut, "make assets") {
 		t.Errorf("sim up without binaries: exit %d, stderr %q; want exit 1 naming `make assets`", code, errOut)
 	}
 	if out != "" {
@@ -158,12 +158,12 @@ func TestSimUpMissingBinariesNamesMakeAssets(t *testing.T) {
 func TestSimUpEndToEnd(t *testing.T) {
 	assetstest.Require(t, assets.KubeAPIServerName)
 	var cluster *sim.Cluster
-	opts := options{onCluster: func(c *sim.Cluster) { cluster = c }}
+	opts := Options{OnCluster: func(c *sim.Cluster) { cluster = c }}
 	events := filepath.Join(t.TempDir(), "events.json")
 	start := time.Now()
 	code, out, errOut := runCLI(t, opts, "sim", "up", "--control-planes", "3", "--events", events)
 	t.Logf("sim up --control-planes 3 took %s:\n%s", time.Since(start).Round(time.Millisecond), out)
-	if code != exitOK {
+	if code != ExitOK {
 		t.Fatalf("exit %d, want 0; stderr:\n%s", code, errOut)
 	}
 	if cluster == nil {
@@ -282,10 +282,10 @@ func (*tempHost) TrustCIDR(netip.Prefix) error { return nil }
 
 // onTempHost returns options whose real-host commands act on a fresh
 // tempHost, and the host.
-func onTempHost(t *testing.T) (options, *tempHost) {
+func onTempHost(t *testing.T) (Options, *tempHost) {
 	t.Helper()
 	h := &tempHost{Local: &host.Local{Dir: host.Dir{Root: t.TempDir(), LockDir: "/run/stratum"}}}
-	return options{localHost: func() (host.Host, error) { return h, nil }}, h
+	return Options{Host: func() (host.Host, error) { return h, nil }}, h
 }
 
 // filesUnder lists every file under root with its contents.
@@ -332,8 +332,8 @@ func TestServerRefusesMalformedFlagsChangingNothing(t *testing.T) {
 				args = append(args, f, v)
 			}
 			code, out, errOut := runCLI(t, opts, args...)
-			if code != exitFail {
-				t.Fatalf("%v: exit %d, want %d; stderr:\n%s", args, code, exitFail, errOut)
+			if code != ExitFail {
+				t.Fatalf("%v: exit %d, want %d; stderr:\n%s", args, code, ExitFail, errOut)
 			}
 			for _, want := range []string{"stratum: ", "control-plane join refused", tc.want, "nothing was changed"} {
 				if !strings.Contains(errOut, want) {
@@ -367,7 +367,7 @@ func TestControlPlaneCommandsRefuseOnANodeWithoutState(t *testing.T) {
 	} {
 		opts, h := onTempHost(t)
 		code, out, errOut := runCLI(t, opts, tc.args...)
-		if code != exitFail || !strings.HasPrefix(errOut, "stratum: ") || !strings.Contains(errOut, tc.want) {
+		if code != ExitFail || !strings.HasPrefix(errOut, "stratum: ") || !strings.Contains(errOut, tc.want) {
 			t.Errorf("%v on a fresh node: exit %d, stderr %q; want exit 1 and %q", tc.args, code, errOut, tc.want)
 		}
 		if out != "" {
@@ -382,7 +382,7 @@ func TestControlPlaneCommandsRefuseOnANodeWithoutState(t *testing.T) {
 func TestUpWithoutServiceUnitsPointsToSim(t *testing.T) {
 	opts, h := onTempHost(t)
 	code, out, errOut := runCLI(t, opts, "up", "--node-ip", "127.0.0.1")
-	if code != exitFail {
+	if code != ExitFail {
 		t.Fatalf("up without service units: exit %d, want 1; stdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 	for _, want := range []string{"start etcd", "unknown service", "supervisor units", "not part of this release", "stratum sim up"} {
@@ -397,7 +397,7 @@ func TestUpWithoutServiceUnitsPointsToSim(t *testing.T) {
 	// The hint says a later `stratum up` starts from the files written: it
 	// does, trying etcd again rather than refusing.
 	code, _, errOut = runCLI(t, opts, "up")
-	if code != exitFail || !strings.Contains(errOut, "supervisor units") || len(h.starts) != 2 || h.starts[1] != "etcd" {
+	if code != ExitFail || !strings.Contains(errOut, "supervisor units") || len(h.starts) != 2 || h.starts[1] != "etcd" {
 		t.Errorf("second up: exit %d, starts %v, stderr:\n%s", code, h.starts, errOut)
 	}
 }

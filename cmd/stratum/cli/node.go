@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -26,9 +26,10 @@ import (
 // certificate-key should be rotated.
 const certKeyMaxAge = 90 * 24 * time.Hour
 
-// localNode binds an ha.Node to this machine (or the test seam's host).
+// localNode binds an ha.Node to this machine, or to Options.Host with
+// Options.Checkpoint as its checkpoint hook.
 func (a *app) localNode() (*ha.Node, host.Host, error) {
-	newHost := a.opts.localHost
+	newHost := a.opts.Host
 	if newHost == nil {
 		newHost = func() (host.Host, error) { return host.NewLocal() }
 	}
@@ -36,7 +37,7 @@ func (a *app) localNode() (*ha.Node, host.Host, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return ha.NewNode(ha.Env{Host: h, Log: a.log}), h, nil
+	return ha.NewNode(ha.Env{Host: h, Checkpoint: a.opts.Checkpoint, Log: a.log}), h, nil
 }
 
 // noUnitsHint is appended to an error caused by this host having no stratum
