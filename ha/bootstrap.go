@@ -65,9 +65,12 @@ var UpCheckpoints = append(append([]string{CheckpointUpStart, CheckpointUpAfterC
 func (n *Node) Up(ctx context.Context, o BootstrapOptions) (*nodestate.NodeState, error) {
 	h := n.env.Host
 	var st *nodestate.NodeState
-	_, err := nodestate.Load(h)
+	saved, err := nodestate.Load(h)
 	switch {
 	case err == nil:
+		if err := n.adoptVIP(saved, o.VIP); err != nil {
+			return saved, err
+		}
 		st, err = n.StartControlPlane(ctx)
 	case !errors.Is(err, nodestate.ErrNoState):
 		return nil, err
@@ -88,6 +91,30 @@ func (n *Node) Up(ctx context.Context, o BootstrapOptions) (*nodestate.NodeState
 		return st, err
 	}
 	return st, n.checkpoint(ctx, CheckpointUpAfterPublish)
+}
+
+// adoptVIP records vip in the saved state of a control plane that has none:
+// `stratum up --vip` on a single control plane growing into HA. The start
+// that follows reissues its apiserver certificate to cover the VIP before
+// kube-vip can take it. A different VIP than the recorded one is refused:
+// every node's certificates and kubeconfigs name the recorded one.
+func (n *Node) adoptVIP(st *nodestate.NodeState, vip nodestate.VIP) error {
+	switch {
+	case vip.Address == "" || vip.Address == st.VIP.Address:
+		return nil
+	case st.VIP.Address != "":
+		return fmt.Errorf("stratum up refused: this cluster's VIP is %s, not %s; nothing was changed: run `stratum up` without --vip", st.VIP.Address, vip.Address)
+	case net.ParseIP(vip.Address) == nil:
+		return fmt.Errorf("stratum up refused: the VIP %q is not an IP address; nothing was changed", vip.Address)
+	case vip.Address == st.NodeIP:
+		return fmt.Errorf("stratum up refused: the VIP %s is this node's own address; nothing was changed", vip.Address)
+	}
+	st.VIP = vip
+	if err := nodestate.Save(n.env.Host, st); err != nil {
+		return fmt.Errorf("stratum up: record the VIP %s: %w; nothing else was changed", vip.Address, err)
+	}
+	n.log.Info("the VIP is recorded for this control plane; its certificate is reissued to cover it at start", "vip", vip.Address)
+	return nil
 }
 
 // bootstrapRun is a first control plane's bootstrap in flight.

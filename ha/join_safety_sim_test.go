@@ -442,3 +442,62 @@ func TestRetainedDataCheckFailsClosed(t *testing.T) {
 	j.joinRefused("cp2", o, ha.ErrRetainedData, version.EtcdDataDir)
 }
 
+
+// TestSingleControlPlaneGrowsIntoHA: a control plane brought up without a
+// VIP adopts one (`stratum up --vip`), which reissues its apiserver
+// certificate before kube-vip takes the VIP; `repoint` then moves its
+// clients; a second control plane joins, and after the first's apiserver is
+// killed a client with only the cluster CA still reads through the VIP.
+func TestSingleControlPlaneGrowsIntoHA(t *testing.T) {
+	assetstest.Require(t)
+	c := sim.Start(t, sim.Config{Fresh: true, SpareHosts: 2, APIServers: true, VIP: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	h1 := c.Host("cp1")
+	cp1 := joinNodeOn(h1)
+	if _, err := cp1.Up(ctx, ha.BootstrapOptions{}); err != nil {
+		t.Fatalf("stratum up without a VIP: %v", err)
+	}
+	vip := c.VIPAddress().String()
+	crt, _ := h1.Files().ReadFile(version.PKIFile("apiserver.crt"))
+	if pki.CheckLeafCovers(crt, net.ParseIP(vip)) == nil {
+		t.Fatal("a control plane brought up without a VIP has a certificate covering it already; the test proves nothing")
+	}
+	if _, err := cp1.Up(ctx, ha.BootstrapOptions{VIP: nodestateVIP(c)}); err != nil {
+		t.Fatalf("stratum up --vip %s on the single control plane: %v", vip, err)
+	}
+	if _, err := cp1.Up(ctx, ha.BootstrapOptions{VIP: nodestate.VIP{Address: "127.0.0.99"}}); err == nil || !strings.Contains(err.Error(), "nothing was changed") {
+		t.Fatalf("stratum up with another VIP than the adopted one: %v", err)
+	}
+	crt, _ = h1.Files().ReadFile(version.PKIFile("apiserver.crt"))
+	if err := pki.CheckLeafCovers(crt, net.ParseIP(vip)); err != nil {
+		t.Fatalf("after adopting the VIP: %v", err)
+	}
+	if _, err := c.WaitVIP(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if _, err := cp1.NodeRepoint(ctx, &out, vip); err != nil {
+		t.Fatalf("repoint onto the VIP: %v\n%s", err, out.String())
+	}
+	cs := vipClient(t, h1)
+	if err := readyThroughVIP(ctx, cs, 20*time.Second); err != nil {
+		t.Fatalf("through the VIP after the repoint: %v", err)
+	}
+	j := &joinCluster{t: t, c: c, ctx: ctx, cp1: cp1}
+	o, err := mintOn(ctx, h1, cp1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.join("cp2", o); err != nil {
+		t.Fatalf("join cp2: %v", err)
+	}
+	if err := h1.KillAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	if err := readyThroughVIP(ctx, cs, 20*time.Second); err != nil {
+		t.Fatalf("cp1's apiserver killed; through the VIP (held by %v): %v", c.VIPHolder(), err)
+	}
+	checkFileModes(t, h1)
+	checkFileModes(t, c.Host("cp2"))
+}

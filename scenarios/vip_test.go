@@ -3,6 +3,7 @@ package scenarios
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -63,6 +64,8 @@ type vipStats struct {
 	holderMoves, checksHeld, checksExempt     int
 	badJoins                                  map[string]int
 	kills, crashes, isolations, heals, starts int
+	// upCrashes are first bring-ups crashed at a drawn checkpoint and re-run.
+	upCrashes int
 }
 
 func (s *vipStats) add(f func(*vipStats)) {
@@ -74,8 +77,8 @@ func (s *vipStats) add(f func(*vipStats)) {
 func TestClientsThroughVIP(t *testing.T) {
 	st := &vipStats{badJoins: map[string]int{}}
 	t.Cleanup(func() {
-		t.Logf("ClientsThroughVIP: VIP checks held %d, exempt (no quorum or no apiserver) %d; faults on the VIP holder %d (kills %d, crashes %d, isolations %d), heals %d, restarts %d; bad joins %v",
-			st.checksHeld, st.checksExempt, st.holderMoves, st.kills, st.crashes, st.isolations, st.heals, st.starts, st.badJoins)
+		t.Logf("ClientsThroughVIP: VIP checks held %d, exempt (no quorum or no apiserver) %d; faults on the VIP holder %d (kills %d, crashes %d, isolations %d), heals %d, restarts %d; bring-ups crashed and re-run %d; bad joins %v",
+			st.checksHeld, st.checksExempt, st.holderMoves, st.kills, st.crashes, st.isolations, st.heals, st.starts, st.upCrashes, st.badJoins)
 	})
 	property(t, func(rt *rapid.T) {
 		c := startCluster(rt, sim.Config{Fresh: true, SpareHosts: 4, APIServers: true, VIP: true})
@@ -146,9 +149,15 @@ func (w *vipWorld) stratum(h *sim.Host, args ...string) (int, string, string) {
 func (w *vipWorld) bringUp() {
 	t := w.t
 	cp1 := w.c.Host("cp1")
-	code, out, errOut := w.stratum(cp1, "up", "--vip", w.c.VIPAddress().String())
+	up := []string{"up", "--vip", w.c.VIPAddress().String()}
+	crashAt := rapid.SampledFrom(append([]string{"none"}, ha.UpCheckpoints...)).Draw(t, "crash the first stratum up at")
+	if crashAt != "none" {
+		w.crashedUp(cp1, crashAt, up)
+		w.stats.add(func(s *vipStats) { s.upCrashes++ })
+	}
+	code, out, errOut := w.stratum(cp1, up...)
 	if code != cli.ExitOK {
-		t.Fatalf("stratum up --vip %s on cp1: exit %d\nstdout:\n%s\nstderr:\n%s", w.c.VIPAddress(), code, out, errOut)
+		t.Fatalf("stratum up --vip %s on cp1 (after a first run crashed at %s): exit %d\nstdout:\n%s\nstderr:\n%s", w.c.VIPAddress(), crashAt, code, out, errOut)
 	}
 	w.cps = append(w.cps, cp1)
 	var err error
@@ -172,6 +181,24 @@ func (w *vipWorld) bringUp() {
 	if !ok {
 		t.Fatalf("write the sentinel through the VIP with cp1's admin kubeconfig within %s of stratum up (VIP holder %s): %s", vipSettle, w.holderName(), last)
 	}
+}
+
+// crashedUp runs `stratum up` on h until h crashes at checkpoint cp: the
+// command's goroutine is frozen there for good, as a SIGKILL leaves it.
+func (w *vipWorld) crashedUp(h *sim.Host, cp string, args []string) {
+	armed := w.c.CrashAt(h.Name(), cp)
+	d := h.Handle()
+	o := cli.Options{Host: func() (host.Host, error) { return d, nil }, Checkpoint: d.Checkpoint}
+	returned := make(chan int, 1)
+	go func() { returned <- cli.Run(w.ctx, args, &syncBuffer{}, &syncBuffer{}, o) }()
+	select {
+	case <-armed.Reached():
+	case code := <-returned:
+		w.t.Fatalf("stratum up on %s returned (exit %d) without reaching %s", h.Name(), code, cp)
+	case <-time.After(cliBound):
+		w.t.Fatalf("stratum up on %s did not reach %s within %s", h.Name(), cp, cliBound)
+	}
+	w.last = "stratum up on " + h.Name() + " crashed at " + cp
 }
 
 // live are the control planes that can serve: etcd, apiserver and kube-vip
@@ -499,7 +526,7 @@ func (w *vipWorld) badJoin(t *rapid.T) {
 	}
 	minter := drawHost(t, live, "minter")
 	args := w.printedJoin(minter)
-	kind := rapid.SampledFrom([]string{"node-ip of a member", "wrong certificate-key", "wrong token", "expired token"}).Draw(t, "bad input")
+	kind := rapid.SampledFrom([]string{"node-ip of a member", "wrong certificate-key", "wrong token", "expired token", "host cannot start services"}).Draw(t, "bad input")
 	var detail string
 	switch kind {
 	case "node-ip of a member":
@@ -529,6 +556,10 @@ func (w *vipWorld) badJoin(t *rapid.T) {
 		}
 		setFlag(t, args, "--token", tok)
 		detail = "a control-plane token expired an hour ago"
+	case "host cannot start services":
+		w.joiner.BreakServices(errors.New("the service manager is broken"))
+		defer w.joiner.MendServices()
+		detail = "its service manager broken"
 	}
 	code, out, errOut := w.stratum(w.joiner, args...)
 	w.stats.add(func(s *vipStats) { s.badJoins[kind]++ })

@@ -92,9 +92,11 @@ On a fresh node it bootstraps the first control plane of a new cluster: the clus
 CAs, this node's leaf certificates and kubeconfigs, a single-member etcd, the
 kube-apiserver, kube-vip holding --vip, and the cluster-info a joiner discovers the CA
 from. On a node with saved control-plane state it starts what that state records
-(the flags are then not used). On a node where a join was interrupted after its etcd
-member-add (a surviving join intent journal) it refuses, naming the journal and the
-command that recovers it.
+(the flags are then not used, except --vip on a control plane that has none: a single
+control plane growing into HA adopts the VIP, and its apiserver certificate is reissued
+to cover it before kube-vip takes it; then "stratum repoint --vip" moves its clients).
+On a node where a join was interrupted after its etcd member-add (a surviving join
+intent journal) it refuses, naming the journal and the command that recovers it.
 
 The services run under the host's supervisor (systemd units stratum-etcd,
 stratum-kube-apiserver, stratum-kube-vip), which this release does not ship; "stratum
@@ -103,7 +105,11 @@ sim up" runs the same flow on simulated hosts.`,
   stratum up --node-ip 10.0.0.11 --vip 10.0.0.10
 
   # Restart a control plane from its saved state
-  stratum up`,
+  stratum up
+
+  # A single control plane growing into HA: adopt a VIP, then move its clients onto it
+  stratum up --vip 10.0.0.10
+  stratum repoint --vip 10.0.0.10`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkIP("--node-ip", f.nodeIP); err != nil {
