@@ -197,7 +197,7 @@ type brokenServices struct{ *sim.Handle }
 var errNoManager = errors.New("no service manager on this host")
 
 func (brokenServices) CheckServices(context.Context, []string) error { return errNoManager }
-func (brokenServices) StartService(context.Context, string) error   { return errNoManager }
+func (brokenServices) StartService(context.Context, string) error    { return errNoManager }
 
 // TestJoinRefusedBeforeTheAddWhenTheHostCannotStartServices: a host that
 // could not start its etcd after the member-add is refused before the
@@ -441,7 +441,6 @@ func TestRetainedDataCheckFailsClosed(t *testing.T) {
 	}
 	j.joinRefused("cp2", o, ha.ErrRetainedData, version.EtcdDataDir)
 }
-
 
 // TestSingleControlPlaneGrowsIntoHA: a control plane brought up without a
 // VIP adopts one (`stratum up --vip`), which reissues its apiserver

@@ -291,6 +291,11 @@ func TestRejoinCrashAtEachCheckpointResumes(t *testing.T) {
 	for _, cp := range ha.RejoinCheckpoints {
 		r.restore()
 		seedID := r.clusterID("cp1")
+		others := "" // members of the seed beside cp1 and cp2
+		if cp == ha.CheckpointRejoinAfterMemberRemove {
+			r.staleStartedMember("cp2")
+			others = " cp3:voter"
+		}
 		inc := cp2.Incarnation()
 		armed := c.CrashAt("cp2", cp)
 		errc := make(chan error, 1)
@@ -305,11 +310,15 @@ func TestRejoinCrashAtEachCheckpointResumes(t *testing.T) {
 			t.Fatal(r.ctx.Err())
 		}
 		waitCrashed(t, cp2, inc)
-		// While cp2 is down the seed has cp1, and cp2 only as a learner that
-		// never started, once the add is done.
-		want := "cp1:voter"
+		// While cp2 is down the seed has cp1, and cp2 only as a learner: one
+		// that never started once the add is done, a started one once its
+		// etcd ran.
+		want := "cp1:voter" + others
 		if cp == ha.CheckpointRejoinAfterMemberAdd || cp == ha.CheckpointRejoinAfterStateSave {
-			want = ":unstarted cp1:voter"
+			want = ":unstarted cp1:voter" + others
+		}
+		if cp == ha.CheckpointRejoinAfterEtcdStart {
+			want = "cp1:voter cp2:learner" + others
 		}
 		if got := strings.Join(r.members("cp1"), " "); got != want {
 			t.Fatalf("%s: seed's members while cp2 is crashed: %s, want %s", cp, got, want)
@@ -319,7 +328,7 @@ func TestRejoinCrashAtEachCheckpointResumes(t *testing.T) {
 			t.Fatalf("%s: re-run after the crash: %v\n%s", cp, err, out)
 		}
 		t.Logf("%s: re-run converged in %s", cp, time.Since(start).Round(time.Millisecond))
-		if got := strings.Join(r.members("cp1"), " "); got != "cp1:voter cp2:voter" {
+		if got := strings.Join(r.members("cp1"), " "); got != "cp1:voter cp2:voter"+others {
 			t.Fatalf("%s: members after the re-run: %s", cp, got)
 		}
 		if id := r.clusterID("cp2"); id != seedID {
@@ -329,6 +338,34 @@ func TestRejoinCrashAtEachCheckpointResumes(t *testing.T) {
 		if !cp2.APIServerRunning() {
 			t.Fatalf("%s: cp2's apiserver is not running after the re-run", cp)
 		}
+	}
+}
+
+// staleStartedMember leaves host as a started member of the seed's cluster
+// whose node state does not know it: host and cp3 rejoin in full (cp3 keeps
+// the seed's quorum while host is down), then host crashes and its node
+// state names the old cluster again (as one restored from a backup taken
+// before the rejoin would). The next rejoin must drop the started member
+// before it can add the node again, so it passes
+// CheckpointRejoinAfterMemberRemove.
+func (r *restoreCluster) staleStartedMember(host string) {
+	r.t.Helper()
+	for _, name := range []string{host, "cp3"} {
+		if out, err := r.rejoin(name, true); err != nil {
+			r.t.Fatalf("rejoin of %s before making %s stale: %v\n%s", name, host, err, out)
+		}
+	}
+	h := r.c.Host(host)
+	inc := h.Incarnation()
+	h.Crash()
+	waitCrashed(r.t, h, inc)
+	st, err := nodestate.Load(h.Files())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	st.Etcd.ClusterID = "1"
+	if err := nodestate.Save(h.Files(), st); err != nil {
+		r.t.Fatal(err)
 	}
 }
 
