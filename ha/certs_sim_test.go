@@ -199,6 +199,7 @@ func certsSameShared(t *testing.T, h *sim.Host, want map[string][]byte) {
 // reads stratum-certs; the bootstrap group writes nothing but its own hold of
 // the fence; a download works exactly for the live grant.
 func TestCertsAuthorizationMatrix(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	e := startCerts(t, sim.Config{ControlPlanes: 1, SpareHosts: 1, APIServers: true})
 	ctx := e.ctx
 	live := e.mustMint(time.Hour)
@@ -385,6 +386,7 @@ func TestCertsAuthorizationMatrix(t *testing.T) {
 // mint moved the legacy entry; an entry swapped into another grant's place
 // does not open; a mint the Secret cannot hold is refused unwritten.
 func TestCertsTwoMintsAndBudget(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	e := startCerts(t, sim.Config{ControlPlanes: 1, SpareHosts: 2, APIServers: true})
 	ctx := e.ctx
 	st, err := nodestate.Load(e.cp1.Files())
@@ -469,6 +471,7 @@ func TestCertsTwoMintsAndBudget(t *testing.T) {
 // fence was lost writes nothing; a re-upload after a CA change retires
 // pending grants before anything is written, and a fresh mint carries the new CA.
 func TestCertsRekeyAndReUpload(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	e := startCerts(t, sim.Config{ControlPlanes: 1, SpareHosts: 1, APIServers: true})
 	ctx := e.ctx
 	a := e.mustMint(time.Hour)
@@ -600,6 +603,7 @@ func (r certsRacingSecrets) Update(ctx context.Context, s *corev1.Secret, o meta
 // gone or expired by stratum's clock, writes nothing when none is, and
 // retries a conflict from fresh state.
 func TestPruneExpiredGrants(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	e := startCerts(t, sim.Config{ControlPlanes: 1, APIServers: true})
 	ctx := e.ctx
 	long := e.mustMint(2 * time.Hour)
@@ -679,6 +683,7 @@ func certsSorted(s ...string) []string { slices.Sort(s); return s }
 // garbage collector, stratum-certs outlives the first owning token and goes
 // with the last.
 func TestCertsGarbageCollectedWithLastToken(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	e := startCerts(t, sim.Config{ControlPlanes: 1, APIServers: true, ControllerManager: true})
 	ctx := e.ctx
 	a := e.mustMint(time.Hour)
@@ -741,6 +746,7 @@ func certsWaitGone(t *testing.T, ctx context.Context, get func() error, what str
 // opens only under the same config, and the key-set-at stamp moves with a
 // re-key.
 func TestCertsAtRestKeyProofAndKeySetAt(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	e := startCerts(t, sim.Config{ControlPlanes: 1, SpareHosts: 1, APIServers: true})
 	ctx := e.ctx
 	if _, present, err := e.node.SharedCertsKeySetAt(ctx); err != nil || present {
@@ -809,6 +815,7 @@ func TestCertsAtRestKeyProofAndKeySetAt(t *testing.T) {
 // TestMaintenanceFence: the fence is exclusive until it runs out by stratum's
 // clock; a lost fence fails its confirm, renewal and release.
 func TestMaintenanceFence(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	e := startCerts(t, sim.Config{ControlPlanes: 1, SpareHosts: 1, APIServers: true})
 	ctx := e.ctx
 	other := certsNodeOn(e.c.Host("cp2")) // another stratum process, its own clock
@@ -851,6 +858,7 @@ func TestMaintenanceFence(t *testing.T) {
 // TestNarrowCertsReaderBinding: a binding that still names the worker group
 // is narrowed to the control-plane group; an absent one stays absent.
 func TestNarrowCertsReaderBinding(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	e := startCerts(t, sim.Config{ControlPlanes: 1, APIServers: true})
 	ctx := e.ctx
 	rbs := e.admin.RbacV1().RoleBindings("kube-system")
@@ -902,6 +910,7 @@ func TestNarrowCertsReaderBinding(t *testing.T) {
 // returns only once each of them denies the probe, and then each one denies
 // the bootstrap group a write.
 func TestFencePolicyEnforcedOnEveryAPIServer(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	e := startCerts(t, sim.Config{ControlPlanes: 3, APIServers: true})
 	ctx := e.ctx
 	var cfgs []*rest.Config
@@ -933,6 +942,7 @@ func TestFencePolicyEnforcedOnEveryAPIServer(t *testing.T) {
 // write while its fence is taken over refuses the publication and writes
 // nothing.
 func TestRekeyRefusedWhenFenceLostWhileStalled(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	e := startCerts(t, sim.Config{ControlPlanes: 1, SpareHosts: 1, APIServers: true})
 	ctx := e.ctx
 	e.mustMint(time.Hour)
@@ -970,6 +980,7 @@ func TestRekeyRefusedWhenFenceLostWhileStalled(t *testing.T) {
 // racing to create it) each land their grant and owner; none overwrites
 // another.
 func TestConcurrentMintsAllLand(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	e := startCerts(t, sim.Config{ControlPlanes: 1, APIServers: true})
 	const n = 3
 	var wg sync.WaitGroup

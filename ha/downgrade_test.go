@@ -15,6 +15,7 @@ import (
 )
 
 func TestDowngradeEtcd(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	assetstest.Require(t, assets.EtcdName(version.Etcd), assets.EtcdName(version.EtcdPrevious))
 	names := cpNames(3)
 	versions := map[string]string{}
@@ -26,9 +27,15 @@ func TestDowngradeEtcd(t *testing.T) {
 	ips := ipsOf(c, names...)
 	n, logs := loggedNodeOn(c.Host("cp1"))
 
-	before, err := settledStorage(t, ctx, n, ips[0], "3.7")
-	if err != nil || !strings.HasPrefix(before.StorageVersion, "3.7") {
-		t.Fatalf("storage before = %+v, %v", before, err)
+	// Each member raises its own storage version some time after the
+	// cluster version settles: wait for all of them before comparing.
+	var before ha.EtcdStorage
+	for _, ip := range ips {
+		st, err := settledStorage(t, ctx, n, ip, "3.7")
+		if err != nil || !strings.HasPrefix(st.StorageVersion, "3.7") {
+			t.Fatalf("storage of %s before = %+v, %v", ip, st, err)
+		}
+		before = st
 	}
 
 	// Refusals change nothing: an upgrade, a skipped minor version, a

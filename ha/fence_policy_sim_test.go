@@ -67,6 +67,7 @@ func setKey(m *map[string]string, k, v string) {
 // change to the Lease: its metadata (labels, annotations, owner references,
 // finalizers, generateName) and every spec field but the holder's.
 func TestFencePolicyGuardsWholeLease(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	e := startCerts(t, sim.Config{ControlPlanes: 1, APIServers: true})
 	ctx := e.ctx
 	if err := e.node.GrantCertsReader(ctx, e.admin); err != nil {

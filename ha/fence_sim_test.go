@@ -30,6 +30,7 @@ func fenceHolder(ctx context.Context, t *testing.T, cs kubernetes.Interface) str
 // after (also when the publication fails), and while another holder has it
 // are refused with ErrFenceHeld, naming that holder, writing nothing.
 func TestFencedPublications(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	e := startCerts(t, sim.Config{ControlPlanes: 1, APIServers: true})
 	ctx := e.ctx
 	e.mustMint(time.Hour) // the Secret exists, so "unchanged" means something
@@ -131,6 +132,7 @@ func (e *certsEnv) bootstrapTokenCount() int {
 // refuses it any other holder name, and the take refuses a hold longer than
 // the policy admits before writing.
 func TestJoinFence(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	e := startCerts(t, sim.Config{ControlPlanes: 1, SpareHosts: 1, APIServers: true})
 	ctx := e.ctx
 	if err := e.node.GrantCertsReader(ctx, e.admin); err != nil {

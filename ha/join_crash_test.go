@@ -84,8 +84,10 @@ func (j *joinCluster) writeSentinel() {
 // when that does not finish the join, re-run the join command. The node ends
 // joined; never an orphan member, never a second cluster.
 func TestJoinCrashAtEveryCheckpointConverges(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	for _, cp := range ha.JoinCheckpoints {
 		t.Run(cp, func(t *testing.T) {
+			t.Parallel() // each on its own cluster
 			j := startJoinCluster(t, 1)
 			j.writeSentinel()
 			o := j.mint(time.Hour)
@@ -156,9 +158,11 @@ func TestJoinCrashAtEveryCheckpointConverges(t *testing.T) {
 // signal is deferred and the join finishes saving its state; the signal then
 // ends the run, and `stratum up` completes the node.
 func TestJoinSignalAtEveryStepBoundary(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	deferred := map[string]bool{ha.CheckpointAfterMemberAdd: true, ha.CheckpointBeforeStateSave: true, ha.CheckpointAfterStateSave: true}
 	for _, cp := range ha.JoinCheckpoints {
 		t.Run(cp, func(t *testing.T) {
+			t.Parallel() // each on its own cluster
 			j := startJoinCluster(t, 1)
 			j.writeSentinel()
 			o := j.mint(time.Hour)
@@ -221,8 +225,10 @@ func TestJoinSignalAtEveryStepBoundary(t *testing.T) {
 // member it added, through the published endpoints, clears its journal and
 // the files it created, and the same command then joins.
 func TestJoinFailureAfterMemberAddRollsBack(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	for _, cp := range []string{ha.CheckpointAfterMemberAdd, ha.CheckpointBeforeStateSave} {
 		t.Run(cp, func(t *testing.T) {
+			t.Parallel() // each on its own cluster
 			j := startJoinCluster(t, 1)
 			j.writeSentinel()
 			o := j.mint(time.Hour)

@@ -73,6 +73,7 @@ func readyThroughVIP(ctx context.Context, cs kubernetes.Interface, d time.Durati
 // through the VIP within 20 s, so every control plane that can win the VIP
 // serves it with a certificate that covers it.
 func TestEveryControlPlaneServesTheVIPAfterFailover(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	j := startJoinCluster(t, 2)
 	for _, name := range []string{"cp2", "cp3"} {
 		o := j.mint(time.Hour)
@@ -112,6 +113,7 @@ func TestEveryControlPlaneServesTheVIPAfterFailover(t *testing.T) {
 // apiserver certificate does not cover the VIP (joined by an older stratum)
 // gets one that does on its next `stratum up`, and serves it.
 func TestStartReissuesAnAPIServerCertificateLackingTheVIP(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	j := startJoinCluster(t, 1)
 	if err := j.join("cp2", j.mint(time.Hour)); err != nil {
 		t.Fatal(err)
@@ -160,6 +162,7 @@ func (a addressHost) Addresses() ([]netip.Addr, error) {
 // a join reach the member-add anyway (a host claiming the address), its
 // refusal removes nothing, and says nothing was added.
 func TestJoinOnAnotherMembersAddressNeverHarmsIt(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	j := startJoinCluster(t, 2)
 	if err := j.join("cp2", j.mint(time.Hour)); err != nil {
 		t.Fatal(err)
@@ -203,6 +206,7 @@ func (brokenServices) StartService(context.Context, string) error    { return er
 // could not start its etcd after the member-add is refused before the
 // journal and the add, with nothing changed.
 func TestJoinRefusedBeforeTheAddWhenTheHostCannotStartServices(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	j := startJoinCluster(t, 1)
 	o := j.mint(time.Hour)
 	h := j.c.Host("cp2")
@@ -247,6 +251,7 @@ func crashDuring(t *testing.T, c *sim.Cluster, h *sim.Host, cp string, op func()
 // is stopped before its add keeps it (the member exists); the next re-run
 // finishes the join with that member.
 func TestResumedJournalIsKeptUntilTheStateIsSaved(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	j := startJoinCluster(t, 1)
 	o := j.mint(time.Hour)
 	h := j.c.Host("cp2")
@@ -286,6 +291,7 @@ func TestResumedJournalIsKeptUntilTheStateIsSaved(t *testing.T) {
 // crashed after its etcd started, before the promotion, is promoted by the
 // next `stratum up`; so is one that crashed at any later start checkpoint.
 func TestUpPromotesALearnerLeftBetweenEtcdStartAndPromotion(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	j := startJoinCluster(t, 1)
 	o := j.mint(time.Hour)
 	h := j.c.Host("cp2")
@@ -314,14 +320,16 @@ func TestUpPromotesALearnerLeftBetweenEtcdStartAndPromotion(t *testing.T) {
 // its checkpoints, runs `stratum up` again, and joins a second control plane:
 // every re-run must leave a cluster that can be joined.
 func TestUpCrashAtEveryCheckpointThenJoin(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	assetstest.Require(t)
 	c := sim.Start(t, sim.Config{Fresh: true, SpareHosts: 2 * len(ha.UpCheckpoints), APIServers: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
+	t.Cleanup(cancel) // the subtests run after this function returns
 	hosts := c.Hosts()
 	for i, cp := range ha.UpCheckpoints {
 		first, joiner := hosts[2*i], hosts[2*i+1]
 		t.Run(cp, func(t *testing.T) {
+			t.Parallel() // each on its own pair of hosts, a cluster of its own
 			defer first.Crash()
 			defer joiner.Crash()
 			crashDuring(t, c, first, cp, func() error {
@@ -415,6 +423,7 @@ func checkFileModes(t *testing.T, h *sim.Host) {
 // TestMemberAddRefusalIsReturnedAfterOneAttempt: an add etcd refuses for
 // good (the peer URL of a started member) is not retried.
 func TestMemberAddRefusalIsReturnedAfterOneAttempt(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	assetstest.Require(t)
 	c := sim.Start(t, sim.Config{ControlPlanes: 2})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -432,6 +441,7 @@ func TestMemberAddRefusalIsReturnedAfterOneAttempt(t *testing.T) {
 // TestRetainedDataCheckFailsClosed: an etcd data directory that cannot be
 // read may hold data, and a join refuses it.
 func TestRetainedDataCheckFailsClosed(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	j := startJoinCluster(t, 1)
 	o := j.mint(time.Hour)
 	h := j.c.Host("cp2")
@@ -448,6 +458,7 @@ func TestRetainedDataCheckFailsClosed(t *testing.T) {
 // clients; a second control plane joins, and after the first's apiserver is
 // killed a client with only the cluster CA still reads through the VIP.
 func TestSingleControlPlaneGrowsIntoHA(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	assetstest.Require(t)
 	c := sim.Start(t, sim.Config{Fresh: true, SpareHosts: 2, APIServers: true, VIP: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

@@ -122,6 +122,7 @@ func (j *joinCluster) members() []string {
 }
 
 func TestJoinTwoControlPlanes(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	j := startJoinCluster(t, 2)
 	cs1, err := j.c.Host("cp1").Admin()
 	if err != nil {
@@ -236,6 +237,7 @@ func (j *joinCluster) joinRefused(name string, o ha.JoinOptions, want error, wan
 }
 
 func TestJoinRefusalsChangeNothing(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	j := startJoinCluster(t, 1)
 	good := j.mint(time.Hour)
 
@@ -306,6 +308,7 @@ func TestJoinRefusalsChangeNothing(t *testing.T) {
 }
 
 func TestJoinRefusedWhileClusterUnhealthy(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	assetstest.Require(t)
 	c := sim.Start(t, sim.Config{ControlPlanes: 3, SpareHosts: 1, APIServers: true, VIP: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -325,6 +328,7 @@ func TestJoinRefusedWhileClusterUnhealthy(t *testing.T) {
 // CLI does on simulated hosts: `stratum up` on cp1 of an empty simulation,
 // then two joins.
 func TestUpBootstrapsThenJoinsFromAFreshCluster(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	assetstest.Require(t)
 	c := sim.Start(t, sim.Config{Fresh: true, SpareHosts: 3, APIServers: true, VIP: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

@@ -14,6 +14,7 @@ import (
 )
 
 func TestMembershipOfOneThreeFiveMembers(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	for _, size := range []int{1, 3, 5} {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
 			c := sim.Start(t, sim.Config{ControlPlanes: size, SpareHosts: 1})
@@ -80,6 +81,7 @@ func TestMembershipOfOneThreeFiveMembers(t *testing.T) {
 }
 
 func TestMemberAddLearnerLifecycle(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	c := sim.Start(t, sim.Config{ControlPlanes: 3, SpareHosts: 1})
 	ctx := context.Background()
 	ips := ipsOf(c, "cp1", "cp2", "cp3")
@@ -170,6 +172,7 @@ func TestMemberAddLearnerLifecycle(t *testing.T) {
 }
 
 func TestMemberAddRetriesUnhealthyRefusalAfterRestart(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	c := sim.Start(t, sim.Config{ControlPlanes: 3, SpareHosts: 1})
 	ctx := context.Background()
 	ips := ipsOf(c, "cp1", "cp2", "cp3")
@@ -197,6 +200,7 @@ func TestMemberAddRetriesUnhealthyRefusalAfterRestart(t *testing.T) {
 }
 
 func TestEtcdClusterHealthyReportsSplitLeadership(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	c := sim.Start(t, sim.Config{ControlPlanes: 5})
 	ctx := context.Background()
 	names := cpNames(5)
@@ -263,6 +267,7 @@ func TestEtcdClusterHealthyReportsSplitLeadership(t *testing.T) {
 }
 
 func TestMemberAddRetriesTooManyLearners(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	c := sim.Start(t, sim.Config{ControlPlanes: 3, SpareHosts: 2})
 	ctx := context.Background()
 	ips := ipsOf(c, "cp1", "cp2", "cp3")

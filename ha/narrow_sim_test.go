@@ -20,6 +20,7 @@ import (
 // many — is replaced by one naming the certs-reader Role and the
 // control-plane group only, and the tokens' access follows.
 func TestNarrowCertsReaderBindingRepairsRoleRef(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	e := startCerts(t, sim.Config{ControlPlanes: 1, APIServers: true})
 	ctx := e.ctx
 	if err := e.node.GrantCertsReader(ctx, e.admin); err != nil {

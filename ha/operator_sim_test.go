@@ -10,6 +10,7 @@ import (
 // learner but never got to promote it (its own start path never ran again)
 // is promoted by the operator's pass on another control plane.
 func TestOperatorPassPromotesAStrandedLearner(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	j := startJoinCluster(t, 1)
 	o := j.mint(time.Hour)
 	cp2 := j.c.Host("cp2")

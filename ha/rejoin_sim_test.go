@@ -180,6 +180,7 @@ func (r *restoreCluster) rejoin(host string, force bool) (string, error) {
 }
 
 func TestSnapshotRestoreThenRejoin(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	r := startRestoreCluster(t)
 	c := r.c
 	cp1IP := c.Host("cp1").IP().String()
@@ -261,6 +262,7 @@ func TestSnapshotRestoreThenRejoin(t *testing.T) {
 			t.Fatalf("%s in cluster %x, the seed in %x", name, b, a)
 		}
 		r.checkHoldsSnapshot(name)
+		checkFileModes(t, c.Host(name))
 	}
 	if err := n.EtcdClusterHealthy(r.ctx, ips); err != nil {
 		t.Fatalf("cluster after the rejoins: %v", err)
@@ -281,63 +283,72 @@ func TestSnapshotRestoreThenRejoin(t *testing.T) {
 }
 
 // TestRejoinCrashAtEachCheckpointResumes crashes cp2 at each rejoin
-// checkpoint in turn and re-runs the same command on the rebooted host: the
-// re-run resumes and converges. Each round restores cp1 afresh, so each
-// round's rejoin starts from a stale cp2.
+// checkpoint and re-runs the same command on the rebooted host: the re-run
+// resumes and converges. Each checkpoint gets its own cluster, restored on
+// cp1 from the snapshot, so each rejoin starts from a stale cp2.
 func TestRejoinCrashAtEachCheckpointResumes(t *testing.T) {
+	t.Parallel() // its own simulated cluster
+	for _, cp := range ha.RejoinCheckpoints {
+		t.Run(cp, func(t *testing.T) {
+			t.Parallel() // each on its own cluster
+			rejoinCrashAt(t, cp)
+		})
+	}
+}
+
+// rejoinCrashAt is one round of TestRejoinCrashAtEachCheckpointResumes.
+func rejoinCrashAt(t *testing.T, cp string) {
 	r := startRestoreCluster(t)
 	c := r.c
 	cp2 := c.Host("cp2")
-	for _, cp := range ha.RejoinCheckpoints {
-		r.restore()
-		seedID := r.clusterID("cp1")
-		others := "" // members of the seed beside cp1 and cp2
-		if cp == ha.CheckpointRejoinAfterMemberRemove {
-			r.staleStartedMember("cp2")
-			others = " cp3:voter"
-		}
-		inc := cp2.Incarnation()
-		armed := c.CrashAt("cp2", cp)
-		errc := make(chan error, 1)
-		go func() {
-			errc <- joinNodeOn(cp2).RejoinEtcd(r.ctx, io.Discard, c.Host("cp1").IP().String(), true)
-		}()
-		select {
-		case <-armed.Reached():
-		case err := <-errc:
-			t.Fatalf("%s: the rejoin ended without reaching the checkpoint: %v", cp, err)
-		case <-r.ctx.Done():
-			t.Fatal(r.ctx.Err())
-		}
-		waitCrashed(t, cp2, inc)
-		// While cp2 is down the seed has cp1, and cp2 only as a learner: one
-		// that never started once the add is done, a started one once its
-		// etcd ran.
-		want := "cp1:voter" + others
-		if cp == ha.CheckpointRejoinAfterMemberAdd || cp == ha.CheckpointRejoinAfterStateSave {
-			want = ":unstarted cp1:voter" + others
-		}
-		if cp == ha.CheckpointRejoinAfterEtcdStart {
-			want = "cp1:voter cp2:learner" + others
-		}
-		if got := strings.Join(r.members("cp1"), " "); got != want {
-			t.Fatalf("%s: seed's members while cp2 is crashed: %s, want %s", cp, got, want)
-		}
-		start := time.Now()
-		if out, err := r.rejoin("cp2", true); err != nil {
-			t.Fatalf("%s: re-run after the crash: %v\n%s", cp, err, out)
-		}
-		t.Logf("%s: re-run converged in %s", cp, time.Since(start).Round(time.Millisecond))
-		if got := strings.Join(r.members("cp1"), " "); got != "cp1:voter cp2:voter"+others {
-			t.Fatalf("%s: members after the re-run: %s", cp, got)
-		}
-		if id := r.clusterID("cp2"); id != seedID {
-			t.Fatalf("%s: cp2 in cluster %x, the seed in %x", cp, id, seedID)
-		}
-		r.checkHoldsSnapshot("cp2")
-		if !cp2.APIServerRunning() {
-			t.Fatalf("%s: cp2's apiserver is not running after the re-run", cp)
-		}
+	r.restore()
+	seedID := r.clusterID("cp1")
+	others := "" // members of the seed beside cp1 and cp2
+	if cp == ha.CheckpointRejoinAfterMemberRemove {
+		r.staleStartedMember("cp2")
+		others = " cp3:voter"
+	}
+	inc := cp2.Incarnation()
+	armed := c.CrashAt("cp2", cp)
+	errc := make(chan error, 1)
+	go func() {
+		errc <- joinNodeOn(cp2).RejoinEtcd(r.ctx, io.Discard, c.Host("cp1").IP().String(), true)
+	}()
+	select {
+	case <-armed.Reached():
+	case err := <-errc:
+		t.Fatalf("%s: the rejoin ended without reaching the checkpoint: %v", cp, err)
+	case <-r.ctx.Done():
+		t.Fatal(r.ctx.Err())
+	}
+	waitCrashed(t, cp2, inc)
+	// While cp2 is down the seed has cp1, and cp2 only as a learner: one
+	// that never started once the add is done, a started one once its
+	// etcd ran.
+	want := "cp1:voter" + others
+	if cp == ha.CheckpointRejoinAfterMemberAdd || cp == ha.CheckpointRejoinAfterStateSave {
+		want = ":unstarted cp1:voter" + others
+	}
+	if cp == ha.CheckpointRejoinAfterEtcdStart {
+		want = "cp1:voter cp2:learner" + others
+	}
+	if got := strings.Join(r.members("cp1"), " "); got != want {
+		t.Fatalf("%s: seed's members while cp2 is crashed: %s, want %s", cp, got, want)
+	}
+	start := time.Now()
+	if out, err := r.rejoin("cp2", true); err != nil {
+		t.Fatalf("%s: re-run after the crash: %v\n%s", cp, err, out)
+	}
+	t.Logf("%s: re-run converged in %s", cp, time.Since(start).Round(time.Millisecond))
+	if got := strings.Join(r.members("cp1"), " "); got != "cp1:voter cp2:voter"+others {
+		t.Fatalf("%s: members after the re-run: %s", cp, got)
+	}
+	if id := r.clusterID("cp2"); id != seedID {
+		t.Fatalf("%s: cp2 in cluster %x, the seed in %x", cp, id, seedID)
+	}
+	r.checkHoldsSnapshot("cp2")
+	if !cp2.APIServerRunning() {
+		t.Fatalf("%s: cp2's apiserver is not running after the re-run", cp)
 	}
 }
 
@@ -406,6 +417,7 @@ func waitCrashed(t *testing.T, h *sim.Host, inc uint64) {
 // rejoin without force is refused. Healed, they report a leader: refused
 // again. Neither refusal changes anything.
 func TestRejoinRefusedWhileOldPeersMayHoldQuorum(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	assetstest.Require(t)
 	c := sim.Start(t, sim.Config{ControlPlanes: 5})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

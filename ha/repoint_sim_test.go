@@ -83,6 +83,7 @@ func (failingRestart) RestartService(_ context.Context, name string) error {
 }
 
 func TestNodeRepoint(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	assetstest.Require(t)
 	c := sim.Start(t, sim.Config{ControlPlanes: 1, SpareHosts: 1, APIServers: true, VIP: true})
 	other := sim.Start(t, sim.Config{ControlPlanes: 1, APIServers: true, VIP: true})
@@ -202,6 +203,7 @@ func checkRepointed(t *testing.T, h *sim.Host, before map[string][]byte, server 
 }
 
 func TestRepointKubeconfigsState(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	assetstest.Require(t)
 	c := sim.Start(t, sim.Config{ControlPlanes: 1, SpareHosts: 1})
 	spare := c.Host("cp2")
@@ -298,6 +300,7 @@ func envOf(spec corev1.PodSpec) []string {
 }
 
 func TestRepointCilium(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	assetstest.Require(t)
 	c := sim.Start(t, sim.Config{ControlPlanes: 1, APIServers: true, VIP: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

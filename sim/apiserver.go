@@ -181,3 +181,10 @@ func (a *apiServer) stop() (killed bool) {
 	a.log.Close()
 	return killed
 }
+
+// kill ends the apiserver at once with SIGKILL, as a crash or an OOM kill
+// does: no graceful shutdown, no in-flight request finished.
+func (a *apiServer) kill() {
+	stopChild(a.cmd, a.done, syscall.SIGKILL, 0)
+	a.log.Close()
+}

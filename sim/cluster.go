@@ -23,6 +23,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/klog/v2"
 
@@ -234,8 +235,9 @@ var klogOnce sync.Once
 // writing to the test output; the event log says what happened.
 func quietKlog() {
 	klogOnce.Do(func() {
-		klog.LogToStderr(false)
-		klog.SetOutput(io.Discard)
+		// A logger replaces every klog output, stderr for errors included
+		// (LogToStderr(false) alone still sends errors there).
+		klog.SetLogger(logr.Discard())
 	})
 }
 
@@ -380,7 +382,10 @@ func (c *Cluster) Close() {
 				defer wg.Done()
 				h.StopVIPCandidate()
 				h.StopControllerManager()
-				_ = h.StopAPIServer()
+				// Hard, as for etcd below: nothing is left to serve.
+				if a := h.takeAPIServer(); a != nil {
+					a.kill()
+				}
 			}()
 		}
 		wg.Wait()

@@ -109,9 +109,14 @@ type embeddedEtcd struct {
 	name string
 	mu   sync.Mutex
 	// cut are the peers this member's transport has paused.
-	cut  map[uint64]bool
-	done chan struct{}
-	once sync.Once
+	cut map[uint64]bool
+	// adds are the peers its transport added since they were last cut.
+	adds *peerAdds
+	// stopped is set, under mu, once the member is being stopped: no more
+	// cuts (see mendForStop).
+	stopped bool
+	done    chan struct{}
+	once    sync.Once
 	// stopOnce: a crash and a failed start may both stop the member.
 	stopOnce sync.Once
 	// stopping is set once the simulator stops the member, so that its watch
@@ -152,7 +157,8 @@ func launchEmbeddedEtcd(s etcdSpec, onRemoved func(*embeddedEtcd)) (*embeddedEtc
 	cfg.ElectionMs = etcdElectionMs
 	cfg.ClientTLSInfo = transport.TLSInfo{CertFile: s.serverCert, KeyFile: s.serverKey, TrustedCAFile: s.caFile, ClientCertAuth: true}
 	cfg.PeerTLSInfo = transport.TLSInfo{CertFile: s.peerCert, KeyFile: s.peerKey, TrustedCAFile: s.caFile, ClientCertAuth: true}
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(etcdLogger(s.name))
+	adds := &peerAdds{}
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(adds.watching(etcdLogger(s.name)))
 	cfg.EnableGRPCGateway = false
 	guard := newRemovalGuard()
 	cfg.GRPCAdditionalServerOptions = guard.serverOptions()
@@ -161,7 +167,7 @@ func launchEmbeddedEtcd(s etcdSpec, onRemoved func(*embeddedEtcd)) (*embeddedEtc
 		return nil, fmt.Errorf("start embedded etcd %s: %w", s.name, err)
 	}
 	guard.srv.Store(e.Server)
-	m := &embeddedEtcd{e: e, name: s.name, done: make(chan struct{}), guard: guard}
+	m := &embeddedEtcd{e: e, name: s.name, done: make(chan struct{}), guard: guard, adds: adds}
 	go m.watch(onRemoved)
 	return m, nil
 }
@@ -224,12 +230,33 @@ func (m *embeddedEtcd) stop(hard bool) {
 		if !m.removed.Load() {
 			m.stopping.Store(true)
 		}
+		if m.mendForStop() {
+			// A graceful stop would hand leadership over, through links the
+			// network has cut: a member cut off from a peer stops hard.
+			hard = true
+		}
 		if hard {
 			m.e.Server.HardStop()
 		}
 		m.e.Close()
 	})
 	m.once.Do(func() { close(m.done) })
+}
+
+// mendForStop resumes every peer the network has cut and keeps the ticks
+// from cutting again: etcd's transport stop closes each bootstrap remote's
+// pipeline, which panics on one already paused. It reports whether any peer
+// was cut.
+func (m *embeddedEtcd) mendForStop() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.stopped = true
+	for id := range m.cut {
+		m.e.Server.MendPeer(types.ID(id))
+	}
+	wasCut := len(m.cut) > 0
+	m.cut = nil
+	return wasCut
 }
 
 func (m *embeddedEtcd) exited() <-chan struct{} { return m.done }
@@ -256,12 +283,25 @@ func (m *embeddedEtcd) setPeerCut(id uint64, cut bool) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.stopped {
+		return
+	}
 	if m.cut == nil {
 		m.cut = map[uint64]bool{}
 	}
 	if cut {
-		// Pausing is idempotent, and a peer the transport re-added after a
-		// membership change starts unpaused, so a cut is re-applied every time.
+		// CutPeer pauses the peer and, on a member that joined an existing
+		// cluster, its bootstrap remote too; the remote's pause is not
+		// idempotent (a second one panics), so a peer is cut once, and again
+		// only after the transport added it anew (unpaused): mended first,
+		// so that the remote's pauses and resumes stay paired.
+		readded := m.adds.take(id)
+		if m.cut[id] && !readded {
+			return
+		}
+		if m.cut[id] {
+			m.e.Server.MendPeer(types.ID(id))
+		}
 		m.e.Server.CutPeer(types.ID(id))
 		m.cut[id] = true
 		return

@@ -119,6 +119,32 @@ func waitRemovedStopped(t *testing.T, c *Cluster, h *Host) {
 	})
 }
 
+// addLearner adds h to c's etcd cluster as a learner through cli and lays
+// out its member config to join the existing cluster (not started).
+func addLearner(t *testing.T, ctx context.Context, c *Cluster, cli *clientv3.Client, h *Host) uint64 {
+	t.Helper()
+	var resp *clientv3.MemberAddResponse
+	var err error
+	// etcd refuses a member add until the cluster has been connected for
+	// 5 s (its strict reconfiguration check).
+	eventually(t, 15*time.Second, "add "+h.Name()+" as a learner", func() (bool, string) {
+		resp, err = cli.MemberAddAsLearner(ctx, []string{h.PeerURL()})
+		return err == nil, fmt.Sprint(err)
+	})
+	var initial []string
+	for _, m := range resp.Members {
+		name := m.Name
+		if m.ID == resp.Member.ID {
+			name = h.Name()
+		}
+		initial = append(initial, name+"="+m.PeerURLs[0])
+	}
+	if err := c.layOut(h, strings.Join(initial, ","), "existing"); err != nil {
+		t.Fatal(err)
+	}
+	return resp.Member.ID
+}
+
 // TestRemovedMemberStopsWithoutPanic removes a running voter, once a
 // follower and once the leader, and keeps asking it for its status: embedded
 // etcd panics (the whole test process) when asked the status of a member that
@@ -193,30 +219,7 @@ func TestRemovedLearnerStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	addLearner := func(h *Host) uint64 {
-		t.Helper()
-		var resp *clientv3.MemberAddResponse
-		// etcd refuses a member add until the cluster has been connected for
-		// 5 s (its strict reconfiguration check).
-		eventually(t, 15*time.Second, "add "+h.Name()+" as a learner", func() (bool, string) {
-			resp, err = cli.MemberAddAsLearner(ctx, []string{h.PeerURL()})
-			return err == nil, fmt.Sprint(err)
-		})
-		var initial []string
-		for _, m := range resp.Members {
-			name := m.Name
-			if m.ID == resp.Member.ID {
-				name = h.Name()
-			}
-			initial = append(initial, name+"="+m.PeerURLs[0])
-		}
-		if err := c.layOut(h, strings.Join(initial, ","), "existing"); err != nil {
-			t.Fatal(err)
-		}
-		return resp.Member.ID
-	}
-
-	id4 := addLearner(cp4)
+	id4 := addLearner(t, ctx, c, cli, cp4)
 	if err := cp4.StartEtcd(ctx); err != nil {
 		t.Fatalf("start learner cp4: %v", err)
 	}
@@ -227,7 +230,7 @@ func TestRemovedLearnerStops(t *testing.T) {
 	<-done
 	waitRemovedStopped(t, c, cp4)
 
-	id5 := addLearner(cp5)
+	id5 := addLearner(t, ctx, c, cli, cp5)
 	removeMember(t, ctx, cli, id5)
 	sctx, scancel := context.WithTimeout(ctx, 20*time.Second)
 	defer scancel()

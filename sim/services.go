@@ -260,10 +260,7 @@ func (h *Host) StartAPIServer(ctx context.Context) error {
 
 // StopAPIServer stops the host's kube-apiserver.
 func (h *Host) StopAPIServer() error {
-	h.mu.Lock()
-	a := h.apiserver
-	h.apiserver = nil
-	h.mu.Unlock()
+	a := h.takeAPIServer()
 	if a == nil {
 		return nil
 	}
@@ -275,10 +272,25 @@ func (h *Host) StopAPIServer() error {
 	return nil
 }
 
-// KillAPIServer is the fault form of StopAPIServer.
+// takeAPIServer detaches the host's apiserver, nil when none runs.
+func (h *Host) takeAPIServer() *apiServer {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	a := h.apiserver
+	h.apiserver = nil
+	return a
+}
+
+// KillAPIServer is the fault form of StopAPIServer: SIGKILL, no graceful
+// shutdown.
 func (h *Host) KillAPIServer() error {
-	h.cluster.events.Record(h.name, "fault", "kill kube-apiserver")
-	return h.StopAPIServer()
+	a := h.takeAPIServer()
+	if a == nil {
+		return nil
+	}
+	a.kill()
+	h.cluster.events.Record(h.name, "fault", "kube-apiserver killed (SIGKILL)")
+	return nil
 }
 
 // APIServerRunning reports whether the host's apiserver is up.
@@ -315,7 +327,7 @@ func (h *Host) Crash() {
 	h.files.DropLocks()
 	h.StopVIPCandidate()
 	h.StopControllerManager()
-	_ = h.StopAPIServer()
+	_ = h.KillAPIServer()
 	h.stopEtcd(true)
 }
 

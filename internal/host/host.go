@@ -82,8 +82,10 @@ type ServiceStatus struct {
 
 // Network is the host's view of the network.
 type Network interface {
-	// Addresses are the host's unicast addresses, loopback excluded unless the
-	// host has nothing else (a simulated host lives on a loopback address).
+	// Addresses are the host's unicast addresses, routable ones first and
+	// loopback last, so detection prefers a routable address while a node
+	// given a loopback one (a single-node cluster, a simulated host) is
+	// still recognised as local.
 	Addresses() ([]netip.Addr, error)
 	// DialContext dials from this host. An isolated simulated host refuses.
 	DialContext(ctx context.Context, network, address string) (net.Conn, error)

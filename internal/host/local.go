@@ -41,8 +41,9 @@ func (l *Local) DialContext(ctx context.Context, network, address string) (net.C
 	return d.DialContext(ctx, network, address)
 }
 
-// Addresses lists the kernel's global unicast addresses; loopback only when
-// there is nothing else.
+// Addresses lists the kernel's global unicast and private addresses, then
+// its loopback ones: detection takes the first, and a --node-ip of
+// 127.0.0.1 is still an address of this host.
 func (l *Local) Addresses() ([]netip.Addr, error) {
 	addrs, err := net.InterfaceAddrs()
 	if err != nil {
@@ -62,10 +63,7 @@ func (l *Local) Addresses() ([]netip.Addr, error) {
 			global = append(global, ip)
 		}
 	}
-	if len(global) == 0 {
-		return loop, nil
-	}
-	return global, nil
+	return append(global, loop...), nil
 }
 
 // TrustCIDR inserts an iptables ACCEPT rule for cidr unless it is already there.
