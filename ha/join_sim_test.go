@@ -313,15 +313,22 @@ func TestJoinRefusedWhileClusterUnhealthy(t *testing.T) {
 	c := sim.Start(t, sim.Config{ControlPlanes: 3, SpareHosts: 1, APIServers: true, VIP: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if _, err := c.WaitVIP(ctx); err != nil {
+	holder, err := c.WaitVIP(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
 	j := &joinCluster{t: t, c: c, ctx: ctx, cp1: joinNodeOn(c.Host("cp1"))}
 	o := j.mint(time.Hour)
-	// cp3's member is down: the cluster has quorum, but a member of it does
-	// not answer, which is not healthy enough to add one.
-	c.Host("cp3").StopEtcd()
-	j.joinRefused("cp4", o, ha.ErrClusterUnhealthy, c.Host("cp3").ClientURL())
+	// One member is down: the cluster has quorum, but a member of it does
+	// not answer, which is not healthy enough to add one. It is not the VIP
+	// holder's: that would move the VIP (its apiserver talks to its own
+	// member only) while the join discovers through it.
+	down := c.Host("cp3")
+	if holder == down {
+		down = c.Host("cp2")
+	}
+	down.StopEtcd()
+	j.joinRefused("cp4", o, ha.ErrClusterUnhealthy, down.ClientURL())
 }
 
 // TestUpBootstrapsThenJoinsFromAFreshCluster runs the whole bring-up as the
