@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 
+	"stratum.dev/stratum/internal/certbundle"
 	"stratum.dev/stratum/internal/kubeconfig"
 	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/pki"
@@ -100,10 +101,10 @@ func RekeySharedCerts(certKeyHex string, confirm func(context.Context) error) er
 
 // DownloadCerts fetches and decrypts this grant's shared certificates with the
 // bootstrap kubeconfig at the host path bootstrapKubeconfig and writes them.
-func DownloadCerts(bootstrapKubeconfig, certKeyHex string, check func(bundleProfile) error) (bundleGrant, error) {
+func DownloadCerts(bootstrapKubeconfig, certKeyHex string, check func(certbundle.Profile) error) (certbundle.Grant, error) {
 	n, err := local()
 	if err != nil {
-		return bundleGrant{}, err
+		return certbundle.Grant{}, err
 	}
 	return n.DownloadCerts(context.Background(), bootstrapKubeconfig, certKeyHex, check)
 }
@@ -226,7 +227,7 @@ func (n *Node) RekeySharedCertsFenced(ctx context.Context, certKeyHex string) er
 // through this node's admin kubeconfig (withFence). The key is checked first:
 // a malformed one is refused without touching the fence.
 func (n *Node) fenced(ctx context.Context, op, what, certKeyHex string, fn func(ctx context.Context, confirm func(context.Context) error) error) error {
-	if _, err := parseCertKey(certKeyHex); err != nil {
+	if _, err := certbundle.ParseCertKey(certKeyHex); err != nil {
 		return fmt.Errorf("%s: %w; nothing was changed", what, err)
 	}
 	cs, err := n.adminClient()
@@ -248,7 +249,7 @@ func (n *Node) publish(ctx context.Context, certKeyHex string, owner *metav1.Own
 	if mode == publishRetire {
 		op = "re-seal shared certificates"
 	}
-	key, err := parseCertKey(certKeyHex)
+	key, err := certbundle.ParseCertKey(certKeyHex)
 	if err != nil {
 		return fmt.Errorf("%s: %w; nothing was uploaded", op, err)
 	}
@@ -333,7 +334,7 @@ func (n *Node) publish(ctx context.Context, certKeyHex string, owner *metav1.Own
 // all of them for a retiring publication), the owner's grant entry appended,
 // the legacy entry and the proof re-sealed, the owner merged and the
 // annotations stamped. A result over budget is ErrOverBudget.
-func (n *Node) nextCertsSecret(ctx context.Context, cs kubernetes.Interface, cur *corev1.Secret, key []byte, b bundle, tokenID string, owner *metav1.OwnerReference, mode publishMode, budget int) (*corev1.Secret, error) {
+func (n *Node) nextCertsSecret(ctx context.Context, cs kubernetes.Interface, cur *corev1.Secret, key []byte, b certbundle.Bundle, tokenID string, owner *metav1.OwnerReference, mode publishMode, budget int) (*corev1.Secret, error) {
 	out := cur.DeepCopy()
 	now := n.env.Host.Now()
 	data := maps.Clone(out.Data)
@@ -350,22 +351,22 @@ func (n *Node) nextCertsSecret(ctx context.Context, cs kubernetes.Interface, cur
 	for _, e := range drop {
 		delete(data, e)
 	}
-	b.meta.Generation = secretGeneration(cur) + 1
+	b.Meta.Generation = secretGeneration(cur) + 1
 	var err error
 	if tokenID != "" {
-		if data[grantEntry(tokenID)], err = sealV1(key, certsSecret, grantEntry(tokenID), b); err != nil {
+		if data[grantEntry(tokenID)], err = certbundle.SealV1(key, certsSecret, grantEntry(tokenID), b); err != nil {
 			return nil, err
 		}
 	}
-	if data[legacyEntry], err = sealLegacy(key, certsSecret, b); err != nil {
+	if data[certbundle.LegacyEntry], err = certbundle.SealLegacy(key, certsSecret, b); err != nil {
 		return nil, err
 	}
-	if enc, ok := b.files[encryptionConfigFile]; ok {
-		if data[proofEntry], err = sealProof(certsSecret, enc); err != nil {
+	if enc, ok := b.Files[certbundle.EncryptionConfigFile]; ok {
+		if data[certbundle.ProofEntry], err = certbundle.SealProof(certsSecret, enc); err != nil {
 			return nil, err
 		}
 	} else {
-		delete(data, proofEntry)
+		delete(data, certbundle.ProofEntry)
 	}
 	if size := dataSize(data); size > budget {
 		return nil, fmt.Errorf("%w: the publication needs %d bytes of the %d-byte budget (%d live grants); nothing was written: wait for pending joins to finish or their tokens to expire, or delete unused tokens and prune (PruneExpiredGrants)", ErrOverBudget, size, budget, len(grantEntries(data)))
@@ -378,49 +379,49 @@ func (n *Node) nextCertsSecret(ctx context.Context, cs kubernetes.Interface, cur
 		out.Annotations = map[string]string{}
 	}
 	out.Annotations[keySetAtAnnotation] = now.UTC().Format(time.RFC3339)
-	out.Annotations[generationAnnotation] = strconv.FormatInt(b.meta.Generation, 10)
+	out.Annotations[generationAnnotation] = strconv.FormatInt(b.Meta.Generation, 10)
 	return out, nil
 }
 
 // localBundle reads what this node publishes: the shared files, the at-rest
 // encryption config when it has one, and the cluster facts of its node state
 // and etcd membership.
-func (n *Node) localBundle(ctx context.Context) (bundle, error) {
+func (n *Node) localBundle(ctx context.Context) (certbundle.Bundle, error) {
 	h := n.env.Host
 	files := map[string][]byte{}
 	for _, name := range pki.SharedFileNames() {
 		b, err := h.ReadFile(version.PKIFile(name))
 		if err != nil {
-			return bundle{}, fmt.Errorf("read shared file %s: %w", version.PKIFile(name), err)
+			return certbundle.Bundle{}, fmt.Errorf("read shared file %s: %w", version.PKIFile(name), err)
 		}
 		files[name] = b
 	}
 	if _, err := pki.LoadShared(files); err != nil {
-		return bundle{}, err
+		return certbundle.Bundle{}, err
 	}
-	enc, err := h.ReadFile(encryptionConfigPath)
+	enc, err := h.ReadFile(certbundle.EncryptionConfigPath)
 	switch {
 	case err == nil:
-		files[encryptionConfigFile] = enc
+		files[certbundle.EncryptionConfigFile] = enc
 	case !errors.Is(err, fs.ErrNotExist):
-		return bundle{}, fmt.Errorf("read at-rest encryption config %s: %w", encryptionConfigPath, err)
+		return certbundle.Bundle{}, fmt.Errorf("read at-rest encryption config %s: %w", certbundle.EncryptionConfigPath, err)
 	}
 	st, err := nodestate.Load(h)
 	if err != nil {
-		return bundle{}, err
+		return certbundle.Bundle{}, err
 	}
 	eps, err := n.etcdClientURLs(ctx, st)
 	if err != nil {
-		return bundle{}, err
+		return certbundle.Bundle{}, err
 	}
-	prof := bundleProfile{
+	prof := certbundle.Profile{
 		PodCIDR: st.PodCIDR, ServiceCIDR: st.ServiceCIDR, ClusterDomain: st.ClusterDomain,
 		Cilium: st.Cilium, VIP: st.VIP.Address, EtcdEndpoints: eps,
 	}
-	_, carries := files[encryptionConfigFile]
-	return bundle{
-		meta:  envelopeMeta{CarriesAtRestKey: carries, VIP: st.VIP.Address, EtcdEndpoints: eps, Profile: prof},
-		files: files,
+	_, carries := files[certbundle.EncryptionConfigFile]
+	return certbundle.Bundle{
+		Meta:  certbundle.Meta{CarriesAtRestKey: carries, VIP: st.VIP.Address, EtcdEndpoints: eps, Profile: prof},
+		Files: files,
 	}, nil
 }
 
@@ -484,39 +485,39 @@ func (n *Node) adminClient() (kubernetes.Interface, error) {
 
 // DownloadCerts is the package-level DownloadCerts on this node.
 // bootstrapKubeconfig is a path on this node's host.
-func (n *Node) DownloadCerts(ctx context.Context, bootstrapKubeconfig, certKeyHex string, check func(bundleProfile) error) (bundleGrant, error) {
+func (n *Node) DownloadCerts(ctx context.Context, bootstrapKubeconfig, certKeyHex string, check func(certbundle.Profile) error) (certbundle.Grant, error) {
 	const op = "download shared certificates"
-	key, err := parseCertKey(certKeyHex)
+	key, err := certbundle.ParseCertKey(certKeyHex)
 	if err != nil {
-		return bundleGrant{}, fmt.Errorf("%s: %w; nothing was written", op, err)
+		return certbundle.Grant{}, fmt.Errorf("%s: %w; nothing was written", op, err)
 	}
 	kc, err := n.env.Host.ReadFile(bootstrapKubeconfig)
 	if err != nil {
-		return bundleGrant{}, fmt.Errorf("%s: read bootstrap kubeconfig: %w; nothing was written", op, err)
+		return certbundle.Grant{}, fmt.Errorf("%s: read bootstrap kubeconfig: %w; nothing was written", op, err)
 	}
 	tok, err := kubeconfig.TokenOf(kc)
 	if err != nil {
-		return bundleGrant{}, fmt.Errorf("%s: %w; nothing was written", op, err)
+		return certbundle.Grant{}, fmt.Errorf("%s: %w; nothing was written", op, err)
 	}
 	id, _, err := token.ParseToken(tok)
 	if err != nil {
-		return bundleGrant{}, fmt.Errorf("%s: %w; nothing was written", op, err)
+		return certbundle.Grant{}, fmt.Errorf("%s: %w; nothing was written", op, err)
 	}
 	cfg, err := n.restConfig(kc)
 	if err != nil {
-		return bundleGrant{}, fmt.Errorf("%s: %w; nothing was written", op, err)
+		return certbundle.Grant{}, fmt.Errorf("%s: %w; nothing was written", op, err)
 	}
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return bundleGrant{}, fmt.Errorf("%s: %w; nothing was written", op, err)
+		return certbundle.Grant{}, fmt.Errorf("%s: %w; nothing was written", op, err)
 	}
 	s, err := readBundleSecret(ctx, cs, "bootstrap token "+id)
 	if err != nil {
-		return bundleGrant{}, fmt.Errorf("%s: %w", op, err)
+		return certbundle.Grant{}, fmt.Errorf("%s: %w", op, err)
 	}
 	entry := grantEntry(id)
 	if _, ok := s.Data[entry]; !ok {
-		entry = legacyEntry
+		entry = certbundle.LegacyEntry
 	}
 	return n.openAndWrite(ctx, s, entry, key, check)
 }
@@ -524,7 +525,7 @@ func (n *Node) DownloadCerts(ctx context.Context, bootstrapKubeconfig, certKeyHe
 // DownloadCertsAdmin is the package-level DownloadCertsAdmin on this node.
 func (n *Node) DownloadCertsAdmin(ctx context.Context, certKeyHex string) error {
 	const op = "download shared certificates (admin)"
-	key, err := parseCertKey(certKeyHex)
+	key, err := certbundle.ParseCertKey(certKeyHex)
 	if err != nil {
 		return fmt.Errorf("%s: %w; nothing was written", op, err)
 	}
@@ -536,7 +537,7 @@ func (n *Node) DownloadCertsAdmin(ctx context.Context, certKeyHex string) error 
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	_, err = n.openAndWrite(ctx, s, legacyEntry, key, nil)
+	_, err = n.openAndWrite(ctx, s, certbundle.LegacyEntry, key, nil)
 	return err
 }
 
@@ -560,29 +561,29 @@ func readBundleSecret(ctx context.Context, cs kubernetes.Interface, who string) 
 
 // openAndWrite opens entry of s, runs check on its profile, checks the
 // material is one consistent set, and only then writes the files.
-func (n *Node) openAndWrite(ctx context.Context, s *corev1.Secret, entry string, key []byte, check func(bundleProfile) error) (bundleGrant, error) {
-	files, g, err := openEnvelope(key, certsSecret, entry, s.Data[entry])
+func (n *Node) openAndWrite(ctx context.Context, s *corev1.Secret, entry string, key []byte, check func(certbundle.Profile) error) (certbundle.Grant, error) {
+	files, g, err := certbundle.Open(key, certsSecret, entry, s.Data[entry])
 	if err != nil {
 		hint := ""
-		if entry == legacyEntry && errors.Is(err, ErrBundleOpen) {
+		if entry == certbundle.LegacyEntry && errors.Is(err, ErrBundleOpen) {
 			hint = " (this grant's own entry is gone: rekeyed, re-uploaded after a CA rotation, or pruned)"
 		}
-		return bundleGrant{}, fmt.Errorf("open shared-certificate bundle%s: %w; nothing was written: check the --certificate-key, or %s", hint, err, mintHint)
+		return certbundle.Grant{}, fmt.Errorf("open shared-certificate bundle%s: %w; nothing was written: check the --certificate-key, or %s", hint, err, mintHint)
 	}
 	if check != nil {
 		if err := check(g.Profile); err != nil {
-			return bundleGrant{}, fmt.Errorf("the cluster's bundle does not fit this node: %w; nothing was written", err)
+			return certbundle.Grant{}, fmt.Errorf("the cluster's bundle does not fit this node: %w; nothing was written", err)
 		}
 	}
 	if _, err := pki.LoadShared(files); err != nil {
-		return bundleGrant{}, fmt.Errorf("shared-certificate bundle: %w; nothing was written", err)
+		return certbundle.Grant{}, fmt.Errorf("shared-certificate bundle: %w; nothing was written", err)
 	}
-	for i, name := range sortedNames(files) {
+	for i, name := range certbundle.SortedNames(files) {
 		if err := ctx.Err(); err != nil {
-			return bundleGrant{}, fmt.Errorf("download shared certificates: %w; %d of %d files were written, a re-run rewrites them all", err, i, len(files))
+			return certbundle.Grant{}, fmt.Errorf("download shared certificates: %w; %d of %d files were written, a re-run rewrites them all", err, i, len(files))
 		}
-		if err := n.env.Host.WriteFile(bundleFilePath(name), files[name], fs.FileMode(bundleFileMode(name))); err != nil {
-			return bundleGrant{}, fmt.Errorf("write %s: %w; a re-run rewrites every file", bundleFilePath(name), err)
+		if err := n.env.Host.WriteFile(certbundle.FilePath(name), files[name], fs.FileMode(certbundle.FileMode(name))); err != nil {
+			return certbundle.Grant{}, fmt.Errorf("write %s: %w; a re-run rewrites every file", certbundle.FilePath(name), err)
 		}
 	}
 	return g, nil
@@ -632,8 +633,8 @@ func (n *Node) PublishedBundleCarriesKey(ctx context.Context, cs kubernetes.Inte
 	if encryptionConfig == nil {
 		return true, false, nil
 	}
-	proof, ok := s.Data[proofEntry]
-	return true, ok && proofOpens(certsSecret, encryptionConfig, proof), nil
+	proof, ok := s.Data[certbundle.ProofEntry]
+	return true, ok && certbundle.ProofOpens(certsSecret, encryptionConfig, proof), nil
 }
 
 // SharedCertsKeySetAt is the package-level SharedCertsKeySetAt.

@@ -4,19 +4,21 @@ import (
 	"context"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"stratum.dev/stratum/internal/certbundle"
 )
 
 // Names the external tests (package ha_test) need.
 type (
-	BundleProfile = bundleProfile
-	BundleGrant   = bundleGrant
+	BundleProfile = certbundle.Profile
+	BundleGrant   = certbundle.Grant
 )
 
 const (
 	CertsSecretName   = certsSecret
 	FenceLeaseName    = fenceLease
 	JoinFencePolicy   = joinFencePolicy
-	LegacyEntry       = legacyEntry
+	LegacyEntry       = certbundle.LegacyEntry
 	GrantSecretBudget = grantSecretBudget
 )
 

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"stratum.dev/stratum/internal/certbundle"
 	"stratum.dev/stratum/internal/token"
 )
 
@@ -44,11 +45,11 @@ func dataSize(data map[string][]byte) int {
 }
 
 // grantEntry is the entry name of the grant minted with tokenID.
-func grantEntry(tokenID string) string { return grantEntryPrefix + tokenID }
+func grantEntry(tokenID string) string { return certbundle.GrantEntryPrefix + tokenID }
 
 // grantTokenID is the token ID of a grant entry's name, "" for any other entry.
 func grantTokenID(entry string) string {
-	id, ok := strings.CutPrefix(entry, grantEntryPrefix)
+	id, ok := strings.CutPrefix(entry, certbundle.GrantEntryPrefix)
 	if !ok {
 		return ""
 	}

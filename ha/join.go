@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"stratum.dev/stratum/internal/addons"
+	"stratum.dev/stratum/internal/certbundle"
 	"stratum.dev/stratum/internal/discovery"
 	"stratum.dev/stratum/internal/host"
 	"stratum.dev/stratum/internal/interrupt"
@@ -345,7 +346,7 @@ func (r *joinRun) assemble(ctx context.Context) error {
 		HostDirs: func() error { return host.Dirs(h) },
 		Prereqs:  func(po host.PrereqOptions) error { return host.Prereqs(h, po) },
 		ResolveNet: func() (netcfg.Config, error) {
-			g, err := n.DownloadCerts(ctx, version.Kubeconfig("bootstrap"), o.CertKey, func(p bundleProfile) error {
+			g, err := n.DownloadCerts(ctx, version.Kubeconfig("bootstrap"), o.CertKey, func(p certbundle.Profile) error {
 				return checkJoinAgainst(p, o)
 			})
 			if err != nil {
@@ -689,7 +690,7 @@ func checkJoinOptions(o JoinOptions) error {
 	if _, err := pki.CheckCAHashFormat(o.CAHash); err != nil {
 		bad = append(bad, "--ca-hash is not sha256:<64 hex digits>")
 	}
-	if _, err := parseCertKey(o.CertKey); err != nil {
+	if _, err := certbundle.ParseCertKey(o.CertKey); err != nil {
 		bad = append(bad, "--certificate-key is not 64 hex digits")
 	}
 	if o.VIP.Address != "" && net.ParseIP(o.VIP.Address) == nil {
@@ -704,7 +705,7 @@ func checkJoinOptions(o JoinOptions) error {
 // checkJoinAgainst is the download's check: the cluster's network, domain and
 // Cilium settings ride in with the shared certs, and a joiner configured
 // otherwise is refused before any file is written.
-func checkJoinAgainst(p bundleProfile, o JoinOptions) error {
+func checkJoinAgainst(p certbundle.Profile, o JoinOptions) error {
 	cluster := netcfg.Config{PodCIDR: p.PodCIDR, ServiceCIDR: p.ServiceCIDR, ClusterDomain: p.ClusterDomain}.WithDefaults()
 	if err := netcfg.CheckJoin(cluster, netcfg.Config{PodCIDR: o.PodCIDR, ServiceCIDR: o.ServiceCIDR, ClusterDomain: o.ClusterDomain}); err != nil {
 		return fmt.Errorf("%w: %v", ErrJoinMismatch, err)

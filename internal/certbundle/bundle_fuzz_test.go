@@ -1,4 +1,4 @@
-package ha
+package certbundle
 
 import (
 	"bytes"
@@ -15,49 +15,49 @@ import (
 func FuzzOpenEnvelope(f *testing.F) {
 	key := certKeyForTest(f)
 	b := bundleForTest(f, true)
-	v1, err := sealV1(key, certsSecret, "certs-aaaaaa", b)
+	v1, err := SealV1(key, certsSecret, "certs-aaaaaa", b)
 	if err != nil {
 		f.Fatal(err)
 	}
-	legacy, err := sealLegacy(key, certsSecret, b)
+	legacy, err := SealLegacy(key, certsSecret, b)
 	if err != nil {
 		f.Fatal(err)
 	}
-	v1Plain, _ := json.Marshal(envelopeV1Plain{Meta: envelopeMeta{Files: sortedNames(b.files), CarriesAtRestKey: true}, Files: b.files})
-	flat, _ := json.Marshal(b.files)
-	f.Add("certs-aaaaaa", v1, v1Plain)
-	f.Add(legacyEntry, legacy, flat)
+	v1JSON, _ := json.Marshal(v1Plain{Meta: Meta{Files: SortedNames(b.Files), CarriesAtRestKey: true}, Files: b.Files})
+	flat, _ := json.Marshal(b.Files)
+	f.Add("certs-aaaaaa", v1, v1JSON)
+	f.Add(LegacyEntry, legacy, flat)
 	f.Add("certs-aaaaaa", legacy, []byte(`{"meta":{"files":null},"files":{}}`))
-	f.Add(legacyEntry, v1, []byte(`{"ca.crt":"AA==","stratum-cluster-facts.json":"e30="}`))
+	f.Add(LegacyEntry, v1, []byte(`{"ca.crt":"AA==","stratum-cluster-facts.json":"e30="}`))
 	f.Add("certs-aaaaaa", []byte{}, []byte(`null`))
 	f.Add("certs-aaaaaa", []byte{1}, []byte(`{"files":{"../x":"AA=="}}`))
 	f.Add("proof", v1[:40], []byte{})
 	f.Add("certs-", bytes.Repeat([]byte{0xff}, 64), []byte(`[]`))
 	f.Fuzz(func(t *testing.T, entry string, sealed, plain []byte) {
-		check := func(files map[string][]byte, g bundleGrant, err error) {
+		check := func(files map[string][]byte, g Grant, err error) {
 			if err != nil {
 				return
 			}
-			if checkBundleFiles(files) != nil {
-				t.Fatalf("accepted a bundle with a bad file set: %v", sortedNames(files))
+			if checkFiles(files) != nil {
+				t.Fatalf("accepted a bundle with a bad file set: %v", SortedNames(files))
 			}
 			if _, ok := files[legacyFactsFile]; ok {
 				t.Fatal("accepted a bundle that would write the reserved facts name")
 			}
-			_, carries := files[encryptionConfigFile]
+			_, carries := files[EncryptionConfigFile]
 			if carries != g.CarriesAtRestKey {
 				t.Fatalf("grant says carries=%t, files say %t", g.CarriesAtRestKey, carries)
 			}
 		}
-		check(openEnvelope(key, certsSecret, entry, sealed))
+		check(Open(key, certsSecret, entry, sealed))
 		ver := envelopeV1
-		if entry == legacyEntry {
+		if entry == LegacyEntry {
 			ver = envelopeLegacy
 		}
-		resealed, err := seal(key, certsSecret, entry, ver, plain)
+		resealed, err := sealEntry(key, certsSecret, entry, ver, plain)
 		if err != nil {
 			t.Fatal(err)
 		}
-		check(openEnvelope(key, certsSecret, entry, resealed))
+		check(Open(key, certsSecret, entry, resealed))
 	})
 }
