@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -101,6 +102,14 @@ func (n *Node) promoteSelf(ctx context.Context, st *nodestate.NodeState) error {
 	peers := peerIPs(st.Etcd.InitialCluster, st.Etcd.PeerURL)
 	if len(peers) == 0 {
 		return nil
+	}
+	// The initial cluster names only the members there were at the join;
+	// any of them may be down now while the cluster has a quorum without
+	// it. This node's own member, just started, knows the current members:
+	// it is asked too, after them.
+	own, _, _ := strings.Cut(st.NodeIP, ",") // a dual-stack node: "v4,v6"
+	if own != "" && !slices.Contains(peers, own) {
+		peers = append(peers, own)
 	}
 	if err := n.PromoteWhenCaughtUp(ctx, peers, st.Etcd.PeerURL); err != nil {
 		return fmt.Errorf("promote this node's etcd learner: %w; etcd keeps running as a learner, and the next `stratum up` retries", err)
