@@ -511,3 +511,29 @@ func TestSingleControlPlaneGrowsIntoHA(t *testing.T) {
 	checkFileModes(t, h1)
 	checkFileModes(t, c.Host("cp2"))
 }
+
+// TestUpWithAnInitialPeerDownStillStarts restarts a control plane whose node
+// state names, as its initial cluster, only a member that is now down (cp2
+// joined when cp1 was the only member; cp1 has crashed since): cp2 and cp3
+// make a quorum, so `stratum up` on cp2 must start it. Its learner check
+// asked only the initial cluster's members, and failed.
+func TestUpWithAnInitialPeerDownStillStarts(t *testing.T) {
+	t.Parallel() // its own simulated cluster
+	j := startJoinCluster(t, 2)
+	for _, name := range []string{"cp2", "cp3"} {
+		if err := j.join(name, j.mint(time.Hour)); err != nil {
+			t.Fatalf("join %s: %v", name, err)
+		}
+	}
+	cp2 := j.c.Host("cp2")
+	inc := cp2.Incarnation()
+	cp2.Crash()
+	waitCrashed(t, cp2, inc)
+	j.c.Host("cp1").Crash()
+	if _, err := joinNodeOn(cp2).StartControlPlane(j.ctx); err != nil {
+		t.Fatalf("stratum up on cp2 with cp1 down and cp3 up: %v", err)
+	}
+	if !cp2.EtcdRunning() || !cp2.APIServerRunning() {
+		t.Fatal("stratum up returned, but cp2's etcd or apiserver is not running")
+	}
+}
