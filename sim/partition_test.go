@@ -21,11 +21,7 @@ func TestIsolatingAJoinedMemberHoldsAcrossTicks(t *testing.T) {
 	cp1, cp4 := c.Host("cp1"), c.Host("cp4")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cli, err := cp1.EtcdClient()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := etcdClientOf(t, cp1)
 	id4 := addLearner(t, ctx, c, cli, cp4)
 	if err := cp4.StartEtcd(ctx); err != nil {
 		t.Fatalf("start cp4: %v", err)
@@ -34,11 +30,7 @@ func TestIsolatingAJoinedMemberHoldsAcrossTicks(t *testing.T) {
 		_, err := cli.MemberPromote(ctx, id4)
 		return err == nil, fmt.Sprint(err)
 	})
-	own, err := cp4.EtcdClient()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer own.Close()
+	own := etcdClientOf(t, cp4)
 	seen := func(key string) bool {
 		rctx, rcancel := context.WithTimeout(ctx, time.Second)
 		defer rcancel()

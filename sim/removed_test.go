@@ -119,6 +119,17 @@ func waitRemovedStopped(t *testing.T, c *Cluster, h *Host) {
 	})
 }
 
+// etcdClientOf is a client of h's member, closed when the test ends.
+func etcdClientOf(t *testing.T, h *Host) *clientv3.Client {
+	t.Helper()
+	cli, err := h.EtcdClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
 // addLearner adds h to c's etcd cluster as a learner through cli and lays
 // out its member config to join the existing cluster (not started).
 func addLearner(t *testing.T, ctx context.Context, c *Cluster, cli *clientv3.Client, h *Host) uint64 {
@@ -214,11 +225,7 @@ func TestRemovedLearnerStops(t *testing.T) {
 	cp1, cp4, cp5 := c.Host("cp1"), c.Host("cp4"), c.Host("cp5")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cli, err := cp1.EtcdClient()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := etcdClientOf(t, cp1)
 	id4 := addLearner(t, ctx, c, cli, cp4)
 	if err := cp4.StartEtcd(ctx); err != nil {
 		t.Fatalf("start learner cp4: %v", err)
@@ -236,7 +243,7 @@ func TestRemovedLearnerStops(t *testing.T) {
 	defer scancel()
 	started := make(chan struct{})
 	done = hammer(t, cp5, started)
-	err = cp5.StartEtcd(sctx)
+	err := cp5.StartEtcd(sctx)
 	close(started)
 	<-done
 	if err == nil {
