@@ -14,7 +14,7 @@ FUZZTIME ?= 10s
 # Checks per property for `make explore`.
 CHECKS ?= 200
 
-.PHONY: all build assets tools-mod vet fmt-check test demo bench explore clean help
+.PHONY: all build assets tools-mod dist vet fmt-check test demo bench explore clean help
 
 all: build
 
@@ -22,7 +22,7 @@ all: build
 build:
 	$(GO) build -o bin/stratum ./cmd/stratum
 
-## assets: build the pinned kube-apiserver, kube-controller-manager and etcd into the cache (~7 min cold, instant once built)
+## assets: build the pinned kube-apiserver, kube-controller-manager, etcd, etcdctl and kubectl into the cache (~8 min cold, instant once built)
 assets:
 	@dir="$$($(GO) run ./internal/assets/assetsdir)"; \
 	tools/build-assets.sh "$$dir"
@@ -30,6 +30,26 @@ assets:
 ## tools-mod: regenerate tools/*/go.mod and go.sum from tools/versions.mk
 tools-mod:
 	tools/gen-mod.sh
+
+## dist: dist/stratum-<git describe>-linux-<arch>/ with bin/ (stratum stamped with that version; etcd, kube-apiserver, kube-controller-manager, etcdctl, kubectl from the asset cache) and SHA256SUMS, and its .tar.gz beside it (see docs/assets.md)
+dist: assets build
+	@version="$$(git describe --tags --always --dirty)"; \
+	goos="$$($(GO) env GOOS)"; arch="$$($(GO) env GOARCH)"; \
+	if [[ "$$goos" != linux ]]; then echo "make dist: the assets are built for GOOS=$$goos; a dist is for linux"; exit 1; fi; \
+	name="stratum-$$version-linux-$$arch"; out="dist/$$name"; \
+	assets="$$($(GO) run ./internal/assets/assetsdir)"; \
+	etcd_version="$$(sed -n 's/^ETCD_VERSION := //p' tools/versions.mk)"; \
+	rm -rf "$$out" "$$out.tar.gz"; \
+	mkdir -p "$$out/bin"; \
+	echo "dist: building bin/stratum $$version"; \
+	CGO_ENABLED=0 $(GO) build -trimpath \
+		-ldflags "-X $$($(GO) list -m)/cmd/stratum/cli.Version=$$version" \
+		-o "$$out/bin/stratum" ./cmd/stratum; \
+	cp -p "$$assets/etcd-$$etcd_version" "$$out/bin/etcd"; \
+	for b in kube-apiserver kube-controller-manager etcdctl kubectl; do cp -p "$$assets/$$b" "$$out/bin/$$b"; done; \
+	(cd "$$out" && sha256sum bin/* > SHA256SUMS); \
+	tar -C dist --sort=name --owner=0 --group=0 --numeric-owner -czf "$$out.tar.gz" "$$name"; \
+	echo "dist: $$out/ ($$(ls "$$out/bin" | tr '\n' ' ')+ SHA256SUMS) and $$out.tar.gz"
 
 ## vet: go vet ./...
 vet:
@@ -100,9 +120,9 @@ bench: assets
 explore: assets
 	$(GO) test ./scenarios -v -count=1 -timeout 0 -run '$(or $(RUN),.)' -rapid.checks=$(CHECKS) -rapid.steps=$(or $(STEPS),30) $(if $(SEED),-rapid.seed=$(SEED))
 
-## clean: remove bin/ (the asset cache is kept: see docs/assets.md)
+## clean: remove bin/ and dist/ (the asset cache is kept: see docs/assets.md)
 clean:
-	rm -rf bin
+	rm -rf bin dist
 
 ## help: list the targets
 help:

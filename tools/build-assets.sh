@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# build-assets.sh DEST builds the pinned real binaries into DEST, the cache
-# directory internal/assets names for the current pins (tools/versions.mk and
-# the tools modules' go.sum). Nothing is downloaded but Go modules.
+# build-assets.sh DEST builds the pinned real binaries (the servers, and the
+# etcdctl and kubectl clients) into DEST, the cache directory internal/assets
+# names for the current pins (tools/versions.mk and the tools modules' go.sum).
+# Nothing is downloaded but Go modules.
 #
 # A DEST that already holds every binary and the completion stamp is left as
 # it is, so a second run costs about a second. Each binary is built into a
@@ -13,7 +14,7 @@ cd "$(dirname "$0")"
 eval "$(sed -n 's/^\([A-Z_]*\) := \(.*\)$/\1=\2/p' versions.mk)"
 
 etcd_dir() { echo "etcd-$(echo "$1" | cut -d. -f1,2)"; }
-binaries=(kube-apiserver kube-controller-manager "etcd-${ETCD_VERSION}" "etcd-${ETCD_OLD_VERSION}")
+binaries=(kube-apiserver kube-controller-manager "etcd-${ETCD_VERSION}" "etcd-${ETCD_OLD_VERSION}" etcdctl kubectl)
 
 if [[ -f "$dest/.complete" ]]; then
 	ok=1
@@ -55,9 +56,16 @@ build kube-apiserver kube k8s.io/kubernetes/cmd/kube-apiserver \
 	-tags=selinux,notest,grpcnotrace -ldflags "-s -w ${kube_ldflags}"
 build kube-controller-manager kube k8s.io/kubernetes/cmd/kube-controller-manager \
 	-tags=selinux,notest,grpcnotrace -ldflags "-s -w ${kube_ldflags}"
+# The clients: etcdctl at ETCD_VERSION (same module as that etcd), kubectl
+# stamped like the servers so `kubectl version --client` names KUBE_VERSION.
+build etcdctl "$(etcd_dir "$ETCD_VERSION")" go.etcd.io/etcd/etcdctl/v3
+build kubectl kube k8s.io/kubernetes/cmd/kubectl \
+	-tags=selinux,notest,grpcnotrace -ldflags "-s -w ${kube_ldflags}"
 
 "$dest/kube-apiserver" --version
 "$dest/etcd-${ETCD_VERSION}" --version | head -1
 "$dest/etcd-${ETCD_OLD_VERSION}" --version | head -1
+"$dest/etcdctl" version
+"$dest/kubectl" version --client
 touch "$dest/.complete"
 echo "assets: ready in $dest"

@@ -1,6 +1,7 @@
 // Package assets finds the real binaries (kube-apiserver,
-// kube-controller-manager, etcd) that tests, the simulator and envtest run.
-// It is the one place in the code that knows where they are.
+// kube-controller-manager, etcd) that tests, the simulator and envtest run,
+// and the etcdctl and kubectl clients end-to-end tests drive them with. It is
+// the one place in the code that knows where they are.
 //
 // `make assets` builds them from Go modules pinned in tools/ (see
 // docs/assets.md) into a cache directory named by a key over those pins, so a
@@ -45,6 +46,10 @@ const VersionsFile = "tools/versions.mk"
 const (
 	KubeAPIServerName         = "kube-apiserver"
 	KubeControllerManagerName = "kube-controller-manager"
+	// EtcdctlName is the etcd client at version.Etcd.
+	EtcdctlName = "etcdctl"
+	// KubectlName is the Kubernetes client at version.Kubernetes.
+	KubectlName = "kubectl"
 )
 
 // EtcdName is the binary name of the etcd server at version v ("v3.7.3" ->
@@ -58,6 +63,8 @@ func Names() []string {
 		KubeControllerManagerName,
 		EtcdName(version.Etcd),
 		EtcdName(version.EtcdPrevious),
+		EtcdctlName,
+		KubectlName,
 	}
 }
 
@@ -227,3 +234,9 @@ func KubeControllerManager() (string, error) { return Path(KubeControllerManager
 // Etcd returns the path of the etcd server binary at version v, which must be
 // one `make assets` builds: version.Etcd or version.EtcdPrevious.
 func Etcd(v string) (string, error) { return Path(EtcdName(v)) }
+
+// Etcdctl returns the path of the etcdctl client at version.Etcd.
+func Etcdctl() (string, error) { return Path(EtcdctlName) }
+
+// Kubectl returns the path of the kubectl client at version.Kubernetes.
+func Kubectl() (string, error) { return Path(KubectlName) }

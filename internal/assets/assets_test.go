@@ -299,6 +299,58 @@ func TestPathMissingAndPresent(t *testing.T) {
 	}
 }
 
+// TestAccessors checks that each named accessor looks up its own binary:
+// missing, it is an ErrMissing error naming that path; present, it is the path.
+func TestAccessors(t *testing.T) {
+	t.Setenv(EnvDir, t.TempDir())
+	dir, err := Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	accessors := []struct {
+		name string
+		get  func() (string, error)
+	}{
+		{KubeAPIServerName, KubeAPIServer},
+		{KubeControllerManagerName, KubeControllerManager},
+		{EtcdName(version.Etcd), func() (string, error) { return Etcd(version.Etcd) }},
+		{EtcdName(version.EtcdPrevious), func() (string, error) { return Etcd(version.EtcdPrevious) }},
+		{EtcdctlName, Etcdctl},
+		{KubectlName, Kubectl},
+	}
+	var names []string
+	for _, a := range accessors {
+		names = append(names, a.name)
+	}
+	if !slices.Equal(names, Names()) {
+		t.Errorf("accessors cover %q, Names() = %q; give every built binary an accessor", names, Names())
+	}
+	for _, want := range []string{"etcdctl", "kubectl"} {
+		if !slices.Contains(Names(), want) {
+			t.Errorf("Names() = %q, missing %q", Names(), want)
+		}
+	}
+
+	for _, a := range accessors {
+		p := filepath.Join(dir, a.name)
+		if _, err := a.get(); !errors.Is(err, ErrMissing) || !strings.Contains(err.Error(), p) {
+			t.Errorf("%s accessor in an empty cache: err = %v, want ErrMissing naming %s", a.name, err, p)
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range accessors {
+		p := filepath.Join(dir, a.name)
+		if err := os.WriteFile(p, []byte("#!/bin/true\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := a.get(); err != nil || got != p {
+			t.Errorf("%s accessor = %q, %v; want %q", a.name, got, err, p)
+		}
+	}
+}
+
 func TestPathRejectsNonNames(t *testing.T) {
 	t.Setenv(EnvDir, t.TempDir())
 	for _, name := range []string{"", "../kube-apiserver", "bin/etcd", ".complete", ".", ".."} {

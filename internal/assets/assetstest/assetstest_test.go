@@ -79,19 +79,26 @@ func TestRequire(t *testing.T) {
 // or by an old script cannot pass for the pins.
 func TestBuiltBinariesMatchPins(t *testing.T) {
 	dir := Require(t)
-	for _, tc := range []struct{ name, want string }{
-		{assets.KubeAPIServerName, "Kubernetes " + version.Kubernetes},
-		{assets.KubeControllerManagerName, "Kubernetes " + version.Kubernetes},
-		{assets.EtcdName(version.Etcd), "etcd Version: " + strings.TrimPrefix(version.Etcd, "v")},
-		{assets.EtcdName(version.EtcdPrevious), "etcd Version: " + strings.TrimPrefix(version.EtcdPrevious, "v")},
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{assets.KubeAPIServerName, []string{"--version"}, "Kubernetes " + version.Kubernetes},
+		{assets.KubeControllerManagerName, []string{"--version"}, "Kubernetes " + version.Kubernetes},
+		{assets.EtcdName(version.Etcd), []string{"--version"}, "etcd Version: " + strings.TrimPrefix(version.Etcd, "v")},
+		{assets.EtcdName(version.EtcdPrevious), []string{"--version"}, "etcd Version: " + strings.TrimPrefix(version.EtcdPrevious, "v")},
+		{assets.EtcdctlName, []string{"version"}, "etcdctl version: " + strings.TrimPrefix(version.Etcd, "v")},
+		{assets.KubectlName, []string{"version", "--client"}, "Client Version: " + version.Kubernetes},
 	} {
-		out, err := exec.Command(filepath.Join(dir, tc.name), "--version").CombinedOutput()
+		cmd := strings.Join(append([]string{tc.name}, tc.args...), " ")
+		out, err := exec.Command(filepath.Join(dir, tc.name), tc.args...).CombinedOutput()
 		if err != nil {
-			t.Errorf("%s --version: %v\n%s", tc.name, err, out)
+			t.Errorf("%s: %v\n%s", cmd, err, out)
 			continue
 		}
 		if !strings.Contains(string(out), tc.want) {
-			t.Errorf("%s --version = %q, want it to contain %q", tc.name, out, tc.want)
+			t.Errorf("%s = %q, want it to contain %q", cmd, out, tc.want)
 		}
 	}
 }
