@@ -1,0 +1,253 @@
+// Package controlplane is a real host's control-plane processes: where their
+// binaries come from (one directory, checked before anything changes), and
+// the command lines of etcd and kube-apiserver rendered from the node state,
+// so a start after a join, a restore or a repoint runs what the state now
+// records. stratum's supervisor (internal/supervisor) runs them.
+//
+// The simulator runs the same services its own way (embedded etcd, envtest's
+// apiserver flags); what both share is the node state they start from.
+package controlplane
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"stratum.dev/stratum/internal/certbundle"
+	"stratum.dev/stratum/internal/host"
+	"stratum.dev/stratum/internal/nodestate"
+	"stratum.dev/stratum/internal/version"
+)
+
+// DefaultBinDir is where a real host keeps the control-plane binaries
+// (`make dist` puts them in its bin/).
+const DefaultBinDir = "/var/lib/stratum/bin"
+
+// LogDir is where the supervisor appends each service's log.
+const LogDir = "/var/log/stratum"
+
+// Binary names inside the bin directory.
+const (
+	EtcdBinary      = "etcd"
+	APIServerBinary = "kube-apiserver"
+)
+
+// ErrBinary matches a control-plane binary that is missing, not executable or
+// of another version than this stratum pins.
+var ErrBinary = errors.New("control-plane binary unusable")
+
+// Binaries is the directory the control-plane binaries come from.
+type Binaries struct{ Dir string }
+
+// Path is the named binary's path.
+func (b Binaries) Path(name string) string { return filepath.Join(b.Dir, name) }
+
+// wantVersion is what each binary's --version must print.
+var wantVersion = map[string]string{
+	EtcdBinary:      "etcd Version: " + strings.TrimPrefix(version.Etcd, "v"),
+	APIServerBinary: "Kubernetes " + version.Kubernetes,
+}
+
+// Check reports an error matching ErrBinary unless the named binary exists,
+// is executable and says it is the pinned version. It runs the binary's
+// --version, nothing else.
+func (b Binaries) Check(ctx context.Context, name string) error {
+	p := b.Path(name)
+	fix := fmt.Sprintf("put the pinned %s there (the bin/ of `make dist`, or `make assets` in a checkout) or pass --bin-dir", name)
+	fi, err := os.Stat(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w: %s is missing: %s", ErrBinary, p, fix)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrBinary, p, err)
+	}
+	if fi.IsDir() || fi.Mode().Perm()&0o111 == 0 {
+		return fmt.Errorf("%w: %s is not an executable file (mode %v): chmod +x it or %s", ErrBinary, p, fi.Mode(), fix)
+	}
+	vctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(vctx, p, "--version").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%w: %s --version failed: %v: %s", ErrBinary, p, err, firstLine(string(out)))
+	}
+	if want := wantVersion[name]; want != "" && !strings.Contains(string(out), want) {
+		return fmt.Errorf("%w: %s is %q, this stratum runs %q: %s", ErrBinary, p, firstLine(string(out)), want, fix)
+	}
+	return nil
+}
+
+func firstLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+// Ports each service listens on.
+var Ports = map[string][]int{
+	EtcdBinary:      {version.EtcdClientPort, version.EtcdPeerPort},
+	APIServerBinary: {version.APIServerPort},
+}
+
+// PortsFree reports an error naming every port of ports something already
+// listens on (on any address).
+func PortsFree(ports []int) error {
+	var busy []string
+	for _, p := range ports {
+		ln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(p)))
+		if err != nil {
+			busy = append(busy, fmt.Sprintf("port %d is in use (%v)", p, err))
+			continue
+		}
+		ln.Close()
+	}
+	if len(busy) > 0 {
+		return errors.New(strings.Join(busy, "; ") + ": stop what listens there (another etcd or kube-apiserver?)")
+	}
+	return nil
+}
+
+// pki is a host path under the node's PKI directory.
+func pki(name string) string { return version.PKIFile(name) }
+
+// EtcdArgs is the local etcd member's command line from the node state:
+// its name, URLs, initial cluster and state, data directory and the etcd
+// CA's mutual TLS for clients and peers, at etcd's production timing.
+func EtcdArgs(st *nodestate.NodeState) ([]string, error) {
+	e := st.Etcd
+	if e.Name == "" || e.PeerURL == "" || e.ClientURL == "" || e.InitialCluster == "" || e.InitialClusterState == "" {
+		return nil, fmt.Errorf("node state %s does not say how etcd boots (name, URLs, initial cluster and state are required)", nodestate.Path)
+	}
+	return []string{
+		"--name=" + e.Name,
+		"--data-dir=" + version.EtcdDataDir,
+		"--listen-client-urls=" + e.ClientURL,
+		"--advertise-client-urls=" + e.ClientURL,
+		"--listen-peer-urls=" + e.PeerURL,
+		"--initial-advertise-peer-urls=" + e.PeerURL,
+		"--initial-cluster=" + e.InitialCluster,
+		"--initial-cluster-state=" + e.InitialClusterState,
+		"--initial-cluster-token=stratum",
+		"--cert-file=" + pki("etcd/server.crt"), "--key-file=" + pki("etcd/server.key"),
+		"--trusted-ca-file=" + pki("etcd/ca.crt"), "--client-cert-auth",
+		"--peer-cert-file=" + pki("etcd/peer.crt"), "--peer-key-file=" + pki("etcd/peer.key"),
+		"--peer-trusted-ca-file=" + pki("etcd/ca.crt"), "--peer-client-cert-auth",
+		"--log-level=warn",
+	}, nil
+}
+
+// Defaults of a node state written before these fields existed.
+const (
+	defaultServiceCIDR   = "10.96.0.0/12"
+	defaultClusterDomain = "cluster.local"
+)
+
+// APIServerArgs is the local kube-apiserver's command line from the node
+// state and the node's files: it advertises the node's address and listens
+// on all of them (the VIP too, while this node holds it), stores in the local
+// etcd member, serves the certificate from the node's PKI, authenticates
+// client certificates, bootstrap tokens and service-account tokens, and
+// authorises with Node and RBAC. The at-rest encryption config is used when
+// the node has one.
+func APIServerArgs(st *nodestate.NodeState, files host.Files) ([]string, error) {
+	advertise, _, _ := strings.Cut(st.NodeIP, ",")
+	if net.ParseIP(advertise) == nil {
+		return nil, fmt.Errorf("node state %s has no usable node IP (%q)", nodestate.Path, st.NodeIP)
+	}
+	if st.Etcd.ClientURL == "" {
+		return nil, fmt.Errorf("node state %s names no local etcd client URL", nodestate.Path)
+	}
+	svc, domain := st.ServiceCIDR, st.ClusterDomain
+	if svc == "" {
+		svc = defaultServiceCIDR
+	}
+	if domain == "" {
+		domain = defaultClusterDomain
+	}
+	args := []string{
+		"--advertise-address=" + advertise,
+		"--bind-address=0.0.0.0",
+		"--secure-port=" + strconv.Itoa(version.APIServerPort),
+		"--etcd-servers=" + st.Etcd.ClientURL,
+		"--etcd-cafile=" + pki("etcd/ca.crt"),
+		"--etcd-certfile=" + pki("apiserver-etcd-client.crt"),
+		"--etcd-keyfile=" + pki("apiserver-etcd-client.key"),
+		"--tls-cert-file=" + pki("apiserver.crt"),
+		"--tls-private-key-file=" + pki("apiserver.key"),
+		"--client-ca-file=" + pki("ca.crt"),
+		"--service-account-key-file=" + pki("sa.pub"),
+		"--service-account-signing-key-file=" + pki("sa.key"),
+		"--service-account-issuer=https://kubernetes.default.svc." + domain,
+		"--service-cluster-ip-range=" + svc,
+		"--enable-bootstrap-token-auth=true",
+		"--authorization-mode=Node,RBAC",
+		"--allow-privileged=true",
+		"--profiling=false",
+		"--v=1",
+	}
+	if _, err := files.Stat(certbundle.EncryptionConfigPath); err == nil {
+		args = append(args, "--encryption-provider-config="+certbundle.EncryptionConfigPath)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("at-rest encryption config %s: %w", certbundle.EncryptionConfigPath, err)
+	}
+	return args, nil
+}
+
+// ClientHost is the host part of a URL from the node state.
+func ClientHost(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return ""
+	}
+	return u.Hostname()
+}
+
+// WaitAPIServerReady polls https://<ip>:6443/readyz, verified against the
+// cluster CA in caPEM, until it answers 200 or ctx ends.
+func WaitAPIServerReady(ctx context.Context, ip string, caPEM []byte) error {
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return fmt.Errorf("the cluster CA %s holds no certificate", pki("ca.crt"))
+	}
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	defer client.CloseIdleConnections()
+	u := "https://" + net.JoinHostPort(ip, strconv.Itoa(version.APIServerPort)) + "/readyz"
+	var last error
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("%s answered %s", u, resp.Status)
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kube-apiserver not ready: %w (last: %v)", ctx.Err(), last)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// LogPath is the named service's log.
+func LogPath(service string) string { return path.Join(LogDir, service+".log") }

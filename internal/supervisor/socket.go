@@ -1,0 +1,227 @@
+package supervisor
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"stratum.dev/stratum/internal/host"
+)
+
+// SocketPath is where a running supervisor listens for the other stratum
+// commands on a real host (`etcd rejoin`, `repoint`, `snapshot restore`
+// stop, start and restart services through it).
+const SocketPath = "/run/stratum/supervisor.sock"
+
+// request is one control-socket call: one JSON object per connection.
+type request struct {
+	Op       string   `json:"op"` // start, stop, restart, status, check
+	Service  string   `json:"service,omitempty"`
+	Services []string `json:"services,omitempty"`
+}
+
+// response is the answer to a request.
+type response struct {
+	Error string `json:"error,omitempty"`
+	// Code names the sentinel the error matched, so the client's error
+	// matches it too: "unknown-service", "unavailable".
+	Code   string              `json:"code,omitempty"`
+	Status *host.ServiceStatus `json:"status,omitempty"`
+}
+
+// Listen opens the control socket at path (a real path), root-only (mode
+// 0600 in a 0700 directory). A stale socket of a supervisor that died is
+// replaced; one a live supervisor answers on is refused.
+func Listen(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("control socket directory: %w", err)
+	}
+	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("a stratum supervisor already answers on %s: this node's control plane is running; stop it first", path)
+	}
+	_ = os.Remove(path)
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listen on the control socket %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return ln, nil
+}
+
+// Serve answers control-socket requests on ln until ctx ends or ln is
+// closed. Only root (uid 0) is answered: a service stop is a root act.
+func (s *Supervisor) Serve(ctx context.Context, ln net.Listener) error {
+	go func() { <-ctx.Done(); ln.Close() }()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return err
+		}
+		go s.answer(ctx, c)
+	}
+}
+
+func (s *Supervisor) answer(ctx context.Context, c net.Conn) {
+	defer c.Close()
+	var resp response
+	if uid, err := peerUID(c); err != nil || uid != 0 {
+		resp.Error = fmt.Sprintf("the stratum supervisor answers only root (peer uid %d, %v)", uid, err)
+		_ = json.NewEncoder(c).Encode(resp)
+		return
+	}
+	var req request
+	if err := json.NewDecoder(bufio.NewReader(c)).Decode(&req); err != nil {
+		resp.Error = "malformed request: " + err.Error()
+		_ = json.NewEncoder(c).Encode(resp)
+		return
+	}
+	var err error
+	switch req.Op {
+	case "start":
+		err = s.StartService(ctx, req.Service)
+	case "stop":
+		err = s.StopService(ctx, req.Service)
+	case "restart":
+		err = s.RestartService(ctx, req.Service)
+	case "status":
+		var st host.ServiceStatus
+		st, err = s.ServiceStatus(ctx, req.Service)
+		if err == nil {
+			resp.Status = &st
+		}
+	case "check":
+		err = s.CheckServices(ctx, req.Services)
+	default:
+		err = fmt.Errorf("unknown operation %q", req.Op)
+	}
+	if err != nil {
+		resp.Error = err.Error()
+		switch {
+		case errors.Is(err, host.ErrUnknownService):
+			resp.Code = "unknown-service"
+		case errors.Is(err, host.ErrServicesUnavailable):
+			resp.Code = "unavailable"
+		}
+	}
+	_ = json.NewEncoder(c).Encode(resp)
+}
+
+func peerUID(c net.Conn) (uint32, error) {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return 0, errors.New("not a unix socket")
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var cred *syscall.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+	}); err != nil {
+		return 0, err
+	}
+	if cerr != nil {
+		return 0, cerr
+	}
+	return cred.Uid, nil
+}
+
+// Client is host.Services through a running supervisor's control socket.
+type Client struct {
+	// Path is the socket's real path (SocketPath on a real host).
+	Path string
+}
+
+// ErrNotRunning matches a call through a socket nobody answers on: no
+// stratum supervisor runs on this node.
+var ErrNotRunning = errors.New("no stratum supervisor is running on this node")
+
+// Running reports whether a supervisor answers on the socket.
+func (c Client) Running() bool {
+	conn, err := net.DialTimeout("unix", c.Path, time.Second)
+	if err != nil {
+		return false
+	}
+	conn.Close()
+	return true
+}
+
+func (c Client) call(ctx context.Context, req request) (response, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", c.Path)
+	if err != nil {
+		return response{}, fmt.Errorf("%w (control socket %s: %v): start it with `stratum up`", ErrNotRunning, c.Path, err)
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	}
+	go func() { <-ctx.Done(); conn.SetDeadline(time.Now()) }()
+	if err := json.NewEncoder(conn).Encode(req); err != nil {
+		return response{}, fmt.Errorf("send to the stratum supervisor: %w", err)
+	}
+	var resp response
+	if err := json.NewDecoder(conn).Decode(&resp); err != nil {
+		return response{}, fmt.Errorf("read the stratum supervisor's answer to %s %s: %w", req.Op, req.Service, err)
+	}
+	if resp.Error != "" {
+		err := errors.New(resp.Error)
+		switch resp.Code {
+		case "unknown-service":
+			err = fmt.Errorf("%w: %s", host.ErrUnknownService, resp.Error)
+		case "unavailable":
+			err = fmt.Errorf("%w: %s", host.ErrServicesUnavailable, resp.Error)
+		}
+		return resp, err
+	}
+	return resp, nil
+}
+
+func (c Client) StartService(ctx context.Context, name string) error {
+	_, err := c.call(ctx, request{Op: "start", Service: name})
+	return err
+}
+
+func (c Client) StopService(ctx context.Context, name string) error {
+	_, err := c.call(ctx, request{Op: "stop", Service: name})
+	return err
+}
+
+func (c Client) RestartService(ctx context.Context, name string) error {
+	_, err := c.call(ctx, request{Op: "restart", Service: name})
+	return err
+}
+
+func (c Client) ServiceStatus(ctx context.Context, name string) (host.ServiceStatus, error) {
+	resp, err := c.call(ctx, request{Op: "status", Service: name})
+	if err != nil {
+		return host.ServiceStatus{}, err
+	}
+	if resp.Status == nil {
+		return host.ServiceStatus{}, fmt.Errorf("the stratum supervisor sent no status for %s", name)
+	}
+	return *resp.Status, nil
+}
+
+func (c Client) CheckServices(ctx context.Context, names []string) error {
+	_, err := c.call(ctx, request{Op: "check", Services: names})
+	return err
+}
+
+var _ host.Services = Client{}

@@ -1,0 +1,478 @@
+// Package supervisor runs a control plane's services as stratum's own
+// children, the way `k0s controller` and `k3s server` do: each service is a
+// child process (etcd, kube-apiserver) whose command line is rendered afresh
+// at every start, or an in-process task (the VIP, the operator), restarted
+// with backoff when it exits, its output appended to a log file, and stopped
+// cleanly (SIGTERM, then SIGKILL after a grace period) on Stop or Shutdown.
+//
+// A Supervisor implements host.Services, so the ha code starts, stops and
+// restarts services through it exactly as it does through the simulator's
+// hosts; other stratum commands reach a running supervisor through its
+// control socket (Serve, Client).
+//
+// Children never outlive stratum: each runs in a process group of its own
+// with the parent-death signal set to SIGKILL, so a stratum that is killed
+// takes its children with it, and Shutdown stops every group.
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"stratum.dev/stratum/internal/host"
+)
+
+// Command is one start of a process service: the program and its arguments.
+type Command struct {
+	Path string
+	Args []string
+	Env  []string // added to stratum's own environment
+}
+
+// Spec describes one supervised service. Exactly one of Command and Run is set.
+type Spec struct {
+	Name string
+	// Command renders the process to run, at every start, so a start after
+	// a node-state change runs the new flags.
+	Command func() (Command, error)
+	// Run is an in-process service: it runs until ctx ends; a return before
+	// that is an exit, restarted with backoff like a process's.
+	Run func(ctx context.Context) error
+	// Ready waits until a just-started service serves; nil means started is
+	// ready. A Start returns once Ready does.
+	Ready func(ctx context.Context) error
+	// Check reports, without starting anything, why the service could not
+	// start now (its binary missing or of the wrong version, a port in use).
+	// It is not asked while the service runs.
+	Check func(ctx context.Context) error
+	// StopTimeout is how long a stop waits after SIGTERM before SIGKILL
+	// (default DefaultStopTimeout).
+	StopTimeout time.Duration
+}
+
+// Timing of restarts and stops.
+const (
+	DefaultStopTimeout = 15 * time.Second
+	// BackoffMin and BackoffMax bound the wait before a restart; it doubles
+	// on each exit and returns to BackoffMin after a run of BackoffReset.
+	BackoffMin   = 500 * time.Millisecond
+	BackoffMax   = 30 * time.Second
+	BackoffReset = time.Minute
+)
+
+// Config is a supervisor's setup.
+type Config struct {
+	// Services are the services it can run, by name.
+	Services []Spec
+	// LogDir is the directory (a real path) each service's log is appended
+	// to, as <name>.log.
+	LogDir string
+	Log    *slog.Logger
+}
+
+// Supervisor runs Config.Services on demand. Safe for concurrent use.
+type Supervisor struct {
+	logDir string
+	log    *slog.Logger
+
+	mu    sync.Mutex
+	units map[string]*unit
+	order []string // start order, for Shutdown in reverse
+}
+
+// New returns a supervisor with nothing running.
+func New(cfg Config) (*Supervisor, error) {
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Supervisor{logDir: cfg.LogDir, log: log, units: map[string]*unit{}}
+	for _, sp := range cfg.Services {
+		if sp.Name == "" || (sp.Command == nil) == (sp.Run == nil) {
+			return nil, fmt.Errorf("supervisor: service %q needs a name and exactly one of Command and Run", sp.Name)
+		}
+		if _, dup := s.units[sp.Name]; dup {
+			return nil, fmt.Errorf("supervisor: service %q declared twice", sp.Name)
+		}
+		if sp.StopTimeout == 0 {
+			sp.StopTimeout = DefaultStopTimeout
+		}
+		s.units[sp.Name] = &unit{spec: sp, sup: s}
+	}
+	return s, nil
+}
+
+func (s *Supervisor) unit(name string) (*unit, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	u, ok := s.units[name]
+	if !ok {
+		known := make([]string, 0, len(s.units))
+		for n := range s.units {
+			known = append(known, n)
+		}
+		sort.Strings(known)
+		return nil, fmt.Errorf("%w %q (this supervisor runs %s)", host.ErrUnknownService, name, strings.Join(known, ", "))
+	}
+	return u, nil
+}
+
+// StartService starts the named service, unless it runs, and waits until it
+// is ready. A service that fails its readiness wait keeps being restarted
+// (it is wanted); the error says why it is not ready yet.
+func (s *Supervisor) StartService(ctx context.Context, name string) error {
+	u, err := s.unit(name)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if !containsString(s.order, name) {
+		s.order = append(s.order, name)
+	}
+	s.mu.Unlock()
+	return u.start(ctx)
+}
+
+// StopService stops the named service and waits until it has exited.
+// Stopping a stopped service is a no-op.
+func (s *Supervisor) StopService(ctx context.Context, name string) error {
+	u, err := s.unit(name)
+	if err != nil {
+		return err
+	}
+	u.stop()
+	return nil
+}
+
+// RestartService stops the named service and starts it again (a stopped one
+// is started), waiting until it is ready.
+func (s *Supervisor) RestartService(ctx context.Context, name string) error {
+	u, err := s.unit(name)
+	if err != nil {
+		return err
+	}
+	u.stop()
+	return s.StartService(ctx, name)
+}
+
+// ServiceStatus reports whether the named service runs, and its state in
+// words ("running (pid 42) since ...", "restarting after: exit status 1",
+// "stopped").
+func (s *Supervisor) ServiceStatus(_ context.Context, name string) (host.ServiceStatus, error) {
+	u, err := s.unit(name)
+	if err != nil {
+		return host.ServiceStatus{}, err
+	}
+	return u.status(), nil
+}
+
+// CheckServices asks each named service that is not running whether it
+// could start now, and joins every problem into one error matching
+// host.ErrServicesUnavailable.
+func (s *Supervisor) CheckServices(ctx context.Context, names []string) error {
+	var problems []string
+	for _, name := range names {
+		u, err := s.unit(name)
+		if err != nil {
+			problems = append(problems, err.Error())
+			continue
+		}
+		if u.status().Running || u.spec.Check == nil {
+			continue
+		}
+		if err := u.spec.Check(ctx); err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %v", name, err))
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%w: %s", host.ErrServicesUnavailable, strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// Shutdown stops every service, in the reverse of the order they were first
+// started (the VIP before the apiserver before etcd), and waits for each.
+func (s *Supervisor) Shutdown() {
+	s.mu.Lock()
+	order := append([]string(nil), s.order...)
+	s.mu.Unlock()
+	for i := len(order) - 1; i >= 0; i-- {
+		if u, err := s.unit(order[i]); err == nil {
+			u.stop()
+		}
+	}
+}
+
+var _ host.Services = (*Supervisor)(nil)
+
+// unit is one service's state: whether it is wanted, and its keeper, the
+// goroutine that runs it and restarts it while it is wanted.
+type unit struct {
+	spec Spec
+	sup  *Supervisor
+
+	mu      sync.Mutex
+	keeper  *keeper // nil when stopped
+	pid     int
+	since   time.Time
+	lastErr error
+	waiting time.Time // when the next restart is due, while backing off
+}
+
+// keeper runs a wanted service until cancelled.
+type keeper struct {
+	cancel  context.CancelFunc
+	done    chan struct{}
+	started chan error // the first launch's result, put back by each reader
+}
+
+func (u *unit) start(ctx context.Context) error {
+	u.mu.Lock()
+	k := u.keeper
+	if k == nil {
+		kctx, cancel := context.WithCancel(context.Background())
+		k = &keeper{cancel: cancel, done: make(chan struct{}), started: make(chan error, 1)}
+		u.keeper = k
+		go u.keep(kctx, k)
+	}
+	u.mu.Unlock()
+	select {
+	case err := <-k.started:
+		k.started <- err // others waiting on the same keeper see it too
+		if err != nil {
+			return err
+		}
+	case <-ctx.Done():
+		return fmt.Errorf("start %s: %w", u.spec.Name, ctx.Err())
+	}
+	if u.spec.Ready == nil {
+		return nil
+	}
+	if err := u.spec.Ready(ctx); err != nil {
+		return fmt.Errorf("%s started but is not ready: %w%s", u.spec.Name, err, u.logHint())
+	}
+	return nil
+}
+
+// logHint names the service's log and quotes its last lines.
+func (u *unit) logHint() string {
+	if u.spec.Command == nil || u.sup.logDir == "" {
+		return ""
+	}
+	p := u.sup.logPath(u.spec.Name)
+	data, err := os.ReadFile(p)
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprintf("; its log %s ends:\n%s", p, lastLines(string(data), 8))
+}
+
+func (u *unit) stop() {
+	u.mu.Lock()
+	k := u.keeper
+	u.keeper = nil
+	u.mu.Unlock()
+	if k == nil {
+		return
+	}
+	k.cancel()
+	<-k.done
+}
+
+func (u *unit) status() host.ServiceStatus {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	st := host.ServiceStatus{Name: u.spec.Name}
+	switch {
+	case u.keeper == nil:
+		st.Detail = "stopped"
+	case !u.waiting.IsZero():
+		st.Detail = fmt.Sprintf("restarting after: %v (next try %s)", u.lastErr, u.waiting.Format(time.RFC3339))
+	case u.pid != 0:
+		st.Running = true
+		st.Detail = fmt.Sprintf("running (pid %d) since %s", u.pid, u.since.Format(time.RFC3339))
+	default:
+		st.Running = true
+		st.Detail = "running since " + u.since.Format(time.RFC3339)
+	}
+	return st
+}
+
+// keep launches the service and relaunches it with backoff after every exit
+// until ctx ends; then it stops the running instance and returns.
+func (u *unit) keep(ctx context.Context, k *keeper) {
+	defer close(k.done)
+	log := u.sup.log.With("service", u.spec.Name)
+	backoff := BackoffMin
+	first := true
+	for {
+		started := time.Now()
+		exited, stop, err := u.launch(ctx)
+		if first {
+			first = false
+			k.started <- err
+			if err != nil {
+				// A service that cannot even launch (its binary missing, its
+				// flags unrenderable) is not retried: the caller hears why.
+				u.mu.Lock()
+				if u.keeper == k {
+					u.keeper = nil
+				}
+				u.mu.Unlock()
+				return
+			}
+		}
+		if err == nil {
+			log.Info("service started")
+			select {
+			case err = <-exited:
+				if err == nil {
+					err = errors.New("exited")
+				}
+				log.Warn("service exited; restarting", "err", err)
+			case <-ctx.Done():
+				stop()
+				log.Info("service stopped")
+				u.setRunning(0, time.Time{}, nil)
+				return
+			}
+		} else {
+			log.Warn("service failed to start; retrying", "err", err)
+		}
+		if time.Since(started) > BackoffReset {
+			backoff = BackoffMin
+		}
+		u.mu.Lock()
+		u.pid, u.lastErr, u.waiting = 0, err, time.Now().Add(backoff)
+		u.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			u.setRunning(0, time.Time{}, nil)
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, BackoffMax)
+	}
+}
+
+func (u *unit) setRunning(pid int, since time.Time, err error) {
+	u.mu.Lock()
+	u.pid, u.since, u.lastErr, u.waiting = pid, since, err, time.Time{}
+	u.mu.Unlock()
+}
+
+// launch starts one instance. exited receives its exit (nil for a clean
+// one); stop ends it and waits.
+func (u *unit) launch(ctx context.Context) (exited <-chan error, stop func(), err error) {
+	if u.spec.Run != nil {
+		rctx, cancel := context.WithCancel(ctx)
+		ch := make(chan error, 1)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			ch <- u.spec.Run(rctx)
+		}()
+		u.setRunning(0, time.Now(), nil)
+		return ch, func() { cancel(); <-done }, nil
+	}
+	c, err := u.spec.Command()
+	if err != nil {
+		return nil, nil, fmt.Errorf("render %s's command: %w", u.spec.Name, err)
+	}
+	logFile, err := u.sup.openLog(u.spec.Name)
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd := exec.Command(c.Path, c.Args...)
+	cmd.Env = append(os.Environ(), c.Env...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = childAttr()
+	fmt.Fprintf(logFile, "--- stratum: starting %s at %s\n", u.spec.Name, time.Now().Format(time.RFC3339))
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, nil, fmt.Errorf("start %s (%s): %w", u.spec.Name, c.Path, err)
+	}
+	ch := make(chan error, 1)
+	done := make(chan struct{})
+	go func() {
+		err := cmd.Wait()
+		fmt.Fprintf(logFile, "--- stratum: %s exited at %s: %v\n", u.spec.Name, time.Now().Format(time.RFC3339), exitText(err))
+		logFile.Close()
+		ch <- err
+		close(done)
+	}()
+	u.setRunning(cmd.Process.Pid, time.Now(), nil)
+	stop = func() { stopGroup(cmd.Process.Pid, done, u.spec.StopTimeout) }
+	return ch, stop, nil
+}
+
+func exitText(err error) string {
+	if err == nil {
+		return "exit status 0"
+	}
+	return err.Error()
+}
+
+// childAttr puts a child in a process group of its own, so a stop reaches
+// everything it spawned, and has the kernel kill it when stratum dies.
+func childAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+}
+
+// stopGroup sends SIGTERM to the process group pgid, waits up to grace for
+// the leader to exit (done), then SIGKILLs the group. The group is killed in
+// the end either way, so nothing it spawned lingers.
+func stopGroup(pgid int, done <-chan struct{}, grace time.Duration) {
+	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(grace):
+	}
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	<-done
+}
+
+func (s *Supervisor) logPath(name string) string {
+	return filepath.Join(s.logDir, name+".log")
+}
+
+func (s *Supervisor) openLog(name string) (*os.File, error) {
+	if s.logDir == "" {
+		return os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	}
+	if err := os.MkdirAll(s.logDir, 0o750); err != nil {
+		return nil, fmt.Errorf("log directory %s: %w", s.logDir, err)
+	}
+	f, err := os.OpenFile(s.logPath(name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+	if err != nil {
+		return nil, fmt.Errorf("open %s's log: %w", name, err)
+	}
+	return f, nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return "  " + strings.Join(lines, "\n  ")
+}
+
+func containsString(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

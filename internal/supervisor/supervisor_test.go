@@ -1,0 +1,264 @@
+package supervisor
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"stratum.dev/stratum/internal/host"
+)
+
+func shell(script string) func() (Command, error) {
+	return func() (Command, error) { return Command{Path: "/bin/sh", Args: []string{"-c", script}}, nil }
+}
+
+func newSup(t *testing.T, specs ...Spec) (*Supervisor, string) {
+	t.Helper()
+	dir := t.TempDir()
+	s, err := New(Config{Services: specs, LogDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Shutdown)
+	return s, dir
+}
+
+func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
+
+// waitGone waits until pid no longer exists (reaped or never a zombie of ours).
+func waitGone(t *testing.T, pid int, what string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for alive(pid) {
+		if data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil && strings.Contains(string(data), ") Z ") {
+			return // a zombie awaiting its parent's wait is dead
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s (pid %d) still runs", what, pid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func pidOf(t *testing.T, s *Supervisor, name string) int {
+	t.Helper()
+	st, err := s.ServiceStatus(context.Background(), name)
+	if err != nil || !st.Running {
+		t.Fatalf("status of %s = %+v, %v; want running", name, st, err)
+	}
+	var pid int
+	if _, err := fmt.Sscanf(st.Detail, "running (pid %d)", &pid); err != nil {
+		t.Fatalf("status detail %q names no pid", st.Detail)
+	}
+	return pid
+}
+
+func TestStartStopAndTheWholeGroupGoes(t *testing.T) {
+	dir := t.TempDir()
+	grandchild := filepath.Join(dir, "grandchild.pid")
+	s, logDir := newSup(t, Spec{Name: "svc", Command: shell("echo hello; sleep 1000 & echo $! > " + grandchild + "; wait"), StopTimeout: 2 * time.Second})
+	ctx := context.Background()
+	if err := s.StartService(ctx, "svc"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.StartService(ctx, "svc"); err != nil {
+		t.Fatalf("second start of a running service: %v", err)
+	}
+	pid := pidOf(t, s, "svc")
+	var gpid int
+	for deadline := time.Now().Add(5 * time.Second); gpid == 0; {
+		data, _ := os.ReadFile(grandchild)
+		gpid, _ = strconv.Atoi(strings.TrimSpace(string(data)))
+		if time.Now().After(deadline) {
+			t.Fatal("the service never started its grandchild")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := s.StopService(ctx, "svc"); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, pid, "the service")
+	waitGone(t, gpid, "the service's own child")
+	if st, _ := s.ServiceStatus(ctx, "svc"); st.Running || st.Detail != "stopped" {
+		t.Fatalf("status after stop = %+v", st)
+	}
+	log, _ := os.ReadFile(filepath.Join(logDir, "svc.log"))
+	if !strings.Contains(string(log), "hello") {
+		t.Fatalf("log holds %q, want the service's output", log)
+	}
+}
+
+func TestAnExitedServiceIsRestarted(t *testing.T) {
+	dir := t.TempDir()
+	count := filepath.Join(dir, "runs")
+	s, _ := newSup(t, Spec{Name: "flaky", Command: shell("echo run >> " + count + "; sleep 0.1; exit 3")})
+	if err := s.StartService(context.Background(), "flaky"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		data, _ := os.ReadFile(count)
+		if strings.Count(string(data), "run") >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ran %d times in 10 s, want restarts with backoff", strings.Count(string(data), "run"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	st, _ := s.ServiceStatus(context.Background(), "flaky")
+	if !st.Running && !strings.Contains(st.Detail, "exit status 3") {
+		t.Fatalf("status of a restarting service = %+v, want the exit named", st)
+	}
+}
+
+func TestStartFailuresAreReported(t *testing.T) {
+	s, _ := newSup(t,
+		Spec{Name: "missing", Command: func() (Command, error) { return Command{Path: "/nonexistent/etcd"}, nil }},
+		Spec{Name: "unready", Command: shell("echo cannot bind 2379 >&2; sleep 1000"), Ready: func(context.Context) error {
+			time.Sleep(300 * time.Millisecond)
+			return errors.New("no answer on :2379")
+		}},
+		Spec{Name: "blocked", Command: shell("true"), Check: func(context.Context) error { return errors.New("port 6443 is in use") }},
+	)
+	ctx := context.Background()
+	if err := s.StartService(ctx, "missing"); err == nil || !strings.Contains(err.Error(), "/nonexistent/etcd") {
+		t.Fatalf("start of a missing binary = %v, want its path named", err)
+	}
+	if st, _ := s.ServiceStatus(ctx, "missing"); st.Running {
+		t.Fatal("a service that could not launch reports running")
+	}
+	err := s.StartService(ctx, "unready")
+	if err == nil || !strings.Contains(err.Error(), "no answer on :2379") || !strings.Contains(err.Error(), "cannot bind 2379") {
+		t.Fatalf("start of an unready service = %v, want the reason and the log's tail", err)
+	}
+	err = s.CheckServices(ctx, []string{"blocked", "nope"})
+	if !errors.Is(err, host.ErrServicesUnavailable) || !strings.Contains(err.Error(), "port 6443 is in use") || !strings.Contains(err.Error(), `"nope"`) {
+		t.Fatalf("check = %v", err)
+	}
+	if err := s.StartService(ctx, "nope"); !errors.Is(err, host.ErrUnknownService) {
+		t.Fatalf("start of an unknown service = %v, want ErrUnknownService", err)
+	}
+}
+
+func TestInProcessServiceRestartsAndStops(t *testing.T) {
+	runs := make(chan struct{}, 10)
+	s, _ := newSup(t, Spec{Name: "task", Run: func(ctx context.Context) error {
+		runs <- struct{}{}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(50 * time.Millisecond):
+			return errors.New("lost the lease")
+		}
+	}})
+	if err := s.StartService(context.Background(), "task"); err != nil {
+		t.Fatal(err)
+	}
+	<-runs
+	select {
+	case <-runs:
+	case <-time.After(5 * time.Second):
+		t.Fatal("an in-process service that returned was not restarted")
+	}
+	s.Shutdown()
+	if st, _ := s.ServiceStatus(context.Background(), "task"); st.Running {
+		t.Fatalf("status after shutdown = %+v", st)
+	}
+}
+
+func TestControlSocket(t *testing.T) {
+	s, _ := newSup(t, Spec{Name: "svc", Command: shell("sleep 1000")})
+	sock := filepath.Join(t.TempDir(), "run", "supervisor.sock")
+	ln, err := Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ctx, ln) }()
+	defer func() { cancel(); <-served }()
+	if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("socket mode = %v, %v; want 0600", fi.Mode().Perm(), err)
+	}
+	if _, err := Listen(sock); err == nil {
+		t.Fatal("a second supervisor could listen on a live socket")
+	}
+	c := Client{Path: sock}
+	if !c.Running() {
+		t.Fatal("client does not see the running supervisor")
+	}
+	if err := c.StartService(ctx, "svc"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.ServiceStatus(ctx, "svc")
+	if err != nil || !st.Running {
+		t.Fatalf("status through the socket = %+v, %v", st, err)
+	}
+	if err := c.RestartService(ctx, "svc"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.StopService(ctx, "svc"); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := c.ServiceStatus(ctx, "svc"); st.Running {
+		t.Fatal("still running after a stop through the socket")
+	}
+	if err := c.StartService(ctx, "etcdd"); !errors.Is(err, host.ErrUnknownService) {
+		t.Fatalf("unknown service through the socket = %v", err)
+	}
+	gone := Client{Path: filepath.Join(t.TempDir(), "none.sock")}
+	if err := gone.StopService(ctx, "svc"); !errors.Is(err, ErrNotRunning) {
+		t.Fatalf("call with no supervisor = %v, want ErrNotRunning", err)
+	}
+}
+
+// TestChildrenDieWithAKilledSupervisor runs a supervisor in a child process
+// (this test binary again), SIGKILLs it, and checks its service went too.
+func TestChildrenDieWithAKilledSupervisor(t *testing.T) {
+	if os.Getenv("STRATUM_SUPERVISOR_HELPER") == "1" {
+		s, err := New(Config{Services: []Spec{{Name: "svc", Command: shell("sleep 1000")}}})
+		if err != nil {
+			panic(err)
+		}
+		if err := s.StartService(context.Background(), "svc"); err != nil {
+			panic(err)
+		}
+		st, _ := s.ServiceStatus(context.Background(), "svc")
+		fmt.Println(st.Detail)
+		select {}
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestChildrenDieWithAKilledSupervisor$")
+	cmd.Env = append(os.Environ(), "STRATUM_SUPERVISOR_HELPER=1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("helper said nothing: %v", err)
+	}
+	var pid int
+	if _, err := fmt.Sscanf(line, "running (pid %d)", &pid); err != nil {
+		t.Fatalf("helper said %q", line)
+	}
+	if !alive(pid) {
+		t.Fatal("the service is not running before the kill")
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	waitGone(t, pid, "the service of a killed supervisor")
+}
