@@ -11,13 +11,11 @@ import (
 	"sync"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
 	"stratum.dev/stratum/internal/pki"
 	"stratum.dev/stratum/internal/version"
+	stratumvip "stratum.dev/stratum/internal/vip"
 )
 
 // VIP lease timing: kube-vip's defaults are 5 s / 3 s / 1 s; the simulator
@@ -27,7 +25,7 @@ const (
 	vipRenewDeadline = 1500 * time.Millisecond
 	vipRetryPeriod   = 250 * time.Millisecond
 	// VIPLeaseName is the Lease in kube-system the VIP candidates elect through.
-	VIPLeaseName = "stratum-vip"
+	VIPLeaseName = stratumvip.DefaultLease
 )
 
 // vip is the cluster's one client address: a listener on its own loopback
@@ -100,6 +98,11 @@ func (v *vip) forward(in net.Conn) {
 func (v *vip) setHolder(h *Host) (changed bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	return v.setHolderLocked(h)
+}
+
+// setHolderLocked is setHolder with v.mu held.
+func (v *vip) setHolderLocked(h *Host) (changed bool) {
 	if v.holder == h {
 		return false
 	}
@@ -108,6 +111,18 @@ func (v *vip) setHolder(h *Host) (changed bool) {
 	for conn := range v.conns {
 		conn.Close()
 	}
+	return true
+}
+
+// clearHolder clears the holder if it is h, and reports whether it was. The
+// check and the clear are one step, so a holder set meanwhile stays.
+func (v *vip) clearHolder(h *Host) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if h == nil || v.holder != h {
+		return false
+	}
+	v.setHolderLocked(nil)
 	return true
 }
 
@@ -133,11 +148,36 @@ func (c *Cluster) VIPURL() string {
 	return "https://" + net.JoinHostPort(c.vip.addr.String(), strconv.Itoa(version.APIServerPort))
 }
 
-// vipCandidate is a host's kube-vip: a leader elector on the VIP Lease through
-// the host's own apiserver. Holding the lease is holding the VIP.
+// vipCandidate is a host's kube-vip: stratum's own VIP election
+// (stratumvip.Run, the one real nodes run) on the VIP Lease through the host's
+// own apiserver, with an announcer that points the cluster's VIP forwarder at
+// the host. Holding the lease is holding the VIP.
 type vipCandidate struct {
 	cancel context.CancelFunc
 	done   chan struct{}
+}
+
+// vipAnnouncer is the simulator's stratumvip.Announcer: holding the VIP makes
+// the host the forwarder's holder; releasing it clears the holder if it is
+// still the host.
+type vipAnnouncer struct{ h *Host }
+
+// Hold makes the host the VIP holder and records it.
+func (a vipAnnouncer) Hold(context.Context) error {
+	c := a.h.cluster
+	if c.vip.setHolder(a.h) {
+		c.events.Record(a.h.name, "vip", "holds the VIP %s", c.vip.addr)
+	}
+	return nil
+}
+
+// Release clears the VIP holder if it is the host, and records it.
+func (a vipAnnouncer) Release() error {
+	c := a.h.cluster
+	if c.vip.clearHolder(a.h) {
+		c.events.Record(a.h.name, "vip", "released the VIP")
+	}
+	return nil
 }
 
 // StartVIPCandidate starts the host's kube-vip. A running one is left as is.
@@ -157,79 +197,57 @@ func (h *Host) StartVIPCandidate() error {
 		c.events.Record(h.name, "error", "%v", err)
 		return err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cand := &vipCandidate{cancel: cancel, done: make(chan struct{})}
-	le, err := h.vipElector(cand)
+	cfg, err := h.vipConfig()
 	if err != nil {
-		cancel()
 		return err
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cand := &vipCandidate{cancel: cancel, done: make(chan struct{})}
 	h.mu.Lock()
+	if h.vip != nil { // started meanwhile
+		h.mu.Unlock()
+		cancel()
+		return nil
+	}
 	h.vip = cand
 	h.mu.Unlock()
 	c.events.Record(h.name, "service", "kube-vip started")
 	go func() {
 		defer close(cand.done)
-		for ctx.Err() == nil {
-			le.Run(ctx) // returns when leadership is lost or ctx ends; kube-vip restarts it
-			select {
-			case <-ctx.Done():
-			case <-time.After(vipRetryPeriod):
-			}
+		if err := stratumvip.Run(ctx, cfg); err != nil {
+			// A refused win (the certificate no longer covers the VIP): the
+			// VIP was not taken and the lease is released; the candidate is
+			// gone, as kube-vip exits.
+			c.events.Record(h.name, "error", "%v", err)
+			h.forgetVIPCandidate(cand)
 		}
 	}()
 	return nil
 }
 
-// vipElector is cand's leader elector on the VIP Lease, through the host's
-// own apiserver. Winning the lease makes the host the VIP holder, unless its
-// apiserver certificate no longer covers the VIP: then the win is refused and
-// the candidate stopped, which releases the lease for the other hosts.
-func (h *Host) vipElector(cand *vipCandidate) (*leaderelection.LeaderElector, error) {
-	cfg, err := h.AdminConfig()
+// vipConfig is the host's stratumvip.Run configuration: the election through the
+// host's own apiserver at the simulator's timings, refusing the VIP while the
+// host's apiserver certificate does not cover it.
+func (h *Host) vipConfig() (stratumvip.Config, error) {
+	rc, err := h.AdminConfig()
 	if err != nil {
-		return nil, err
+		return stratumvip.Config{}, err
 	}
-	cfg.Timeout = vipRenewDeadline
-	cs, err := kubernetes.NewForConfig(cfg)
+	rc.Timeout = vipRenewDeadline
+	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
-		return nil, err
+		return stratumvip.Config{}, err
 	}
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Name: VIPLeaseName, Namespace: "kube-system"},
-		Client:     cs.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: h.name},
-	}
-	c := h.cluster
-	return leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock:            lock,
-		LeaseDuration:   vipLeaseDuration,
-		RenewDeadline:   vipRenewDeadline,
-		RetryPeriod:     vipRetryPeriod,
-		ReleaseOnCancel: true,
-		Name:            "kube-vip@" + h.name,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(context.Context) {
-				if err := h.checkVIPCovered(); err != nil {
-					c.events.Record(h.name, "error", "%v; won the VIP lease but did not take the VIP, and stopped its kube-vip candidate (the lease is released)", err)
-					h.stopVIPCandidate(cand)
-					return
-				}
-				if c.vip.setHolder(h) {
-					c.events.Record(h.name, "vip", "holds the VIP %s", c.vip.addr)
-				}
-			},
-			OnStoppedLeading: func() {
-				c.vip.mu.Lock()
-				mine := c.vip.holder == h
-				c.vip.mu.Unlock()
-				if mine {
-					c.vip.setHolder(nil)
-					c.events.Record(h.name, "vip", "released the VIP")
-				}
-			},
-		},
-	})
+	return stratumvip.Config{
+		Client:        cs,
+		Identity:      h.name,
+		Lease:         VIPLeaseName,
+		LeaseDuration: vipLeaseDuration,
+		RenewDeadline: vipRenewDeadline,
+		RetryPeriod:   vipRetryPeriod,
+		CanHold:       h.checkVIPCovered,
+		Announcer:     vipAnnouncer{h},
+	}, nil
 }
 
 // checkVIPCovered reports an error matching pki.ErrIPNotCovered unless the
@@ -280,13 +298,24 @@ func (h *Host) stopVIPCandidate(cand *vipCandidate) {
 	case <-time.After(5 * time.Second):
 	}
 	c := h.cluster
-	c.vip.mu.Lock()
-	mine := c.vip.holder == h
-	c.vip.mu.Unlock()
-	if mine {
-		c.vip.setHolder(nil)
-	}
+	c.vip.clearHolder(h)
 	c.events.Record(h.name, "service", "kube-vip stopped")
+}
+
+// forgetVIPCandidate forgets cand, a candidate that stopped by itself, when it
+// is still the host's kube-vip.
+func (h *Host) forgetVIPCandidate(cand *vipCandidate) {
+	cand.cancel()
+	h.mu.Lock()
+	mine := h.vip == cand
+	if mine {
+		h.vip = nil
+	}
+	h.mu.Unlock()
+	if mine {
+		h.cluster.vip.clearHolder(h)
+		h.cluster.events.Record(h.name, "service", "kube-vip stopped")
+	}
 }
 
 // WaitVIP waits until some host holds the VIP, and returns it.

@@ -1,0 +1,242 @@
+package vip
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/mdlayher/arp"
+	"github.com/vishvananda/netlink"
+)
+
+// Gratuitous ARP: how many announcements Hold sends, and how far apart, so a
+// neighbour that missed one still learns the new holder's MAC.
+const (
+	arpCount    = 3
+	arpInterval = 100 * time.Millisecond
+)
+
+// ErrNoInterface is matched by InterfaceOf's error when no interface carries
+// the address.
+var ErrNoInterface = errors.New("no interface carries the address")
+
+// NetlinkAnnouncer holds an IPv4 VIP on a Linux node as kube-vip's ARP mode
+// does: the address as a /32 on an interface, announced by gratuitous ARP so
+// the neighbours' caches point at this node's MAC at once instead of at the
+// previous holder's until they expire.
+type NetlinkAnnouncer struct {
+	// Interface is the interface the VIP goes on. When empty, Hold uses the
+	// interface that carries NodeIP, and Release the one that carries Addr.
+	Interface string
+	// NodeIP is the node's own address, used to find Interface when it is
+	// empty: the VIP belongs on the node's network.
+	NodeIP netip.Addr
+	// Addr is the VIP, an IPv4 address.
+	Addr netip.Addr
+	// Lifetime, when set, is the address's valid lifetime in the kernel
+	// (whole seconds, at least one): Hold renews it every Lifetime/3 until
+	// Release, so the VIP of a holder that was killed (no Release ran)
+	// leaves its interface by itself within Lifetime, and two nodes never
+	// answer ARP for it for longer than that.
+	Lifetime time.Duration
+
+	mu      sync.Mutex
+	renewal chan struct{} // closed by Release to stop the renewals
+}
+
+// InterfaceOf names the interface that carries ip, or returns an error
+// matching ErrNoInterface when none does.
+func InterfaceOf(ip netip.Addr) (string, error) {
+	family := netlink.FAMILY_V4
+	if ip.Unmap().Is6() {
+		family = netlink.FAMILY_V6
+	}
+	var addrs []netlink.Addr
+	var err error
+	for range 3 { // a dump interrupted by a concurrent change is retried
+		if addrs, err = netlink.AddrList(nil, family); !errors.Is(err, netlink.ErrDumpInterrupted) {
+			break
+		}
+	}
+	if err != nil {
+		return "", fmt.Errorf("find the interface of %s: list addresses: %w", ip, err)
+	}
+	for _, a := range addrs {
+		if got, ok := netip.AddrFromSlice(a.IP); ok && got.Unmap() == ip.Unmap() {
+			link, err := netlink.LinkByIndex(a.LinkIndex)
+			if err != nil {
+				return "", fmt.Errorf("find the interface of %s: link %d: %w", ip, a.LinkIndex, err)
+			}
+			return link.Attrs().Name, nil
+		}
+	}
+	return "", fmt.Errorf("find the interface of %s: %w", ip, ErrNoInterface)
+}
+
+// addr is the VIP as the /32 netlink adds and removes.
+func (a *NetlinkAnnouncer) addr() (*netlink.Addr, error) {
+	if !a.Addr.Is4() {
+		return nil, fmt.Errorf("vip: the VIP %v is not an IPv4 address; ARP announces only IPv4", a.Addr)
+	}
+	na := &netlink.Addr{IPNet: &net.IPNet{IP: a.Addr.AsSlice(), Mask: net.CIDRMask(32, 32)}}
+	if a.Lifetime > 0 {
+		secs := max(int(a.Lifetime/time.Second), 1)
+		na.ValidLft, na.PreferedLft = secs, secs
+	}
+	return na, nil
+}
+
+// Hold adds Addr/32 to the interface (a replace, so a second Hold changes
+// nothing) and then sends gratuitous ARP from it, arpCount times arpInterval
+// apart: each round a broadcast request and reply with sender and target the
+// VIP and the interface's MAC as sender. An interface without an Ethernet
+// address gets no ARP.
+func (a *NetlinkAnnouncer) Hold(ctx context.Context) error {
+	addr, err := a.addr()
+	if err != nil {
+		return err
+	}
+	name := a.Interface
+	if name == "" {
+		if name, err = InterfaceOf(a.NodeIP); err != nil {
+			return fmt.Errorf("hold the VIP %s: %w; the VIP was not added; set the interface explicitly", a.Addr, err)
+		}
+	}
+	link, err := netlink.LinkByName(name)
+	if err != nil {
+		return fmt.Errorf("hold the VIP %s on %s: %w; the VIP was not added", a.Addr, name, err)
+	}
+	if err := netlink.AddrReplace(link, addr); err != nil {
+		return fmt.Errorf("hold the VIP %s: add %s to %s: %w; the VIP was not added", a.Addr, addr.IPNet, name, err)
+	}
+	if err := a.renew(link, addr); err != nil {
+		return fmt.Errorf("hold the VIP %s: %w; releasing it", a.Addr, err)
+	}
+	if err := announce(ctx, name, a.Addr); err != nil {
+		return fmt.Errorf("hold the VIP %s: the address is on %s, but announcing it failed: %w", a.Addr, name, err)
+	}
+	return nil
+}
+
+// renew keeps re-adding addr, refreshing its lifetime, every Lifetime/3
+// until Release; without a Lifetime the address is permanent and needs none.
+// The renewals go through a netlink handle opened here, in the caller's
+// network namespace, whichever thread the renewing goroutine runs on.
+func (a *NetlinkAnnouncer) renew(link netlink.Link, addr *netlink.Addr) error {
+	if a.Lifetime <= 0 {
+		return nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.renewal != nil {
+		return nil // already renewing
+	}
+	nh, err := netlink.NewHandle()
+	if err != nil {
+		return fmt.Errorf("open a netlink handle to renew the VIP's lifetime: %w", err)
+	}
+	stop := make(chan struct{})
+	a.renewal = stop
+	go func() {
+		defer nh.Close()
+		t := time.NewTicker(max(a.Lifetime/3, 100*time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				_ = nh.AddrReplace(link, addr) // a failure is retried next tick; the lifetime bounds the damage
+			}
+		}
+	}()
+	return nil
+}
+
+// stopRenewal stops the renewals, leaving the address to expire: what a
+// killed holder leaves behind.
+func (a *NetlinkAnnouncer) stopRenewal() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.renewal != nil {
+		close(a.renewal)
+		a.renewal = nil
+	}
+}
+
+// announce sends the gratuitous ARP rounds for vip from the interface name.
+func announce(ctx context.Context, name string, vip netip.Addr) error {
+	ifi, err := net.InterfaceByName(name)
+	if err != nil {
+		return err
+	}
+	mac := ifi.HardwareAddr
+	if len(mac) != 6 {
+		return nil // not Ethernet: nothing resolves the VIP by ARP here
+	}
+	c, err := arp.Dial(ifi)
+	if err != nil {
+		return fmt.Errorf("open an ARP socket on %s: %w", name, err)
+	}
+	defer c.Close()
+	// A request's target MAC is unknown (zero); Linux takes a reply as
+	// gratuitous only when its target MAC is the sender's.
+	req, err := arp.NewPacket(arp.OperationRequest, mac, vip, make(net.HardwareAddr, 6), vip)
+	if err != nil {
+		return err
+	}
+	reply, err := arp.NewPacket(arp.OperationReply, mac, vip, mac, vip)
+	if err != nil {
+		return err
+	}
+	broadcast := net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+	for i := range arpCount {
+		if i > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(arpInterval):
+			}
+		}
+		for _, p := range []*arp.Packet{req, reply} {
+			if err := c.WriteTo(p, broadcast); err != nil {
+				return fmt.Errorf("send gratuitous ARP %s on %s: %w", p.Operation, name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Release removes Addr/32 from the interface, or, when Interface is empty,
+// from the interface that carries it. An address or interface already gone
+// is released.
+func (a *NetlinkAnnouncer) Release() error {
+	addr, err := a.addr()
+	if err != nil {
+		return err
+	}
+	a.stopRenewal()
+	name := a.Interface
+	if name == "" {
+		if name, err = InterfaceOf(a.Addr); errors.Is(err, ErrNoInterface) {
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("release the VIP %s: %w; it may still be on this node: remove it with `ip addr del %s/32 dev <interface>`", a.Addr, err, a.Addr)
+		}
+	}
+	link, err := netlink.LinkByName(name)
+	if _, gone := errors.AsType[netlink.LinkNotFoundError](err); gone {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("release the VIP %s from %s: %w; it may still be there: remove it with `ip addr del %s/32 dev %s`", a.Addr, name, err, a.Addr, name)
+	}
+	if err := netlink.AddrDel(link, addr); err != nil && !errors.Is(err, syscall.EADDRNOTAVAIL) {
+		return fmt.Errorf("release the VIP %s: remove it from %s: %w; it is still there: remove it with `ip addr del %s/32 dev %s`", a.Addr, name, err, a.Addr, name)
+	}
+	return nil
+}

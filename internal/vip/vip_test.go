@@ -1,0 +1,316 @@
+package vip
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"stratum.dev/stratum/internal/assets"
+	"stratum.dev/stratum/internal/assets/assetstest"
+	"stratum.dev/stratum/internal/version"
+)
+
+// Short election timings, so failover fits in a test.
+const (
+	testLeaseDuration = time.Second
+	testRenewDeadline = 750 * time.Millisecond
+	testRetryPeriod   = 100 * time.Millisecond
+)
+
+// startAPIServer runs a real kube-apiserver on its own etcd (both from the
+// asset cache) for the test, stopped in cleanup, and returns an admin client.
+func startAPIServer(t *testing.T) kubernetes.Interface {
+	t.Helper()
+	assetstest.Require(t, assets.KubeAPIServerName, assets.EtcdName(version.Etcd))
+	apiserver, err := assets.KubeAPIServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	etcd, err := assets.Etcd(version.Etcd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := &envtest.Environment{
+		ControlPlane: envtest.ControlPlane{
+			APIServer: &envtest.APIServer{Path: apiserver},
+			Etcd:      &envtest.Etcd{Path: etcd},
+		},
+		ControlPlaneStartTimeout: time.Minute,
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("stop the test apiserver: %v", err)
+		}
+	})
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("start a kube-apiserver with etcd: %v", err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// board tracks which recording announcers hold the VIP, and records every
+// moment two held it at once.
+type board struct {
+	mu      sync.Mutex
+	holding map[string]bool
+	overlap []string
+}
+
+func newBoard() *board { return &board{holding: map[string]bool{}} }
+
+// recorder is an Announcer that records its calls on a board.
+type recorder struct {
+	b    *board
+	name string
+	// failHolds is how many Holds fail before one succeeds.
+	failHolds int
+	calls     []string // "hold", "hold-failed", "release"
+}
+
+func (b *board) recorder(name string) *recorder { return &recorder{b: b, name: name} }
+
+func (r *recorder) Hold(context.Context) error {
+	r.b.mu.Lock()
+	defer r.b.mu.Unlock()
+	if r.failHolds > 0 {
+		r.failHolds--
+		r.calls = append(r.calls, "hold-failed")
+		return errors.New("injected Hold failure")
+	}
+	for other, h := range r.b.holding {
+		if h && other != r.name {
+			r.b.overlap = append(r.b.overlap, fmt.Sprintf("%s took the VIP while %s held it", r.name, other))
+		}
+	}
+	r.b.holding[r.name] = true
+	r.calls = append(r.calls, "hold")
+	return nil
+}
+
+func (r *recorder) Release() error {
+	r.b.mu.Lock()
+	defer r.b.mu.Unlock()
+	r.b.holding[r.name] = false
+	r.calls = append(r.calls, "release")
+	return nil
+}
+
+// holds reports whether r holds the VIP now.
+func (r *recorder) holds() bool {
+	r.b.mu.Lock()
+	defer r.b.mu.Unlock()
+	return r.b.holding[r.name]
+}
+
+// history is r's calls so far.
+func (r *recorder) history() []string {
+	r.b.mu.Lock()
+	defer r.b.mu.Unlock()
+	return slices.Clone(r.calls)
+}
+
+// candidate is a Run in the background.
+type candidate struct {
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// startCandidate runs Run as identity on lease with the test timings; it is
+// stopped in cleanup.
+func startCandidate(t *testing.T, cs kubernetes.Interface, lease, identity string, a Announcer, canHold func() error) *candidate {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &candidate{cancel: cancel, done: make(chan error, 1)}
+	cfg := Config{
+		Client: cs, Identity: identity, Lease: lease,
+		LeaseDuration: testLeaseDuration, RenewDeadline: testRenewDeadline, RetryPeriod: testRetryPeriod,
+		CanHold: canHold, Announcer: a,
+	}
+	go func() { c.done <- Run(ctx, cfg) }()
+	t.Cleanup(func() { c.stop(t) })
+	return c
+}
+
+// stop cancels the candidate and returns Run's result.
+func (c *candidate) stop(t *testing.T) error {
+	t.Helper()
+	c.cancel()
+	return c.wait(t, 10*time.Second)
+}
+
+// wait returns Run's result once it returns, failing the test after d.
+func (c *candidate) wait(t *testing.T, d time.Duration) error {
+	t.Helper()
+	select {
+	case err := <-c.done:
+		c.done <- err // a later wait sees it too
+		return err
+	case <-time.After(d):
+		t.Fatalf("Run did not return within %s", d)
+		return nil
+	}
+}
+
+// eventually polls cond until it holds, failing the test after d.
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// leaseHolder is the lease's holder identity as the apiserver has it, "" when
+// released.
+func leaseHolder(t *testing.T, cs kubernetes.Interface, lease string) string {
+	t.Helper()
+	l, err := cs.CoordinationV1().Leases(LeaseNamespace).Get(context.Background(), lease, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get lease %s: %v", lease, err)
+	}
+	if l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
+// errNoCert stands for a certificate that does not cover the VIP.
+var errNoCert = errors.New("the apiserver certificate does not cover the VIP")
+
+// TestElection runs VIP candidates against a real kube-apiserver: one holds
+// at a time, a stopped holder hands over at once, a refused win never takes
+// the address and frees the lease, and a failed Hold is retried.
+func TestElection(t *testing.T) {
+	cs := startAPIServer(t)
+	takeover := 4 * testLeaseDuration
+
+	t.Run("failover", func(t *testing.T) {
+		b := newBoard()
+		ra, rb := b.recorder("a"), b.recorder("b")
+		ca := startCandidate(t, cs, "failover", "a", ra, nil)
+		cb := startCandidate(t, cs, "failover", "b", rb, nil)
+		eventually(t, 30*time.Second, "one candidate holds the VIP", func() bool { return ra.holds() || rb.holds() })
+		holder, hc, other, oc := ra, ca, rb, cb
+		if rb.holds() {
+			holder, hc, other, oc = rb, cb, ra, ca
+		}
+		if got := leaseHolder(t, cs, "failover"); got != holder.name {
+			t.Fatalf("%s holds the VIP but the lease names %q", holder.name, got)
+		}
+		// The other keeps trying, and never takes the address meanwhile.
+		time.Sleep(2 * testLeaseDuration)
+		if other.holds() || slices.Contains(other.history(), "hold") || !holder.holds() {
+			t.Fatalf("after two lease durations: %s holds %v, %s calls %v", holder.name, holder.holds(), other.name, other.history())
+		}
+
+		if err := hc.stop(t); err != nil {
+			t.Fatalf("Run of the stopped holder = %v, want nil", err)
+		}
+		if holder.holds() {
+			t.Fatalf("stopped holder %s still holds the VIP: %v", holder.name, holder.history())
+		}
+		eventually(t, takeover, other.name+" takes the VIP", other.holds)
+		if got := leaseHolder(t, cs, "failover"); got != other.name {
+			t.Fatalf("%s holds the VIP but the lease names %q", other.name, got)
+		}
+
+		if err := oc.stop(t); err != nil {
+			t.Fatalf("Run = %v, want nil", err)
+		}
+		if other.holds() {
+			t.Fatalf("stopped %s still holds the VIP", other.name)
+		}
+		if got := leaseHolder(t, cs, "failover"); got != "" {
+			t.Fatalf("lease still names %q after its holder stopped", got)
+		}
+		if len(b.overlap) > 0 {
+			t.Fatalf("two holders at once: %v", b.overlap)
+		}
+	})
+
+	t.Run("refused", func(t *testing.T) {
+		b := newBoard()
+		rr, rg := b.recorder("refuses"), b.recorder("good")
+		var asked sync.WaitGroup
+		asked.Add(1)
+		var once sync.Once
+		cr := startCandidate(t, cs, "refused", "refuses", rr, func() error {
+			once.Do(asked.Done)
+			return fmt.Errorf("refuses: %w", errNoCert)
+		})
+		err := cr.wait(t, 30*time.Second)
+		asked.Wait()
+		if !errors.Is(err, errNoCert) || !strings.Contains(err.Error(), "won the VIP lease but did not take the VIP") {
+			t.Fatalf("Run of a refusing candidate = %v, want the refusal, wrapped", err)
+		}
+		if slices.Contains(rr.history(), "hold") || rr.holds() {
+			t.Fatalf("a refusing candidate held the VIP: %v", rr.history())
+		}
+		if got := leaseHolder(t, cs, "refused"); got != "" {
+			t.Fatalf("a refusing candidate left the lease held by %q", got)
+		}
+
+		// The lease is free: a good candidate takes it at once.
+		startCandidate(t, cs, "refused", "good", rg, nil)
+		eventually(t, takeover, "the good candidate takes the VIP", rg.holds)
+		if got := leaseHolder(t, cs, "refused"); got != "good" {
+			t.Fatalf("lease names %q, want good", got)
+		}
+	})
+
+	t.Run("hold fails", func(t *testing.T) {
+		r := newBoard().recorder("flaky")
+		r.failHolds = 1
+		startCandidate(t, cs, "holdfails", "flaky", r, nil)
+		eventually(t, 30*time.Second, "the candidate holds the VIP after a failed Hold", r.holds)
+		h := r.history()
+		failed := slices.Index(h, "hold-failed")
+		if failed < 0 || failed+1 >= len(h) || h[failed+1] != "release" {
+			t.Fatalf("calls %v: a failed Hold is not followed by a Release", h)
+		}
+	})
+}
+
+// TestRunRefusesIncompleteConfig: Run needs a client, an identity and an
+// announcer, and election timings client-go accepts.
+func TestRunRefusesIncompleteConfig(t *testing.T) {
+	cs := fake.NewClientset()
+	a := newBoard().recorder("x")
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"no client", Config{Identity: "n", Announcer: a}, "Client"},
+		{"no identity", Config{Client: cs, Announcer: a}, "Identity"},
+		{"no announcer", Config{Client: cs, Identity: "n"}, "Announcer"},
+		{"renew deadline beyond the lease", Config{Client: cs, Identity: "n", Announcer: a, LeaseDuration: time.Second, RenewDeadline: 2 * time.Second}, "leaseDuration must be greater than renewDeadline"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			err := Run(ctx, tc.cfg)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Run = %v, want an error naming %q", err, tc.want)
+			}
+		})
+	}
+}
