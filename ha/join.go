@@ -160,38 +160,75 @@ func (n *Node) PrepareControlPlaneJoin(ctx context.Context, o JoinOptions) (*nod
 	return st, err
 }
 
-// createdFiles is a host that remembers the files written through it which
-// did not exist before, so a refused join can remove exactly those.
+// createdFiles is a host that remembers the files and directories created
+// through it which did not exist before (a file's missing parents too), so a
+// refused join can remove exactly those.
 type createdFiles struct {
 	host.Host
 	mu      sync.Mutex
-	created []string
+	created []string // in creation order: parents before their children
+}
+
+// missing lists p and its ancestors that do not exist, outermost first.
+func (c *createdFiles) missing(p string) []string {
+	var out []string
+	for d := path.Clean(p); d != "/" && d != "."; d = path.Dir(d) {
+		if _, err := c.Host.Stat(d); !errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		out = append([]string{d}, out...)
+	}
+	return out
+}
+
+func (c *createdFiles) record(paths []string) {
+	c.mu.Lock()
+	c.created = append(c.created, paths...)
+	c.mu.Unlock()
 }
 
 func (c *createdFiles) WriteFile(p string, data []byte, perm fs.FileMode) error {
-	_, statErr := c.Host.Stat(p)
+	fresh := c.missing(p)
 	if err := c.Host.WriteFile(p, data, perm); err != nil {
 		return err
 	}
-	if errors.Is(statErr, fs.ErrNotExist) {
-		c.mu.Lock()
-		c.created = append(c.created, p)
-		c.mu.Unlock()
-	}
+	c.record(fresh)
 	return nil
 }
 
+func (c *createdFiles) MkdirAll(p string, perm fs.FileMode) error {
+	fresh := c.missing(p)
+	if err := c.Host.MkdirAll(p, perm); err != nil {
+		return err
+	}
+	c.record(fresh)
+	return nil
+}
+
+// undo removes what was created, newest first, so each directory is empty
+// by the time its turn comes; one that is not (something else wrote into
+// it) is kept.
 func (c *createdFiles) undo() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var errs []error
 	for i := len(c.created) - 1; i >= 0; i-- {
-		if c.created[i] == joinIntentPath {
+		p := c.created[i]
+		if p == joinIntentPath {
 			// The journal is cleared explicitly, and only once its member is
 			// known gone: a rollback that could not remove the member keeps it.
 			continue
 		}
-		if err := c.Host.Remove(c.created[i]); err != nil {
+		fi, err := c.Host.Stat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err == nil && fi.IsDir() {
+			if entries, err := c.Host.ReadDir(p); err != nil || len(entries) > 0 {
+				continue
+			}
+		}
+		if err := c.Host.Remove(p); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -112,7 +112,7 @@ func FetchCA(ctx context.Context, server, caHash string, dial Dialer) ([]byte, e
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("fetch cluster-info from %s: %w", server, err)
+		return nil, fmt.Errorf("fetch cluster-info from %s: %w; nothing was changed: check --server and that this machine reaches it", server, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))

@@ -8,18 +8,19 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"time"
-
-	"stratum.dev/stratum/internal/version"
 )
 
-// Local is the real Linux machine: files under "/", systemd units named
-// stratum-<service>, iptables for firewall trust, the kernel's addresses, the
-// system dialer and clock.
+// Local is the real Linux machine: files under "/", the services of its
+// Services (stratum's own supervisor, in process or through its control
+// socket), iptables for firewall trust, the kernel's addresses, the system
+// dialer and clock.
 type Local struct {
 	Dir
+	// Services runs the control plane's services; nil refuses every call
+	// with ErrNoServiceManager.
+	Services Services
 	hostname string
 }
 
@@ -66,11 +67,16 @@ func (l *Local) Addresses() ([]netip.Addr, error) {
 	return append(global, loop...), nil
 }
 
-// TrustCIDR inserts an iptables ACCEPT rule for cidr unless it is already there.
+// TrustCIDR inserts an iptables ACCEPT rule for cidr unless it is already
+// there. A machine without the iptables tool has no iptables firewall to
+// open: that is not an error.
 func (l *Local) TrustCIDR(cidr netip.Prefix) error {
 	tool := "iptables"
 	if cidr.Addr().Is6() {
 		tool = "ip6tables"
+	}
+	if _, err := exec.LookPath(tool); err != nil {
+		return nil
 	}
 	rule := []string{"INPUT", "-s", cidr.Masked().String(), "-m", "comment", "--comment", "stratum", "-j", "ACCEPT"}
 	if exec.Command(tool, append([]string{"-C"}, rule...)...).Run() == nil {
@@ -82,84 +88,53 @@ func (l *Local) TrustCIDR(cidr netip.Prefix) error {
 	return nil
 }
 
-func unit(name string) string { return "stratum-" + name + ".service" }
-
-func systemctl(ctx context.Context, verb, name string) error {
-	out, err := exec.CommandContext(ctx, "systemctl", verb, unit(name)).CombinedOutput()
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) && strings.Contains(string(out), "not found") {
-			return fmt.Errorf("%w: systemd has no unit %s", ErrUnknownService, unit(name))
-		}
-		return fmt.Errorf("systemctl %s %s: %w: %s", verb, unit(name), err, strings.TrimSpace(string(out)))
-	}
-	return nil
-}
-
+// StartService, StopService, RestartService, ServiceStatus and
+// CheckServices go to l.Services.
 func (l *Local) StartService(ctx context.Context, name string) error {
-	return systemctl(ctx, "start", name)
+	return l.services().StartService(ctx, name)
 }
 
 func (l *Local) StopService(ctx context.Context, name string) error {
-	return systemctl(ctx, "stop", name)
+	return l.services().StopService(ctx, name)
 }
 
 func (l *Local) RestartService(ctx context.Context, name string) error {
-	return systemctl(ctx, "restart", name)
+	return l.services().RestartService(ctx, name)
 }
 
 func (l *Local) ServiceStatus(ctx context.Context, name string) (ServiceStatus, error) {
-	out, err := exec.CommandContext(ctx, "systemctl", "is-active", unit(name)).Output()
-	state := strings.TrimSpace(string(out))
-	if err != nil && state == "" {
-		return ServiceStatus{}, fmt.Errorf("systemctl is-active %s: %w", unit(name), err)
+	return l.services().ServiceStatus(ctx, name)
+}
+
+func (l *Local) CheckServices(ctx context.Context, names []string) error {
+	return l.services().CheckServices(ctx, names)
+}
+
+func (l *Local) services() Services {
+	if l.Services == nil {
+		return noManager{}
 	}
-	return ServiceStatus{Name: name, Running: state == "active", Detail: state}, nil
+	return l.Services
 }
 
 var _ Host = (*Local)(nil)
 
-// CheckServices checks, for each named service, that systemd knows its unit
-// (this release starts services through units named stratum-<name>) and,
-// for a service not already active, that the ports it listens on are free.
-func (l *Local) CheckServices(ctx context.Context, names []string) error {
-	var problems []string
-	for _, name := range names {
-		out, err := exec.CommandContext(ctx, "systemctl", "cat", unit(name)).CombinedOutput()
-		if err != nil {
-			why := strings.TrimSpace(string(out))
-			if why == "" {
-				why = err.Error()
-			}
-			problems = append(problems, fmt.Sprintf("%s: no systemd unit %s (%s)", name, unit(name), why))
-			continue
-		}
-		if st, err := l.ServiceStatus(ctx, name); err == nil && st.Running {
-			continue
-		}
-		for _, port := range servicePorts[name] {
-			if err := portFree(port); err != nil {
-				problems = append(problems, fmt.Sprintf("%s: %v", name, err))
-			}
-		}
-	}
-	if len(problems) > 0 {
-		return fmt.Errorf("%w: %s", ErrServicesUnavailable, strings.Join(problems, "; "))
-	}
-	return nil
-}
+// ErrNoServiceManager matches a service call on a Local with no manager.
+var ErrNoServiceManager = errors.New("no service manager for this host")
 
-// servicePorts are the TCP ports each service listens on.
-var servicePorts = map[string][]int{
-	"etcd":           {version.EtcdClientPort, version.EtcdPeerPort},
-	"kube-apiserver": {version.APIServerPort},
-}
+// noManager is the Services of a Local nobody gave a manager: every call
+// fails naming that.
+type noManager struct{}
 
-// portFree reports whether nothing listens on port on any address.
-func portFree(port int) error {
-	ln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(port)))
-	if err != nil {
-		return fmt.Errorf("port %d is in use: %w", port, err)
-	}
-	return ln.Close()
+func (noManager) err(name string) error {
+	return fmt.Errorf("%w: %w %q", ErrNoServiceManager, ErrUnknownService, name)
+}
+func (m noManager) StartService(_ context.Context, name string) error   { return m.err(name) }
+func (m noManager) StopService(_ context.Context, name string) error    { return m.err(name) }
+func (m noManager) RestartService(_ context.Context, name string) error { return m.err(name) }
+func (m noManager) ServiceStatus(_ context.Context, name string) (ServiceStatus, error) {
+	return ServiceStatus{}, m.err(name)
+}
+func (m noManager) CheckServices(_ context.Context, names []string) error {
+	return fmt.Errorf("%w: %w: %s", ErrServicesUnavailable, ErrNoServiceManager, strings.Join(names, ", "))
 }

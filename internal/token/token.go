@@ -82,6 +82,12 @@ func IDFromSecretName(name string) string {
 	return id
 }
 
+// The files JoinCommandSecretFiles writes in the joiner's working directory.
+const (
+	SecretTokenFile   = "stratum-join-token"
+	SecretCertKeyFile = "stratum-join-certificate-key"
+)
+
 // Minted is the result of a mint.
 type Minted struct {
 	// Token is "<id>.<secret>"; ID its first half.
@@ -95,6 +101,11 @@ type Minted struct {
 	CAHash string
 	// JoinCommand is the command the operator runs on the joining node.
 	JoinCommand string
+	// JoinCommandSecretFiles is the same join with the token and the
+	// certificate-key read from files the first of its two lines writes
+	// (umask 077, shell builtins), so neither is in the process list while
+	// the joined control plane runs ("" for a worker token).
+	JoinCommandSecretFiles string
 	// Owner references the bootstrap-token Secret (the upload's owner).
 	Owner metav1.OwnerReference
 }
@@ -209,6 +220,9 @@ func mint(ctx context.Context, s tokenSteps, group, server string, caPEM []byte,
 	}
 	m.CertKey = certKey
 	m.JoinCommand = fmt.Sprintf("stratum server --server %s --token %s --ca-hash %s --certificate-key %s", server, tok, caHash, certKey)
+	m.JoinCommandSecretFiles = fmt.Sprintf("(umask 077; echo %s > %s; echo %s > %s)\n"+
+		"stratum server --server %s --token-file %s --ca-hash %s --certificate-key-file %s",
+		tok, SecretTokenFile, certKey, SecretCertKeyFile, server, SecretTokenFile, caHash, SecretCertKeyFile)
 	return m, nil
 }
 

@@ -59,6 +59,12 @@ func TestMintOrder(t *testing.T) {
 	if m.JoinCommand != wantCmd {
 		t.Fatalf("join command\n%s\nwant\n%s", m.JoinCommand, wantCmd)
 	}
+	wantFiles := fmt.Sprintf("(umask 077; echo abcdef.0123456789abcdef > stratum-join-token; echo %s > stratum-join-certificate-key)\n"+
+		"stratum server --server https://10.0.0.10:6443 --token-file stratum-join-token --ca-hash %s --certificate-key-file stratum-join-certificate-key",
+		strings.Repeat("ab", 32), hash)
+	if m.JoinCommandSecretFiles != wantFiles {
+		t.Fatalf("secret-file join command\n%s\nwant\n%s", m.JoinCommandSecretFiles, wantFiles)
+	}
 	if !m.Expires.Equal(now().Add(DefaultTTL)) {
 		t.Fatalf("expires %v", m.Expires)
 	}

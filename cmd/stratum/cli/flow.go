@@ -13,6 +13,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/host"
@@ -43,6 +44,16 @@ func join(ctx context.Context, n *ha.Node, o ha.JoinOptions) (*nodestate.NodeSta
 // adminClient is a clientset from the admin kubeconfig on h, dialing through
 // h (so a simulated host's partitions apply).
 func adminClient(h host.Host) (kubernetes.Interface, error) {
+	cfg, err := adminRESTConfig(h)
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(cfg)
+}
+
+// adminRESTConfig is the admin kubeconfig on h as a client config dialing
+// through h, with apiTimeout per request.
+func adminRESTConfig(h host.Host) (*rest.Config, error) {
 	kc, err := h.ReadFile(version.Kubeconfig(kubeconfig.Admin))
 	if err != nil {
 		return nil, fmt.Errorf("read the admin kubeconfig: %w; run this on a control plane", err)
@@ -53,7 +64,7 @@ func adminClient(h host.Host) (kubernetes.Interface, error) {
 	}
 	cfg.Dial = h.DialContext
 	cfg.Timeout = apiTimeout
-	return kubernetes.NewForConfig(cfg)
+	return cfg, nil
 }
 
 // loadState is the control-plane node state on h, or an error that says this

@@ -267,15 +267,15 @@ func (*tempHost) Name() string { return "test-node" }
 
 func (h *tempHost) StartService(_ context.Context, name string) error {
 	h.starts = append(h.starts, name)
-	return fmt.Errorf("%w: systemd has no unit stratum-%s.service", host.ErrUnknownService, name)
+	return fmt.Errorf("%w %q: no supervisor on this test host", host.ErrUnknownService, name)
 }
 
 func (*tempHost) StopService(_ context.Context, name string) error {
-	return fmt.Errorf("%w: systemd has no unit stratum-%s.service", host.ErrUnknownService, name)
+	return fmt.Errorf("%w %q: no supervisor on this test host", host.ErrUnknownService, name)
 }
 
 func (*tempHost) RestartService(_ context.Context, name string) error {
-	return fmt.Errorf("%w: systemd has no unit stratum-%s.service", host.ErrUnknownService, name)
+	return fmt.Errorf("%w %q: no supervisor on this test host", host.ErrUnknownService, name)
 }
 
 func (*tempHost) TrustCIDR(netip.Prefix) error { return nil }
@@ -379,13 +379,13 @@ func TestControlPlaneCommandsRefuseOnANodeWithoutState(t *testing.T) {
 	}
 }
 
-func TestUpWithoutServiceUnitsPointsToSim(t *testing.T) {
+func TestUpWithoutASupervisorSaysWhatRunsServices(t *testing.T) {
 	opts, h := onTempHost(t)
 	code, out, errOut := runCLI(t, opts, "up", "--node-ip", "127.0.0.1")
 	if code != ExitFail {
 		t.Fatalf("up without service units: exit %d, want 1; stdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
-	for _, want := range []string{"start etcd", "unknown service", "supervisor units", "not part of this release", "stratum sim up"} {
+	for _, want := range []string{"start etcd", "unknown service", "No stratum supervisor runs this node's services", "stratum up", "stratum sim up"} {
 		if !strings.Contains(errOut, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, errOut)
 		}
@@ -397,7 +397,7 @@ func TestUpWithoutServiceUnitsPointsToSim(t *testing.T) {
 	// The hint says a later `stratum up` starts from the files written: it
 	// does, trying etcd again rather than refusing.
 	code, _, errOut = runCLI(t, opts, "up")
-	if code != ExitFail || !strings.Contains(errOut, "supervisor units") || len(h.starts) != 2 || h.starts[1] != "etcd" {
+	if code != ExitFail || !strings.Contains(errOut, "No stratum supervisor") || len(h.starts) != 2 || h.starts[1] != "etcd" {
 		t.Errorf("second up: exit %d, starts %v, stderr:\n%s", code, h.starts, errOut)
 	}
 }

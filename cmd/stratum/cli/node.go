@@ -14,6 +14,7 @@ import (
 	"stratum.dev/stratum/internal/host"
 	"stratum.dev/stratum/internal/interrupt"
 	"stratum.dev/stratum/internal/nodestate"
+	"stratum.dev/stratum/internal/supervisor"
 	"stratum.dev/stratum/internal/token"
 )
 
@@ -31,7 +32,14 @@ const certKeyMaxAge = 90 * 24 * time.Hour
 func (a *app) localNode() (*ha.Node, host.Host, error) {
 	newHost := a.opts.Host
 	if newHost == nil {
-		newHost = func() (host.Host, error) { return host.NewLocal() }
+		newHost = func() (host.Host, error) {
+			l, err := host.NewLocal()
+			if err != nil {
+				return nil, err
+			}
+			l.Services = localServices()
+			return l, nil
+		}
 	}
 	h, err := newHost()
 	if err != nil {
@@ -40,22 +48,22 @@ func (a *app) localNode() (*ha.Node, host.Host, error) {
 	return ha.NewNode(ha.Env{Host: h, Checkpoint: a.opts.Checkpoint, Log: a.log}), h, nil
 }
 
-// noUnitsHint is appended to an error caused by this host having no stratum
-// service units.
-const noUnitsHint = `This host has no stratum supervisor units (systemd units stratum-etcd,
-stratum-kube-apiserver, stratum-kube-vip). Running control planes on a real Linux host
-needs them, and they are not part of this release. The files written so far stay, and
-"stratum up" starts from them once the units exist. To try the whole flow (bootstrap,
-token, join) on simulated hosts on this machine, run: stratum sim up --control-planes 3`
+// noSupervisorHint is appended to an error caused by this host having no
+// running stratum supervisor to start, stop or restart a service.
+const noSupervisorHint = `No stratum supervisor runs this node's services. On a real Linux host "stratum up"
+is that supervisor: it runs etcd, the kube-apiserver, the VIP and the operator as its
+children and stays in the foreground (or under systemd, after "stratum install").
+The files written so far stay, and "stratum up" starts from them. To try the whole
+flow on simulated hosts on this machine instead, run: stratum sim up --control-planes 3`
 
-// explainHost adds noUnitsHint to an error that comes from a missing service
-// unit or from systemctl itself.
+// explainHost adds noSupervisorHint to an error that comes from a service
+// this host cannot run because nothing supervises it.
 func explainHost(err error) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, host.ErrUnknownService) || strings.Contains(err.Error(), "systemctl") {
-		return fmt.Errorf("%w\n\n%s", err, noUnitsHint)
+	if errors.Is(err, host.ErrUnknownService) || errors.Is(err, supervisor.ErrNotRunning) || errors.Is(err, host.ErrNoServiceManager) {
+		return fmt.Errorf("%w\n\n%s", err, noSupervisorHint)
 	}
 	return err
 }
@@ -79,6 +87,7 @@ func checkIP(flag, v string) error {
 // upFlags are `stratum up`'s flags.
 type upFlags struct {
 	nodeIP, vip, podCIDR, serviceCIDR, clusterDomain, profile string
+	superviseFlags
 }
 
 func (a *app) upCmd() *cobra.Command {
@@ -98,9 +107,14 @@ to cover it before kube-vip takes it; then "stratum repoint --vip" moves its cli
 On a node where a join was interrupted after its etcd member-add (a surviving join
 intent journal) it refuses, naming the journal and the command that recovers it.
 
-The services run under the host's supervisor (systemd units stratum-etcd,
-stratum-kube-apiserver, stratum-kube-vip), which this release does not ship; "stratum
-sim up" runs the same flow on simulated hosts.`,
+On a real host stratum is the node's supervisor: after the bring-up it stays in the
+foreground running etcd and the kube-apiserver (from --bin-dir, checked before anything
+changes) as its children, restarted with backoff if they exit and logged under
+/var/log/stratum, plus the VIP (a /32 on the node's interface, announced by gratuitous
+ARP, held by the winner of a Lease election) and the operator. SIGINT or SIGTERM stops
+them all. Other stratum commands reach it through /run/stratum/supervisor.sock;
+"stratum install" writes a systemd unit that runs it at boot. It must run as root.
+"stratum sim up" runs the same flow on simulated hosts.`,
 		Example: `  # First control plane of a new cluster, fronted by a VIP
   stratum up --node-ip 10.0.0.11 --vip 10.0.0.10
 
@@ -118,16 +132,21 @@ sim up" runs the same flow on simulated hosts.`,
 			if err := checkIP("--vip", f.vip); err != nil {
 				return err
 			}
-			n, _, err := a.localNode()
-			if err != nil {
-				return err
-			}
 			o := ha.BootstrapOptions{
 				NodeIP: f.nodeIP, PodCIDR: f.podCIDR, ServiceCIDR: f.serviceCIDR,
 				ClusterDomain: f.clusterDomain, Profile: f.profile,
 			}
 			if f.vip != "" {
 				o.VIP = nodestate.VIP{Address: f.vip}
+			}
+			if a.opts.Host == nil {
+				return a.supervise(cmd.Context(), "stratum up", "control plane up", f.superviseFlags, func(ctx context.Context, n *ha.Node) (*nodestate.NodeState, error) {
+					return n.Up(ctx, o)
+				})
+			}
+			n, _, err := a.localNode()
+			if err != nil {
+				return err
 			}
 			st, err := n.Up(cmd.Context(), o)
 			if err != nil {
@@ -144,12 +163,15 @@ sim up" runs the same flow on simulated hosts.`,
 	fl.StringVar(&f.serviceCIDR, "service-cidr", "", "the cluster's service `CIDR` (default 10.96.0.0/12)")
 	fl.StringVar(&f.clusterDomain, "cluster-domain", "", "the cluster's DNS `domain` (default cluster.local)")
 	fl.StringVar(&f.profile, "profile", "", "the node profile this control plane runs, by `name` (e.g. cis); none by default")
+	f.superviseFlags.add(cmd)
 	return cmd
 }
 
 // serverFlags are `stratum server`'s flags.
 type serverFlags struct {
 	server, token, caHash, certKey, nodeIP, vip string
+	tokenFile, certKeyFile                      string
+	superviseFlags
 }
 
 func (a *app) serverCmd() *cobra.Command {
@@ -172,16 +194,32 @@ added; between the member-add and the saved node state the first Ctrl-C is held 
 that window closes (a second one stops at once, and re-running the same command
 recovers). A refused join removes the files it created.
 
-The services run under the host's supervisor (systemd units), which this release does
-not ship; "stratum sim up" runs the same flow on simulated hosts.`,
+On a real host the joined control plane then stays in the foreground under this
+process, as "stratum up" does (see its help); run as root. The token and the
+certificate-key can come from files (--token-file, --certificate-key-file) or the
+environment ($STRATUM_TOKEN, $STRATUM_CERTIFICATE_KEY) instead of flags, so they are
+not in the process list while the control plane runs.`,
 		Example: `  # The join command printed by "stratum token create --control-plane"
   stratum server --server https://10.0.0.10:6443 --token abcdef.0123456789abcdef \
-    --ca-hash sha256:<64 hex digits> --certificate-key <64 hex digits> --node-ip 10.0.0.12`,
+    --ca-hash sha256:<64 hex digits> --certificate-key <64 hex digits> --node-ip 10.0.0.12
+
+  # The same, with the secrets in root-only files instead of the process list
+  stratum server --server https://10.0.0.10:6443 --token-file stratum-join-token \
+    --ca-hash sha256:<64 hex digits> --certificate-key-file stratum-join-certificate-key`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			tok, err := secret("--token", f.token, "--token-file", f.tokenFile, envToken)
+			if err != nil {
+				return err
+			}
+			key, err := secret("--certificate-key", f.certKey, "--certificate-key-file", f.certKeyFile, envCertKey)
+			if err != nil {
+				return err
+			}
 			var missing []string
 			for _, r := range []struct{ name, v string }{
-				{"--server", f.server}, {"--token", f.token}, {"--ca-hash", f.caHash}, {"--certificate-key", f.certKey},
+				{"--server", f.server}, {"--token (or --token-file, or $" + envToken + ")", tok}, {"--ca-hash", f.caHash},
+				{"--certificate-key (or --certificate-key-file, or $" + envCertKey + ")", key},
 			} {
 				if r.v == "" {
 					missing = append(missing, r.name)
@@ -190,11 +228,7 @@ not ship; "stratum sim up" runs the same flow on simulated hosts.`,
 			if len(missing) > 0 {
 				return usagef("missing required flag(s) %s: copy the join command printed by `stratum token create --control-plane`", strings.Join(missing, ", "))
 			}
-			n, _, err := a.localNode()
-			if err != nil {
-				return err
-			}
-			o := ha.JoinOptions{Server: f.server, Token: f.token, CAHash: f.caHash, CertKey: f.certKey, NodeIP: f.nodeIP}
+			o := ha.JoinOptions{Server: f.server, Token: tok, CAHash: f.caHash, CertKey: key, NodeIP: f.nodeIP, Operator: f.operator}
 			if f.vip != "" {
 				o.VIP = nodestate.VIP{Address: f.vip}
 			}
@@ -202,9 +236,24 @@ not ship; "stratum sim up" runs the same flow on simulated hosts.`,
 			// boundary, and is held through the member-add window. It is
 			// not under the command's own signal context, which would end
 			// at the first signal regardless of that window.
-			run := interrupt.New(context.WithoutCancel(cmd.Context()), a.log)
-			defer run.Stop()
-			st, err := join(run.Context(), n, o)
+			joinOnce := func(n *ha.Node) (*nodestate.NodeState, error) {
+				run := interrupt.New(context.WithoutCancel(cmd.Context()), a.log)
+				defer run.Stop()
+				return join(run.Context(), n, o)
+			}
+			if a.opts.Host == nil {
+				if !o.Operator {
+					f.superviseFlags.operator = false
+				}
+				return a.supervise(cmd.Context(), "stratum server", "joined as a control plane", f.superviseFlags, func(_ context.Context, n *ha.Node) (*nodestate.NodeState, error) {
+					return joinOnce(n)
+				})
+			}
+			n, _, err := a.localNode()
+			if err != nil {
+				return err
+			}
+			st, err := joinOnce(n)
 			if err != nil {
 				return explainHost(err)
 			}
@@ -219,6 +268,9 @@ not ship; "stratum sim up" runs the same flow on simulated hosts.`,
 	fl.StringVar(&f.certKey, "certificate-key", "", "the `key` (64 hex digits) the shared certificates were uploaded under (required)")
 	fl.StringVar(&f.nodeIP, "node-ip", "", "this node's `IP` (default: resolved from the host's addresses)")
 	fl.StringVar(&f.vip, "vip", "", "the cluster's virtual `IP` this control plane also runs kube-vip for")
+	fl.StringVar(&f.tokenFile, "token-file", "", "read the bootstrap token from `FILE` (keeps it out of the process list; or set $"+envToken+")")
+	fl.StringVar(&f.certKeyFile, "certificate-key-file", "", "read the certificate-key from `FILE` (keeps it out of the process list; or set $"+envCertKey+")")
+	f.superviseFlags.add(cmd)
 	return cmd
 }
 
@@ -287,6 +339,10 @@ func (a *app) printMinted(m *token.Minted, controlPlane bool) {
 	fmt.Fprintf(a.stdout, "%s %s, expires %s\n\n  %s\n", kind, m.ID, m.Expires.UTC().Format(time.RFC3339), m.JoinCommand)
 	if controlPlane {
 		fmt.Fprintf(a.stdout, "\nThe certificate-key decrypts the cluster's shared certificates: pass it to the joiner out of band.\n")
+		fmt.Fprintf(a.stdout, "\nTo keep the token and the certificate-key out of the joiner's process list, run instead:\n\n")
+		for _, line := range strings.Split(m.JoinCommandSecretFiles, "\n") {
+			fmt.Fprintf(a.stdout, "  %s\n", line)
+		}
 	}
 }
 

@@ -1,0 +1,420 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"github.com/spf13/cobra"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+
+	"stratum.dev/stratum/ha"
+	"stratum.dev/stratum/internal/controlplane"
+	"stratum.dev/stratum/internal/host"
+	"stratum.dev/stratum/internal/nodestate"
+	"stratum.dev/stratum/internal/pki"
+	"stratum.dev/stratum/internal/supervisor"
+	"stratum.dev/stratum/internal/version"
+	"stratum.dev/stratum/internal/vip"
+)
+
+// On a real host stratum is its own supervisor, as `k0s controller` and
+// `k3s server` are: `stratum up` and `stratum server` prepare the node with
+// the ha code, running its services (etcd, kube-apiserver, the VIP, the
+// operator) as children of this process through internal/supervisor, then
+// stay in the foreground serving the control socket until SIGINT or SIGTERM
+// stops them all. Every other command reaches that supervisor through the
+// socket.
+
+// Service names the supervisor runs beyond ha's.
+const serviceOperator = "stratum-operator"
+
+// Timing of the real host's elections and passes.
+const (
+	// serviceReadyWithin bounds a start's wait for etcd or the apiserver to
+	// serve: a member whose peers are all down never finds a leader.
+	serviceReadyWithin = 2 * time.Minute
+	// operatorEvery is how often the operator's leader runs a pass.
+	operatorEvery = 30 * time.Second
+	// OperatorLeaseName is the Lease the control planes' operators elect
+	// through.
+	OperatorLeaseName = "stratum-operator"
+)
+
+// requireRoot refuses a real-host control-plane command run by another user.
+func requireRoot(verb string) error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("%s must run as root: it writes %s and %s, binds the etcd and apiserver ports and manages the VIP address; nothing was changed", verb, version.K8sConfDir, version.StateDir)
+	}
+	return nil
+}
+
+// localServices is what the real-host commands other than up and server use
+// for services: the running supervisor's control socket.
+func localServices() host.Services { return supervisor.Client{Path: supervisor.SocketPath} }
+
+// nodeSupervisor is the supervisor of this machine's control plane: etcd and
+// kube-apiserver from binDir with flags rendered from the node state at each
+// start, the VIP candidate and the operator in process.
+func (a *app) nodeSupervisor(h host.Host, n *ha.Node, binDir string) (*supervisor.Supervisor, error) {
+	bins := controlplane.Binaries{Dir: binDir}
+	check := func(name string) func(context.Context) error {
+		return func(ctx context.Context) error {
+			if err := bins.Check(ctx, name); err != nil {
+				return err
+			}
+			return controlplane.PortsFree(controlplane.Ports[name])
+		}
+	}
+	return supervisor.New(supervisor.Config{
+		LogDir: controlplane.LogDir,
+		Log:    a.log,
+		Services: []supervisor.Spec{
+			{
+				Name: ha.ServiceEtcd,
+				Command: func() (supervisor.Command, error) {
+					st, err := nodestate.Load(h)
+					if err != nil {
+						return supervisor.Command{}, err
+					}
+					args, err := controlplane.EtcdArgs(st)
+					return supervisor.Command{Path: bins.Path(controlplane.EtcdBinary), Args: args}, err
+				},
+				Ready: func(ctx context.Context) error { return waitEtcdServes(ctx, h, n) },
+				Check: check(controlplane.EtcdBinary),
+			},
+			{
+				Name: ha.ServiceAPIServer,
+				Command: func() (supervisor.Command, error) {
+					st, err := nodestate.Load(h)
+					if err != nil {
+						return supervisor.Command{}, err
+					}
+					args, err := controlplane.APIServerArgs(st, h)
+					return supervisor.Command{Path: bins.Path(controlplane.APIServerBinary), Args: args}, err
+				},
+				Ready: func(ctx context.Context) error { return waitAPIServerServes(ctx, h) },
+				Check: check(controlplane.APIServerBinary),
+			},
+			{Name: ha.ServiceVIP, Run: func(ctx context.Context) error { return a.runVIP(ctx, h) }, Check: func(context.Context) error { return vipCheck(h) }},
+			{Name: serviceOperator, Run: func(ctx context.Context) error { return a.runOperator(ctx, h, n) }},
+		},
+	})
+}
+
+// waitEtcdServes waits until the local member answers with a leader.
+func waitEtcdServes(ctx context.Context, h host.Host, n *ha.Node) error {
+	st, err := nodestate.Load(h)
+	if err != nil {
+		return err
+	}
+	self := controlplane.ClientHost(st.Etcd.ClientURL)
+	ctx, cancel := context.WithTimeout(ctx, serviceReadyWithin)
+	defer cancel()
+	for {
+		m := n.EtcdMemberStatus(ctx, self)
+		if m.Err == nil && m.Leader != 0 {
+			return nil
+		}
+		why := "it knows no leader"
+		if m.Err != nil {
+			why = m.Err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("etcd at %s does not serve: %s (%w)", st.Etcd.ClientURL, why, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// waitAPIServerServes waits until the local apiserver's /readyz answers 200.
+func waitAPIServerServes(ctx context.Context, h host.Host) error {
+	st, err := nodestate.Load(h)
+	if err != nil {
+		return err
+	}
+	ca, err := h.ReadFile(version.PKIFile("ca.crt"))
+	if err != nil {
+		return err
+	}
+	ip, _, _ := strings.Cut(st.NodeIP, ",")
+	ctx, cancel := context.WithTimeout(ctx, serviceReadyWithin)
+	defer cancel()
+	return controlplane.WaitAPIServerReady(ctx, ip, ca)
+}
+
+// localAdminClient is a clientset with the admin kubeconfig's credentials
+// aimed at this node's own apiserver, not the VIP: the elections that decide
+// who holds the VIP cannot go through it.
+func localAdminClient(h host.Host, timeout time.Duration) (kubernetes.Interface, error) {
+	st, err := nodestate.Load(h)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := adminRESTConfig(h)
+	if err != nil {
+		return nil, err
+	}
+	ip, _, _ := strings.Cut(st.NodeIP, ",")
+	cfg.Host = "https://" + net.JoinHostPort(ip, strconv.Itoa(version.APIServerPort))
+	cfg.Timeout = timeout
+	return kubernetes.NewForConfig(cfg)
+}
+
+// vipCheck refuses a VIP service on a node whose state has no VIP.
+func vipCheck(h host.Host) error {
+	st, err := nodestate.Load(h)
+	if errors.Is(err, nodestate.ErrNoState) {
+		return nil // a join checks before it saves its state
+	}
+	if err != nil {
+		return err
+	}
+	if st.VIP.Address != "" {
+		if _, err := netip.ParseAddr(st.VIP.Address); err != nil {
+			return fmt.Errorf("node state VIP %q: %w", st.VIP.Address, err)
+		}
+	}
+	return nil
+}
+
+// runVIP is the kube-vip service: a candidate for the VIP Lease through the
+// local apiserver; while it holds the lease the VIP is a /32 on the
+// interface that carries the node's address, announced by gratuitous ARP.
+// It takes the VIP only while the apiserver certificate covers it.
+func (a *app) runVIP(ctx context.Context, h host.Host) error {
+	st, err := nodestate.Load(h)
+	if err != nil {
+		return err
+	}
+	if st.VIP.Address == "" {
+		<-ctx.Done() // a cluster without a VIP: nothing to hold
+		return nil
+	}
+	addr, err := netip.ParseAddr(st.VIP.Address)
+	if err != nil {
+		return fmt.Errorf("node state VIP %q: %w", st.VIP.Address, err)
+	}
+	iface := st.VIP.Interface
+	if iface == "" {
+		ip, _, _ := strings.Cut(st.NodeIP, ",")
+		nodeIP, err := netip.ParseAddr(ip)
+		if err != nil {
+			return fmt.Errorf("node state node IP %q: %w", st.NodeIP, err)
+		}
+		if iface, err = vip.InterfaceOf(nodeIP); err != nil {
+			return err
+		}
+	}
+	cs, err := localAdminClient(h, 5*time.Second)
+	if err != nil {
+		return err
+	}
+	// The address lives one lease duration in the kernel unless renewed, so
+	// a stratum killed while it held the VIP does not keep answering ARP for
+	// it beside the next holder.
+	announcer := &vip.NetlinkAnnouncer{Interface: iface, Addr: addr, Lifetime: vip.DefaultLeaseDuration}
+	return vip.Run(ctx, vip.Config{
+		Client:    cs,
+		Identity:  h.Name(),
+		Lease:     vip.DefaultLease, // kube-vip's timings: the defaults
+		CanHold:   func() error { return apiServerCovers(h, addr) },
+		Announcer: announcer,
+		Log:       a.log.With("service", ha.ServiceVIP),
+	})
+}
+
+// apiServerCovers reports an error unless the node's apiserver certificate
+// names ip among its IP SANs.
+func apiServerCovers(h host.Host, ip netip.Addr) error {
+	crt, err := h.ReadFile(version.PKIFile("apiserver.crt"))
+	if err != nil {
+		return err
+	}
+	if err := pki.CheckLeafCovers(crt, net.IP(ip.AsSlice())); err != nil {
+		return fmt.Errorf("the apiserver certificate %s does not cover the VIP %s (%w): run `stratum up` again, which reissues it", version.PKIFile("apiserver.crt"), ip, err)
+	}
+	return nil
+}
+
+// runOperator is the stratum-operator service: the control planes elect one
+// through a Lease on their local apiservers, and the leader runs ha's
+// OperatorPass every operatorEvery, so a stranded learner is promoted and
+// expired grants are pruned with no one minting.
+func (a *app) runOperator(ctx context.Context, h host.Host, n *ha.Node) error {
+	cs, err := localAdminClient(h, 30*time.Second)
+	if err != nil {
+		return err
+	}
+	log := a.log.With("service", serviceOperator)
+	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock: &resourcelock.LeaseLock{
+			LeaseMeta:  metav1.ObjectMeta{Name: OperatorLeaseName, Namespace: "kube-system"},
+			Client:     cs.CoordinationV1(),
+			LockConfig: resourcelock.ResourceLockConfig{Identity: h.Name()},
+		},
+		LeaseDuration:   15 * time.Second,
+		RenewDeadline:   10 * time.Second,
+		RetryPeriod:     2 * time.Second,
+		ReleaseOnCancel: true,
+		Name:            serviceOperator,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(ctx context.Context) { operatorLoop(ctx, n, cs, log) },
+			OnStoppedLeading: func() { log.Info("operator lease lost or released") },
+		},
+	})
+	if err != nil {
+		return err
+	}
+	le.Run(ctx) // returns when the lease is lost; the supervisor restarts it
+	if ctx.Err() != nil {
+		return nil
+	}
+	return errors.New("operator lease lost")
+}
+
+// operatorLoop runs an operator pass now and every operatorEvery until ctx
+// ends.
+func operatorLoop(ctx context.Context, n *ha.Node, cs kubernetes.Interface, log *slog.Logger) {
+	log.Info("operator leading: passes every " + operatorEvery.String())
+	for {
+		promoted, err := n.OperatorPass(ctx, cs)
+		if len(promoted) > 0 {
+			log.Warn("operator promoted stranded etcd learners", "members", promoted)
+		}
+		if err != nil && ctx.Err() == nil {
+			log.Warn("operator pass", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(operatorEvery):
+		}
+	}
+}
+
+// superviseFlags are the flags of up and server on a real host.
+type superviseFlags struct {
+	binDir   string
+	operator bool
+}
+
+func (f *superviseFlags) add(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.binDir, "bin-dir", controlplane.DefaultBinDir, "the `directory` holding the pinned etcd and kube-apiserver binaries (the bin/ of `make dist`)")
+	fl.BoolVar(&f.operator, "operator", true, "run the stratum-operator on this control plane (leader-elected: promotes stranded etcd learners, prunes expired grants)")
+}
+
+// supervise is `stratum up` and `stratum server` on a real host: refusals
+// first (not root, a supervisor already running, a control-plane binary
+// missing or wrong), then prepare (ha's bring-up or join) with this process
+// as the node's supervisor, then the operator, then the foreground: the
+// control socket is served until ctx ends (SIGINT, SIGTERM), when every
+// service is stopped, newest first.
+func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags, prepare func(context.Context, *ha.Node) (*nodestate.NodeState, error)) error {
+	if err := requireRoot(verb); err != nil {
+		return err
+	}
+	l, err := host.NewLocal()
+	if err != nil {
+		return err
+	}
+	n := ha.NewNode(ha.Env{Host: l, Checkpoint: a.opts.Checkpoint, Log: a.log})
+	sup, err := a.nodeSupervisor(l, n, f.binDir)
+	if err != nil {
+		return err
+	}
+	l.Services = startProgress{sup, a.stdout}
+	ln, err := supervisor.Listen(supervisor.SocketPath)
+	if err != nil {
+		return fmt.Errorf("%s refused: %w; nothing was changed", verb, err)
+	}
+	defer os.Remove(supervisor.SocketPath)
+	defer ln.Close()
+	if err := sup.CheckServices(ctx, []string{ha.ServiceEtcd, ha.ServiceAPIServer}); err != nil {
+		return fmt.Errorf("%s refused: this host cannot run its control plane: %w; nothing was changed", verb, err)
+	}
+	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
+	served := make(chan error, 1)
+	go func() { served <- sup.Serve(serveCtx, ln) }()
+	defer func() { stopServing(); <-served }()
+	defer sup.Shutdown()
+
+	st, err := prepare(ctx, n)
+	if err != nil {
+		return explainHost(err)
+	}
+	if f.operator {
+		if err := l.StartService(ctx, serviceOperator); err != nil {
+			return fmt.Errorf("start the operator: %w", err)
+		}
+	}
+	a.printState(done, st)
+	fmt.Fprintf(a.stdout, "supervising this control plane (logs in %s, control socket %s); SIGINT or SIGTERM stops it\n", controlplane.LogDir, supervisor.SocketPath)
+	<-ctx.Done()
+	fmt.Fprintln(a.stdout, "stopping the control plane")
+	return nil
+}
+
+// startProgress prints a line as each service starts and when it is ready, so a
+// long start (etcd finding its leader, the apiserver's first readiness) is
+// visible.
+type startProgress struct {
+	*supervisor.Supervisor
+	w io.Writer
+}
+
+func (p startProgress) StartService(ctx context.Context, name string) error {
+	if st, err := p.ServiceStatus(ctx, name); err == nil && st.Running {
+		return p.Supervisor.StartService(ctx, name)
+	}
+	start := time.Now()
+	fmt.Fprintf(p.w, "starting %s ...\n", name)
+	if err := p.Supervisor.StartService(ctx, name); err != nil {
+		return err
+	}
+	fmt.Fprintf(p.w, "%s is up (%s)\n", name, time.Since(start).Round(100*time.Millisecond))
+	return nil
+}
+
+// The environment variables a join's secrets can come from, so they stay out
+// of the process list for the life of the supervisor.
+const (
+	envToken   = "STRATUM_TOKEN"
+	envCertKey = "STRATUM_CERTIFICATE_KEY"
+)
+
+// secret is a join secret from its flag, its file flag or its environment
+// variable, in that order; giving both the flag and the file is refused.
+func secret(flag, value, fileFlag, file, env string) (string, error) {
+	if value != "" && file != "" {
+		return "", usagef("%s and %s both given: pass one", flag, fileFlag)
+	}
+	if value != "" {
+		return value, nil
+	}
+	if file != "" {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return "", usagef("%s: %v", fileFlag, err)
+		}
+		v := strings.TrimSpace(string(data))
+		if v == "" {
+			return "", usagef("%s %s is empty", fileFlag, file)
+		}
+		return v, nil
+	}
+	return strings.TrimSpace(os.Getenv(env)), nil
+}

@@ -1,0 +1,89 @@
+package cli
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestJoinSecretSources(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "tok")
+	if err := os.WriteFile(file, []byte("abcdef.0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(dir, "empty")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(envToken, "fromenv.0123456789abcdef")
+	for _, tc := range []struct {
+		name, value, file, want, wantErr string
+	}{
+		{name: "flag wins over the environment", value: "flag", want: "flag"},
+		{name: "file, trimmed", file: file, want: "abcdef.0123456789abcdef"},
+		{name: "environment", want: "fromenv.0123456789abcdef"},
+		{name: "flag and file", value: "flag", file: file, wantErr: "both given"},
+		{name: "missing file", file: filepath.Join(dir, "nope"), wantErr: "no such file"},
+		{name: "empty file", file: empty, wantErr: "is empty"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := secret("--token", tc.value, "--token-file", tc.file, envToken)
+			if tc.wantErr != "" {
+				var ue usageError
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !errors.As(err, &ue) {
+					t.Fatalf("secret = %q, %v; want a usage error with %q", got, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("secret = %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestServerRefusesAFlagAndItsFileTogether(t *testing.T) {
+	opts, h := onTempHost(t)
+	file := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(file, []byte(strings.Repeat("cd", 32)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := runCLI(t, opts, "server", "--server", "https://10.0.0.10:6443", "--token", "abcdef.0123456789abcdef",
+		"--ca-hash", "sha256:"+strings.Repeat("ab", 32), "--certificate-key", strings.Repeat("cd", 32), "--certificate-key-file", file)
+	if code != ExitUsage || !strings.Contains(errOut, "--certificate-key and --certificate-key-file both given") {
+		t.Fatalf("exit %d, stderr:\n%s", code, errOut)
+	}
+	if files := filesUnder(t, h.Root); len(files) != 0 {
+		t.Fatalf("a refused join wrote %v", files)
+	}
+}
+
+func TestInstallWritesAUnitThatRunsUpOnlyWithState(t *testing.T) {
+	dir := t.TempDir()
+	code, out, errOut := runCLI(t, Options{}, "install", "--unit-dir", dir, "--bin-dir", "/opt/stratum/bin")
+	if code != ExitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	unit, err := os.ReadFile(filepath.Join(dir, "stratum.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{" up --bin-dir /opt/stratum/bin\n", "ConditionPathExists=/var/lib/stratum/node-state.json", "Restart=always", "WantedBy=multi-user.target"} {
+		if !strings.Contains(string(unit), want) {
+			t.Errorf("unit lacks %q:\n%s", want, unit)
+		}
+	}
+	if !strings.Contains(out, "wrote "+filepath.Join(dir, "stratum.service")) {
+		t.Errorf("stdout does not say what was written:\n%s", out)
+	}
+	code, out, _ = runCLI(t, Options{}, "install", "--dry-run", "--unit-dir", filepath.Join(dir, "other"))
+	if code != ExitOK || !strings.Contains(out, "ExecStart=") {
+		t.Fatalf("dry run: exit %d, stdout:\n%s", code, out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "other")); err == nil {
+		t.Fatal("a dry run wrote the unit directory")
+	}
+}
