@@ -14,7 +14,7 @@ FUZZTIME ?= 10s
 # Checks per property for `make explore`.
 CHECKS ?= 200
 
-.PHONY: all build assets tools-mod dist vet fmt-check test demo bench explore clean help
+.PHONY: all build assets tools-mod dist vet fmt-check test e2e demo bench explore clean help
 
 all: build
 
@@ -73,20 +73,23 @@ define leaked_pids
 pgrep -P 1 -f -- "^$$(printf '%s' "$$dir" | sed 's/[][\.*^$$+?(){}|]/\\&/g')/(kube-apiserver|kube-controller-manager|etcd-)" || true
 endef
 
-## test: assets, go vet, gofmt check, then every package's tests (-p 1), then ./scenarios with $(SCENARIO_FLAGS); fails if a test leaves a real server running
+## test: assets, go vet, gofmt check, then every package's tests (-p 1), the fuzz run, ./e2e (real hosts), then ./scenarios with $(SCENARIO_FLAGS); fails if a test leaves a real server running
 test: assets
 	$(GO) vet ./...
 	@$(MAKE) --no-print-directory fmt-check
 	@dir="$$($(GO) run ./internal/assets/assetsdir)"; \
 	before="$$($(leaked_pids))"; \
 	rc=0; \
-	pkgs="$$($(GO) list -f '{{if ne .ImportPath "$(shell $(GO) list -m)/scenarios"}}{{.ImportPath}}{{end}}' ./...)"; \
+	start=$$SECONDS; \
+	pkgs="$$($(GO) list -f '{{if and (ne .ImportPath "$(shell $(GO) list -m)/scenarios") (ne .ImportPath "$(shell $(GO) list -m)/e2e")}}{{.ImportPath}}{{end}}' ./...)"; \
 	if [[ -n "$${pkgs//[[:space:]]/}" ]]; then \
-		echo "$(GO) test -p 1 -count=1 -timeout 25m <all packages but ./scenarios>"; \
+		echo "$(GO) test -p 1 -count=1 -timeout 25m <all packages but ./scenarios and ./e2e>"; \
 		$(GO) test -p 1 -count=1 -timeout 25m $$pkgs || rc=$$?; \
 	fi; \
 	echo "$(GO) test -run '^$$' -fuzz FuzzOpenEnvelope -fuzztime $(FUZZTIME) ./internal/certbundle"; \
 	$(GO) test -run '^$$' -fuzz FuzzOpenEnvelope -fuzztime $(FUZZTIME) ./internal/certbundle || rc=$$?; \
+	echo "$(GO) test -count=1 -timeout 10m ./e2e"; \
+	$(GO) test -count=1 -timeout 10m ./e2e || rc=$$?; \
 	if compgen -G 'scenarios/*.go' >/dev/null; then \
 		echo "$(GO) test -count=1 -timeout 25m ./scenarios $(SCENARIO_FLAGS)"; \
 		$(GO) test -count=1 -timeout 25m ./scenarios $(SCENARIO_FLAGS) || rc=$$?; \
@@ -106,7 +109,12 @@ test: assets
 		echo "a test did not stop what it started; kill them by pid once read"; \
 		rc=1; \
 	fi; \
+	echo "make test: $$(( (SECONDS - start) / 60 )) min $$(( (SECONDS - start) % 60 )) s of tests (rc $$rc)"; \
 	exit $$rc
+
+## e2e: the end-to-end test of the real bin/stratum on network-namespace hosts (root; see docs/real-hosts.md)
+e2e: assets
+	$(GO) test -count=1 -timeout 10m -v ./e2e
 
 ## demo: build, then start a simulated cluster of three control planes
 demo: build assets

@@ -1,0 +1,8 @@
+// Package e2e holds the end-to-end test of the real stratum binary. Its
+// harness (harness_test.go) builds hosts out of Linux namespaces: each host is
+// a network namespace joined by a veth pair to a bridge in a namespace of its
+// own, with a private mount and UTS namespace (its own hostname and its own
+// /etc/stratum, /var/lib/stratum, /run/stratum and /var/log/stratum). The
+// tests need root; without it, or without namespace support, they skip, and
+// fail instead when CI=true.
+package e2e

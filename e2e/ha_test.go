@@ -1,0 +1,584 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"stratum.dev/stratum/internal/assets"
+	"stratum.dev/stratum/internal/version"
+)
+
+// TestHAControlPlaneOnThreeHosts is stratum as a platform engineer meets it:
+// the real bin/stratum on three machines (network + mount namespaces on a
+// bridge), the first brought up with a VIP, the other two joined by running
+// the join command `token create` printed, verbatim (the second in its
+// secret-file form), and everything checked with clients nobody here wrote:
+// etcdctl lists three started voters, kubectl reads through the VIP with the
+// admin kubeconfig and TLS verified. Then the VIP holder's stratum is
+// SIGKILLed: the VIP moves, kubectl answers through it within 20 s,
+// `stratum etcd health` on a survivor names the dead member, and `stratum up`
+// on the killed host brings it back as a voter. Last, a fourth machine's
+// joins with bad input (a wrong certificate key, a wrong CA hash, an
+// unreachable server, not root, a port in use, a missing binary) are refused
+// and change neither the member list nor its files.
+func TestHAControlPlaneOnThreeHosts(t *testing.T) {
+	tools := buildTools(t)
+	nw := newNetwork(t, 4)
+	cp1, cp2, cp3, cp4 := nw.Host("cp1"), nw.Host("cp2"), nw.Host("cp3"), nw.Host("cp4")
+	for _, h := range nw.Hosts() {
+		tools.installBinDir(t, h)
+	}
+	vip := nw.VIP().String()
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+
+	// The first control plane.
+	up1 := cp1.Start(tools.stratum, "up", "--vip", vip)
+	waitSupervising(t, up1, 3*time.Minute)
+
+	// The join command, as printed.
+	out := tools.run(ctx, t, cp1, "token", "create", "--control-plane")
+	join, secretForm := joinCommands(t, out)
+	t.Logf("printed join command: %s", join)
+
+	// cp2 runs it verbatim; cp3 runs the secret-file form verbatim, from a
+	// script file so no shell's argv carries the secrets either.
+	up2 := cp2.Start(tools.shell(join)...)
+	waitSupervising(t, up2, 3*time.Minute)
+	script := filepath.Join(t.TempDir(), "join.sh")
+	if err := os.WriteFile(script, []byte("cd "+filepath.Dir(script)+"\n"+secretForm+"\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	up3 := cp3.Start(tools.shell("sh " + script)...)
+	waitSupervising(t, up3, 3*time.Minute)
+	tok, key := flagValue(join, "--token"), flagValue(join, "--certificate-key")
+	checkSecretsNotInProcessList(t, tok, key)
+
+	// etcdctl: three started voters, all healthy.
+	members := waitVoters(ctx, t, tools, cp1, 3)
+	for _, h := range []*host{cp1, cp2, cp3} {
+		if !slices.Contains(members, h.Name()) {
+			t.Fatalf("etcd members %v lack %s", members, h.Name())
+		}
+	}
+	tools.etcdctl(ctx, t, cp2, "endpoint", "health", "--cluster")
+
+	// kubectl through the VIP, TLS verified against the cluster CA, from
+	// every control plane's admin kubeconfig.
+	for _, h := range []*host{cp1, cp2, cp3} {
+		server := strings.TrimSpace(tools.kubectl(ctx, t, h, "config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}"))
+		if server != "https://"+vip+":6443" {
+			t.Fatalf("%s's admin kubeconfig targets %q, want the VIP", h.Name(), server)
+		}
+		if got := tools.kubectl(ctx, t, h, "get", "--raw", "/readyz"); strings.TrimSpace(got) != "ok" {
+			t.Fatalf("kubectl on %s through the VIP: /readyz = %q", h.Name(), got)
+		}
+	}
+
+	// The supervisor answers other commands through its control socket, and
+	// one operator leads.
+	status := tools.run(ctx, t, cp2, "status")
+	for _, svc := range []string{"etcd", "kube-apiserver", "kube-vip", "stratum-operator"} {
+		if !strings.Contains(status, svc+" ") || strings.Count(status, "running") != 4 {
+			t.Fatalf("stratum status on cp2:\n%s", status)
+		}
+	}
+	operator := tools.kubectl(ctx, t, cp1, "-n", "kube-system", "get", "lease", "stratum-operator", "-o", "jsonpath={.spec.holderIdentity}")
+	if !slices.Contains([]string{"cp1", "cp2", "cp3"}, operator) {
+		t.Fatalf("the stratum-operator Lease is held by %q, want a control plane", operator)
+	}
+
+	// Failover: SIGKILL the VIP holder's stratum; its children die with it.
+	holder := vipHolder(ctx, t, nw)
+	t.Logf("%s holds the VIP; SIGKILL its stratum", holder.Name())
+	killed := time.Now()
+	signalStratum(t, holder, syscall.SIGKILL)
+	survivor := cp2
+	if holder == cp2 {
+		survivor = cp3
+	}
+	waitNoServers(t, holder)
+	var last string
+	for {
+		o, _, err := survivor.Run(ctx, tools.kubectlArgs("get", "--raw", "/readyz", "--request-timeout=2s")...)
+		if err == nil && strings.TrimSpace(o) == "ok" {
+			break
+		}
+		last = fmt.Sprint(o, err)
+		if time.Since(killed) > 20*time.Second {
+			t.Fatalf("kubectl through the VIP from %s did not answer within 20 s of the holder's death (last: %s)", survivor.Name(), last)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Logf("kubectl through the VIP answered %s after the holder died; holder now %s", time.Since(killed).Round(100*time.Millisecond), vipHolder(ctx, t, nw).Name())
+
+	health, herr, err := survivor.Run(ctx, tools.stratum, "etcd", "health")
+	if err == nil || !strings.Contains(herr, holder.IP().String()) {
+		t.Fatalf("stratum etcd health on %s with %s dead: err %v, stdout %q, stderr %q; want a failure naming %s", survivor.Name(), holder.Name(), err, health, herr, holder.IP())
+	}
+	table := tools.run(ctx, t, survivor, "etcd", "members")
+	for _, line := range strings.Split(table, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 || f[0] == "MEMBER" {
+			continue
+		}
+		dead := f[0] == holder.Name()
+		if healthy := f[4] == "healthy"; healthy == dead {
+			t.Fatalf("stratum etcd members on %s, %s dead:\n%s", survivor.Name(), holder.Name(), table)
+		}
+	}
+
+	// The killed control plane comes back as a voter.
+	again := holder.Start(tools.stratum, "up")
+	waitSupervising(t, again, 3*time.Minute)
+	waitVoters(ctx, t, tools, holder, 3)
+	tools.run(ctx, t, holder, "etcd", "health")
+
+	// Refusals on a fourth machine change nothing.
+	before := memberIDs(ctx, t, tools, cp1)
+	files := hostFiles(t, cp4)
+	wrongKey := strings.Replace(join, key, flipHex(key), 1)
+	wrongHash := strings.Replace(join, flagValue(join, "--ca-hash"), "sha256:"+strings.Repeat("0", 64), 1)
+	unreachable := strings.Replace(join, vip, nw.Subnet().Addr().Next().Next().Next().String(), 1) // .3: no host
+	notRoot := "setpriv --reuid=65534 --regid=65534 --clear-groups " + join
+	for _, r := range []struct{ name, cmd, want string }{
+		{"wrong certificate key", wrongKey, "certificate"},
+		{"wrong CA hash", wrongHash, "hash"},
+		{"unreachable server", unreachable, "no route to host"},
+		{"not root", notRoot, "must run as root"},
+	} {
+		o, e, err := cp4.Run(ctx, tools.shell(r.cmd)...)
+		if err == nil || !strings.Contains(strings.ToLower(e), r.want) {
+			t.Fatalf("%s: join on cp4 = %v\nstdout:\n%s\nstderr:\n%s", r.name, err, o, e)
+		}
+		t.Logf("%s refused: %s", r.name, firstLine(e))
+		checkUnchanged(ctx, t, tools, cp1, cp4, before, files, r.name)
+	}
+	busy := cp4.Start(helperCommand("serve", "0.0.0.0:2379")...)
+	waitFor(t, 10*time.Second, "a listener on cp4's port 2379", func() bool { return strings.Contains(busy.Output(), "listening") }, busy)
+	o, e, err := cp4.Run(ctx, tools.shell(join)...)
+	if err == nil || !strings.Contains(e, "port 2379 is in use") {
+		t.Fatalf("join on cp4 with port 2379 taken = %v\nstdout:\n%s\nstderr:\n%s", err, o, e)
+	}
+	t.Logf("port in use refused: %s", firstLine(e))
+	checkUnchanged(ctx, t, tools, cp1, cp4, before, files, "port in use")
+	if err := busy.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(cp4.MachinePath(filepath.Join(binDir, "kube-apiserver"))); err != nil {
+		t.Fatal(err)
+	}
+	files = hostFiles(t, cp4)
+	o, e, err = cp4.Run(ctx, tools.shell(join)...)
+	if err == nil || !strings.Contains(e, "kube-apiserver is missing") {
+		t.Fatalf("join without kube-apiserver on cp4 = %v\nstdout:\n%s\nstderr:\n%s", err, o, e)
+	}
+	t.Logf("missing binary refused: %s", firstLine(e))
+	checkUnchanged(ctx, t, tools, cp1, cp4, before, files, "missing binary")
+
+	// SIGTERM stops a control plane and everything it runs.
+	signalStratum(t, cp3, syscall.SIGTERM)
+	waitNoServers(t, cp3)
+	if !strings.Contains(up3.Output(), "stopping the control plane") {
+		t.Fatalf("cp3's stratum did not stop cleanly on SIGTERM:\n%s", up3.Tail(20))
+	}
+}
+
+// signalStratum sends sig to the stratum process running in h (not to the
+// shell that started it) and waits until it has exited.
+func signalStratum(t *testing.T, h *host, sig syscall.Signal) {
+	t.Helper()
+	pids, err := netnsPids(filepath.Join(netnsDir, h.NetNS()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := 0
+	for _, p := range pids {
+		data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
+		if filepath.Base(strings.SplitN(string(data), "\x00", 2)[0]) == "stratum" {
+			if pid != 0 {
+				t.Fatalf("%s runs two stratum processes (%d, %d)", h.Name(), pid, p)
+			}
+			pid = p
+		}
+	}
+	if pid == 0 {
+		t.Fatalf("no stratum runs on %s", h.Name())
+	}
+	if err := syscall.Kill(pid, sig); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		st, _, ok := procState(pid)
+		if !ok || st == "Z" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stratum (pid %d) on %s still runs a minute after %v", pid, h.Name(), sig)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// binDir is the control-plane binaries' directory on each host (stratum's default).
+const binDir = "/var/lib/stratum/bin"
+
+// tools are the binaries the test runs: the stratum under test and the
+// clients (etcdctl, kubectl) built with the pinned assets.
+type tools struct {
+	stratum, stratumDir      string
+	etcd, apiserver          string
+	etcdctlPath, kubectlPath string
+}
+
+func buildTools(t *testing.T) *tools {
+	t.Helper()
+	requireNamespaces(t)
+	dir := t.TempDir()
+	out, err := exec.Command("go", "build", "-o", filepath.Join(dir, "stratum"), "stratum.dev/stratum/cmd/stratum").CombinedOutput()
+	if err != nil {
+		t.Fatalf("build stratum: %v\n%s", err, out)
+	}
+	tl := &tools{stratum: filepath.Join(dir, "stratum"), stratumDir: dir}
+	for _, b := range []struct {
+		dst  *string
+		find func() (string, error)
+	}{
+		{&tl.etcd, func() (string, error) { return assets.Etcd(version.Etcd) }},
+		{&tl.apiserver, assets.KubeAPIServer},
+		{&tl.etcdctlPath, assets.Etcdctl},
+		{&tl.kubectlPath, assets.Kubectl},
+	} {
+		p, err := b.find()
+		if err != nil {
+			t.Fatalf("%v (run `make assets`)", err)
+		}
+		*b.dst = p
+	}
+	return tl
+}
+
+// installBinDir puts the pinned etcd and kube-apiserver in h's bin directory,
+// as `make dist`'s bin/ is installed on a machine.
+func (tl *tools) installBinDir(t *testing.T, h *host) {
+	t.Helper()
+	dir := h.MachinePath(binDir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, src := range map[string]string{"etcd": tl.etcd, "kube-apiserver": tl.apiserver} {
+		if err := os.Symlink(src, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// shell runs line through sh with the stratum under test first on PATH, so a
+// printed command line that starts with "stratum" runs as printed.
+func (tl *tools) shell(line string) []string {
+	return []string{"env", "PATH=" + tl.stratumDir + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "sh", "-c", line}
+}
+
+// run runs stratum with args on h and returns its stdout; a failure fails t.
+func (tl *tools) run(ctx context.Context, t *testing.T, h *host, args ...string) string {
+	t.Helper()
+	out, errOut, err := h.Run(ctx, append([]string{tl.stratum}, args...)...)
+	if err != nil {
+		t.Fatalf("stratum %s on %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), h.Name(), err, out, errOut)
+	}
+	return out
+}
+
+func (tl *tools) etcdctlArgs(h *host, args ...string) []string {
+	return append([]string{tl.etcdctlPath,
+		"--endpoints=https://" + h.IP().String() + ":2379",
+		"--cacert=/etc/stratum/pki/etcd/ca.crt",
+		"--cert=/etc/stratum/pki/apiserver-etcd-client.crt",
+		"--key=/etc/stratum/pki/apiserver-etcd-client.key",
+		"--command-timeout=5s",
+	}, args...)
+}
+
+func (tl *tools) etcdctl(ctx context.Context, t *testing.T, h *host, args ...string) string {
+	t.Helper()
+	out, errOut, err := h.Run(ctx, tl.etcdctlArgs(h, args...)...)
+	if err != nil {
+		t.Fatalf("etcdctl %s on %s: %v\n%s%s", strings.Join(args, " "), h.Name(), err, out, errOut)
+	}
+	return out
+}
+
+func (tl *tools) kubectlArgs(args ...string) []string {
+	// Its discovery cache goes to the test's directory, not the machine's ~/.kube.
+	return append([]string{tl.kubectlPath, "--kubeconfig=/etc/stratum/admin.conf", "--cache-dir=" + filepath.Join(tl.stratumDir, "kube-cache")}, args...)
+}
+
+func (tl *tools) kubectl(ctx context.Context, t *testing.T, h *host, args ...string) string {
+	t.Helper()
+	out, errOut, err := h.Run(ctx, tl.kubectlArgs(args...)...)
+	if err != nil {
+		t.Fatalf("kubectl %s on %s: %v\n%s%s", strings.Join(args, " "), h.Name(), err, out, errOut)
+	}
+	return out
+}
+
+// waitSupervising waits until p (stratum up or server) says it supervises
+// its control plane; it fails t if p exits first or the wait times out.
+func waitSupervising(t *testing.T, p *proc, within time.Duration) {
+	t.Helper()
+	deadline := time.After(within)
+	for !strings.Contains(p.Output(), "supervising this control plane") {
+		select {
+		case <-p.Done():
+			t.Fatalf("%s exited before its control plane was up: %v\n%s", p, p.Wait(), p.Tail(30))
+		case <-deadline:
+			t.Fatalf("%s not up within %s:\n%s", p, within, p.Tail(30))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// joinCommands are the two join commands `token create --control-plane`
+// printed: the flag form (one line) and the secret-file form (two lines).
+func joinCommands(t *testing.T, out string) (join, secretFiles string) {
+	t.Helper()
+	lines := strings.Split(out, "\n")
+	for i, l := range lines {
+		l = strings.TrimSpace(l)
+		switch {
+		case strings.HasPrefix(l, "stratum server ") && strings.Contains(l, "--token "):
+			join = l
+		case strings.HasPrefix(l, "(umask 077;") && i+1 < len(lines):
+			secretFiles = l + "\n" + strings.TrimSpace(lines[i+1])
+		}
+	}
+	if join == "" || secretFiles == "" {
+		t.Fatalf("token create printed no join command in both forms:\n%s", out)
+	}
+	return join, secretFiles
+}
+
+// flagValue is the value after flag in a printed command line.
+func flagValue(cmdline, flag string) string {
+	f := strings.Fields(cmdline)
+	for i := range f[:len(f)-1] {
+		if f[i] == flag {
+			return f[i+1]
+		}
+	}
+	return ""
+}
+
+func flipHex(s string) string {
+	last := s[len(s)-1]
+	repl := byte('0')
+	if last == '0' {
+		repl = '1'
+	}
+	return s[:len(s)-1] + string(repl)
+}
+
+// checkSecretsNotInProcessList fails t if any process's command line holds
+// the token's secret or the certificate-key while cp3 (joined through the
+// secret-file form) runs. cp2 was joined with the flag form, so its stratum
+// carries them: it is the one process allowed to.
+func checkSecretsNotInProcessList(t *testing.T, tok, key string) {
+	t.Helper()
+	_, secret, _ := strings.Cut(tok, ".")
+	entries, _ := os.ReadDir("/proc")
+	sawFileForm := false
+	for _, e := range entries {
+		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		cmdline := strings.ReplaceAll(string(data), "\x00", " ")
+		if strings.Contains(cmdline, "--token-file") {
+			sawFileForm = true
+		}
+		if strings.Contains(cmdline, "--token "+tok) {
+			continue // cp2's flag-form join
+		}
+		if strings.Contains(cmdline, secret) || strings.Contains(cmdline, key) {
+			t.Fatalf("process %s's command line carries a join secret: %s", e.Name(), cmdline)
+		}
+	}
+	if !sawFileForm {
+		t.Fatal("no running stratum joined with --token-file: cp3's join is not the secret-file form")
+	}
+}
+
+type memberList struct {
+	Members []struct {
+		ID         uint64   `json:"ID"`
+		Name       string   `json:"name"`
+		ClientURLs []string `json:"clientURLs"`
+		IsLearner  bool     `json:"isLearner"`
+	} `json:"members"`
+}
+
+func listMembers(ctx context.Context, t *testing.T, tl *tools, h *host) memberList {
+	t.Helper()
+	var ml memberList
+	out := tl.etcdctl(ctx, t, h, "member", "list", "-w", "json")
+	if err := json.Unmarshal([]byte(out), &ml); err != nil {
+		t.Fatalf("etcdctl member list -w json: %v\n%s", err, out)
+	}
+	return ml
+}
+
+// waitVoters waits until etcdctl through h lists n started voters, and
+// returns their names.
+func waitVoters(ctx context.Context, t *testing.T, tl *tools, h *host, n int) []string {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		ml := listMembers(ctx, t, tl, h)
+		var names []string
+		for _, m := range ml.Members {
+			if !m.IsLearner && m.Name != "" && len(m.ClientURLs) > 0 {
+				names = append(names, m.Name)
+			}
+		}
+		if len(names) == n && len(ml.Members) == n {
+			slices.Sort(names)
+			return names
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("etcd through %s: %+v, want %d started voters", h.Name(), ml.Members, n)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+func memberIDs(ctx context.Context, t *testing.T, tl *tools, h *host) []uint64 {
+	var ids []uint64
+	for _, m := range listMembers(ctx, t, tl, h).Members {
+		ids = append(ids, m.ID)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// vipHolder is the host whose interface carries the VIP, waiting for one.
+func vipHolder(ctx context.Context, t *testing.T, nw *network) *host {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var holders []*host
+		for _, h := range nw.Hosts() {
+			out, _, err := h.Run(ctx, "ip", "-4", "-o", "addr", "show")
+			if err == nil && strings.Contains(out, " "+nw.VIP().String()+"/32 ") {
+				holders = append(holders, h)
+			}
+		}
+		if len(holders) == 1 {
+			return holders[0]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("VIP %s is on %d hosts, want exactly one", nw.VIP(), len(holders))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// waitNoServers waits until no etcd or kube-apiserver runs in h's network
+// namespace: a stopped or killed stratum leaves no child behind.
+func waitNoServers(t *testing.T, h *host) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		pids, err := netnsPids(filepath.Join(netnsDir, h.NetNS()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var servers []string
+		for _, pid := range pids {
+			data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			name := filepath.Base(strings.SplitN(string(data), "\x00", 2)[0])
+			if st, _, ok := procState(pid); ok && st != "Z" && (name == "etcd" || name == "kube-apiserver" || strings.HasPrefix(name, "etcd-")) {
+				servers = append(servers, fmt.Sprintf("%s (pid %d)", name, pid))
+			}
+		}
+		if len(servers) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still runs %v after its stratum ended", h.Name(), servers)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// hostFiles lists every file under h's stratum directories with its size
+// and mode (the bin directory's links included), but the empty lock files
+// under /run/stratum: flock(2) locks live on files that are kept after
+// release (removing one would let two holders lock different inodes), on a
+// tmpfs a reboot clears.
+func hostFiles(t *testing.T, h *host) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, d := range privateDirs {
+		root := h.MachinePath(d)
+		err := filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			fi, err := e.Info()
+			if err != nil {
+				return err
+			}
+			if d == "/run/stratum" && strings.HasSuffix(p, ".lock") && fi.Size() == 0 {
+				return nil
+			}
+			out[strings.TrimPrefix(p, h.Root())] = fmt.Sprintf("%v %d", fi.Mode(), fi.Size())
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// checkUnchanged fails t unless etcd's members (through via) and target's
+// files are what they were before a refused join.
+func checkUnchanged(ctx context.Context, t *testing.T, tl *tools, via, target *host, members []uint64, files map[string]string, what string) {
+	t.Helper()
+	if got := memberIDs(ctx, t, tl, via); !slices.Equal(got, members) {
+		t.Fatalf("%s: etcd members %x, were %x", what, got, members)
+	}
+	got := hostFiles(t, target)
+	for p, v := range got {
+		if files[p] != v {
+			t.Errorf("%s: %s on %s is new or changed (%s)", what, p, target.Name(), v)
+		}
+	}
+	for p := range files {
+		if _, ok := got[p]; !ok {
+			t.Errorf("%s: %s on %s was removed", what, p, target.Name())
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+}
+
+func firstLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
