@@ -14,7 +14,7 @@ FUZZTIME ?= 10s
 # Checks per property for `make explore`.
 CHECKS ?= 200
 
-.PHONY: all build assets tools-mod dist vet fmt-check test e2e demo bench explore clean help
+.PHONY: all build assets tools-mod dist vet fmt-check test e2e e2e-deps demo bench explore clean help
 
 all: build
 
@@ -74,7 +74,7 @@ pgrep -P 1 -f -- "^$$(printf '%s' "$$dir" | sed 's/[][\.*^$$+?(){}|]/\\&/g')/(ku
 endef
 
 ## test: assets, go vet, gofmt check, then every package's tests (-p 1), the fuzz run, ./e2e (real hosts), then ./scenarios with $(SCENARIO_FLAGS); fails if a test leaves a real server running
-test: assets
+test: assets e2e-deps
 	$(GO) vet ./...
 	@$(MAKE) --no-print-directory fmt-check
 	@dir="$$($(GO) run ./internal/assets/assetsdir)"; \
@@ -113,8 +113,18 @@ test: assets
 	exit $$rc
 
 ## e2e: the end-to-end test of the real bin/stratum on network-namespace hosts (root; see docs/real-hosts.md)
-e2e: assets
+e2e: assets e2e-deps
 	$(GO) test -count=1 -timeout 10m -v ./e2e
+
+## e2e-deps: install what the end-to-end test's hosts need (iproute2's ip, util-linux's unshare, nsenter, setpriv) when missing and root
+e2e-deps:
+	@missing=""; \
+	for c in ip unshare nsenter setpriv; do command -v "$$c" >/dev/null || missing+=" $$c"; done; \
+	if [[ -z "$$missing" ]]; then exit 0; fi; \
+	if [[ "$$(id -u)" != 0 ]]; then echo "e2e-deps: missing$$missing; not root, so not installing (the e2e test skips without root)"; exit 0; fi; \
+	echo "e2e-deps: installing iproute2 util-linux for$$missing"; \
+	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends iproute2 util-linux >/dev/null || \
+		{ apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends iproute2 util-linux >/dev/null; }
 
 ## demo: build, then start a simulated cluster of three control planes
 demo: build assets

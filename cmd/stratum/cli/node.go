@@ -242,9 +242,6 @@ not in the process list while the control plane runs.`,
 				return join(run.Context(), n, o)
 			}
 			if a.opts.Host == nil {
-				if !o.Operator {
-					f.superviseFlags.operator = false
-				}
 				return a.supervise(cmd.Context(), "stratum server", "joined as a control plane", f.superviseFlags, func(_ context.Context, n *ha.Node) (*nodestate.NodeState, error) {
 					return joinOnce(n)
 				})
