@@ -25,7 +25,8 @@ import (
 // secret-file form), and everything checked with clients nobody here wrote:
 // etcdctl lists three started voters, kubectl reads through the VIP with the
 // admin kubeconfig and TLS verified. Then the VIP holder's stratum is
-// SIGKILLed: the VIP moves, kubectl answers through it within 20 s,
+// SIGKILLed (after a SIGKILLed etcd child was restarted by its supervisor):
+// the VIP moves, kubectl answers through it within 20 s,
 // `stratum etcd health` on a survivor names the dead member, and `stratum up`
 // on the killed host brings it back as a voter. Last, a fourth machine's
 // joins with bad input (a wrong certificate key, a wrong CA hash, an
@@ -92,6 +93,23 @@ func TestHAControlPlaneOnThreeHosts(t *testing.T) {
 		if !strings.Contains(status, svc+" ") || strings.Count(status, "running") != 4 {
 			t.Fatalf("stratum status on cp2:\n%s", status)
 		}
+	}
+	// A child that dies is restarted: SIGKILL cp2's etcd; the supervisor
+	// starts a new one and the member serves again.
+	oldPid := serverPid(t, cp2, "etcd")
+	if err := syscall.Kill(oldPid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "cp2's etcd restarted by its supervisor", func() bool {
+		pid := serverPid(t, cp2, "etcd")
+		if pid == 0 || pid == oldPid {
+			return false
+		}
+		_, _, err := cp2.Run(ctx, tools.etcdctlArgs(cp2, "endpoint", "health")...)
+		return err == nil
+	}, up2)
+	if st := tools.run(ctx, t, cp2, "status"); !strings.Contains(st, fmt.Sprintf("pid %d", serverPid(t, cp2, "etcd"))) {
+		t.Fatalf("stratum status on cp2 does not name the restarted etcd:\n%s", st)
 	}
 	operator := tools.kubectl(ctx, t, cp1, "-n", "kube-system", "get", "lease", "stratum-operator", "-o", "jsonpath={.spec.holderIdentity}")
 	if !slices.Contains([]string{"cp1", "cp2", "cp3"}, operator) {
@@ -192,6 +210,26 @@ func TestHAControlPlaneOnThreeHosts(t *testing.T) {
 	if !strings.Contains(up3.Output(), "stopping the control plane") {
 		t.Fatalf("cp3's stratum did not stop cleanly on SIGTERM:\n%s", up3.Tail(20))
 	}
+}
+
+// serverPid is the pid of the process named name (etcd, kube-apiserver)
+// running in h, 0 when none runs.
+func serverPid(t *testing.T, h *host, name string) int {
+	t.Helper()
+	pids, err := netnsPids(filepath.Join(netnsDir, h.NetNS()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range pids {
+		data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if filepath.Base(strings.SplitN(string(data), "\x00", 2)[0]) != name {
+			continue
+		}
+		if st, _, ok := procState(pid); ok && st != "Z" {
+			return pid
+		}
+	}
+	return 0
 }
 
 // signalStratum sends sig to the stratum process running in h (not to the

@@ -350,7 +350,7 @@ func (r *joinRun) discover(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	bootstrapKC, err := kubeconfig.ForToken(o.Server, caPEM, o.Token, "tls-bootstrap-token-user")
+	bootstrapKC, err := kubeconfig.ForToken(o.Server, caPEM, o.Token, token.BootstrapUser)
 	if err != nil {
 		return err
 	}

@@ -25,6 +25,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"stratum.dev/stratum/internal/kubeconfig"
 	"stratum.dev/stratum/internal/pki"
 )
 
@@ -82,6 +83,9 @@ func IDFromSecretName(name string) string {
 	return id
 }
 
+// BootstrapUser is the user name in a worker token's bootstrap kubeconfig.
+const BootstrapUser = "tls-bootstrap-token-user"
+
 // The files JoinCommandSecretFiles writes in the joiner's working directory.
 const (
 	SecretTokenFile   = "stratum-join-token"
@@ -99,8 +103,13 @@ type Minted struct {
 	CertKey string
 	// CAHash pins the cluster CA ("sha256:<spki>").
 	CAHash string
-	// JoinCommand is the command the operator runs on the joining node.
+	// JoinCommand is the command the operator runs on the joining node (""
+	// for a worker token).
 	JoinCommand string
+	// BootstrapKubeconfig is, for a worker token, the kubeconfig it
+	// authorises: the server, the cluster CA and the token, as a kubelet's
+	// --bootstrap-kubeconfig.
+	BootstrapKubeconfig []byte
 	// JoinCommandSecretFiles is the same join with the token and the
 	// certificate-key read from files the first of its two lines writes
 	// (umask 077, shell builtins), so neither is in the process list while
@@ -209,7 +218,13 @@ func mint(ctx context.Context, s tokenSteps, group, server string, caPEM []byte,
 	id, _, _ := ParseToken(tok)
 	m := &Minted{Token: tok, ID: id, Expires: expires, CAHash: caHash, Owner: owner}
 	if s.upload == nil {
-		m.JoinCommand = fmt.Sprintf("stratum agent --server %s --token %s --ca-hash %s", server, tok, caHash)
+		// A worker token: what a kubelet's TLS bootstrap uses. stratum has
+		// no worker join command of its own, so none is printed.
+		kc, err := kubeconfig.ForToken(server, caPEM, tok, BootstrapUser)
+		if err != nil {
+			return nil, fmt.Errorf("mint token: the bootstrap kubeconfig for token %s: %w; the token exists: delete Secret %s/%s%s", id, err, Namespace, SecretPrefix, id)
+		}
+		m.BootstrapKubeconfig = kc
 		return m, nil
 	}
 	if err := s.upload(ctx, certKey, &owner); err != nil {

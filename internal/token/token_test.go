@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"stratum.dev/stratum/internal/kubeconfig"
 	"stratum.dev/stratum/internal/pki"
 )
 
@@ -117,8 +118,14 @@ func TestMintWorkerUploadsNothing(t *testing.T) {
 	if s.Type != corev1.SecretTypeBootstrapToken || s.StringData[keyExtraGroups] != WorkerGroup || s.StringData[keyUsageAuthn] != "true" {
 		t.Fatalf("worker token Secret %+v", s)
 	}
-	if m.CertKey != "" || strings.Contains(m.JoinCommand, "certificate-key") {
-		t.Fatalf("worker mint %+v", m)
+	if m.CertKey != "" || m.JoinCommand != "" {
+		t.Fatalf("worker mint %+v: want no certificate-key and no join command", m)
+	}
+	if tok, err := kubeconfig.TokenOf(m.BootstrapKubeconfig); err != nil || tok != m.Token {
+		t.Fatalf("worker bootstrap kubeconfig carries token %q (%v), want %q", tok, err, m.Token)
+	}
+	if server, err := kubeconfig.Server(m.BootstrapKubeconfig); err != nil || server != "https://10.0.0.10:6443" {
+		t.Fatalf("worker bootstrap kubeconfig targets %q (%v)", server, err)
 	}
 	if _, _, err := ParseToken(m.Token); err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/host"
 	"stratum.dev/stratum/internal/interrupt"
+	"stratum.dev/stratum/internal/kubeconfig"
 	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/supervisor"
 	"stratum.dev/stratum/internal/token"
@@ -288,6 +289,7 @@ func (a *app) tokenCreateCmd() *cobra.Command {
 	var (
 		controlPlane bool
 		ttl          time.Duration
+		kubeconfigTo string
 	)
 	cmd := &cobra.Command{
 		Use:   "create",
@@ -299,17 +301,31 @@ node state).
 With --control-plane it mints a control-plane join grant: a bootstrap token in the
 control-plane group, a fresh certificate-key, and the shared certificates uploaded
 under that key to an encrypted Secret owned by the token (so the grant expires with
-it). Pass the printed certificate-key to the joiner out of band. Without it, a worker
-token.`,
+it). Pass the printed certificate-key to the joiner out of band.
+
+Without it, a worker token: the token, the cluster CA's hash and the server, for a
+kubelet's TLS bootstrap; --bootstrap-kubeconfig-out writes the bootstrap kubeconfig
+the token authorises (the kubelet's --bootstrap-kubeconfig). This build joins control
+planes; it has no worker join command of its own.`,
 		Example: `  # A control-plane join grant valid for 2 hours
   stratum token create --control-plane
 
-  # A worker token valid for 30 minutes
-  stratum token create --ttl 30m`,
+  # A worker token valid for 30 minutes, with the kubelet's bootstrap kubeconfig
+  stratum token create --ttl 30m --bootstrap-kubeconfig-out bootstrap-kubelet.conf`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if ttl <= 0 {
 				return usagef("--ttl %s: must be positive", ttl)
+			}
+			if kubeconfigTo != "" {
+				if controlPlane {
+					return usagef("--bootstrap-kubeconfig-out is for a worker token; a control-plane grant's joiner builds its own")
+				}
+				// Refused before the mint, so no token is left behind
+				// for a file that cannot be written.
+				if err := checkWritableFile(kubeconfigTo); err != nil {
+					return fmt.Errorf("token create refused: --bootstrap-kubeconfig-out %s: %w; no token was created", kubeconfigTo, err)
+				}
 			}
 			n, h, err := a.localNode()
 			if err != nil {
@@ -320,26 +336,34 @@ token.`,
 				return fmt.Errorf("token create: %w", err)
 			}
 			a.printMinted(m, controlPlane)
+			if kubeconfigTo != "" {
+				if err := writeFileAtomic(kubeconfigTo, m.BootstrapKubeconfig, 0o600); err != nil {
+					return fmt.Errorf("token %s was minted, but writing its bootstrap kubeconfig failed: %w; the token above still works", m.ID, err)
+				}
+				fmt.Fprintf(a.stdout, "\nwrote the bootstrap kubeconfig to %s (mode 0600)\n", kubeconfigTo)
+			}
 			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&controlPlane, "control-plane", false, "mint a control-plane join grant (token, certificate-key, uploaded shared certificates)")
 	cmd.Flags().DurationVar(&ttl, "ttl", token.DefaultTTL, "how long the token authenticates (e.g. 30m, 2h)")
+	cmd.Flags().StringVar(&kubeconfigTo, "bootstrap-kubeconfig-out", "", "for a worker token, write the bootstrap kubeconfig it authorises to `FILE` (0600)")
 	return cmd
 }
 
 func (a *app) printMinted(m *token.Minted, controlPlane bool) {
-	kind := "worker token"
-	if controlPlane {
-		kind = "control-plane join grant"
+	if !controlPlane {
+		server, _ := kubeconfig.Server(m.BootstrapKubeconfig)
+		fmt.Fprintf(a.stdout, "worker token %s, expires %s\n\n  token:    %s\n  CA hash:  %s\n  server:   %s\n",
+			m.ID, m.Expires.UTC().Format(time.RFC3339), m.Token, m.CAHash, server)
+		fmt.Fprintf(a.stdout, "\nIt authorises a kubelet's TLS bootstrap against the server (--bootstrap-kubeconfig-out FILE writes its bootstrap kubeconfig).\n")
+		return
 	}
-	fmt.Fprintf(a.stdout, "%s %s, expires %s\n\n  %s\n", kind, m.ID, m.Expires.UTC().Format(time.RFC3339), m.JoinCommand)
-	if controlPlane {
-		fmt.Fprintf(a.stdout, "\nThe certificate-key decrypts the cluster's shared certificates: pass it to the joiner out of band.\n")
-		fmt.Fprintf(a.stdout, "\nTo keep the token and the certificate-key out of the joiner's process list, run instead:\n\n")
-		for _, line := range strings.Split(m.JoinCommandSecretFiles, "\n") {
-			fmt.Fprintf(a.stdout, "  %s\n", line)
-		}
+	fmt.Fprintf(a.stdout, "control-plane join grant %s, expires %s\n\n  %s\n", m.ID, m.Expires.UTC().Format(time.RFC3339), m.JoinCommand)
+	fmt.Fprintf(a.stdout, "\nThe certificate-key decrypts the cluster's shared certificates: pass it to the joiner out of band.\n")
+	fmt.Fprintf(a.stdout, "\nTo keep the token and the certificate-key out of the joiner's process list, run instead:\n\n")
+	for _, line := range strings.Split(m.JoinCommandSecretFiles, "\n") {
+		fmt.Fprintf(a.stdout, "  %s\n", line)
 	}
 }
 

@@ -144,3 +144,43 @@ service is not running.`,
 		},
 	}
 }
+
+// checkWritableFile refuses a path whose directory is missing or not
+// writable, or that is a directory, without creating anything.
+func checkWritableFile(p string) error {
+	if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+		return fmt.Errorf("%s is a directory", p)
+	}
+	f, err := os.CreateTemp(filepath.Dir(p), ".stratum-probe-*")
+	if err != nil {
+		return err
+	}
+	f.Close()
+	return os.Remove(f.Name())
+}
+
+// writeFileAtomic writes data to p through a temporary file in its directory,
+// renamed into place, so a reader never sees half a file.
+func writeFileAtomic(p string, data []byte, perm os.FileMode) error {
+	f, err := os.CreateTemp(filepath.Dir(p), "."+filepath.Base(p)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if err := f.Chmod(perm); err != nil {
+		f.Close()
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), p)
+}

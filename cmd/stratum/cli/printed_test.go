@@ -1,0 +1,198 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/spf13/cobra"
+
+	"stratum.dev/stratum/internal/host"
+	"stratum.dev/stratum/internal/kubeconfig"
+	"stratum.dev/stratum/internal/token"
+	"stratum.dev/stratum/sim"
+)
+
+// printedCommandLines are the stratum command lines in text: lines that
+// start with "stratum " once trimmed, with backslash continuations joined.
+func printedCommandLines(text string) []string {
+	var out []string
+	var cur string
+	for _, l := range strings.Split(text, "\n") {
+		l = strings.TrimSpace(l)
+		if cur != "" {
+			cur += " " + strings.TrimSuffix(l, "\\")
+		} else if strings.HasPrefix(l, "stratum ") {
+			cur = strings.TrimSuffix(l, "\\")
+		}
+		if cur != "" && !strings.HasSuffix(l, "\\") {
+			out = append(out, strings.Join(strings.Fields(cur), " "))
+			cur = ""
+		}
+	}
+	return out
+}
+
+// checkRuns fails t unless line names a command of stratum's tree (not a
+// group followed by an unknown word) and every flag on it is one that
+// command takes.
+func checkRuns(t *testing.T, where, line string) {
+	t.Helper()
+	root := (&app{stdout: new(bytes.Buffer), stderr: new(bytes.Buffer)}).rootCmd()
+	args := strings.Fields(line)[1:]
+	cmd, rest, err := root.Find(args)
+	if err != nil {
+		t.Errorf("%s prints %q: no such command: %v", where, line, err)
+		return
+	}
+	if cmd.HasSubCommands() {
+		for _, a := range rest {
+			if !strings.HasPrefix(a, "-") {
+				t.Errorf("%s prints %q: %q is not a subcommand of %q", where, line, a, cmd.CommandPath())
+				return
+			}
+		}
+	}
+	if err := cmd.ParseFlags(rest); err != nil {
+		t.Errorf("%s prints %q: %v", where, line, err)
+	}
+}
+
+// TestEveryExampleRuns: each command line in every command's examples is a
+// command of the tree with flags it takes.
+func TestEveryExampleRuns(t *testing.T) {
+	root := (&app{stdout: new(bytes.Buffer), stderr: new(bytes.Buffer)}).rootCmd()
+	n := 0
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		for _, line := range printedCommandLines(c.Example) {
+			checkRuns(t, c.CommandPath()+"'s example", line)
+			n++
+		}
+		for _, cc := range c.Commands() {
+			walk(cc)
+		}
+	}
+	walk(root)
+	if n < 20 {
+		t.Fatalf("only %d example command lines found; the walk is broken", n)
+	}
+	// The check itself catches a line that does not exist.
+	ft := &testing.T{}
+	checkRuns(ft, "probe", "stratum agent --server https://10.0.0.10:6443")
+	checkRuns(ft, "probe", "stratum token create --nope")
+	if !ft.Failed() {
+		t.Fatal("checkRuns accepted a command or flag that does not exist")
+	}
+}
+
+// TestTokenCreatePrintsWhatRuns mints on a real simulated control plane (a
+// real kube-apiserver): the control-plane grant's printed lines are commands
+// of the tree, and the worker token prints no command that does not exist
+// but its token and the bootstrap kubeconfig it authorises, which the
+// apiserver accepts as the token's bootstrap identity.
+func TestTokenCreatePrintsWhatRuns(t *testing.T) {
+	c := sim.Start(t, sim.Config{Fresh: true, SpareHosts: 1, APIServers: true, VIP: true})
+	cp1 := c.Hosts()[0]
+	d := cp1.Handle()
+	opts := Options{Host: func() (host.Host, error) { return d, nil }}
+	if code, out, errOut := runCLI(t, opts, "up", "--vip", c.VIPAddress().String()); code != ExitOK {
+		t.Fatalf("up: exit %d\n%s\n%s", code, out, errOut)
+	}
+
+	code, out, errOut := runCLI(t, opts, "token", "create", "--control-plane")
+	if code != ExitOK {
+		t.Fatalf("token create --control-plane: exit %d\n%s", code, errOut)
+	}
+	lines := printedCommandLines(out)
+	if len(lines) != 2 {
+		t.Fatalf("a control-plane grant printed %d stratum command lines, want the join in its flag and secret-file forms:\n%s", len(lines), out)
+	}
+	for _, l := range lines {
+		checkRuns(t, "token create --control-plane", l)
+	}
+
+	kcPath := filepath.Join(t.TempDir(), "bootstrap-kubelet.conf")
+	code, out, errOut = runCLI(t, opts, "token", "create", "--ttl", "30m", "--bootstrap-kubeconfig-out", kcPath)
+	if code != ExitOK {
+		t.Fatalf("token create (worker): exit %d\n%s", code, errOut)
+	}
+	if lines := printedCommandLines(out); len(lines) != 0 {
+		t.Fatalf("a worker token printed command lines %q; stratum has no worker join command", lines)
+	}
+	kc, err := os.ReadFile(kcPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Stat(kcPath); fi.Mode().Perm() != 0o600 {
+		t.Fatalf("bootstrap kubeconfig mode %v, want 0600", fi.Mode().Perm())
+	}
+	tok, err := kubeconfig.TokenOf(kc)
+	if err != nil || !strings.Contains(out, "token:    "+tok) || !strings.Contains(out, "CA hash:  sha256:") {
+		t.Fatalf("worker output does not show the kubeconfig's token %q (%v):\n%s", tok, err, out)
+	}
+	cfg, err := kubeconfig.RESTConfig(kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	review, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("the apiserver does not accept the worker bootstrap kubeconfig: %v", err)
+	}
+	id, _, _ := token.ParseToken(tok)
+	u := review.Status.UserInfo
+	if u.Username != "system:bootstrap:"+id || !contains(u.Groups, token.WorkerGroup) {
+		t.Fatalf("the worker token authenticates as %s %v, want system:bootstrap:%s in %s", u.Username, u.Groups, id, token.WorkerGroup)
+	}
+
+	// A file that cannot be written is refused before any token is minted.
+	before := tokenSecrets(t, ctx, c, d)
+	code, _, errOut = runCLI(t, opts, "token", "create", "--bootstrap-kubeconfig-out", filepath.Join(t.TempDir(), "missing", "x.conf"))
+	if code != ExitFail || !strings.Contains(errOut, "no token was created") {
+		t.Fatalf("unwritable --bootstrap-kubeconfig-out: exit %d\n%s", code, errOut)
+	}
+	if after := tokenSecrets(t, ctx, c, d); after != before {
+		t.Fatalf("a refused token create changed the token Secrets: %d before, %d after", before, after)
+	}
+	if code, _, errOut := runCLI(t, opts, "token", "create", "--control-plane", "--bootstrap-kubeconfig-out", kcPath); code != ExitUsage {
+		t.Fatalf("--bootstrap-kubeconfig-out with --control-plane: exit %d\n%s", code, errOut)
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// tokenSecrets counts the bootstrap-token Secrets through the host's admin
+// kubeconfig.
+func tokenSecrets(t *testing.T, ctx context.Context, _ *sim.Cluster, d host.Host) int {
+	t.Helper()
+	cs, err := adminClient(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := cs.CoreV1().Secrets(token.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "type=bootstrap.kubernetes.io/token"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(list.Items)
+}
