@@ -18,9 +18,13 @@ CHECKS ?= 200
 
 all: build
 
-## build: bin/stratum from ./cmd/stratum
+# VERSION is stratum's version as `git describe` tells it, stamped into
+# bin/stratum (stratum version, stratum --version).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+
+## build: bin/stratum from ./cmd/stratum, its version stamped from git describe
 build:
-	$(GO) build -o bin/stratum ./cmd/stratum
+	$(GO) build -ldflags "-X $$($(GO) list -m)/cmd/stratum/cli.Version=$(VERSION)" -o bin/stratum ./cmd/stratum
 
 ## assets: build the pinned kube-apiserver, kube-controller-manager, etcd, etcdctl and kubectl into the cache (~8 min cold, instant once built)
 assets:

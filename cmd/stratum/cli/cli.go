@@ -133,7 +133,7 @@ processes driven from one process) via "stratum sim", before it acts on real mac
 		RunE:              groupRun,
 		SilenceUsage:      true,
 		SilenceErrors:     true,
-		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+		Version:           Version,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			var lvl slog.Level
 			if err := lvl.UnmarshalText([]byte(a.logLevel)); err != nil {

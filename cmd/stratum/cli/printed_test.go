@@ -196,3 +196,21 @@ func tokenSecrets(t *testing.T, ctx context.Context, _ *sim.Cluster, d host.Host
 	}
 	return len(list.Items)
 }
+
+// TestVersionFlagAndCompletion: --version prints the stamped version, and
+// completion scripts come out for each shell.
+func TestVersionFlagAndCompletion(t *testing.T) {
+	old := Version
+	Version = "v9.9.9-test"
+	defer func() { Version = old }()
+	code, out, errOut := runCLI(t, Options{}, "--version")
+	if code != ExitOK || !strings.Contains(out, "v9.9.9-test") {
+		t.Fatalf("--version: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	for _, sh := range []string{"bash", "zsh", "fish"} {
+		code, out, errOut := runCLI(t, Options{}, "completion", sh)
+		if code != ExitOK || !strings.Contains(out, "stratum") || len(out) < 500 {
+			t.Fatalf("completion %s: exit %d, %d bytes, stderr %q", sh, code, len(out), errOut)
+		}
+	}
+}
