@@ -171,6 +171,9 @@ func (r *bootstrapRun) refuse(ctx context.Context) error {
 	if o.VIP.Address != "" && net.ParseIP(o.VIP.Address) == nil {
 		return fmt.Errorf("stratum up refused: the VIP %q is not an IP address; nothing was changed", o.VIP.Address)
 	}
+	if problems := host.ProfileProblems(o.Profile, o.SELinuxOptOut); len(problems) > 0 {
+		return fmt.Errorf("stratum up refused: %w: %s; nothing was changed", host.ErrPrereq, strings.Join(problems, "; "))
+	}
 	release, err := nodelock.AcquireBoth(h, "stratum up (bootstrap)")
 	if err != nil {
 		return err

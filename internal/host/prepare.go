@@ -42,6 +42,27 @@ type PrereqOptions struct {
 // Profiles are the node profiles stratum knows.
 var Profiles = []string{"cis"}
 
+// ProfileProblems lists what is wrong with a profile choice (an unknown
+// name, the cis profile with SELinux opted out), without touching the host:
+// a bring-up asks before it writes anything.
+func ProfileProblems(profile string, selinuxOptOut bool) []string {
+	if profile == "" {
+		return nil
+	}
+	var problems []string
+	known := false
+	for _, p := range Profiles {
+		known = known || p == profile
+	}
+	if !known {
+		problems = append(problems, fmt.Sprintf("unknown profile %q (known: %s)", profile, strings.Join(Profiles, ", ")))
+	}
+	if profile == "cis" && selinuxOptOut {
+		problems = append(problems, "the cis profile requires SELinux; remove spec.selinux: false")
+	}
+	return problems
+}
+
 // ErrPrereq matches a failed prerequisite.
 var ErrPrereq = errors.New("prerequisite not met")
 
@@ -50,19 +71,7 @@ var ErrPrereq = errors.New("prerequisite not met")
 // addresses. The cis profile refuses a SELinux opt-out, which it exists to
 // forbid. Each failure names what to fix.
 func Prereqs(h Host, o PrereqOptions) error {
-	var problems []string
-	if o.Profile != "" {
-		known := false
-		for _, p := range Profiles {
-			known = known || p == o.Profile
-		}
-		if !known {
-			problems = append(problems, fmt.Sprintf("unknown profile %q (known: %s)", o.Profile, strings.Join(Profiles, ", ")))
-		}
-		if o.Profile == "cis" && o.SELinuxOptOut {
-			problems = append(problems, "the cis profile requires SELinux; remove spec.selinux: false")
-		}
-	}
+	problems := ProfileProblems(o.Profile, o.SELinuxOptOut)
 	probe := path.Join(version.StateDir, ".prereq-probe")
 	if err := h.WriteFile(probe, []byte("ok"), 0o600); err != nil {
 		problems = append(problems, fmt.Sprintf("cannot write %s: %v", version.StateDir, err))

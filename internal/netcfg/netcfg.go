@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // Defaults of a stock cluster.
@@ -73,8 +75,8 @@ func (c Config) Validate() error {
 			}
 		}
 	}
-	if c.ClusterDomain == "" || strings.ContainsAny(c.ClusterDomain, " /") {
-		return fmt.Errorf("cluster domain %q is not a DNS domain", c.ClusterDomain)
+	if errs := validation.IsDNS1123Subdomain(c.ClusterDomain); len(errs) > 0 {
+		return fmt.Errorf("cluster domain %q is not a DNS domain: %s", c.ClusterDomain, strings.Join(errs, "; "))
 	}
 	return nil
 }

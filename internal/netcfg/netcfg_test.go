@@ -17,6 +17,8 @@ func TestValidate(t *testing.T) {
 		{Config{PodCIDR: "nope", ServiceCIDR: "10.96.0.0/12", ClusterDomain: "c"}, "pod CIDR"},
 		{Config{PodCIDR: "10.1.0.0/16,10.2.0.0/16", ServiceCIDR: "10.96.0.0/12", ClusterDomain: "c"}, "one IPv4 and one IPv6"},
 		{Config{PodCIDR: "10.1.0.0/16", ServiceCIDR: "10.96.0.0/12", ClusterDomain: ""}, "DNS domain"},
+		{Config{PodCIDR: "10.1.0.0/16", ServiceCIDR: "10.96.0.0/12", ClusterDomain: "Bad_Domain!"}, "DNS domain"},
+		{Config{PodCIDR: "10.1.0.0/16", ServiceCIDR: "10.96.0.0/12", ClusterDomain: "cluster.local."}, "DNS domain"},
 	} {
 		err := tc.c.Validate()
 		if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {

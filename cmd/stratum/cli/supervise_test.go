@@ -87,3 +87,33 @@ func TestInstallWritesAUnitThatRunsUpOnlyWithState(t *testing.T) {
 		t.Fatal("a dry run wrote the unit directory")
 	}
 }
+
+// TestUpRefusesBadOptionsBeforeWriting: an unknown profile, a cluster
+// domain that is not DNS-1123 and overlapping ranges are refused before a
+// single file is written (the CAs included).
+func TestUpRefusesBadOptionsBeforeWriting(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown profile", []string{"--profile", "bogus"}, `unknown profile "bogus"`},
+		{"bad cluster domain", []string{"--cluster-domain", "Bad_Domain!"}, `cluster domain "Bad_Domain!" is not a DNS domain`},
+		{"overlapping ranges", []string{"--pod-cidr", "10.96.0.0/16"}, "overlaps"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts, h := onTempHost(t)
+			code, _, errOut := runCLI(t, opts, append([]string{"up", "--node-ip", "127.0.0.1"}, tc.args...)...)
+			if code != ExitFail || !strings.Contains(errOut, tc.want) || !strings.Contains(errOut, "nothing was changed") {
+				t.Fatalf("exit %d, stderr:\n%s", code, errOut)
+			}
+			if files := filesUnder(t, h.Root); len(files) != 0 {
+				keys := make([]string, 0, len(files))
+				for k := range files {
+					keys = append(keys, k)
+				}
+				t.Fatalf("a refused up wrote %v", keys)
+			}
+		})
+	}
+}
