@@ -129,11 +129,11 @@ processes driven from one process) via "stratum sim", before it acts on real mac
 
   # Print stratum's version and the pinned Kubernetes and etcd versions
   stratum version`,
-		Args:              cobra.ArbitraryArgs,
-		RunE:              groupRun,
-		SilenceUsage:      true,
-		SilenceErrors:     true,
-		Version:           Version,
+		Args:          cobra.ArbitraryArgs,
+		RunE:          groupRun,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       Version,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			var lvl slog.Level
 			if err := lvl.UnmarshalText([]byte(a.logLevel)); err != nil {
