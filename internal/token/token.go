@@ -18,6 +18,8 @@ import (
 	"math/big"
 	"net/url"
 	"regexp"
+	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -330,6 +332,76 @@ func checkServer(server string) error {
 	u, err := url.Parse(server)
 	if err != nil || u.Scheme != "https" || u.Host == "" {
 		return fmt.Errorf("server %q is not an https://host:port URL", server)
+	}
+	return nil
+}
+
+// Info is one bootstrap token as `stratum token list` shows it. The secret
+// half is never part of it.
+type Info struct {
+	ID string `json:"id"`
+	// Kind is "control-plane", "worker", or "other" (a token stratum did
+	// not mint).
+	Kind string `json:"kind"`
+	// Expires is when it stops authenticating; nil for a token that lives
+	// until deleted.
+	Expires *time.Time `json:"expires,omitempty"`
+	// Live is false once it is expired or unusable for authentication.
+	Live        bool     `json:"live"`
+	Description string   `json:"description,omitempty"`
+	Groups      []string `json:"groups,omitempty"`
+}
+
+// ErrNoToken matches a Delete of a token that does not exist.
+var ErrNoToken = errors.New("no such bootstrap token")
+
+// List is every bootstrap token in the cluster, by ID, as seen at now.
+func List(ctx context.Context, cs kubernetes.Interface, now time.Time) ([]Info, error) {
+	secrets, err := cs.CoreV1().Secrets(Namespace).List(ctx, metav1.ListOptions{FieldSelector: "type=" + string(corev1.SecretTypeBootstrapToken)})
+	if err != nil {
+		return nil, fmt.Errorf("list bootstrap tokens: %w", err)
+	}
+	var out []Info
+	for i := range secrets.Items {
+		s := &secrets.Items[i]
+		id := IDFromSecretName(s.Name)
+		if id == "" {
+			continue
+		}
+		info := Info{ID: id, Kind: "other", Live: !ExpiredOrGone(s, now), Description: string(s.Data[keyDescription])}
+		if exp, err := time.Parse(time.RFC3339, string(s.Data[keyExpiration])); err == nil {
+			info.Expires = &exp
+		}
+		for _, g := range strings.Split(string(s.Data[keyExtraGroups]), ",") {
+			if g = strings.TrimSpace(g); g != "" {
+				info.Groups = append(info.Groups, g)
+			}
+		}
+		switch {
+		case slices.Contains(info.Groups, ControlPlaneGroup):
+			info.Kind = "control-plane"
+		case slices.Contains(info.Groups, WorkerGroup):
+			info.Kind = "worker"
+		}
+		out = append(out, info)
+	}
+	slices.SortFunc(out, func(a, b Info) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// Delete deletes the bootstrap token id, so it no longer authenticates. A
+// malformed id is refused and an unknown one matches ErrNoToken; neither
+// changes anything.
+func Delete(ctx context.Context, cs kubernetes.Interface, id string) error {
+	if !idRE.MatchString(id) {
+		return fmt.Errorf("%q is not a token ID (6 characters of [a-z0-9], the part before the dot); nothing was deleted", id)
+	}
+	err := cs.CoreV1().Secrets(Namespace).Delete(ctx, SecretPrefix+id, metav1.DeleteOptions{})
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("%w %s (no Secret %s/%s%s); nothing was deleted: `stratum token list` shows the tokens", ErrNoToken, id, Namespace, SecretPrefix, id)
+	}
+	if err != nil {
+		return fmt.Errorf("delete token %s: %w", id, err)
 	}
 	return nil
 }

@@ -168,3 +168,60 @@ func TestIDFromSecretName(t *testing.T) {
 		}
 	}
 }
+
+func TestListAndDelete(t *testing.T) {
+	cs := fake.NewClientset()
+	ctx := context.Background()
+	now := func() time.Time { return time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC) }
+	cp, err := MintControlPlane(ctx, cs, ControlPlaneOptions{
+		Server: "https://10.0.0.10:6443", CACertPEM: testCA(t), TTL: time.Hour, Now: now,
+		NewCertKey: func() (string, error) { return strings.Repeat("ab", 32), nil },
+		Upload:     func(context.Context, string, *metav1.OwnerReference) error { return nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := MintWorker(ctx, cs, WorkerOptions{Server: "https://10.0.0.10:6443", CACertPEM: testCA(t), TTL: time.Minute, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The apiserver turns stringData into data on write; the fake does not.
+	secrets, _ := cs.CoreV1().Secrets(Namespace).List(ctx, metav1.ListOptions{})
+	for i := range secrets.Items {
+		sec := &secrets.Items[i]
+		sec.Data = map[string][]byte{}
+		for k, v := range sec.StringData {
+			sec.Data[k] = []byte(v)
+		}
+		if _, err := cs.CoreV1().Secrets(Namespace).Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list, err := List(ctx, cs, now().Add(30*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]Info{}
+	for _, i := range list {
+		kinds[i.ID] = i
+	}
+	if got := kinds[cp.ID]; got.Kind != "control-plane" || !got.Live || got.Expires == nil || !got.Expires.Equal(now().Add(time.Hour)) {
+		t.Fatalf("control-plane token listed as %+v", got)
+	}
+	if got := kinds[w.ID]; got.Kind != "worker" || got.Live {
+		t.Fatalf("worker token (expired at the listing time) listed as %+v", got)
+	}
+	if err := Delete(ctx, cs, "Not-An-ID"); err == nil || !strings.Contains(err.Error(), "not a token ID") {
+		t.Fatalf("delete of a malformed ID = %v", err)
+	}
+	if err := Delete(ctx, cs, "zzzzzz"); !errors.Is(err, ErrNoToken) {
+		t.Fatalf("delete of an unknown token = %v, want ErrNoToken", err)
+	}
+	if err := Delete(ctx, cs, cp.ID); err != nil {
+		t.Fatal(err)
+	}
+	list, _ = List(ctx, cs, now())
+	if len(list) != 1 || list[0].ID != w.ID {
+		t.Fatalf("after deleting %s: %+v", cp.ID, list)
+	}
+}

@@ -275,13 +275,17 @@ not in the process list while the control plane runs.`,
 func (a *app) tokenCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "token",
-		Short: "Mint join tokens",
+		Short: "Mint, list and revoke join tokens",
 		Example: `  # A control-plane join grant valid for 2 hours
-  stratum token create --control-plane`,
+  stratum token create --control-plane
+
+  # Revoke a token that is no longer needed
+  stratum token list
+  stratum token delete abcdef`,
 		Args: cobra.ArbitraryArgs,
 		RunE: groupRun,
 	}
-	cmd.AddCommand(a.tokenCreateCmd())
+	cmd.AddCommand(a.tokenCreateCmd(), a.tokenListCmd(), a.tokenDeleteCmd())
 	return cmd
 }
 

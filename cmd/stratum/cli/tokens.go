@@ -1,0 +1,121 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"stratum.dev/stratum/internal/token"
+)
+
+// tokenListCmd is `stratum token list`: every bootstrap token, without its
+// secret half.
+func (a *app) tokenListCmd() *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List the cluster's bootstrap tokens (ID, kind, expiry; never the secret)",
+		Long: `List the cluster's bootstrap tokens through this control plane's admin kubeconfig:
+each token's ID, its kind (control-plane join grant, worker, or other: one stratum did not
+mint), when it expires, whether it still authenticates, and its description. The secret
+half is never shown. -o json prints a JSON array of {id, kind, expires, live,
+description, groups}.`,
+		Example: `  stratum token list
+  stratum token list -o json`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != "table" && output != "json" {
+				return usagef("-o %q: want table or json", output)
+			}
+			_, h, err := a.localNode()
+			if err != nil {
+				return err
+			}
+			cs, err := adminClient(h)
+			if err != nil {
+				return err
+			}
+			list, err := token.List(cmd.Context(), cs, h.Now())
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				if list == nil {
+					list = []token.Info{}
+				}
+				enc := json.NewEncoder(a.stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(list)
+			}
+			tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tKIND\tEXPIRES\tLIVE\tDESCRIPTION")
+			for _, i := range list {
+				exp := "never"
+				if i.Expires != nil {
+					exp = i.Expires.UTC().Format(time.RFC3339)
+				}
+				live := "yes"
+				if !i.Live {
+					live = "no"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", i.ID, i.Kind, exp, live, i.Description)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "output `format`: table or json")
+	return cmd
+}
+
+// tokenDeleteCmd is `stratum token delete ID...`: revoke tokens, and with
+// them the grant entries of control-plane join grants.
+func (a *app) tokenDeleteCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "delete ID...",
+		Short: "Revoke bootstrap tokens, and the shared-certificate grants of control-plane ones",
+		Long: `Delete bootstrap tokens by ID (the part before the dot), so they no longer
+authenticate, then drop the grant entries of deleted and expired tokens from the
+encrypted shared-certificate Secret (as "stratum grants prune" does). A printed join
+command is a root credential of the cluster until its token expires: delete it when
+it is no longer needed. Malformed IDs are refused before anything is deleted; an ID
+that does not exist is reported and the others are still deleted.`,
+		Example: `  stratum token list
+  stratum token delete abcdef`,
+		Args: usageArgs(cobra.MinimumNArgs(1)),
+		RunE: func(cmd *cobra.Command, ids []string) error {
+			for _, id := range ids {
+				if _, _, err := token.ParseToken(id + ".0123456789abcdef"); err != nil {
+					return usagef("%q is not a token ID (6 characters of [a-z0-9], the part before the dot); nothing was deleted", id)
+				}
+			}
+			n, h, err := a.localNode()
+			if err != nil {
+				return err
+			}
+			cs, err := adminClient(h)
+			if err != nil {
+				return err
+			}
+			var failed []string
+			for _, id := range ids {
+				if err := token.Delete(cmd.Context(), cs, id); err != nil {
+					failed = append(failed, err.Error())
+					continue
+				}
+				fmt.Fprintf(a.stdout, "deleted token %s\n", id)
+			}
+			if err := n.PruneExpiredGrants(cmd.Context(), cs); err != nil {
+				return fmt.Errorf("tokens deleted, but dropping their grant entries failed: %w; run `stratum grants prune`", err)
+			}
+			if len(failed) > 0 {
+				return fmt.Errorf("%s", strings.Join(failed, "; "))
+			}
+			fmt.Fprintln(a.stdout, "grant entries of deleted and expired tokens dropped")
+			return nil
+		},
+	}
+}
