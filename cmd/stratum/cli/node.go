@@ -443,8 +443,9 @@ reported unhealthy. Exits 1 with the reason when the cluster is not healthy.`,
 func (a *app) certsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "certs",
-		Short:   "Inspect the cluster's shared certificates",
-		Example: `  stratum certs check`,
+		Short:   "Inspect, rekey and re-publish the cluster's shared certificates",
+		Example: `  stratum certs check
+  stratum certs rekey`,
 		Args:    cobra.ArbitraryArgs,
 		RunE:    groupRun,
 	}
@@ -472,12 +473,12 @@ it is older than %d days: mint a fresh grant or rekey. Exits 1 when it cannot be
 			age := h.Now().Sub(at)
 			fmt.Fprintf(a.stdout, "certificate-key set at %s (%d days ago)\n", at.UTC().Format(time.RFC3339), int(age.Hours()/24))
 			if age > certKeyMaxAge {
-				fmt.Fprintf(a.stdout, "warning: the certificate-key is older than %d days; rotate it\n", int(certKeyMaxAge.Hours()/24))
+				fmt.Fprintf(a.stdout, "warning: the certificate-key is older than %d days; rotate it with `stratum certs rekey`\n", int(certKeyMaxAge.Hours()/24))
 			}
 			return nil
 		},
 	}
-	cmd.AddCommand(check)
+	cmd.AddCommand(check, a.certsRekeyCmd(), a.certsReuploadCmd())
 	return cmd
 }
 

@@ -1,0 +1,124 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"stratum.dev/stratum/ha"
+)
+
+// certsRekeyCmd is `stratum certs rekey`: the shared certificates re-sealed
+// under a fresh certificate-key, every pending join grant retired.
+func (a *app) certsRekeyCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "rekey",
+		Short: "Re-seal the shared certificates under a fresh certificate-key, retiring every pending join grant",
+		Long: `Replace the encrypted shared-certificate bundle (Secret kube-system/stratum-certs) with
+one sealed under a fresh certificate-key and remove every per-grant entry in the same
+update, so no certificate-key printed before can decrypt anything: every join command
+minted before the rekey fails at decryption, changing nothing, and a new one is minted
+with "stratum token create --control-plane". It holds the cluster's maintenance fence
+for the publication and refuses, changing nothing, while another operation holds it.
+Run it when a certificate-key may have leaked or "stratum certs check" says it is old.`,
+		Example: `  stratum certs rekey
+  stratum token create --control-plane`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			n, _, err := a.localNode()
+			if err != nil {
+				return err
+			}
+			key, err := ha.NewCertKey()
+			if err != nil {
+				return err
+			}
+			if err := n.RekeySharedCertsFenced(cmd.Context(), key); err != nil {
+				return fmt.Errorf("certs rekey: %w", err)
+			}
+			fmt.Fprintln(a.stdout, "shared certificates re-sealed under a fresh certificate-key; every pending join grant is retired: mint a new one with `stratum token create --control-plane`")
+			return nil
+		},
+	}
+}
+
+// certsReuploadCmd is `stratum certs reupload`: the shared certificates as
+// they are on this node's disk now (after a CA rotation) published again.
+func (a *app) certsReuploadCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "reupload",
+		Short: "Publish this node's current shared certificates again (after a CA rotation), retiring pending grants",
+		Long: `Re-encrypt the shared certificates as they are on this control plane's disk now (the
+CAs, the service-account key, trust bundles and any staged CAs of a rotation) into the
+stratum-certs Secret under a fresh certificate-key, so a control plane joining after a CA
+rotation receives the new material. Every pending grant is removed in the same update: it
+was sealed with the pre-rotation material and cannot be re-sealed, so join commands minted
+before fail at decryption and new ones are minted. It holds the maintenance fence and
+refuses, changing nothing, while another operation holds it.`,
+		Example: `  stratum certs reupload`,
+		Args:    usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			n, _, err := a.localNode()
+			if err != nil {
+				return err
+			}
+			key, err := ha.NewCertKey()
+			if err != nil {
+				return err
+			}
+			if err := n.ReUploadCerts(cmd.Context(), key); err != nil {
+				return fmt.Errorf("certs reupload: %w", err)
+			}
+			fmt.Fprintln(a.stdout, "this node's shared certificates are published again; every pending join grant is retired: mint a new one with `stratum token create --control-plane`")
+			return nil
+		},
+	}
+}
+
+// operatorCmd is `stratum operator pass`: one pass of the stratum-operator
+// now, beside the periodic leader-elected one.
+func (a *app) operatorCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "operator",
+		Short:   "Run the stratum-operator's work by hand",
+		Example: `  stratum operator pass`,
+		Args:    cobra.ArbitraryArgs,
+		RunE:    groupRun,
+	}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "pass",
+		Short: "Promote started etcd learners and prune expired join grants, once, now",
+		Long: `Run one pass of the stratum-operator from this control plane: promote every etcd
+learner that has started and caught up (a joiner whose own start was interrupted
+between its start and its promotion), and drop the grant entries of expired or deleted
+bootstrap tokens from the shared-certificate Secret. The supervisor runs the same pass
+every 30 s on the elected operator; this runs it now. A learner still catching up is
+reported and left for the next pass (exit 1).`,
+		Example: `  stratum operator pass`,
+		Args:    usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			n, h, err := a.localNode()
+			if err != nil {
+				return err
+			}
+			cs, err := adminClient(h)
+			if err != nil {
+				return err
+			}
+			promoted, err := n.OperatorPass(cmd.Context(), cs)
+			if len(promoted) > 0 {
+				fmt.Fprintf(a.stdout, "promoted etcd learners: %s\n", strings.Join(promoted, ", "))
+			}
+			if err != nil {
+				return err
+			}
+			if len(promoted) == 0 {
+				fmt.Fprintln(a.stdout, "no started learner to promote")
+			}
+			fmt.Fprintln(a.stdout, "expired grants pruned")
+			return nil
+		},
+	})
+	return cmd
+}

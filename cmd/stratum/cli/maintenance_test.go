@@ -1,0 +1,90 @@
+package cli
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"stratum.dev/stratum/ha"
+	"stratum.dev/stratum/internal/certbundle"
+	"stratum.dev/stratum/internal/host"
+	"stratum.dev/stratum/sim"
+)
+
+// TestCertsRekeyReuploadAndOperatorPass against a real apiserver: rekey
+// retires a pending grant's entry; while another operation holds the
+// maintenance fence rekey and reupload refuse with the Secret unchanged;
+// reupload publishes once the fence is free; operator pass runs.
+func TestCertsRekeyReuploadAndOperatorPass(t *testing.T) {
+	c := sim.Start(t, sim.Config{Fresh: true, SpareHosts: 1, APIServers: true, VIP: true})
+	d := c.Hosts()[0].Handle()
+	opts := Options{Host: func() (host.Host, error) { return d, nil }}
+	if code, out, errOut := runCLI(t, opts, "up", "--vip", c.VIPAddress().String()); code != ExitOK {
+		t.Fatalf("up: exit %d\n%s\n%s", code, out, errOut)
+	}
+	code, out, errOut := runCLI(t, opts, "token", "create", "--control-plane")
+	if code != ExitOK {
+		t.Fatalf("token create: exit %d\n%s", code, errOut)
+	}
+	head, _, _ := strings.Cut(out, ",")
+	id := strings.Fields(head)[len(strings.Fields(head))-1]
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cs, err := adminClient(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certs := func() (rv string, grants []string) {
+		t.Helper()
+		s, err := cs.CoreV1().Secrets("kube-system").Get(ctx, "stratum-certs", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := range s.Data {
+			if strings.HasPrefix(k, certbundle.GrantEntryPrefix) {
+				grants = append(grants, k)
+			}
+		}
+		return s.ResourceVersion, grants
+	}
+	if _, g := certs(); len(g) != 1 || g[0] != certbundle.GrantEntryPrefix+id {
+		t.Fatalf("grant entries after the mint: %v", g)
+	}
+
+	// Another operation holds the fence: both refuse, nothing written.
+	n := ha.NewNode(ha.Env{Host: d})
+	fence, err := n.TakeFence(ctx, cs, "ca-rotation@elsewhere", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rv, _ := certs()
+	for _, verb := range []string{"rekey", "reupload"} {
+		code, _, errOut := runCLI(t, opts, "certs", verb)
+		if code != ExitFail || !strings.Contains(errOut, "maintenance fence is held") || !strings.Contains(errOut, "ca-rotation@elsewhere") {
+			t.Fatalf("certs %s under another's fence: exit %d\n%s", verb, code, errOut)
+		}
+	}
+	if got, _ := certs(); got != rv {
+		t.Fatalf("refused rekey/reupload changed stratum-certs (resourceVersion %s -> %s)", rv, got)
+	}
+	if err := fence.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	if code, out, errOut := runCLI(t, opts, "certs", "rekey"); code != ExitOK || !strings.Contains(out, "retired") {
+		t.Fatalf("certs rekey: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if _, g := certs(); len(g) != 0 {
+		t.Fatalf("grant entries after the rekey: %v, want none", g)
+	}
+	if code, out, errOut := runCLI(t, opts, "certs", "reupload"); code != ExitOK {
+		t.Fatalf("certs reupload: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if code, out, errOut := runCLI(t, opts, "operator", "pass"); code != ExitOK || !strings.Contains(out, "no started learner to promote") {
+		t.Fatalf("operator pass: exit %d\n%s\n%s", code, out, errOut)
+	}
+}
