@@ -377,6 +377,7 @@ func (a *app) etcdCmd() *cobra.Command {
 		Short: "Inspect the cluster's etcd from this control plane, or rejoin it after a restore",
 		Example: `  stratum etcd members
   stratum etcd health
+  stratum etcd member remove cp3
   stratum etcd rejoin --server 10.0.0.11`,
 		Args: cobra.ArbitraryArgs,
 		RunE: groupRun,
@@ -436,7 +437,7 @@ reported unhealthy. Exits 1 with the reason when the cluster is not healthy.`,
 			return nil
 		},
 	}
-	cmd.AddCommand(members, health)
+	cmd.AddCommand(members, health, a.etcdMemberCmd())
 	return cmd
 }
 

@@ -1,0 +1,138 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+// removalPlan is what `etcd member remove` would do, decided from the member
+// table before anything changes.
+type removalPlan struct {
+	Target memberRow
+	// VotersAfter, HealthyAfter and QuorumAfter describe the cluster
+	// without the target.
+	VotersAfter, HealthyAfter, QuorumAfter int
+	// Risks are refusals --force lifts: the remaining cluster would lose
+	// quorum, or the target is this node's own member.
+	Risks []string
+}
+
+// planRemoval finds target (a member name or peer URL) in rows and weighs
+// its removal. Removing the last voter is an error --force does not lift:
+// etcd cannot run without one.
+func planRemoval(rows []memberRow, target, selfPeerURL string) (removalPlan, error) {
+	var p removalPlan
+	found := false
+	voters, healthy := 0, 0
+	for _, r := range rows {
+		if r.Name == target || r.PeerURL == target || strings.Contains(","+r.PeerURL+",", ","+target+",") {
+			if found {
+				return p, fmt.Errorf("%q names more than one member; give the peer URL", target)
+			}
+			p.Target, found = r, true
+			continue
+		}
+		if !r.Learner {
+			voters++
+			if r.Health == "healthy" {
+				healthy++
+			}
+		}
+	}
+	if !found {
+		names := make([]string, 0, len(rows))
+		for _, r := range rows {
+			names = append(names, r.Name+" ("+r.PeerURL+")")
+		}
+		return p, fmt.Errorf("no etcd member named %q or with that peer URL (members: %s); nothing was removed", target, strings.Join(names, ", "))
+	}
+	p.VotersAfter, p.HealthyAfter = voters, healthy
+	p.QuorumAfter = voters/2 + 1
+	if p.Target.Learner {
+		return p, nil // a learner does not count toward quorum
+	}
+	if voters == 0 {
+		return p, fmt.Errorf("%s is the cluster's last voter; etcd cannot run without one: nothing was removed", p.Target.Name)
+	}
+	if healthy < p.QuorumAfter {
+		p.Risks = append(p.Risks, fmt.Sprintf("without it %d of the %d remaining voters are healthy, under the quorum of %d: the cluster would stop accepting writes", healthy, voters, p.QuorumAfter))
+	}
+	if p.Target.PeerURL == selfPeerURL {
+		p.Risks = append(p.Risks, "it is this node's own member: its etcd stops and the supervisor cannot bring it back; remove it from another control plane")
+	}
+	return p, nil
+}
+
+func (p removalPlan) String() string {
+	role := "voter"
+	if p.Target.Learner {
+		role = "learner"
+	}
+	return fmt.Sprintf("remove etcd member %s (%s, %s, %s); %d voters remain, %d healthy, quorum %d",
+		p.Target.Name, p.Target.PeerURL, role, p.Target.Health, p.VotersAfter, p.HealthyAfter, p.QuorumAfter)
+}
+
+func (a *app) etcdMemberCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "member",
+		Short:   "Change the etcd membership",
+		Example: `  stratum etcd member remove cp3`,
+		Args:    cobra.ArbitraryArgs,
+		RunE:    groupRun,
+	}
+	var force, dryRun bool
+	remove := &cobra.Command{
+		Use:   "remove NAME|PEER-URL",
+		Short: "Remove an etcd member (a control plane that is gone for good), refusing to break quorum",
+		Long: `Remove an etcd member by name or peer URL, through this control plane's member, for a
+control plane that is gone for good. It first weighs the removal against the member
+table (each member asked for its own health) and refuses, changing nothing, when the
+remaining voters' healthy members would be under quorum or when the member is this
+node's own; --force lifts those two refusals. Removing the last voter is always
+refused. --dry-run prints the plan and changes nothing.`,
+		Example: `  stratum etcd member remove cp3 --dry-run
+  stratum etcd member remove https://10.0.0.13:2380`,
+		Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			n, h, err := a.localNode()
+			if err != nil {
+				return err
+			}
+			st, err := loadState(h)
+			if err != nil {
+				return err
+			}
+			rows, err := etcdMembers(cmd.Context(), n, st.Etcd.ClientURL)
+			if err != nil {
+				return err
+			}
+			plan, err := planRemoval(rows, args[0], st.Etcd.PeerURL)
+			if err != nil {
+				return fmt.Errorf("etcd member remove: %w", err)
+			}
+			if dryRun {
+				fmt.Fprintf(a.stdout, "would %s\n", plan)
+				for _, r := range plan.Risks {
+					fmt.Fprintf(a.stdout, "refused without --force: %s\n", r)
+				}
+				return nil
+			}
+			if len(plan.Risks) > 0 && !force {
+				return fmt.Errorf("etcd member remove refused: %s; nothing was removed (--force removes it anyway)", strings.Join(plan.Risks, "; "))
+			}
+			peer, _, _ := strings.Cut(plan.Target.PeerURL, ",")
+			if err := n.MemberRemove(cmd.Context(), []string{urlHost(st.Etcd.ClientURL)}, peer); err != nil {
+				return fmt.Errorf("etcd member remove: %w", err)
+			}
+			fmt.Fprintf(a.stdout, "removed: %s\n", strings.TrimPrefix(plan.String(), "remove "))
+			return nil
+		},
+	}
+	remove.Flags().BoolVar(&force, "force", false, "remove even when the remaining cluster would be under quorum, or the member is this node's own")
+	remove.Flags().BoolVar(&dryRun, "dry-run", false, "print the plan, change nothing")
+	cmd.AddCommand(remove)
+	return cmd
+}
+

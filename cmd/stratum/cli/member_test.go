@@ -1,0 +1,116 @@
+package cli
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"stratum.dev/stratum/internal/host"
+	"stratum.dev/stratum/sim"
+)
+
+func TestPlanRemoval(t *testing.T) {
+	row := func(name string, learner bool, health string) memberRow {
+		return memberRow{Name: name, PeerURL: "https://" + name + ":2380", Learner: learner, Health: health}
+	}
+	three := []memberRow{row("cp1", false, "healthy"), row("cp2", false, "healthy"), row("cp3", false, "healthy")}
+	oneDown := []memberRow{row("cp1", false, "healthy"), row("cp2", false, "unhealthy: down"), row("cp3", false, "healthy")}
+	for _, tc := range []struct {
+		name      string
+		rows      []memberRow
+		target    string
+		wantErr   string
+		wantRisks []string
+	}{
+		{"healthy voter", three, "cp3", "", nil},
+		{"by peer URL", three, "https://cp3:2380", "", nil},
+		{"unknown", three, "cp9", "no etcd member named", nil},
+		{"would lose quorum", oneDown, "cp3", "", []string{"under the quorum of 2"}},
+		{"the dead one is fine", oneDown, "cp2", "", nil},
+		{"own member", three, "cp1", "", []string{"this node's own member"}},
+		{"learner", append(three[:2:2], row("cp3", true, "healthy")), "cp3", "", nil},
+		{"last voter", []memberRow{row("cp1", false, "healthy")}, "cp1", "last voter", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := planRemoval(tc.rows, tc.target, "https://cp1:2380")
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("planRemoval = %v, want an error with %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(p.Risks) != len(tc.wantRisks) {
+				t.Fatalf("risks %q, want %q", p.Risks, tc.wantRisks)
+			}
+			for i, r := range tc.wantRisks {
+				if !strings.Contains(p.Risks[i], r) {
+					t.Fatalf("risk %q, want %q", p.Risks[i], r)
+				}
+			}
+		})
+	}
+}
+
+// TestEtcdMemberRemove against real etcd members: a dry run and refusals
+// (an unknown member, quorum at risk, this node's own member) leave the
+// member list as it was; a removal of a healthy third member goes through.
+func TestEtcdMemberRemove(t *testing.T) {
+	c := sim.Start(t, sim.Config{ControlPlanes: 3})
+	d := c.Host("cp1").Handle()
+	opts := Options{Host: func() (host.Host, error) { return d, nil }}
+	members := func() string {
+		t.Helper()
+		code, out, errOut := runCLI(t, opts, "etcd", "members")
+		if code != ExitOK {
+			t.Fatalf("etcd members: exit %d\n%s", code, errOut)
+		}
+		var names []string
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n")[1:] {
+			names = append(names, strings.Fields(l)[0])
+		}
+		return strings.Join(names, " ")
+	}
+	if got := members(); got != "cp1 cp2 cp3" {
+		t.Fatalf("members at the start: %s", got)
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"cp9"}, ExitFail, "no etcd member named"},
+		{[]string{"cp3", "--dry-run"}, ExitOK, "would remove etcd member cp3"},
+		{[]string{"cp1"}, ExitFail, "this node's own member"},
+	} {
+		code, out, errOut := runCLI(t, opts, append([]string{"etcd", "member", "remove"}, tc.args...)...)
+		if code != tc.code || !strings.Contains(out+errOut, tc.want) {
+			t.Fatalf("member remove %v: exit %d\n%s%s", tc.args, code, out, errOut)
+		}
+		if got := members(); got != "cp1 cp2 cp3" {
+			t.Fatalf("member remove %v changed the members: %s", tc.args, got)
+		}
+	}
+	c.Host("cp2").StopEtcd()
+	code, _, errOut := runCLI(t, opts, "etcd", "member", "remove", "cp3")
+	if code != ExitFail || !strings.Contains(errOut, "under the quorum") {
+		t.Fatalf("member remove cp3 with cp2 down: exit %d\n%s", code, errOut)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := c.Host("cp2").StartEtcd(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := members(); got != "cp1 cp2 cp3" {
+		t.Fatalf("the refused removal changed the members: %s", got)
+	}
+	if code, out, errOut := runCLI(t, opts, "etcd", "member", "remove", "cp3"); code != ExitOK || !strings.Contains(out, "removed: etcd member cp3") {
+		t.Fatalf("member remove cp3: exit %d\n%s%s", code, out, errOut)
+	}
+	if got := members(); got != "cp1 cp2" {
+		t.Fatalf("members after removing cp3: %s", got)
+	}
+}
