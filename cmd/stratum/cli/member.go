@@ -135,4 +135,3 @@ refused. --dry-run prints the plan and changes nothing.`,
 	cmd.AddCommand(remove)
 	return cmd
 }
-

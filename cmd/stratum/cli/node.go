@@ -443,12 +443,12 @@ reported unhealthy. Exits 1 with the reason when the cluster is not healthy.`,
 
 func (a *app) certsCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:     "certs",
-		Short:   "Inspect, rekey and re-publish the cluster's shared certificates",
+		Use:   "certs",
+		Short: "Inspect, rekey and re-publish the cluster's shared certificates",
 		Example: `  stratum certs check
   stratum certs rekey`,
-		Args:    cobra.ArbitraryArgs,
-		RunE:    groupRun,
+		Args: cobra.ArbitraryArgs,
+		RunE: groupRun,
 	}
 	check := &cobra.Command{
 		Use:   "check",
