@@ -148,6 +148,20 @@ func TokenOf(kubeconfig []byte) (string, error) {
 	return auth.Token, nil
 }
 
+// ClientCertOf is the PEM client certificate embedded in the current
+// context's user; a user without one (a token user) is an error.
+func ClientCertOf(kubeconfig []byte) ([]byte, error) {
+	cfg, kctx, err := current(kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig client certificate: %w", err)
+	}
+	auth, ok := cfg.AuthInfos[kctx.AuthInfo]
+	if !ok || auth == nil || len(auth.ClientCertificateData) == 0 {
+		return nil, fmt.Errorf("kubeconfig client certificate: user %q has no embedded client certificate", kctx.AuthInfo)
+	}
+	return auth.ClientCertificateData, nil
+}
+
 // RESTConfig is the client configuration of kubeconfig's current context,
 // for building clientsets.
 func RESTConfig(kubeconfig []byte) (*rest.Config, error) {

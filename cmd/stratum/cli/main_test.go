@@ -362,7 +362,7 @@ func TestControlPlaneCommandsRefuseOnANodeWithoutState(t *testing.T) {
 		{[]string{"token", "create"}, "no control-plane state on this node"},
 		{[]string{"etcd", "members"}, "no control-plane state on this node"},
 		{[]string{"etcd", "health"}, "no control-plane state on this node"},
-		{[]string{"certs", "check"}, "admin kubeconfig"},
+		{[]string{"certs", "check"}, "no control-plane state on this node"},
 		{[]string{"grants", "prune"}, "admin kubeconfig"},
 	} {
 		opts, h := onTempHost(t)

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -86,5 +87,52 @@ func TestCertsRekeyReuploadAndOperatorPass(t *testing.T) {
 	}
 	if code, out, errOut := runCLI(t, opts, "operator", "pass"); code != ExitOK || !strings.Contains(out, "no started learner to promote") {
 		t.Fatalf("operator pass: exit %d\n%s\n%s", code, out, errOut)
+	}
+}
+
+// TestCertsCheckReportsEveryExpiry: certs check lists each CA, leaf and
+// kubeconfig client certificate with its expiry (table and JSON) and the key
+// age; on a host whose clock has passed the leaves' expiry it exits 1 naming
+// them.
+func TestCertsCheckReportsEveryExpiry(t *testing.T) {
+	c := sim.Start(t, sim.Config{Fresh: true, SpareHosts: 1, APIServers: true, VIP: true})
+	cp1 := c.Hosts()[0]
+	d := cp1.Handle()
+	opts := Options{Host: func() (host.Host, error) { return d, nil }}
+	if code, out, errOut := runCLI(t, opts, "up", "--vip", c.VIPAddress().String()); code != ExitOK {
+		t.Fatalf("up: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if code, _, errOut := runCLI(t, opts, "token", "create", "--control-plane"); code != ExitOK {
+		t.Fatalf("token create: exit %d\n%s", code, errOut)
+	}
+	code, out, errOut := runCLI(t, opts, "certs", "check", "-o", "json")
+	if code != ExitOK {
+		t.Fatalf("certs check -o json: exit %d\n%s\n%s", code, out, errOut)
+	}
+	var rep certsReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("certs check -o json: %v\n%s", err, out)
+	}
+	kinds := map[string]certInfo{}
+	for _, ci := range rep.Certificates {
+		kinds[ci.Name] = ci
+	}
+	for name, kind := range map[string]string{"ca.crt": "ca", "etcd/ca.crt": "ca", "apiserver.crt": "leaf", "etcd/server.crt": "leaf", "admin.conf": "client"} {
+		ci, ok := kinds[name]
+		if !ok || ci.Kind != kind || ci.DaysLeft < 300 {
+			t.Errorf("%s reported as %+v (present %v), want kind %s with about a year left", name, ci, ok, kind)
+		}
+	}
+	if rep.CertificateKeySetAt == nil || rep.CertificateKeyError != "" {
+		t.Errorf("key age after a mint: set at %v, error %q", rep.CertificateKeySetAt, rep.CertificateKeyError)
+	}
+	code, out, _ = runCLI(t, opts, "certs", "check")
+	if code != ExitOK || !strings.Contains(out, "apiserver.crt") || !strings.Contains(out, "certificate-key set at") {
+		t.Fatalf("certs check: exit %d\n%s", code, out)
+	}
+	cp1.SetClockOffset(400 * 24 * time.Hour)
+	code, out, errOut = runCLI(t, opts, "certs", "check")
+	if code != ExitFail || !strings.Contains(errOut, "apiserver.crt expired on") || !strings.Contains(out, "apiserver.crt") {
+		t.Fatalf("certs check 400 days on: exit %d\n%s\n%s", code, out, errOut)
 	}
 }

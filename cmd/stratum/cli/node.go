@@ -17,6 +17,7 @@ import (
 	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/supervisor"
 	"stratum.dev/stratum/internal/token"
+	"stratum.dev/stratum/internal/version"
 )
 
 // The commands that act on this machine (host.Local): up, server, token
@@ -450,35 +451,32 @@ func (a *app) certsCmd() *cobra.Command {
 		Args: cobra.ArbitraryArgs,
 		RunE: groupRun,
 	}
+	var output string
 	check := &cobra.Command{
 		Use:   "check",
-		Short: "Say when the shared certificates' certificate-key was last set",
-		Long: fmt.Sprintf(`Read the cluster's encrypted shared-certificate Secret through this control plane's
-admin kubeconfig and say when its certificate-key was last set. Warns (exit 0) when
-it is older than %d days: mint a fresh grant or rekey. Exits 1 when it cannot be read.`, int(certKeyMaxAge.Hours()/24)),
-		Example: `  stratum certs check`,
-		Args:    usageArgs(cobra.NoArgs),
+		Short: "Report every certificate's expiry on this node and the shared certificates' key age",
+		Long: fmt.Sprintf(`Report every certificate on this control plane: each CA and leaf under %s and each
+kubeconfig's client certificate, with its expiry and the days left (a warning under
+30 days). Then, through the admin kubeconfig, say when the shared certificates'
+certificate-key was last set, with a warning when it is older than %d days (rotate it
+with "stratum certs rekey"). Exits 1 when a certificate has expired or the key's age
+cannot be read. -o json prints {certificates: [{name, kind, subject, notAfter,
+daysLeft}], certificateKeySetAt, certificateKeyError}.`, version.PKIDir, int(certKeyMaxAge.Hours()/24)),
+		Example: `  stratum certs check
+  stratum certs check -o json`,
+		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != "table" && output != "json" {
+				return usagef("-o %q: want table or json", output)
+			}
 			n, h, err := a.localNode()
 			if err != nil {
 				return err
 			}
-			at, present, err := n.SharedCertsKeySetAt(cmd.Context())
-			if err != nil {
-				return fmt.Errorf("certs check: %w", err)
-			}
-			if !present {
-				fmt.Fprintln(a.stdout, "no shared certificates are published: `stratum token create --control-plane` uploads them")
-				return nil
-			}
-			age := h.Now().Sub(at)
-			fmt.Fprintf(a.stdout, "certificate-key set at %s (%d days ago)\n", at.UTC().Format(time.RFC3339), int(age.Hours()/24))
-			if age > certKeyMaxAge {
-				fmt.Fprintf(a.stdout, "warning: the certificate-key is older than %d days; rotate it with `stratum certs rekey`\n", int(certKeyMaxAge.Hours()/24))
-			}
-			return nil
+			return a.certsCheck(cmd.Context(), n, h, output)
 		},
 	}
+	check.Flags().StringVarP(&output, "output", "o", "table", "output `format`: table or json")
 	cmd.AddCommand(check, a.certsRekeyCmd(), a.certsReuploadCmd())
 	return cmd
 }

@@ -1,0 +1,175 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"stratum.dev/stratum/ha"
+	"stratum.dev/stratum/internal/host"
+	"stratum.dev/stratum/internal/kubeconfig"
+	"stratum.dev/stratum/internal/pki"
+	"stratum.dev/stratum/internal/version"
+)
+
+// certExpiryWarn is how close to its expiry `certs check` warns about a
+// certificate.
+const certExpiryWarn = 30 * 24 * time.Hour
+
+// certInfo is one certificate `certs check` reports. The JSON names are
+// stable (docs/cli.md).
+type certInfo struct {
+	// Name is the file under the PKI directory ("apiserver.crt",
+	// "etcd/ca.crt") or the kubeconfig ("admin.conf").
+	Name     string    `json:"name"`
+	Kind     string    `json:"kind"` // "ca", "leaf" or "client" (a kubeconfig's)
+	Subject  string    `json:"subject"`
+	NotAfter time.Time `json:"notAfter"`
+	DaysLeft int       `json:"daysLeft"`
+}
+
+// certsReport is `certs check -o json`.
+type certsReport struct {
+	Certificates []certInfo `json:"certificates"`
+	// CertificateKeySetAt is when the shared certificates' key was last set,
+	// absent when nothing is published or it could not be read.
+	CertificateKeySetAt *time.Time `json:"certificateKeySetAt,omitempty"`
+	// CertificateKeyError says why the key's age is unknown.
+	CertificateKeyError string `json:"certificateKeyError,omitempty"`
+}
+
+// nodeCertificates reads every certificate in the node's PKI directory and
+// every kubeconfig's client certificate, sorted by name.
+func nodeCertificates(h host.Host, now time.Time) ([]certInfo, error) {
+	var out []certInfo
+	add := func(name, kind string, pemData []byte) error {
+		crt, err := pki.ParseCert(pemData)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if kind == "" {
+			kind = "leaf"
+			if crt.IsCA {
+				kind = "ca"
+			}
+		}
+		out = append(out, certInfo{Name: name, Kind: kind, Subject: crt.Subject.String(), NotAfter: crt.NotAfter.UTC(),
+			DaysLeft: int(crt.NotAfter.Sub(now).Hours() / 24)})
+		return nil
+	}
+	var walk func(dir, rel string) error
+	walk = func(dir, rel string) error {
+		entries, err := h.ReadDir(dir)
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			p, r := path.Join(dir, e.Name()), path.Join(rel, e.Name())
+			switch {
+			case e.IsDir():
+				if err := walk(p, r); err != nil {
+					return err
+				}
+			case strings.HasSuffix(e.Name(), ".crt"):
+				data, err := h.ReadFile(p)
+				if err != nil {
+					return err
+				}
+				if err := add(r, "", data); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	if err := walk(version.PKIDir, ""); err != nil {
+		return nil, fmt.Errorf("read the certificates under %s: %w", version.PKIDir, err)
+	}
+	for _, name := range kubeconfig.Names() {
+		data, err := h.ReadFile(version.Kubeconfig(name))
+		if err != nil {
+			continue // a node without that kubeconfig
+		}
+		if crt, err := kubeconfig.ClientCertOf(data); err == nil {
+			if err := add(name+".conf", "client", crt); err != nil {
+				return nil, err
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// certsCheck is `stratum certs check`: every certificate's expiry on this
+// node, and the shared certificates' key age through the apiserver.
+func (a *app) certsCheck(ctx context.Context, n *ha.Node, h host.Host, output string) error {
+	if _, err := loadState(h); err != nil {
+		return err
+	}
+	now := h.Now()
+	certs, err := nodeCertificates(h, now)
+	if err != nil {
+		return fmt.Errorf("certs check: %w", err)
+	}
+	rep := certsReport{Certificates: certs}
+	at, present, kerr := n.SharedCertsKeySetAt(ctx)
+	switch {
+	case kerr != nil:
+		rep.CertificateKeyError = kerr.Error()
+	case present:
+		at = at.UTC()
+		rep.CertificateKeySetAt = &at
+	}
+	var problems []string
+	for _, c := range certs {
+		if c.NotAfter.Before(now) {
+			problems = append(problems, fmt.Sprintf("%s expired on %s", c.Name, c.NotAfter.Format(time.RFC3339)))
+		}
+	}
+	if output == "json" {
+		enc := json.NewEncoder(a.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return err
+		}
+	} else {
+		tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "CERTIFICATE\tKIND\tEXPIRES\tLEFT\tSUBJECT")
+		for _, c := range certs {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%dd\t%s\n", c.Name, c.Kind, c.NotAfter.Format(time.RFC3339), c.DaysLeft, c.Subject)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		for _, c := range certs {
+			if left := c.NotAfter.Sub(now); left > 0 && left < certExpiryWarn {
+				fmt.Fprintf(a.stdout, "warning: %s expires in %d days\n", c.Name, c.DaysLeft)
+			}
+		}
+		fmt.Fprintln(a.stdout)
+		switch {
+		case kerr != nil:
+		case !present:
+			fmt.Fprintln(a.stdout, "no shared certificates are published: `stratum token create --control-plane` uploads them")
+		default:
+			age := now.Sub(at)
+			fmt.Fprintf(a.stdout, "certificate-key set at %s (%d days ago)\n", at.Format(time.RFC3339), int(age.Hours()/24))
+			if age > certKeyMaxAge {
+				fmt.Fprintf(a.stdout, "warning: the certificate-key is older than %d days; rotate it with `stratum certs rekey`\n", int(certKeyMaxAge.Hours()/24))
+			}
+		}
+	}
+	if kerr != nil {
+		problems = append(problems, "the shared certificates' key age is unknown: "+kerr.Error())
+	}
+	if len(problems) > 0 {
+		return errors.New("certs check: " + strings.Join(problems, "; "))
+	}
+	return nil
+}
