@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"path"
@@ -133,9 +132,7 @@ func (a *app) certsCheck(ctx context.Context, n *ha.Node, h host.Host, output st
 		}
 	}
 	if output == "json" {
-		enc := json.NewEncoder(a.stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
+		if err := a.writeJSON(rep); err != nil {
 			return err
 		}
 	} else {

@@ -120,12 +120,16 @@ func mintGrant(ctx context.Context, n *ha.Node, h host.Host, ttl time.Duration, 
 	return m, st.Server, err
 }
 
-// memberRow is one row of the etcd member table.
+// memberRow is one row of the etcd member table; its JSON names are stable
+// (`etcd members -o json`, docs/cli.md).
 type memberRow struct {
-	Name, PeerURL, ClientIP string
-	Learner, Leader         bool
+	Name     string `json:"name"`
+	PeerURL  string `json:"peerURL"`
+	ClientIP string `json:"clientIP,omitempty"`
+	Learner  bool   `json:"learner"`
+	Leader   bool   `json:"leader"`
 	// Health is "healthy" or "unhealthy: <why>".
-	Health string
+	Health string `json:"health"`
 }
 
 // etcdMembers lists the cluster's members through the etcd at endpoint (a

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -77,6 +78,35 @@ func TestEtcdMemberRemove(t *testing.T) {
 	if got := members(); got != "cp1 cp2 cp3" {
 		t.Fatalf("members at the start: %s", got)
 	}
+	var rows []memberRow
+	if code, out, errOut := runCLI(t, opts, "etcd", "members", "-o", "json"); code != ExitOK || json.Unmarshal([]byte(out), &rows) != nil || len(rows) != 3 {
+		t.Fatalf("etcd members -o json: exit %d\n%s%s", code, out, errOut)
+	}
+	leaders := 0
+	for _, r := range rows {
+		if r.Leader {
+			leaders++
+		}
+		if r.Health != "healthy" || r.Learner || r.ClientIP == "" || !strings.HasPrefix(r.PeerURL, "https://") {
+			t.Fatalf("etcd members -o json row %+v", r)
+		}
+	}
+	if leaders != 1 {
+		t.Fatalf("etcd members -o json: %d leaders", leaders)
+	}
+	health := func(wantCode int, wantHealthy bool) {
+		t.Helper()
+		var rep struct {
+			Healthy bool     `json:"healthy"`
+			Members []string `json:"members"`
+			Error   string   `json:"error"`
+		}
+		code, out, errOut := runCLI(t, opts, "etcd", "health", "-o", "json")
+		if code != wantCode || json.Unmarshal([]byte(out), &rep) != nil || rep.Healthy != wantHealthy || len(rep.Members) != 3 || (rep.Error == "") != wantHealthy {
+			t.Fatalf("etcd health -o json: exit %d, want %d\n%s%s", code, wantCode, out, errOut)
+		}
+	}
+	health(ExitOK, true)
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -95,6 +125,7 @@ func TestEtcdMemberRemove(t *testing.T) {
 		}
 	}
 	c.Host("cp2").StopEtcd()
+	health(ExitFail, false)
 	code, _, errOut := runCLI(t, opts, "etcd", "member", "remove", "cp3")
 	if code != ExitFail || !strings.Contains(errOut, "under the quorum") {
 		t.Fatalf("member remove cp3 with cp2 down: exit %d\n%s", code, errOut)

@@ -383,16 +383,22 @@ func (a *app) etcdCmd() *cobra.Command {
 		Args: cobra.ArbitraryArgs,
 		RunE: groupRun,
 	}
+	var membersOut, healthOut string
 	members := &cobra.Command{
 		Use:   "members",
 		Short: "List etcd members: name, peer URL, voter or learner, leader, health",
 		Long: `List the cluster's etcd members through this control plane's own member, and ask each
 member for its status: whether it is a voter or a learner, whether it is the leader,
 and whether it is healthy (answered, knows a leader, raised no alarm). Exits 0 once the
-table is printed, whatever the members' health; "stratum etcd health" is the verdict.`,
-		Example: `  stratum etcd members`,
-		Args:    usageArgs(cobra.NoArgs),
+table is printed, whatever the members' health; "stratum etcd health" is the verdict.
+-o json prints an array of {name, peerURL, clientIP, learner, leader, health}.`,
+		Example: `  stratum etcd members
+  stratum etcd members -o json`,
+		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(membersOut); err != nil {
+				return err
+			}
 			n, h, err := a.localNode()
 			if err != nil {
 				return err
@@ -405,19 +411,28 @@ table is printed, whatever the members' health; "stratum etcd health" is the ver
 			if err != nil {
 				return err
 			}
+			if membersOut == "json" {
+				return a.writeJSON(rows)
+			}
 			return writeMemberTable(a.stdout, rows)
 		},
 	}
+	members.Flags().StringVarP(&membersOut, "output", "o", "table", "output `format`: table or json")
 	health := &cobra.Command{
 		Use:   "health",
 		Short: "Check that every etcd member is healthy and all agree on one leader",
 		Long: `Check the cluster's etcd health from this control plane: every member (by its client
 address, from the member list) must answer, know a leader and raise no alarm, and all
 must name the same leader; a split brain (two partitions, each with a leader) is
-reported unhealthy. Exits 1 with the reason when the cluster is not healthy.`,
-		Example: `  stratum etcd health`,
-		Args:    usageArgs(cobra.NoArgs),
+reported unhealthy. Exits 1 with the reason when the cluster is not healthy.
+-o json prints {healthy, members, error} (members: the client addresses asked).`,
+		Example: `  stratum etcd health
+  stratum etcd health -o json`,
+		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(healthOut); err != nil {
+				return err
+			}
 			n, h, err := a.localNode()
 			if err != nil {
 				return err
@@ -431,13 +446,30 @@ reported unhealthy. Exits 1 with the reason when the cluster is not healthy.`,
 			if err != nil {
 				return fmt.Errorf("etcd health: list the members through %s: %w", st.Etcd.ClientURL, err)
 			}
-			if err := n.EtcdClusterHealthy(cmd.Context(), ips); err != nil {
-				return fmt.Errorf("etcd is not healthy: %w", err)
+			herr := n.EtcdClusterHealthy(cmd.Context(), ips)
+			if healthOut == "json" {
+				rep := struct {
+					Healthy bool     `json:"healthy"`
+					Members []string `json:"members"`
+					Error   string   `json:"error,omitempty"`
+				}{Healthy: herr == nil, Members: ips}
+				if herr != nil {
+					rep.Error = herr.Error()
+				}
+				if err := a.writeJSON(rep); err != nil {
+					return err
+				}
 			}
-			fmt.Fprintf(a.stdout, "etcd healthy: %d members (%s) answer and agree on one leader\n", len(ips), strings.Join(ips, ", "))
+			if herr != nil {
+				return fmt.Errorf("etcd is not healthy: %w", herr)
+			}
+			if healthOut != "json" {
+				fmt.Fprintf(a.stdout, "etcd healthy: %d members (%s) answer and agree on one leader\n", len(ips), strings.Join(ips, ", "))
+			}
 			return nil
 		},
 	}
+	health.Flags().StringVarP(&healthOut, "output", "o", "text", "output `format`: text or json")
 	cmd.AddCommand(members, health, a.etcdMemberCmd())
 	return cmd
 }
@@ -466,8 +498,8 @@ daysLeft}], certificateKeySetAt, certificateKeyError}.`, version.PKIDir, int(cer
   stratum certs check -o json`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if output != "table" && output != "json" {
-				return usagef("-o %q: want table or json", output)
+			if err := checkOutput(output); err != nil {
+				return err
 			}
 			n, h, err := a.localNode()
 			if err != nil {

@@ -28,8 +28,8 @@ description, groups}.`,
   stratum token list -o json`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if output != "table" && output != "json" {
-				return usagef("-o %q: want table or json", output)
+			if err := checkOutput(output); err != nil {
+				return err
 			}
 			_, h, err := a.localNode()
 			if err != nil {
@@ -47,9 +47,7 @@ description, groups}.`,
 				if list == nil {
 					list = []token.Info{}
 				}
-				enc := json.NewEncoder(a.stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(list)
+				return a.writeJSON(list)
 			}
 			tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tKIND\tEXPIRES\tLIVE\tDESCRIPTION")
@@ -118,4 +116,21 @@ that does not exist is reported and the others are still deleted.`,
 			return nil
 		},
 	}
+}
+
+// checkOutput refuses an -o value other than the human format and json.
+func checkOutput(o string) error {
+	switch o {
+	case "table", "text", "json":
+		return nil
+	}
+	return usagef("-o %q: want json (or the default)", o)
+}
+
+// writeJSON writes v as indented JSON: the machine-readable form of a
+// command's report, its field names documented in docs/cli.md.
+func (a *app) writeJSON(v any) error {
+	enc := json.NewEncoder(a.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
