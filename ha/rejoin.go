@@ -64,6 +64,48 @@ func RejoinEtcd(ctx context.Context, w io.Writer, cp1IP string, force bool) erro
 	return n.RejoinEtcd(ctx, w, cp1IP, force)
 }
 
+// planRejoinHere reads this node's state, observes the seed and the local
+// etcd, and plans the rejoin's remaining steps; it changes nothing.
+func (n *Node) planRejoinHere(ctx context.Context, cp1IP string) (*nodestate.NodeState, rejoinObservation, []rejoinStep, error) {
+	st, err := nodestate.Load(n.env.Host)
+	if err != nil {
+		return nil, rejoinObservation{}, nil, fmt.Errorf("etcd rejoin: %w", err)
+	}
+	if st.Role != nodestate.RoleControlPlane || st.Etcd.Name == "" || st.Etcd.PeerURL == "" {
+		return nil, rejoinObservation{}, nil, fmt.Errorf("etcd rejoin: node state %s is not a control plane's with an etcd member; nothing was changed", nodestate.Path)
+	}
+	self := urlHostOf(st.Etcd.ClientURL)
+	if cp1IP == self || cp1IP == st.NodeIP {
+		return nil, rejoinObservation{}, nil, fmt.Errorf("etcd rejoin: %s is this node; nothing was changed: run the rejoin on the other control planes, naming the restored seed", cp1IP)
+	}
+	obs, err := n.observeRejoin(ctx, st, cp1IP, self)
+	if err != nil {
+		return nil, rejoinObservation{}, nil, err
+	}
+	return st, obs, planRejoin(obs), nil
+}
+
+// RejoinPlan is `stratum etcd rejoin --dry-run`: the same refusals and
+// observation as RejoinEtcd, then the steps a rejoin would run, written to
+// w, and whether its wipe would be refused without force. It takes no lock
+// and changes nothing.
+func (n *Node) RejoinPlan(ctx context.Context, w io.Writer, cp1IP string, force bool) error {
+	if net.ParseIP(cp1IP) == nil {
+		return fmt.Errorf("etcd rejoin: --server %q is not an IP address; nothing was changed", cp1IP)
+	}
+	st, obs, steps, err := n.planRejoinHere(ctx, cp1IP)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "would rejoin %s to the etcd cluster %s at %s: %s\n", st.Etcd.Name, obs.SeedClusterID, cp1IP, joinSteps(steps))
+	if hasStep(steps, rejoinWipe) && !force {
+		if err := n.checkOldClusterGone(ctx, st, cp1IP, obs.SeedClusterID); err != nil {
+			fmt.Fprintf(w, "the wipe would be refused without --force: %v\n", err)
+		}
+	}
+	return nil
+}
+
 // rejoinStep is one step of a rejoin.
 type rejoinStep string
 
@@ -150,23 +192,10 @@ func (n *Node) RejoinEtcd(ctx context.Context, w io.Writer, cp1IP string, force 
 		return err
 	}
 	defer release()
-	st, err := nodestate.Load(h)
-	if err != nil {
-		return fmt.Errorf("etcd rejoin: %w", err)
-	}
-	if st.Role != nodestate.RoleControlPlane || st.Etcd.Name == "" || st.Etcd.PeerURL == "" {
-		return fmt.Errorf("etcd rejoin: node state %s is not a control plane's with an etcd member; nothing was changed", nodestate.Path)
-	}
-	self := urlHostOf(st.Etcd.ClientURL)
-	if cp1IP == self || cp1IP == st.NodeIP {
-		return fmt.Errorf("etcd rejoin: %s is this node; nothing was changed: run the rejoin on the other control planes, naming the restored seed", cp1IP)
-	}
-
-	obs, err := n.observeRejoin(ctx, st, cp1IP, self)
+	st, obs, steps, err := n.planRejoinHere(ctx, cp1IP)
 	if err != nil {
 		return err
 	}
-	steps := planRejoin(obs)
 	fmt.Fprintf(w, "rejoining %s to the etcd cluster %s at %s: %s\n", st.Etcd.Name, obs.SeedClusterID, cp1IP, joinSteps(steps))
 	if hasStep(steps, rejoinWipe) && !force {
 		if err := n.checkOldClusterGone(ctx, st, cp1IP, obs.SeedClusterID); err != nil {

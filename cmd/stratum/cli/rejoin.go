@@ -7,7 +7,7 @@ import (
 // withRejoin adds `etcd rejoin` to the etcd command group.
 func (a *app) withRejoin(etcd *cobra.Command) *cobra.Command {
 	var server string
-	var force bool
+	var force, dryRun bool
 	cmd := &cobra.Command{
 		Use:   "rejoin --server <seed-ip> [--force]",
 		Short: "Rejoin this control plane's etcd to a cluster restored from a snapshot",
@@ -24,10 +24,16 @@ cluster this node belonged to may still have a quorum (one of its members report
 leader, or too many do not answer); --force removes it anyway, discarding whatever that
 cluster wrote since the snapshot.
 
+--dry-run observes the same things and prints the steps a rejoin would run, and whether
+its data removal would be refused without --force; it takes no lock and changes nothing.
+
 Exits 0 once this node is a voter of the seed's cluster, 1 when refused or failed, 2 on
 bad usage.`,
 		Example: `  # On cp2, after "stratum snapshot restore backup.db" on cp1 (10.0.0.11)
   stratum etcd rejoin --server 10.0.0.11
+
+  # What it would do, changing nothing
+  stratum etcd rejoin --server 10.0.0.11 --dry-run
 
   # The old cluster still runs (cp2 and cp3 keep a quorum): discard it
   stratum etcd rejoin --server 10.0.0.11 --force`,
@@ -43,11 +49,15 @@ bad usage.`,
 			if err != nil {
 				return err
 			}
+			if dryRun {
+				return n.RejoinPlan(cmd.Context(), a.stdout, server, force)
+			}
 			return explainHost(n.RejoinEtcd(cmd.Context(), a.stdout, server, force))
 		},
 	}
 	cmd.Flags().StringVar(&server, "server", "", "the restored seed control plane's `IP` (its etcd client address)")
 	cmd.Flags().BoolVar(&force, "force", false, "remove this node's etcd data even while its old cluster may still have a quorum")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the steps the rejoin would run (and a refusal it would meet), change nothing")
 	etcd.AddCommand(cmd)
 	return etcd
 }
