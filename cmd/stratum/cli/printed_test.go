@@ -214,3 +214,34 @@ func TestVersionFlagAndCompletion(t *testing.T) {
 		}
 	}
 }
+
+// TestDocsCoverEveryCommand: docs/cli.md has a section for every command of
+// the tree (cobra's own help and completion scripts aside).
+func TestDocsCoverEveryCommand(t *testing.T) {
+	doc, err := os.ReadFile("../../../docs/cli.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := (&app{stdout: new(bytes.Buffer), stderr: new(bytes.Buffer)}).rootCmd()
+	root.InitDefaultCompletionCmd()
+	checked := 0
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		for _, cc := range c.Commands() {
+			if cc.Hidden || cc.Name() == "help" || c.Name() == "completion" {
+				continue
+			}
+			if cc.Runnable() && !cc.HasSubCommands() || cc.Name() == "completion" {
+				checked++
+				if !strings.Contains(string(doc), "`"+cc.CommandPath()) {
+					t.Errorf("docs/cli.md has no section for %q", cc.CommandPath())
+				}
+			}
+			walk(cc)
+		}
+	}
+	walk(root)
+	if checked < 20 {
+		t.Fatalf("only %d commands checked; the walk is broken", checked)
+	}
+}
