@@ -88,7 +88,7 @@ func checkIP(flag, v string) error {
 
 // upFlags are `stratum up`'s flags.
 type upFlags struct {
-	nodeIP, vip, podCIDR, serviceCIDR, clusterDomain, profile string
+	nodeIP, vip, podCIDR, serviceCIDR, clusterDomain, profile, config string
 	superviseFlags
 }
 
@@ -141,6 +141,9 @@ them all. Other stratum commands reach it through /run/stratum/supervisor.sock;
 			if f.vip != "" {
 				o.VIP = nodestate.VIP{Address: f.vip}
 			}
+			if err := applyConfigToUp(cmd, f.config, &o); err != nil {
+				return err
+			}
 			if a.opts.Host == nil {
 				return a.supervise(cmd.Context(), "stratum up", "control plane up", f.superviseFlags, func(ctx context.Context, n *ha.Node) (*nodestate.NodeState, error) {
 					return n.Up(ctx, o)
@@ -165,6 +168,7 @@ them all. Other stratum commands reach it through /run/stratum/supervisor.sock;
 	fl.StringVar(&f.serviceCIDR, "service-cidr", "", "the cluster's service `CIDR` (default 10.96.0.0/12)")
 	fl.StringVar(&f.clusterDomain, "cluster-domain", "", "the cluster's DNS `domain` (default cluster.local)")
 	fl.StringVar(&f.profile, "profile", "", "the node profile this control plane runs, by `name` (e.g. cis); none by default")
+	fl.StringVar(&f.config, "config", "", "read the network, VIP, profile, SELinux and Cilium settings from this YAML `FILE` (kind ControlPlaneConfig); flags override it")
 	f.superviseFlags.add(cmd)
 	return cmd
 }
@@ -172,7 +176,7 @@ them all. Other stratum commands reach it through /run/stratum/supervisor.sock;
 // serverFlags are `stratum server`'s flags.
 type serverFlags struct {
 	server, token, caHash, certKey, nodeIP, vip string
-	tokenFile, certKeyFile                      string
+	tokenFile, certKeyFile, config              string
 	superviseFlags
 }
 
@@ -234,6 +238,9 @@ not in the process list while the control plane runs.`,
 			if f.vip != "" {
 				o.VIP = nodestate.VIP{Address: f.vip}
 			}
+			if err := applyConfigToJoin(cmd, f.config, &o); err != nil {
+				return err
+			}
 			// The join's interrupt context: a signal stops it at a step
 			// boundary, and is held through the member-add window. It is
 			// not under the command's own signal context, which would end
@@ -268,6 +275,7 @@ not in the process list while the control plane runs.`,
 	fl.StringVar(&f.nodeIP, "node-ip", "", "this node's `IP` (default: resolved from the host's addresses)")
 	fl.StringVar(&f.vip, "vip", "", "the cluster's virtual `IP` this control plane also runs kube-vip for")
 	fl.StringVar(&f.tokenFile, "token-file", "", "read the bootstrap token from `FILE` (keeps it out of the process list; or set $"+envToken+")")
+	fl.StringVar(&f.config, "config", "", "read the network, VIP, profile, SELinux and Cilium settings from this YAML `FILE` (kind ControlPlaneConfig); flags override it")
 	fl.StringVar(&f.certKeyFile, "certificate-key-file", "", "read the certificate-key from `FILE` (keeps it out of the process list; or set $"+envCertKey+")")
 	f.superviseFlags.add(cmd)
 	return cmd

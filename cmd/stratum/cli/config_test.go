@@ -1,0 +1,72 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"stratum.dev/stratum/internal/host"
+	"stratum.dev/stratum/internal/nodestate"
+	"stratum.dev/stratum/sim"
+)
+
+func writeConfig(t *testing.T, spec string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "stratum.yaml")
+	doc := "apiVersion: stratum.dev/v1alpha1\nkind: ControlPlaneConfig\nspec:\n" + spec
+	if err := os.WriteFile(p, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestConfigFileRefusalsChangeNothing: a file that does not parse, a value
+// the bring-up refuses, and a flag overriding the file's good value with a
+// bad one are each refused with the key named and nothing written.
+func TestConfigFileRefusalsChangeNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		spec string
+		args []string
+		want string
+	}{
+		{"unknown key", "  network:\n    podCidr: 10.1.0.0/16\n", nil, `unknown field "spec.network.podCidr"`},
+		{"bad domain in the file", "  network:\n    clusterDomain: Bad_Domain!\n", nil, "spec.network.clusterDomain"},
+		{"unknown profile in the file", "  profile: bogus\n", nil, `unknown profile "bogus"`},
+		{"cis without SELinux", "  profile: cis\n  selinux: false\n", nil, "the cis profile requires SELinux; remove spec.selinux: false"},
+		{"flag overrides the file", "  network:\n    clusterDomain: good.example\n", []string{"--cluster-domain", "Bad_Domain!"}, `cluster domain "Bad_Domain!"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts, h := onTempHost(t)
+			args := append([]string{"up", "--node-ip", "127.0.0.1", "--config", writeConfig(t, tc.spec)}, tc.args...)
+			code, _, errOut := runCLI(t, opts, args...)
+			if code != ExitFail || !strings.Contains(errOut, tc.want) || !strings.Contains(errOut, "nothing was changed") {
+				t.Fatalf("exit %d, stderr:\n%s", code, errOut)
+			}
+			if files := filesUnder(t, h.Root); len(files) != 0 {
+				t.Fatalf("a refused up wrote %d files", len(files))
+			}
+		})
+	}
+}
+
+// TestUpFromAConfigFile brings a control plane up from a file (on a
+// simulated host with a real apiserver): the node state records the file's
+// domain, ranges and VIP, and a flag given beside it wins.
+func TestUpFromAConfigFile(t *testing.T) {
+	c := sim.Start(t, sim.Config{Fresh: true, SpareHosts: 1, APIServers: true, VIP: true})
+	d := c.Hosts()[0].Handle()
+	opts := Options{Host: func() (host.Host, error) { return d, nil }}
+	cfg := writeConfig(t, "  network:\n    podCIDR: 10.50.0.0/16\n    serviceCIDR: 10.96.0.0/12\n    clusterDomain: from-file.example\n  vip: "+c.VIPAddress().String()+"\n")
+	if code, out, errOut := runCLI(t, opts, "up", "--config", cfg, "--pod-cidr", "10.60.0.0/16"); code != ExitOK {
+		t.Fatalf("up --config: exit %d\n%s\n%s", code, out, errOut)
+	}
+	st, err := nodestate.Load(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.ClusterDomain != "from-file.example" || st.PodCIDR != "10.60.0.0/16" || st.VIP.Address != c.VIPAddress().String() {
+		t.Fatalf("node state after up --config: domain %q, pod CIDR %q (the flag's), VIP %q", st.ClusterDomain, st.PodCIDR, st.VIP.Address)
+	}
+}

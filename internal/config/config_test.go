@@ -1,0 +1,69 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const good = `apiVersion: stratum.dev/v1alpha1
+kind: ControlPlaneConfig
+spec:
+  network:
+    nodeIP: 10.0.0.11
+    podCIDR: 10.244.0.0/16,fd00:10:244::/56
+    serviceCIDR: 10.96.0.0/12
+    clusterDomain: example.internal
+    cilium:
+      enabled: true
+      kubeProxyReplacement: true
+  vip: 10.0.0.10
+  profile: cis
+  selinux: true
+`
+
+func TestParseGood(t *testing.T) {
+	f, err := Parse([]byte(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := f.Spec
+	if s.Network.NodeIP != "10.0.0.11" || s.VIP != "10.0.0.10" || s.Profile != "cis" || s.SELinuxOptOut() || s.Network.Cilium == nil || !s.Network.Cilium.KubeProxyReplacement {
+		t.Fatalf("parsed %+v", s)
+	}
+	path := filepath.Join(t.TempDir(), "stratum.yaml")
+	if err := os.WriteFile(path, []byte(good), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(filepath.Join(t.TempDir(), "nope.yaml")); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("missing file: %v", err)
+	}
+}
+
+func TestParseRefusalsNameTheKey(t *testing.T) {
+	for _, tc := range []struct{ name, doc, want string }{
+		{"unknown key", strings.Replace(good, "  vip:", "  vips:", 1), `unknown field "spec.vips"`},
+		{"key in the wrong case", strings.Replace(good, "podCIDR", "podCidr", 1), `unknown field "spec.network.podCidr"`},
+		{"wrong version", strings.Replace(good, "v1alpha1", "v9", 1), "apiVersion"},
+		{"wrong kind", strings.Replace(good, "ControlPlaneConfig", "Cluster", 1), "kind"},
+		{"bad node IP", strings.Replace(good, "nodeIP: 10.0.0.11", "nodeIP: ten", 1), "spec.network.nodeIP"},
+		{"bad pod CIDR", strings.Replace(good, "podCIDR: 10.244.0.0/16,", "podCIDR: 10.244.0.0/99,", 1), "spec.network.podCIDR"},
+		{"bad domain", strings.Replace(good, "example.internal", "Bad_Domain!", 1), "spec.network.clusterDomain"},
+		{"bad VIP", strings.Replace(good, "vip: 10.0.0.10", "vip: nope", 1), "spec.vip"},
+		{"VIP is the node", strings.Replace(good, "vip: 10.0.0.10", "vip: 10.0.0.11", 1), "spec.vip 10.0.0.11 is spec.network.nodeIP"},
+		{"selinux not a bool", strings.Replace(good, "selinux: true", "selinux: maybe", 1), "selinux"},
+		{"empty", "", "empty"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.doc))
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Parse = %v, want ErrInvalid naming %q", err, tc.want)
+			}
+		})
+	}
+}
