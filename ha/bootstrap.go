@@ -148,9 +148,11 @@ func (n *Node) bootstrap(ctx context.Context, o BootstrapOptions) (*nodestate.No
 	}()
 	for _, s := range bootstrapSteps {
 		n.log.Debug("bootstrap step", "step", s.name)
+		began := time.Now()
 		if err := s.run(r, ctx); err != nil {
 			return nil, err
 		}
+		n.stepDone(s.name, time.Since(began))
 		if err := n.checkpoint(ctx, s.checkpoint); err != nil {
 			return nil, err
 		}

@@ -288,12 +288,14 @@ func (n *Node) prepareJoin(ctx context.Context, o JoinOptions) (*nodestate.NodeS
 	defer r.dropFence(ctx)
 	for _, s := range joinPhases {
 		n.log.Debug("join step", "step", s.name)
+		began := time.Now()
 		if err := s.run(r, ctx); err != nil {
 			if r.st != nil && r.st.Etcd.InitialCluster != "" {
 				return r.st, err // saved: the caller starts from the state
 			}
 			return nil, err
 		}
+		n.stepDone(s.name, time.Since(began))
 	}
 	n.log.Info("control-plane join prepared", "member", r.name, "peerURL", r.peerURL, "took", time.Since(r.start).Round(time.Millisecond))
 	return r.st, nil

@@ -332,11 +332,13 @@ func (n *Node) removeOwnMember(ctx context.Context, cpIPs []string, id uint64, p
 func (n *Node) retryUnhealthy(ctx context.Context, op string, f func() error) error {
 	deadline := time.Now().Add(memberAddRetryFor)
 	backoff := 100 * time.Millisecond
+	report := waitReporter{n: n}
 	for {
 		err := f()
 		if err == nil || !etcdErrIs(err, rpctypes.ErrUnhealthy) {
 			return err
 		}
+		report.waiting("etcd to accept the %s (it refuses while the cluster is not yet healthy: %v)", op, err)
 		if time.Now().Add(backoff).After(deadline) {
 			return fmt.Errorf("%s: still refused after %s; nothing was changed: check the cluster's health and retry: %w", op, memberAddRetryFor, err)
 		}
@@ -370,6 +372,7 @@ func (n *Node) PromoteWhenCaughtUp(ctx context.Context, cpIPs []string, peerURL 
 			return nil
 		}
 		refusals := 0
+		report := waitReporter{n: n}
 		for {
 			wctx, wcancel := context.WithTimeout(ctx, etcdWriteTimeout)
 			_, err := cli.MemberPromote(wctx, m.ID)
@@ -383,6 +386,7 @@ func (n *Node) PromoteWhenCaughtUp(ctx context.Context, cpIPs []string, peerURL 
 			case etcdErrIs(err, rpctypes.ErrMemberLearnerNotReady), etcdErrIs(err, rpctypes.ErrUnhealthy),
 				etcdErrIs(err, rpctypes.ErrMemberNotEnoughStarted):
 				refusals++
+				report.waiting("learner %s to catch up with the leader (etcd: %v)", peerURL, err)
 			default:
 				return fmt.Errorf("%s through %s: %w", op, ep, err)
 			}

@@ -39,7 +39,17 @@ type Env struct {
 	Checkpoint func(ctx context.Context, name string) error
 	// Log receives the node's structured logs; nil discards them.
 	Log *slog.Logger
+	// Progress, when set, hears a line as each step of a long operation
+	// (a bring-up, a join, a control-plane start) ends, with how long it
+	// took, and, while a step waits on the cluster (a member-add etcd
+	// refuses as unhealthy, a learner catching up), what it waits for, at
+	// most every WaitReportEvery. The CLI prints them; nil drops them.
+	Progress func(line string)
 }
+
+// WaitReportEvery is how often a waiting step reports through
+// Env.Progress.
+const WaitReportEvery = 5 * time.Second
 
 // Node is one machine's ha operations.
 type Node struct {
@@ -58,6 +68,28 @@ func NewNode(env Env) *Node {
 
 // Host is the machine the node runs on.
 func (n *Node) Host() host.Host { return n.env.Host }
+
+// stepDone reports a finished step through Env.Progress.
+func (n *Node) stepDone(step string, took time.Duration) {
+	if n.env.Progress != nil {
+		n.env.Progress(fmt.Sprintf("%s: done in %s", step, took.Round(100*time.Millisecond)))
+	}
+}
+
+// waitReporter reports what a retrying step waits for through Env.Progress:
+// the first time at once, then at most every WaitReportEvery.
+type waitReporter struct {
+	n    *Node
+	last time.Time
+}
+
+func (w *waitReporter) waiting(format string, args ...any) {
+	if w.n.env.Progress == nil || !w.last.IsZero() && time.Since(w.last) < WaitReportEvery {
+		return
+	}
+	w.last = time.Now()
+	w.n.env.Progress("waiting for " + fmt.Sprintf(format, args...))
+}
 
 // checkpoint reaches the named checkpoint through the Env's hook.
 func (n *Node) checkpoint(ctx context.Context, name string) error {

@@ -66,18 +66,20 @@ func (n *Node) StartControlPlane(ctx context.Context) (*nodestate.NodeState, err
 		return nil, err
 	}
 	for _, step := range []struct {
-		name string
-		run  func(context.Context, *nodestate.NodeState) error
+		name, what string
+		run        func(context.Context, *nodestate.NodeState) error
 	}{
-		{CheckpointStartAfterEtcd, n.startEtcd},
-		{CheckpointStartAfterPromote, n.promoteSelf},
-		{CheckpointStartAfterConfirm, n.confirmAndClearJournal},
-		{CheckpointStartAfterAPIServer, n.startAPIServer},
-		{"", n.startVIP},
+		{CheckpointStartAfterEtcd, "etcd start", n.startEtcd},
+		{CheckpointStartAfterPromote, "learner promotion", n.promoteSelf},
+		{CheckpointStartAfterConfirm, "member confirmation", n.confirmAndClearJournal},
+		{CheckpointStartAfterAPIServer, "kube-apiserver start", n.startAPIServer},
+		{"", "kube-vip start", n.startVIP},
 	} {
+		began := time.Now()
 		if err := step.run(ctx, st); err != nil {
 			return st, err
 		}
+		n.stepDone(step.what, time.Since(began))
 		if step.name != "" {
 			if err := n.checkpoint(ctx, step.name); err != nil {
 				return st, err

@@ -47,7 +47,7 @@ func (a *app) localNode() (*ha.Node, host.Host, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return ha.NewNode(ha.Env{Host: h, Checkpoint: a.opts.Checkpoint, Log: a.log}), h, nil
+	return ha.NewNode(ha.Env{Host: h, Checkpoint: a.opts.Checkpoint, Log: a.log, Progress: a.progress}), h, nil
 }
 
 // noSupervisorHint is appended to an error caused by this host having no

@@ -245,3 +245,38 @@ func TestDocsCoverEveryCommand(t *testing.T) {
 		t.Fatalf("only %d commands checked; the walk is broken", checked)
 	}
 }
+
+// TestUpAndJoinPrintTheirSteps: up and the printed join command, run on
+// simulated hosts, print a line per step with its duration.
+func TestUpAndJoinPrintTheirSteps(t *testing.T) {
+	c := sim.Start(t, sim.Config{Fresh: true, SpareHosts: 2, APIServers: true, VIP: true})
+	on := func(h *sim.Host) Options {
+		d := h.Handle()
+		return Options{Host: func() (host.Host, error) { return d, nil }, Checkpoint: d.Checkpoint}
+	}
+	cp1, cp2 := c.Hosts()[0], c.Hosts()[1]
+	code, out, errOut := runCLI(t, on(cp1), "up", "--vip", c.VIPAddress().String())
+	if code != ExitOK {
+		t.Fatalf("up: exit %d\n%s\n%s", code, out, errOut)
+	}
+	for _, step := range []string{"refusals", "cluster CAs", "node assembly", "node state", "etcd start", "kube-apiserver start", "kube-vip start"} {
+		if !strings.Contains(out, "  "+step+": done in ") {
+			t.Errorf("up printed no line for its step %q:\n%s", step, out)
+		}
+	}
+	code, out, errOut = runCLI(t, on(cp1), "token", "create", "--control-plane")
+	if code != ExitOK {
+		t.Fatalf("token create: exit %d\n%s", code, errOut)
+	}
+	join := printedCommandLines(out)[0]
+	code, out, errOut = runCLI(t, on(cp2), strings.Fields(join)[1:]...)
+	if code != ExitOK {
+		t.Fatalf("%s: exit %d\n%s\n%s", join, code, out, errOut)
+	}
+	t.Logf("%s printed:\n%s", join, out)
+	for _, step := range []string{"discovery", "node assembly", "preflight", "intent journal", "etcd member-add and node state", "etcd start", "learner promotion", "member confirmation", "kube-apiserver start"} {
+		if !strings.Contains(out, "  "+step+": done in ") {
+			t.Errorf("the join printed no line for its step %q:\n%s", step, out)
+		}
+	}
+}

@@ -331,7 +331,7 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 	if err != nil {
 		return err
 	}
-	n := ha.NewNode(ha.Env{Host: l, Checkpoint: a.opts.Checkpoint, Log: a.log})
+	n := ha.NewNode(ha.Env{Host: l, Checkpoint: a.opts.Checkpoint, Log: a.log, Progress: a.progress})
 	sup, err := a.nodeSupervisor(l, n, f.binDir)
 	if err != nil {
 		return err
@@ -368,9 +368,13 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 	return nil
 }
 
-// startProgress prints a line as each service starts and when it is ready, so a
-// long start (etcd finding its leader, the apiserver's first readiness) is
-// visible.
+// progress prints a long operation's step and waiting lines (ha's
+// Env.Progress) on stdout, indented under the command's own output.
+func (a *app) progress(line string) { fmt.Fprintf(a.stdout, "  %s\n", line) }
+
+// startProgress prints a line as each service starts, so a long start (etcd
+// finding its leader, the apiserver's first readiness) is visible before the
+// step's "done" line.
 type startProgress struct {
 	*supervisor.Supervisor
 	w io.Writer
@@ -380,13 +384,8 @@ func (p startProgress) StartService(ctx context.Context, name string) error {
 	if st, err := p.ServiceStatus(ctx, name); err == nil && st.Running {
 		return p.Supervisor.StartService(ctx, name)
 	}
-	start := time.Now()
-	fmt.Fprintf(p.w, "starting %s ...\n", name)
-	if err := p.Supervisor.StartService(ctx, name); err != nil {
-		return err
-	}
-	fmt.Fprintf(p.w, "%s is up (%s)\n", name, time.Since(start).Round(100*time.Millisecond))
-	return nil
+	fmt.Fprintf(p.w, "  starting %s ...\n", name)
+	return p.Supervisor.StartService(ctx, name)
 }
 
 // The environment variables a join's secrets can come from, so they stay out
