@@ -297,6 +297,12 @@ func (n *Node) issueLeavesFrom(shared *pki.Shared, hostname, nodeIP string, sans
 	if err != nil {
 		return err
 	}
+	return n.writeLeaves(leaves)
+}
+
+// writeLeaves writes leaf files by name into the PKI directory, keys 0600.
+func (n *Node) writeLeaves(leaves map[string][]byte) error {
+	h := n.env.Host
 	for name, data := range leaves {
 		mode := fs.FileMode(0o644)
 		if strings.HasSuffix(name, ".key") {

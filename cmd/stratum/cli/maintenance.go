@@ -122,3 +122,40 @@ reported and left for the next pass (exit 1).`,
 	})
 	return cmd
 }
+
+// certsRenewCmd is `stratum certs renew`: this node's leaves and kubeconfigs
+// reissued from the cluster's CAs, its running services restarted onto them.
+func (a *app) certsRenewCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "renew",
+		Short: "Reissue this control plane's leaf certificates and kubeconfigs, and restart its services onto them",
+		Long: `Reissue this control plane's leaf certificates (apiserver serving, etcd server, peer and
+client, front-proxy client) and its kubeconfigs from the cluster's CAs on this node, each
+valid for a year from now with the same names and addresses (the VIP included), then
+restart the services that run here (etcd, kube-apiserver, the VIP, the operator) through
+the supervisor so they use them. The CAs are not touched. It holds the node's
+maintenance lock. "stratum certs check" shows what expires when; run this on each
+control plane in turn, one at a time.`,
+		Example: `  stratum certs check
+  stratum certs renew`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			n, _, err := a.localNode()
+			if err != nil {
+				return err
+			}
+			written, restarted, err := n.RenewCerts(cmd.Context())
+			if err != nil {
+				return explainHost(err)
+			}
+			fmt.Fprintf(a.stdout, "renewed %d files:\n", len(written))
+			for _, f := range written {
+				fmt.Fprintf(a.stdout, "  %s\n", f)
+			}
+			if len(restarted) > 0 {
+				fmt.Fprintf(a.stdout, "restarted onto them: %s\n", strings.Join(restarted, ", "))
+			}
+			return nil
+		},
+	}
+}

@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -90,11 +92,12 @@ func TestCertsRekeyReuploadAndOperatorPass(t *testing.T) {
 	}
 }
 
-// TestCertsCheckReportsEveryExpiry: certs check lists each CA, leaf and
+// TestCertsCheckAndRenew: certs check lists each CA, leaf and
 // kubeconfig client certificate with its expiry (table and JSON) and the key
 // age; on a host whose clock has passed the leaves' expiry it exits 1 naming
-// them.
-func TestCertsCheckReportsEveryExpiry(t *testing.T) {
+// them. certs renew, stopped once by a fault after its leaves, converges on a
+// re-run: new leaves, services restarted onto them and serving.
+func TestCertsCheckAndRenew(t *testing.T) {
 	c := sim.Start(t, sim.Config{Fresh: true, SpareHosts: 1, APIServers: true, VIP: true})
 	cp1 := c.Hosts()[0]
 	d := cp1.Handle()
@@ -134,5 +137,42 @@ func TestCertsCheckReportsEveryExpiry(t *testing.T) {
 	code, out, errOut = runCLI(t, opts, "certs", "check")
 	if code != ExitFail || !strings.Contains(errOut, "apiserver.crt expired on") || !strings.Contains(out, "apiserver.crt") {
 		t.Fatalf("certs check 400 days on: exit %d\n%s\n%s", code, out, errOut)
+	}
+	cp1.SetClockOffset(0)
+
+	// certs renew: a fault after the leaves stops it; the re-run converges,
+	// the leaves are new and the services serve them.
+	before := kinds["apiserver.crt"].NotAfter
+	oldCrt, _ := d.ReadFile("/etc/stratum/pki/apiserver.crt")
+	time.Sleep(1100 * time.Millisecond) // a later NotAfter, to the second
+	opts.Checkpoint = d.Checkpoint
+	c.FailAt(cp1.Name(), ha.CheckpointRenewAfterLeaves, errors.New("injected fault"))
+	if code, _, errOut := runCLI(t, opts, "certs", "renew"); code != ExitFail || !strings.Contains(errOut, "injected fault") {
+		t.Fatalf("certs renew with a fault after its leaves: exit %d\n%s", code, errOut)
+	}
+	code, out, errOut = runCLI(t, opts, "certs", "renew")
+	if code != ExitOK || !strings.Contains(out, "restarted onto them: etcd, kube-apiserver, kube-vip") || !strings.Contains(out, "/etc/stratum/pki/apiserver.crt") {
+		t.Fatalf("certs renew: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if newCrt, _ := d.ReadFile("/etc/stratum/pki/apiserver.crt"); bytes.Equal(newCrt, oldCrt) {
+		t.Fatal("certs renew left the apiserver certificate as it was")
+	}
+	rep = certsReport{}
+	code, out, errOut = runCLI(t, opts, "certs", "check", "-o", "json")
+	if code != ExitOK || json.Unmarshal([]byte(out), &rep) != nil {
+		t.Fatalf("certs check after renew: exit %d\n%s\n%s", code, out, errOut)
+	}
+	for _, ci := range rep.Certificates {
+		if ci.Name == "apiserver.crt" && !ci.NotAfter.After(before) {
+			t.Fatalf("apiserver.crt expires %s after renew, %s before", ci.NotAfter, before)
+		}
+	}
+	// The renewed apiserver, etcd and admin kubeconfig serve a mint and a
+	// health check.
+	if code, _, errOut := runCLI(t, opts, "token", "create", "--control-plane"); code != ExitOK {
+		t.Fatalf("token create after renew: exit %d\n%s", code, errOut)
+	}
+	if code, _, errOut := runCLI(t, opts, "etcd", "health"); code != ExitOK {
+		t.Fatalf("etcd health after renew: exit %d\n%s", code, errOut)
 	}
 }

@@ -517,7 +517,7 @@ daysLeft}], certificateKeySetAt, certificateKeyError}.`, version.PKIDir, int(cer
 		},
 	}
 	check.Flags().StringVarP(&output, "output", "o", "table", "output `format`: table or json")
-	cmd.AddCommand(check, a.certsRekeyCmd(), a.certsReuploadCmd())
+	cmd.AddCommand(check, a.certsRenewCmd(), a.certsRekeyCmd(), a.certsReuploadCmd())
 	return cmd
 }
 

@@ -1,0 +1,130 @@
+package ha
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"slices"
+	"sort"
+
+	"stratum.dev/stratum/internal/host"
+	"stratum.dev/stratum/internal/kubeconfig"
+	"stratum.dev/stratum/internal/netcfg"
+	"stratum.dev/stratum/internal/nodelock"
+	"stratum.dev/stratum/internal/nodestate"
+	"stratum.dev/stratum/internal/pki"
+	"stratum.dev/stratum/internal/version"
+)
+
+// Checkpoints of a certificate renewal (RenewCerts), in order. A crash at
+// either leaves leaves that each chain to the cluster's CAs; a re-run issues
+// them all again and restarts the consumers.
+const (
+	// CheckpointRenewAfterLeaves: this node's leaf certificates are reissued.
+	CheckpointRenewAfterLeaves = "renew-after-leaves"
+	// CheckpointRenewAfterKubeconfigs: its kubeconfigs are reissued; no
+	// service has been restarted.
+	CheckpointRenewAfterKubeconfigs = "renew-after-kubeconfigs"
+)
+
+// RenewCheckpoints are a renewal's checkpoints in order.
+var RenewCheckpoints = []string{CheckpointRenewAfterLeaves, CheckpointRenewAfterKubeconfigs}
+
+// renewRestartOrder is the order a renewal restarts the services that run:
+// etcd first (its serving and peer certificates), then the apiserver that
+// talks to it, then what talks to the apiserver.
+var renewRestartOrder = []string{ServiceEtcd, ServiceAPIServer, ServiceVIP, serviceOperator}
+
+// RenewCerts is `stratum certs renew`: it reissues this control plane's leaf
+// certificates (apiserver, etcd server, peer and clients, front-proxy client)
+// and its kubeconfigs from the cluster's CAs on this node, each valid for a
+// year from now, with the same names and addresses (the VIP included), then
+// restarts the services that run so they serve and present the new ones. The
+// CAs are not touched. It holds the node's maintenance lock; refusals (not a
+// control plane, a CA missing, the lock held) come before anything is
+// written. It returns the files it wrote and the services it restarted.
+func (n *Node) RenewCerts(ctx context.Context) (written, restarted []string, err error) {
+	h := n.env.Host
+	st, err := nodestate.Load(h)
+	if err != nil {
+		return nil, nil, fmt.Errorf("certs renew: %w; nothing was changed", err)
+	}
+	if st.Role != nodestate.RoleControlPlane {
+		return nil, nil, fmt.Errorf("certs renew: node state %s is not a control plane's; nothing was changed", nodestate.Path)
+	}
+	shared, err := n.loadSharedCAs()
+	if err != nil {
+		return nil, nil, fmt.Errorf("certs renew: %w; nothing was changed", err)
+	}
+	netc := netcfg.Config{PodCIDR: st.PodCIDR, ServiceCIDR: st.ServiceCIDR, ClusterDomain: st.ClusterDomain}.WithDefaults()
+	sans, err := apiSANs(st.VIP.Address, netc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("certs renew: %w; nothing was changed", err)
+	}
+	release, err := nodelock.Acquire(h, nodelock.Maintenance, "stratum certs renew")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer release()
+
+	ip := net.ParseIP(st.NodeIP)
+	if ip == nil {
+		return nil, nil, fmt.Errorf("certs renew: node state %s has no usable node IP (%q); nothing was changed", nodestate.Path, st.NodeIP)
+	}
+	leaves, err := pki.NodeLeaves(shared, h.Name(), ip, sans, h.Now())
+	if err != nil {
+		return nil, nil, fmt.Errorf("certs renew: issue the leaves: %w; nothing was changed", err)
+	}
+	for name := range leaves {
+		written = append(written, version.PKIFile(name))
+	}
+	if err := n.writeLeaves(leaves); err != nil {
+		return nil, nil, fmt.Errorf("certs renew: %w; the leaves written so far chain to the same CAs: re-run `stratum certs renew`", err)
+	}
+	if err := n.checkpoint(ctx, CheckpointRenewAfterLeaves); err != nil {
+		return nil, nil, err
+	}
+	if err := n.writeKubeconfigs(st.Server); err != nil {
+		return nil, nil, fmt.Errorf("certs renew: kubeconfigs: %w; re-run `stratum certs renew`", err)
+	}
+	for _, name := range kubeconfig.Names() {
+		written = append(written, version.Kubeconfig(name))
+	}
+	if err := n.checkpoint(ctx, CheckpointRenewAfterKubeconfigs); err != nil {
+		return nil, nil, err
+	}
+	for _, s := range renewRestartOrder {
+		ss, err := h.ServiceStatus(ctx, s)
+		if errors.Is(err, host.ErrUnknownService) || err == nil && !ss.Running {
+			continue // not run here: it reads the new files when it starts
+		}
+		if err != nil {
+			return written, restarted, fmt.Errorf("certs renew: status of %s: %w; the certificates are renewed: restart it", s, err)
+		}
+		if err := h.RestartService(ctx, s); err != nil {
+			return written, restarted, fmt.Errorf("certs renew: restart %s onto its renewed certificates: %w; the certificates are renewed: re-run `stratum certs renew` or restart it", s, err)
+		}
+		restarted = append(restarted, s)
+	}
+	sort.Strings(written)
+	return slices.Compact(written), restarted, nil
+}
+
+// loadSharedCAs reads the cluster's shared CAs from this node, refusing
+// (never making new ones) when any is missing.
+func (n *Node) loadSharedCAs() (*pki.Shared, error) {
+	files := map[string][]byte{}
+	for _, name := range pki.SharedFileNames() {
+		b, err := n.env.Host.ReadFile(version.PKIFile(name))
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("the shared CA file %s is missing", version.PKIFile(name))
+		}
+		if err != nil {
+			return nil, err
+		}
+		files[name] = b
+	}
+	return pki.LoadShared(files)
+}
