@@ -1,0 +1,263 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/spf13/cobra"
+
+	"stratum.dev/stratum/internal/nodestate"
+	"stratum.dev/stratum/internal/token"
+)
+
+// The MCP server (`stratum mcp`): this control plane's read operations and
+// its guarded writes as tools over stdio (github.com/modelcontextprotocol/go-sdk),
+// each running the same code as its command. A write refuses unless its
+// input says confirm: true, so an agent cannot change the cluster by
+// exploring it.
+
+// errNotConfirmed is a guarded write called without confirm: true.
+var errNotConfirmed = errors.New("this tool changes the cluster: call it again with confirm: true; nothing was changed")
+
+type (
+	noInput    struct{}
+	membersOut struct {
+		Members []memberRow `json:"members"`
+	}
+	healthOut struct {
+		Healthy bool     `json:"healthy"`
+		Members []string `json:"members"`
+		Error   string   `json:"error,omitempty"`
+	}
+	tokensOut struct {
+		Tokens []token.Info `json:"tokens"`
+	}
+	nodeOut struct {
+		NodeName    string `json:"nodeName"`
+		NodeIP      string `json:"nodeIP"`
+		Server      string `json:"server"`
+		VIP         string `json:"vip,omitempty"`
+		EtcdPeerURL string `json:"etcdPeerURL"`
+		ClusterID   string `json:"clusterID,omitempty"`
+		// JoinIntentSurvives: a join was interrupted after its member-add
+		// and has not been recovered.
+		JoinIntentSurvives bool `json:"joinIntentSurvives"`
+	}
+	tokenCreateIn struct {
+		ControlPlane bool   `json:"controlPlane,omitempty" jsonschema:"mint a control-plane join grant (token, certificate-key, uploaded shared certificates) instead of a worker token"`
+		TTL          string `json:"ttl,omitempty" jsonschema:"how long the token authenticates, as a Go duration (default 2h)"`
+		Confirm      bool   `json:"confirm,omitempty" jsonschema:"must be true: this tool creates a credential of the cluster"`
+	}
+	tokenCreateOut struct {
+		ID                  string    `json:"id"`
+		Expires             time.Time `json:"expires"`
+		JoinCommand         string    `json:"joinCommand,omitempty"`
+		CAHash              string    `json:"caHash"`
+		BootstrapKubeconfig string    `json:"bootstrapKubeconfig,omitempty"`
+	}
+	confirmIn struct {
+		Confirm bool `json:"confirm,omitempty" jsonschema:"must be true: this tool changes the cluster"`
+	}
+	doneOut struct {
+		Done string `json:"done"`
+	}
+	rejoinIn struct {
+		Server  string `json:"server" jsonschema:"the restored seed control plane's IP"`
+		Force   bool   `json:"force,omitempty" jsonschema:"remove this node's etcd data even while its old cluster may still have a quorum"`
+		DryRun  bool   `json:"dryRun,omitempty" jsonschema:"print the plan and change nothing (needs no confirm)"`
+		Confirm bool   `json:"confirm,omitempty" jsonschema:"must be true unless dryRun: this tool wipes and rejoins this node's etcd"`
+	}
+	reportOut struct {
+		Report string `json:"report"`
+	}
+)
+
+// mcpServer is the MCP server over this machine's (or Options.Host's) node.
+func (a *app) mcpServer() *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: "stratum", Version: Version}, nil)
+	read := &mcp.ToolAnnotations{ReadOnlyHint: true}
+	mcp.AddTool(s, &mcp.Tool{Name: "etcd_members", Description: "The etcd members with each one's own status: voter or learner, leader, health (as `stratum etcd members -o json`).", Annotations: read},
+		func(ctx context.Context, _ *mcp.CallToolRequest, _ noInput) (*mcp.CallToolResult, membersOut, error) {
+			n, h, err := a.localNode()
+			if err != nil {
+				return nil, membersOut{}, err
+			}
+			st, err := loadState(h)
+			if err != nil {
+				return nil, membersOut{}, err
+			}
+			rows, err := etcdMembers(ctx, n, st.Etcd.ClientURL)
+			return nil, membersOut{Members: rows}, err
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "etcd_health", Description: "Whether every etcd member answers, knows a leader, raises no alarm and all agree on one leader (as `stratum etcd health -o json`).", Annotations: read},
+		func(ctx context.Context, _ *mcp.CallToolRequest, _ noInput) (*mcp.CallToolResult, healthOut, error) {
+			n, h, err := a.localNode()
+			if err != nil {
+				return nil, healthOut{}, err
+			}
+			st, err := loadState(h)
+			if err != nil {
+				return nil, healthOut{}, err
+			}
+			ips, err := n.MemberClientIPsVia(ctx, []string{urlHost(st.Etcd.ClientURL)})
+			if err != nil {
+				return nil, healthOut{}, err
+			}
+			out := healthOut{Healthy: true, Members: ips}
+			if herr := n.EtcdClusterHealthy(ctx, ips); herr != nil {
+				out.Healthy, out.Error = false, herr.Error()
+			}
+			return nil, out, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "certs_check", Description: "Every CA, leaf and kubeconfig client certificate on this node with its expiry, and the shared certificates' key age (as `stratum certs check -o json`).", Annotations: read},
+		func(ctx context.Context, _ *mcp.CallToolRequest, _ noInput) (*mcp.CallToolResult, certsReport, error) {
+			n, h, err := a.localNode()
+			if err != nil {
+				return nil, certsReport{}, err
+			}
+			if _, err := loadState(h); err != nil {
+				return nil, certsReport{}, err
+			}
+			certs, err := nodeCertificates(h, h.Now())
+			if err != nil {
+				return nil, certsReport{}, err
+			}
+			rep := certsReport{Certificates: certs}
+			if at, present, kerr := n.SharedCertsKeySetAt(ctx); kerr != nil {
+				rep.CertificateKeyError = kerr.Error()
+			} else if present {
+				at = at.UTC()
+				rep.CertificateKeySetAt = &at
+			}
+			return nil, rep, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "token_list", Description: "The cluster's bootstrap tokens: ID, kind, expiry, live (never the secret), as `stratum token list -o json`.", Annotations: read},
+		func(ctx context.Context, _ *mcp.CallToolRequest, _ noInput) (*mcp.CallToolResult, tokensOut, error) {
+			_, h, err := a.localNode()
+			if err != nil {
+				return nil, tokensOut{}, err
+			}
+			cs, err := adminClient(h)
+			if err != nil {
+				return nil, tokensOut{}, err
+			}
+			list, err := token.List(ctx, cs, h.Now())
+			if list == nil {
+				list = []token.Info{}
+			}
+			return nil, tokensOut{Tokens: list}, err
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "node_state", Description: "This control plane's saved state (name, address, server, VIP, etcd member, cluster ID) and whether an interrupted join's intent journal survives.", Annotations: read},
+		func(ctx context.Context, _ *mcp.CallToolRequest, _ noInput) (*mcp.CallToolResult, nodeOut, error) {
+			n, h, err := a.localNode()
+			if err != nil {
+				return nil, nodeOut{}, err
+			}
+			survives, err := n.JoinIntentSurvives(ctx)
+			if err != nil {
+				return nil, nodeOut{}, err
+			}
+			st, err := nodestate.Load(h)
+			if errors.Is(err, nodestate.ErrNoState) {
+				return nil, nodeOut{JoinIntentSurvives: survives}, nil
+			}
+			if err != nil {
+				return nil, nodeOut{}, err
+			}
+			return nil, nodeOut{NodeName: st.NodeName, NodeIP: st.NodeIP, Server: st.Server, VIP: st.VIP.Address,
+				EtcdPeerURL: st.Etcd.PeerURL, ClusterID: st.Etcd.ClusterID, JoinIntentSurvives: survives}, nil
+		})
+
+	mcp.AddTool(s, &mcp.Tool{Name: "token_create", Description: "Mint a join token (with controlPlane, a control-plane join grant and its join command). Refused unless confirm is true."},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in tokenCreateIn) (*mcp.CallToolResult, tokenCreateOut, error) {
+			if !in.Confirm {
+				return nil, tokenCreateOut{}, errNotConfirmed
+			}
+			ttl := token.DefaultTTL
+			if in.TTL != "" {
+				d, err := time.ParseDuration(in.TTL)
+				if err != nil || d <= 0 {
+					return nil, tokenCreateOut{}, fmt.Errorf("ttl %q: want a positive duration such as 30m or 2h; nothing was created", in.TTL)
+				}
+				ttl = d
+			}
+			n, h, err := a.localNode()
+			if err != nil {
+				return nil, tokenCreateOut{}, err
+			}
+			m, _, err := mintGrant(ctx, n, h, ttl, in.ControlPlane)
+			if err != nil {
+				return nil, tokenCreateOut{}, err
+			}
+			return nil, tokenCreateOut{ID: m.ID, Expires: m.Expires, JoinCommand: m.JoinCommand, CAHash: m.CAHash, BootstrapKubeconfig: string(m.BootstrapKubeconfig)}, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "grants_prune", Description: "Drop the grant entries of expired or deleted tokens from the shared-certificate Secret. Refused unless confirm is true."},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in confirmIn) (*mcp.CallToolResult, doneOut, error) {
+			if !in.Confirm {
+				return nil, doneOut{}, errNotConfirmed
+			}
+			n, h, err := a.localNode()
+			if err != nil {
+				return nil, doneOut{}, err
+			}
+			cs, err := adminClient(h)
+			if err != nil {
+				return nil, doneOut{}, err
+			}
+			if err := n.PruneExpiredGrants(ctx, cs); err != nil {
+				return nil, doneOut{}, err
+			}
+			return nil, doneOut{Done: "expired grants pruned"}, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "etcd_rejoin", Description: "Rejoin this control plane's etcd to a cluster restored from a snapshot on the seed (server). Call it with dryRun first: that prints the plan and changes nothing; the rejoin itself is refused unless confirm is true."},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in rejoinIn) (*mcp.CallToolResult, reportOut, error) {
+			if strings.TrimSpace(in.Server) == "" {
+				return nil, reportOut{}, errors.New("server is required: the restored seed control plane's IP; nothing was changed")
+			}
+			if !in.DryRun && !in.Confirm {
+				return nil, reportOut{}, errNotConfirmed
+			}
+			n, _, err := a.localNode()
+			if err != nil {
+				return nil, reportOut{}, err
+			}
+			var buf bytes.Buffer
+			if in.DryRun {
+				err = n.RejoinPlan(ctx, &buf, in.Server, in.Force)
+			} else {
+				err = n.RejoinEtcd(ctx, &buf, in.Server, in.Force)
+			}
+			if err != nil {
+				return nil, reportOut{}, fmt.Errorf("%w\n%s", err, buf.String())
+			}
+			return nil, reportOut{Report: buf.String()}, nil
+		})
+	return s
+}
+
+func (a *app) mcpCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "mcp",
+		Short: "Serve this control plane's operations to an MCP client over stdio",
+		Long: `Run a Model Context Protocol server on stdin/stdout, for an agent or an MCP client.
+Read tools: etcd_members, etcd_health, certs_check, token_list, node_state. Guarded
+writes: token_create, grants_prune, etcd_rejoin (dryRun first); each refuses, changing
+nothing, unless its input has confirm: true. Each tool runs the code of the command of
+the same name and returns its JSON (the fields docs/cli.md documents).`,
+		Example: `  # In an MCP client's configuration: {"command": "stratum", "args": ["mcp"]}
+  stratum mcp`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			err := a.mcpServer().Run(cmd.Context(), &mcp.StdioTransport{})
+			if cmd.Context().Err() != nil {
+				return nil
+			}
+			return err
+		},
+	}
+}
