@@ -96,6 +96,7 @@ func (n *Node) waitMembersRun(ctx context.Context, hosts []string, target string
 	poll := time.NewTicker(downgradePoll)
 	defer poll.Stop()
 	lastReport := time.Now()
+	report := waitReporter{n: n}
 	for {
 		var behind []string
 		for _, h := range hosts {
@@ -115,6 +116,7 @@ func (n *Node) waitMembersRun(ctx context.Context, hosts []string, target string
 			lastReport = time.Now()
 			n.log.Info("etcd downgrade in progress", "target", target, "waiting for", strings.Join(behind, ", "))
 		}
+		report.waiting("every member to run etcd %s: swap each to that etcd once its storage is lowered (behind: %s)", target, strings.Join(behind, ", "))
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("etcd downgrade to %s: enabled, but not every member runs %s (%s): %w; the downgrade stays enabled: swap the remaining members to etcd %s and run it again, or cancel it (etcdctl downgrade cancel)",

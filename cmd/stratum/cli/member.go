@@ -135,3 +135,53 @@ refused. --dry-run prints the plan and changes nothing.`,
 	cmd.AddCommand(remove)
 	return cmd
 }
+
+// etcdDowngradeCmd is `stratum etcd downgrade MAJOR.MINOR`.
+func (a *app) etcdDowngradeCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "downgrade MAJOR.MINOR",
+		Short: "Downgrade the etcd cluster to the previous minor version (etcd's own downgrade)",
+		Long: `Ask the etcd cluster, through this control plane's member, to downgrade to MAJOR.MINOR
+(the previous minor version, e.g. 3.6): the cluster must be healthy and etcd must
+validate the target, or nothing is asked of it. etcd then lowers the cluster version
+and migrates every member's storage down, so the older etcd can open the data. The
+command waits (printing what it waits for every 5 s) until every member runs the
+target: swap each member's etcd binary to the older one and restart it meanwhile.
+Interrupted, the downgrade stays enabled: run it again, or cancel it with etcdctl.`,
+		Example: `  stratum etcd downgrade 3.6`,
+		Args:    usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !majorMinorArg(args[0]) {
+				return usagef("%q is not a major.minor version such as 3.6", args[0])
+			}
+			n, h, err := a.localNode()
+			if err != nil {
+				return err
+			}
+			st, err := loadState(h)
+			if err != nil {
+				return err
+			}
+			if err := n.DowngradeEtcd(cmd.Context(), urlHost(st.Etcd.ClientURL), args[0]); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "etcd downgraded: every member runs %s\n", strings.TrimPrefix(args[0], "v"))
+			return nil
+		},
+	}
+}
+
+// majorMinorArg reports whether v looks like "3.6" or "v3.6".
+func majorMinorArg(v string) bool {
+	v = strings.TrimPrefix(v, "v")
+	major, minor, ok := strings.Cut(v, ".")
+	if !ok || major == "" || minor == "" {
+		return false
+	}
+	for _, r := range major + minor {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
+}

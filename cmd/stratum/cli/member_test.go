@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/host"
 	"stratum.dev/stratum/sim"
 )
@@ -138,6 +139,23 @@ func TestEtcdMemberRemove(t *testing.T) {
 	if got := members(); got != "cp1 cp2 cp3" {
 		t.Fatalf("the refused removal changed the members: %s", got)
 	}
+	// etcd downgrade: a malformed target is bad usage; one etcd does not
+	// validate (an upgrade) is refused with the storage as it was.
+	if code, _, _ := runCLI(t, opts, "etcd", "downgrade", "three.six"); code != ExitUsage {
+		t.Fatalf("etcd downgrade three.six: exit %d, want %d", code, ExitUsage)
+	}
+	n := ha.NewNode(ha.Env{Host: d})
+	before, err := n.EtcdStorageAt(ctx, c.Host("cp1").IP().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := runCLI(t, opts, "etcd", "downgrade", "3.8"); code != ExitFail || !strings.Contains(errOut, "nothing was changed") {
+		t.Fatalf("etcd downgrade 3.8: exit %d\n%s", code, errOut)
+	}
+	if after, err := n.EtcdStorageAt(ctx, c.Host("cp1").IP().String()); err != nil || after.Downgrading || after.StorageVersion != before.StorageVersion {
+		t.Fatalf("a refused downgrade changed the storage: %+v -> %+v (%v)", before, after, err)
+	}
+
 	if code, out, errOut := runCLI(t, opts, "etcd", "member", "remove", "cp3"); code != ExitOK || !strings.Contains(out, "removed: etcd member cp3") {
 		t.Fatalf("member remove cp3: exit %d\n%s%s", code, out, errOut)
 	}

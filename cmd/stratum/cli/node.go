@@ -478,7 +478,7 @@ reported unhealthy. Exits 1 with the reason when the cluster is not healthy.
 		},
 	}
 	health.Flags().StringVarP(&healthOut, "output", "o", "text", "output `format`: text or json")
-	cmd.AddCommand(members, health, a.etcdMemberCmd())
+	cmd.AddCommand(members, health, a.etcdMemberCmd(), a.etcdDowngradeCmd())
 	return cmd
 }
 
