@@ -51,6 +51,19 @@ func adminClient(h host.Host) (kubernetes.Interface, error) {
 	return kubernetes.NewForConfig(cfg)
 }
 
+// adminNode is localNode with a clientset from the node's admin kubeconfig.
+func (a *app) adminNode() (*ha.Node, host.Host, kubernetes.Interface, error) {
+	n, h, err := a.localNode()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	cs, err := adminClient(h)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return n, h, cs, nil
+}
+
 // adminRESTConfig is the admin kubeconfig on h as a client config dialing
 // through h, with apiTimeout per request.
 func adminRESTConfig(h host.Host) (*rest.Config, error) {

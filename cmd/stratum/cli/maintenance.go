@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
@@ -12,51 +13,47 @@ import (
 // certsRekeyCmd is `stratum certs rekey`: the shared certificates re-sealed
 // under a fresh certificate-key, every pending join grant retired.
 func (a *app) certsRekeyCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "rekey",
-		Short: "Re-seal the shared certificates under a fresh certificate-key, retiring every pending join grant",
-		Long: `Replace the encrypted shared-certificate bundle (Secret kube-system/stratum-certs) with
+	return a.republishCmd("rekey",
+		"Re-seal the shared certificates under a fresh certificate-key, retiring every pending join grant",
+		`Replace the encrypted shared-certificate bundle (Secret kube-system/stratum-certs) with
 one sealed under a fresh certificate-key and remove every per-grant entry in the same
 update, so no certificate-key printed before can decrypt anything: every join command
 minted before the rekey fails at decryption, changing nothing, and a new one is minted
 with "stratum token create --control-plane". It holds the cluster's maintenance fence
 for the publication and refuses, changing nothing, while another operation holds it.
 Run it when a certificate-key may have leaked or "stratum certs check" says it is old.`,
-		Example: `  stratum certs rekey
+		`  stratum certs rekey
   stratum token create --control-plane`,
-		Args: usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			n, _, err := a.localNode()
-			if err != nil {
-				return err
-			}
-			key, err := ha.NewCertKey()
-			if err != nil {
-				return err
-			}
-			if err := n.RekeySharedCertsFenced(cmd.Context(), key); err != nil {
-				return fmt.Errorf("certs rekey: %w", err)
-			}
-			fmt.Fprintln(a.stdout, "shared certificates re-sealed under a fresh certificate-key; every pending join grant is retired: mint a new one with `stratum token create --control-plane`")
-			return nil
-		},
-	}
+		(*ha.Node).RekeySharedCertsFenced,
+		"shared certificates re-sealed under a fresh certificate-key")
 }
 
 // certsReuploadCmd is `stratum certs reupload`: the shared certificates as
 // they are on this node's disk now (after a CA rotation) published again.
 func (a *app) certsReuploadCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "reupload",
-		Short: "Publish this node's current shared certificates again (after a CA rotation), retiring pending grants",
-		Long: `Re-encrypt the shared certificates as they are on this control plane's disk now (the
+	return a.republishCmd("reupload",
+		"Publish this node's current shared certificates again (after a CA rotation), retiring pending grants",
+		`Re-encrypt the shared certificates as they are on this control plane's disk now (the
 CAs, the service-account key, trust bundles and any staged CAs of a rotation) into the
 stratum-certs Secret under a fresh certificate-key, so a control plane joining after a CA
 rotation receives the new material. Every pending grant is removed in the same update: it
 was sealed with the pre-rotation material and cannot be re-sealed, so join commands minted
 before fail at decryption and new ones are minted. It holds the maintenance fence and
 refuses, changing nothing, while another operation holds it.`,
-		Example: `  stratum certs reupload`,
+		`  stratum certs reupload`,
+		(*ha.Node).ReUploadCerts,
+		"this node's shared certificates are published again")
+}
+
+// republishCmd is a `certs` subcommand that publishes the shared
+// certificates under a fresh certificate-key with publish, retiring every
+// pending grant, and says so.
+func (a *app) republishCmd(use, short, long, example string, publish func(*ha.Node, context.Context, string) error, done string) *cobra.Command {
+	return &cobra.Command{
+		Use:     use,
+		Short:   short,
+		Long:    long,
+		Example: example,
 		Args:    usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			n, _, err := a.localNode()
@@ -67,10 +64,10 @@ refuses, changing nothing, while another operation holds it.`,
 			if err != nil {
 				return err
 			}
-			if err := n.ReUploadCerts(cmd.Context(), key); err != nil {
-				return fmt.Errorf("certs reupload: %w", err)
+			if err := publish(n, cmd.Context(), key); err != nil {
+				return fmt.Errorf("certs %s: %w", use, err)
 			}
-			fmt.Fprintln(a.stdout, "this node's shared certificates are published again; every pending join grant is retired: mint a new one with `stratum token create --control-plane`")
+			fmt.Fprintf(a.stdout, "%s; every pending join grant is retired: mint a new one with `stratum token create --control-plane`\n", done)
 			return nil
 		},
 	}
@@ -98,11 +95,7 @@ reported and left for the next pass (exit 1).`,
 		Example: `  stratum operator pass`,
 		Args:    usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			n, h, err := a.localNode()
-			if err != nil {
-				return err
-			}
-			cs, err := adminClient(h)
+			n, _, cs, err := a.adminNode()
 			if err != nil {
 				return err
 			}

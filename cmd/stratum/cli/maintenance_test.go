@@ -13,8 +13,6 @@ import (
 
 	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/certbundle"
-	"stratum.dev/stratum/internal/host"
-	"stratum.dev/stratum/sim"
 )
 
 // TestCertsRekeyReuploadAndOperatorPass against a real apiserver: rekey
@@ -22,18 +20,13 @@ import (
 // maintenance fence rekey and reupload refuse with the Secret unchanged;
 // reupload publishes once the fence is free; operator pass runs.
 func TestCertsRekeyReuploadAndOperatorPass(t *testing.T) {
-	c := sim.Start(t, sim.Config{Fresh: true, SpareHosts: 1, APIServers: true, VIP: true})
-	d := c.Hosts()[0].Handle()
-	opts := Options{Host: func() (host.Host, error) { return d, nil }}
-	if code, out, errOut := runCLI(t, opts, "up", "--vip", c.VIPAddress().String()); code != ExitOK {
-		t.Fatalf("up: exit %d\n%s\n%s", code, out, errOut)
-	}
+	_, cp1, opts := upOneControlPlane(t, 1)
+	d := cp1.Handle()
 	code, out, errOut := runCLI(t, opts, "token", "create", "--control-plane")
 	if code != ExitOK {
 		t.Fatalf("token create: exit %d\n%s", code, errOut)
 	}
-	head, _, _ := strings.Cut(out, ",")
-	id := strings.Fields(head)[len(strings.Fields(head))-1]
+	id := mintedID(out)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -98,13 +91,8 @@ func TestCertsRekeyReuploadAndOperatorPass(t *testing.T) {
 // them. certs renew, stopped once by a fault after its leaves, converges on a
 // re-run: new leaves, services restarted onto them and serving.
 func TestCertsCheckAndRenew(t *testing.T) {
-	c := sim.Start(t, sim.Config{Fresh: true, SpareHosts: 1, APIServers: true, VIP: true})
-	cp1 := c.Hosts()[0]
+	c, cp1, opts := upOneControlPlane(t, 1)
 	d := cp1.Handle()
-	opts := Options{Host: func() (host.Host, error) { return d, nil }}
-	if code, out, errOut := runCLI(t, opts, "up", "--vip", c.VIPAddress().String()); code != ExitOK {
-		t.Fatalf("up: exit %d\n%s\n%s", code, out, errOut)
-	}
 	if code, _, errOut := runCLI(t, opts, "token", "create", "--control-plane"); code != ExitOK {
 		t.Fatalf("token create: exit %d\n%s", code, errOut)
 	}
@@ -145,7 +133,6 @@ func TestCertsCheckAndRenew(t *testing.T) {
 	before := kinds["apiserver.crt"].NotAfter
 	oldCrt, _ := d.ReadFile("/etc/stratum/pki/apiserver.crt")
 	time.Sleep(1100 * time.Millisecond) // a later NotAfter, to the second
-	opts.Checkpoint = d.Checkpoint
 	c.FailAt(cp1.Name(), ha.CheckpointRenewAfterLeaves, errors.New("injected fault"))
 	if code, _, errOut := runCLI(t, opts, "certs", "renew"); code != ExitFail || !strings.Contains(errOut, "injected fault") {
 		t.Fatalf("certs renew with a fault after its leaves: exit %d\n%s", code, errOut)

@@ -138,11 +138,7 @@ func (a *app) mcpServer() *mcp.Server {
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "token_list", Description: "The cluster's bootstrap tokens: ID, kind, expiry, live (never the secret), as `stratum token list -o json`.", Annotations: read},
 		func(ctx context.Context, _ *mcp.CallToolRequest, _ noInput) (*mcp.CallToolResult, tokensOut, error) {
-			_, h, err := a.localNode()
-			if err != nil {
-				return nil, tokensOut{}, err
-			}
-			cs, err := adminClient(h)
+			_, h, cs, err := a.adminNode()
 			if err != nil {
 				return nil, tokensOut{}, err
 			}
@@ -201,11 +197,7 @@ func (a *app) mcpServer() *mcp.Server {
 			if !in.Confirm {
 				return nil, doneOut{}, errNotConfirmed
 			}
-			n, h, err := a.localNode()
-			if err != nil {
-				return nil, doneOut{}, err
-			}
-			cs, err := adminClient(h)
+			n, _, cs, err := a.adminNode()
 			if err != nil {
 				return nil, doneOut{}, err
 			}

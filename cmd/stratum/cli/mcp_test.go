@@ -13,9 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"stratum.dev/stratum/internal/host"
 	"stratum.dev/stratum/internal/token"
-	"stratum.dev/stratum/sim"
 )
 
 // TestMCPServer lists and calls every tool with the SDK's own client against
@@ -23,13 +21,8 @@ import (
 // answer against etcd and the apiserver; every guarded write refuses without
 // confirm and changes nothing.
 func TestMCPServer(t *testing.T) {
-	c := sim.Start(t, sim.Config{Fresh: true, SpareHosts: 1, APIServers: true, VIP: true})
-	cp1 := c.Hosts()[0]
+	c, cp1, opts := upOneControlPlane(t, 1)
 	d := cp1.Handle()
-	opts := Options{Host: func() (host.Host, error) { return d, nil }}
-	if code, out, errOut := runCLI(t, opts, "up", "--vip", c.VIPAddress().String()); code != ExitOK {
-		t.Fatalf("up: exit %d\n%s\n%s", code, out, errOut)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	a := &app{stdout: new(bytes.Buffer), stderr: new(bytes.Buffer), opts: opts, log: slog.New(slog.DiscardHandler)}

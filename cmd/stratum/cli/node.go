@@ -538,11 +538,7 @@ are kept. Nothing to prune is success.`,
 		Example: `  stratum grants prune`,
 		Args:    usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			n, h, err := a.localNode()
-			if err != nil {
-				return err
-			}
-			cs, err := adminClient(h)
+			n, _, cs, err := a.adminNode()
 			if err != nil {
 				return err
 			}

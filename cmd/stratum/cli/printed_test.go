@@ -100,13 +100,8 @@ func TestEveryExampleRuns(t *testing.T) {
 // but its token and the bootstrap kubeconfig it authorises, which the
 // apiserver accepts as the token's bootstrap identity.
 func TestTokenCreatePrintsWhatRuns(t *testing.T) {
-	c := sim.Start(t, sim.Config{Fresh: true, SpareHosts: 1, APIServers: true, VIP: true})
-	cp1 := c.Hosts()[0]
+	c, cp1, opts := upOneControlPlane(t, 1)
 	d := cp1.Handle()
-	opts := Options{Host: func() (host.Host, error) { return d, nil }}
-	if code, out, errOut := runCLI(t, opts, "up", "--vip", c.VIPAddress().String()); code != ExitOK {
-		t.Fatalf("up: exit %d\n%s\n%s", code, out, errOut)
-	}
 
 	code, out, errOut := runCLI(t, opts, "token", "create", "--control-plane")
 	if code != ExitOK {
@@ -279,4 +274,31 @@ func TestUpAndJoinPrintTheirSteps(t *testing.T) {
 			t.Errorf("the join printed no line for its step %q:\n%s", step, out)
 		}
 	}
+}
+
+// upOneControlPlane starts a fresh simulated host with a real apiserver and
+// brings it up as the first control plane of a cluster with a VIP, through
+// the CLI; it returns the cluster, the host and the options that run the CLI
+// on it.
+func upOneControlPlane(t *testing.T, spareHosts int) (*sim.Cluster, *sim.Host, Options) {
+	t.Helper()
+	c := sim.Start(t, sim.Config{Fresh: true, SpareHosts: max(spareHosts, 1), APIServers: true, VIP: true})
+	cp1 := c.Hosts()[0]
+	d := cp1.Handle()
+	opts := Options{Host: func() (host.Host, error) { return d, nil }, Checkpoint: d.Checkpoint}
+	if code, out, errOut := runCLI(t, opts, "up", "--vip", c.VIPAddress().String()); code != ExitOK {
+		t.Fatalf("up: exit %d\n%s\n%s", code, out, errOut)
+	}
+	return c, cp1, opts
+}
+
+// mintedID is the token ID in `token create`'s first line ("control-plane
+// join grant <id>, expires ..." / "worker token <id>, expires ...").
+func mintedID(out string) string {
+	head, _, _ := strings.Cut(out, ",")
+	f := strings.Fields(head)
+	if len(f) == 0 {
+		return ""
+	}
+	return f[len(f)-1]
 }

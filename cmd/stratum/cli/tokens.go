@@ -31,11 +31,7 @@ description, groups}.`,
 			if err := checkOutput(output); err != nil {
 				return err
 			}
-			_, h, err := a.localNode()
-			if err != nil {
-				return err
-			}
-			cs, err := adminClient(h)
+			_, h, cs, err := a.adminNode()
 			if err != nil {
 				return err
 			}
@@ -90,11 +86,7 @@ that does not exist is reported and the others are still deleted.`,
 					return usagef("%q is not a token ID (6 characters of [a-z0-9], the part before the dot); nothing was deleted", id)
 				}
 			}
-			n, h, err := a.localNode()
-			if err != nil {
-				return err
-			}
-			cs, err := adminClient(h)
+			n, _, cs, err := a.adminNode()
 			if err != nil {
 				return err
 			}

@@ -10,9 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"stratum.dev/stratum/internal/certbundle"
-	"stratum.dev/stratum/internal/host"
 	"stratum.dev/stratum/internal/token"
-	"stratum.dev/stratum/sim"
 )
 
 // TestTokenListAndDelete against a real apiserver: list shows both kinds of
@@ -20,22 +18,15 @@ import (
 // drops its entry from the shared-certificate Secret; an unknown ID changes
 // nothing, a malformed one is a usage error.
 func TestTokenListAndDelete(t *testing.T) {
-	c := sim.Start(t, sim.Config{Fresh: true, SpareHosts: 1, APIServers: true, VIP: true})
-	d := c.Hosts()[0].Handle()
-	opts := Options{Host: func() (host.Host, error) { return d, nil }}
-	if code, out, errOut := runCLI(t, opts, "up", "--vip", c.VIPAddress().String()); code != ExitOK {
-		t.Fatalf("up: exit %d\n%s\n%s", code, out, errOut)
-	}
+	_, cp1, opts := upOneControlPlane(t, 1)
+	d := cp1.Handle()
 	mint := func(args ...string) string {
 		t.Helper()
 		code, out, errOut := runCLI(t, opts, append([]string{"token", "create"}, args...)...)
 		if code != ExitOK {
 			t.Fatalf("token create %v: exit %d\n%s", args, code, errOut)
 		}
-		// "control-plane join grant <id>, expires ..." / "worker token <id>, expires ..."
-		head, _, _ := strings.Cut(out, ",")
-		f := strings.Fields(head)
-		return f[len(f)-1]
+		return mintedID(out)
 	}
 	cpID, workerID := mint("--control-plane"), mint()
 
