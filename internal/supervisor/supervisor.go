@@ -296,6 +296,8 @@ func (u *unit) status() host.ServiceStatus {
 	switch {
 	case u.keeper == nil:
 		st.Detail = "stopped"
+	case u.pid == 0 && u.since.IsZero() && u.waiting.IsZero():
+		st.Detail = "starting"
 	case !u.waiting.IsZero():
 		st.Detail = fmt.Sprintf("restarting after: %v (next try %s)", u.lastErr, u.waiting.Format(time.RFC3339))
 	case u.pid != 0:
@@ -320,17 +322,19 @@ func (u *unit) keep(ctx context.Context, k *keeper) {
 		exited, stop, err := u.launch(ctx)
 		if first {
 			first = false
-			k.started <- err
 			if err != nil {
 				// A service that cannot even launch (its binary missing, its
-				// flags unrenderable) is not retried: the caller hears why.
+				// flags unrenderable) is not retried: the caller hears why,
+				// after the unit is already back to stopped.
 				u.mu.Lock()
 				if u.keeper == k {
 					u.keeper = nil
 				}
 				u.mu.Unlock()
+				k.started <- err
 				return
 			}
+			k.started <- nil
 		}
 		if err == nil {
 			log.Info("service started")
