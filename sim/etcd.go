@@ -227,6 +227,7 @@ func (m *embeddedEtcd) waitReady(ctx context.Context) error {
 
 func (m *embeddedEtcd) stop(hard bool) {
 	m.stopOnce.Do(func() {
+		m.guard.markStopping()
 		if !m.removed.Load() {
 			m.stopping.Store(true)
 		}

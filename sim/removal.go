@@ -63,7 +63,19 @@ type removalGuard struct {
 	srv     atomic.Pointer[etcdserver.EtcdServer]
 	once    sync.Once
 	removed chan struct{}
+	// stopping is set when the simulator begins to stop the member: its
+	// backend is about to close under any call in flight (etcd 3.7.3's
+	// Status then dereferences the closed bbolt transaction), which in a real
+	// etcd process is a dying process's last gasp, not a crash of the others.
+	stopping atomic.Bool
 }
+
+// errMemberStopping is what a call to a member being stopped gets.
+var errMemberStopping = status.Error(codes.Unavailable, "etcd member stopping")
+
+// markStopping refuses every later call and recovers a panic of one in
+// flight: the member is going away.
+func (g *removalGuard) markStopping() { g.stopping.Store(true) }
 
 func newRemovalGuard() *removalGuard {
 	return &removalGuard{removed: make(chan struct{})}
@@ -99,6 +111,9 @@ func (g *removalGuard) unary(ctx context.Context, req any, _ *grpc.UnaryServerIn
 	if g.isRemoved() {
 		return nil, errMemberRemoved
 	}
+	if g.stopping.Load() {
+		return nil, errMemberStopping
+	}
 	defer g.recoverRemoved(&err)
 	return handler(ctx, req)
 }
@@ -107,15 +122,23 @@ func (g *removalGuard) stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServe
 	if g.isRemoved() {
 		return errMemberRemoved
 	}
+	if g.stopping.Load() {
+		return errMemberStopping
+	}
 	defer g.recoverRemoved(&err)
 	return handler(srv, ss)
 }
 
 // recoverRemoved turns a panic of a call to a member removed meanwhile into
-// errMemberRemoved; any other panic is re-raised.
+// errMemberRemoved, and one of a call to a member being stopped into
+// errMemberStopping; any other panic is re-raised.
 func (g *removalGuard) recoverRemoved(err *error) {
 	r := recover()
 	if r == nil {
+		return
+	}
+	if g.stopping.Load() && !g.isRemoved() {
+		*err = errMemberStopping
 		return
 	}
 	if !g.isRemoved() && r != etcdLocalIDPanic {
