@@ -600,16 +600,38 @@ func setFlag(t *rapid.T, args []string, flag, value string) {
 func (w *vipWorld) converge() {
 	t := w.t
 	w.c.Heal()
-	for _, h := range w.cps {
-		ok, last := eventually(w.ctx, 2*cliBound, func() (bool, string) {
-			if h.EtcdRunning() && h.APIServerRunning() && w.vipRunning(h) {
-				return true, ""
+	// Every control plane is brought up at once, as machines come back on
+	// their own: one at a time, a member whose peers are still down waits
+	// for a quorum that only the later ones bring.
+	fails := make([]string, len(w.cps))
+	var wg sync.WaitGroup
+	for i, h := range w.cps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// w.stratum fails the check by panicking (rapid's Fatalf):
+			// carried back to the check's own goroutine.
+			defer func() {
+				if r := recover(); r != nil {
+					fails[i] = fmt.Sprintf("stratum up on %s: %v", h.Name(), r)
+				}
+			}()
+			ok, last := eventually(w.ctx, 2*cliBound, func() (bool, string) {
+				if h.EtcdRunning() && h.APIServerRunning() && w.vipRunning(h) {
+					return true, ""
+				}
+				code, _, errOut := w.stratum(h, "up")
+				return code == cli.ExitOK, strings.TrimSpace(errOut)
+			})
+			if !ok {
+				fails[i] = fmt.Sprintf("stratum up on %s: %s", h.Name(), last)
 			}
-			code, _, errOut := w.stratum(h, "up")
-			return code == cli.ExitOK, strings.TrimSpace(errOut)
-		})
-		if !ok {
-			t.Fatalf("converge: stratum up on %s: %s", h.Name(), last)
+		}()
+	}
+	wg.Wait()
+	for _, f := range fails {
+		if f != "" {
+			t.Fatalf("converge: %s", f)
 		}
 	}
 	w.last = "healing and restarting every control plane"
