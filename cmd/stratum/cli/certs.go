@@ -105,16 +105,13 @@ func nodeCertificates(h host.Host, now time.Time) ([]certInfo, error) {
 	return out, nil
 }
 
-// certsCheck is `stratum certs check`: every certificate's expiry on this
-// node, and the shared certificates' key age through the apiserver.
-func (a *app) certsCheck(ctx context.Context, n *ha.Node, h host.Host, output string) error {
-	if _, err := loadState(h); err != nil {
-		return err
-	}
-	now := h.Now()
-	certs, err := nodeCertificates(h, now)
+// buildCertsReport is what `certs check -o json` and the MCP tool report:
+// this node's certificates, and the shared certificates' key age (or why it
+// is unknown).
+func buildCertsReport(ctx context.Context, n *ha.Node, h host.Host) (certsReport, error) {
+	certs, err := nodeCertificates(h, h.Now())
 	if err != nil {
-		return fmt.Errorf("certs check: %w", err)
+		return certsReport{}, err
 	}
 	rep := certsReport{Certificates: certs}
 	at, present, kerr := n.SharedCertsKeySetAt(ctx)
@@ -125,6 +122,21 @@ func (a *app) certsCheck(ctx context.Context, n *ha.Node, h host.Host, output st
 		at = at.UTC()
 		rep.CertificateKeySetAt = &at
 	}
+	return rep, nil
+}
+
+// certsCheck is `stratum certs check`: every certificate's expiry on this
+// node, and the shared certificates' key age through the apiserver.
+func (a *app) certsCheck(ctx context.Context, n *ha.Node, h host.Host, output string) error {
+	if _, err := loadState(h); err != nil {
+		return err
+	}
+	now := h.Now()
+	rep, err := buildCertsReport(ctx, n, h)
+	if err != nil {
+		return fmt.Errorf("certs check: %w", err)
+	}
+	certs := rep.Certificates
 	var problems []string
 	for _, c := range certs {
 		if c.NotAfter.Before(now) {
@@ -150,20 +162,20 @@ func (a *app) certsCheck(ctx context.Context, n *ha.Node, h host.Host, output st
 			}
 		}
 		fmt.Fprintln(a.stdout)
-		switch {
-		case kerr != nil:
-		case !present:
+		switch at := rep.CertificateKeySetAt; {
+		case rep.CertificateKeyError != "":
+		case at == nil:
 			fmt.Fprintln(a.stdout, "no shared certificates are published: `stratum token create --control-plane` uploads them")
 		default:
-			age := now.Sub(at)
+			age := now.Sub(*at)
 			fmt.Fprintf(a.stdout, "certificate-key set at %s (%d days ago)\n", at.Format(time.RFC3339), int(age.Hours()/24))
 			if age > certKeyMaxAge {
 				fmt.Fprintf(a.stdout, "warning: the certificate-key is older than %d days; rotate it with `stratum certs rekey`\n", int(certKeyMaxAge.Hours()/24))
 			}
 		}
 	}
-	if kerr != nil {
-		problems = append(problems, "the shared certificates' key age is unknown: "+kerr.Error())
+	if rep.CertificateKeyError != "" {
+		problems = append(problems, "the shared certificates' key age is unknown: "+rep.CertificateKeyError)
 	}
 	if len(problems) > 0 {
 		return errors.New("certs check: " + strings.Join(problems, "; "))

@@ -51,6 +51,20 @@ func adminClient(h host.Host) (kubernetes.Interface, error) {
 	return kubernetes.NewForConfig(cfg)
 }
 
+// controlPlaneNode is localNode on a control plane: with its node state, or
+// the refusal that says this is not one.
+func (a *app) controlPlaneNode() (*ha.Node, host.Host, *nodestate.NodeState, error) {
+	n, h, err := a.localNode()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	st, err := loadState(h)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return n, h, st, nil
+}
+
 // adminNode is localNode with a clientset from the node's admin kubeconfig.
 func (a *app) adminNode() (*ha.Node, host.Host, kubernetes.Interface, error) {
 	n, h, err := a.localNode()
@@ -131,6 +145,29 @@ func mintGrant(ctx context.Context, n *ha.Node, h host.Host, ttl time.Duration, 
 		Description:   "stratum token create --control-plane",
 	})
 	return m, st.Server, err
+}
+
+// healthReport is `etcd health -o json` and the MCP tool's answer.
+type healthReport struct {
+	Healthy bool     `json:"healthy"`
+	Members []string `json:"members"`
+	Error   string   `json:"error,omitempty"`
+}
+
+// etcdHealth asks every member (by the member list through this node's own
+// member) whether the cluster is healthy: the report, the verdict as an
+// error (nil when healthy), and err when the members cannot be listed.
+func etcdHealth(ctx context.Context, n *ha.Node, st *nodestate.NodeState) (healthReport, error, error) {
+	ips, err := n.MemberClientIPsVia(ctx, []string{urlHost(st.Etcd.ClientURL)})
+	if err != nil {
+		return healthReport{}, nil, fmt.Errorf("etcd health: list the members through %s: %w", st.Etcd.ClientURL, err)
+	}
+	rep := healthReport{Healthy: true, Members: ips}
+	herr := n.EtcdClusterHealthy(ctx, ips)
+	if herr != nil {
+		rep.Healthy, rep.Error = false, herr.Error()
+	}
+	return rep, herr, nil
 }
 
 // memberRow is one row of the etcd member table; its JSON names are stable

@@ -29,11 +29,6 @@ type (
 	membersOut struct {
 		Members []memberRow `json:"members"`
 	}
-	healthOut struct {
-		Healthy bool     `json:"healthy"`
-		Members []string `json:"members"`
-		Error   string   `json:"error,omitempty"`
-	}
 	tokensOut struct {
 		Tokens []token.Info `json:"tokens"`
 	}
@@ -83,11 +78,7 @@ func (a *app) mcpServer() *mcp.Server {
 	read := &mcp.ToolAnnotations{ReadOnlyHint: true}
 	mcp.AddTool(s, &mcp.Tool{Name: "etcd_members", Description: "The etcd members with each one's own status: voter or learner, leader, health (as `stratum etcd members -o json`).", Annotations: read},
 		func(ctx context.Context, _ *mcp.CallToolRequest, _ noInput) (*mcp.CallToolResult, membersOut, error) {
-			n, h, err := a.localNode()
-			if err != nil {
-				return nil, membersOut{}, err
-			}
-			st, err := loadState(h)
+			n, _, st, err := a.controlPlaneNode()
 			if err != nil {
 				return nil, membersOut{}, err
 			}
@@ -95,24 +86,13 @@ func (a *app) mcpServer() *mcp.Server {
 			return nil, membersOut{Members: rows}, err
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "etcd_health", Description: "Whether every etcd member answers, knows a leader, raises no alarm and all agree on one leader (as `stratum etcd health -o json`).", Annotations: read},
-		func(ctx context.Context, _ *mcp.CallToolRequest, _ noInput) (*mcp.CallToolResult, healthOut, error) {
-			n, h, err := a.localNode()
+		func(ctx context.Context, _ *mcp.CallToolRequest, _ noInput) (*mcp.CallToolResult, healthReport, error) {
+			n, _, st, err := a.controlPlaneNode()
 			if err != nil {
-				return nil, healthOut{}, err
+				return nil, healthReport{}, err
 			}
-			st, err := loadState(h)
-			if err != nil {
-				return nil, healthOut{}, err
-			}
-			ips, err := n.MemberClientIPsVia(ctx, []string{urlHost(st.Etcd.ClientURL)})
-			if err != nil {
-				return nil, healthOut{}, err
-			}
-			out := healthOut{Healthy: true, Members: ips}
-			if herr := n.EtcdClusterHealthy(ctx, ips); herr != nil {
-				out.Healthy, out.Error = false, herr.Error()
-			}
-			return nil, out, nil
+			rep, _, err := etcdHealth(ctx, n, st)
+			return nil, rep, err
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "certs_check", Description: "Every CA, leaf and kubeconfig client certificate on this node with its expiry, and the shared certificates' key age (as `stratum certs check -o json`).", Annotations: read},
 		func(ctx context.Context, _ *mcp.CallToolRequest, _ noInput) (*mcp.CallToolResult, certsReport, error) {
@@ -123,18 +103,8 @@ func (a *app) mcpServer() *mcp.Server {
 			if _, err := loadState(h); err != nil {
 				return nil, certsReport{}, err
 			}
-			certs, err := nodeCertificates(h, h.Now())
-			if err != nil {
-				return nil, certsReport{}, err
-			}
-			rep := certsReport{Certificates: certs}
-			if at, present, kerr := n.SharedCertsKeySetAt(ctx); kerr != nil {
-				rep.CertificateKeyError = kerr.Error()
-			} else if present {
-				at = at.UTC()
-				rep.CertificateKeySetAt = &at
-			}
-			return nil, rep, nil
+			rep, err := buildCertsReport(ctx, n, h)
+			return nil, rep, err
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "token_list", Description: "The cluster's bootstrap tokens: ID, kind, expiry, live (never the secret), as `stratum token list -o json`.", Annotations: read},
 		func(ctx context.Context, _ *mcp.CallToolRequest, _ noInput) (*mcp.CallToolResult, tokensOut, error) {

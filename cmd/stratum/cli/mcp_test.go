@@ -84,7 +84,7 @@ func TestMCPServer(t *testing.T) {
 	if len(members.Members) != 1 || members.Members[0].Name != "cp1" || !members.Members[0].Leader || members.Members[0].Health != "healthy" {
 		t.Fatalf("etcd_members: %+v", members)
 	}
-	var health healthOut
+	var health healthReport
 	call("etcd_health", nil, &health)
 	if !health.Healthy || len(health.Members) != 1 || health.Members[0] != cp1.IP().String() {
 		t.Fatalf("etcd_health: %+v", health)

@@ -96,11 +96,7 @@ refused. --dry-run prints the plan and changes nothing.`,
   stratum etcd member remove https://10.0.0.13:2380`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			n, h, err := a.localNode()
-			if err != nil {
-				return err
-			}
-			st, err := loadState(h)
+			n, _, st, err := a.controlPlaneNode()
 			if err != nil {
 				return err
 			}
@@ -154,11 +150,7 @@ Interrupted, the downgrade stays enabled: run it again, or cancel it with etcdct
 			if !majorMinorArg(args[0]) {
 				return usagef("%q is not a major.minor version such as 3.6", args[0])
 			}
-			n, h, err := a.localNode()
-			if err != nil {
-				return err
-			}
-			st, err := loadState(h)
+			n, _, st, err := a.controlPlaneNode()
 			if err != nil {
 				return err
 			}

@@ -391,7 +391,7 @@ func (a *app) etcdCmd() *cobra.Command {
 		Args: cobra.ArbitraryArgs,
 		RunE: groupRun,
 	}
-	var membersOut, healthOut string
+	var membersOut, healthFormat string
 	members := &cobra.Command{
 		Use:   "members",
 		Short: "List etcd members: name, peer URL, voter or learner, leader, health",
@@ -407,11 +407,7 @@ table is printed, whatever the members' health; "stratum etcd health" is the ver
 			if err := checkOutput(membersOut); err != nil {
 				return err
 			}
-			n, h, err := a.localNode()
-			if err != nil {
-				return err
-			}
-			st, err := loadState(h)
+			n, _, st, err := a.controlPlaneNode()
 			if err != nil {
 				return err
 			}
@@ -438,32 +434,18 @@ reported unhealthy. Exits 1 with the reason when the cluster is not healthy.
   stratum etcd health -o json`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(healthOut); err != nil {
+			if err := checkOutput(healthFormat); err != nil {
 				return err
 			}
-			n, h, err := a.localNode()
+			n, _, st, err := a.controlPlaneNode()
 			if err != nil {
 				return err
 			}
-			st, err := loadState(h)
+			rep, herr, err := etcdHealth(cmd.Context(), n, st)
 			if err != nil {
 				return err
 			}
-			self := urlHost(st.Etcd.ClientURL)
-			ips, err := n.MemberClientIPsVia(cmd.Context(), []string{self})
-			if err != nil {
-				return fmt.Errorf("etcd health: list the members through %s: %w", st.Etcd.ClientURL, err)
-			}
-			herr := n.EtcdClusterHealthy(cmd.Context(), ips)
-			if healthOut == "json" {
-				rep := struct {
-					Healthy bool     `json:"healthy"`
-					Members []string `json:"members"`
-					Error   string   `json:"error,omitempty"`
-				}{Healthy: herr == nil, Members: ips}
-				if herr != nil {
-					rep.Error = herr.Error()
-				}
+			if healthFormat == "json" {
 				if err := a.writeJSON(rep); err != nil {
 					return err
 				}
@@ -471,13 +453,13 @@ reported unhealthy. Exits 1 with the reason when the cluster is not healthy.
 			if herr != nil {
 				return fmt.Errorf("etcd is not healthy: %w", herr)
 			}
-			if healthOut != "json" {
-				fmt.Fprintf(a.stdout, "etcd healthy: %d members (%s) answer and agree on one leader\n", len(ips), strings.Join(ips, ", "))
+			if healthFormat != "json" {
+				fmt.Fprintf(a.stdout, "etcd healthy: %d members (%s) answer and agree on one leader\n", len(rep.Members), strings.Join(rep.Members, ", "))
 			}
 			return nil
 		},
 	}
-	health.Flags().StringVarP(&healthOut, "output", "o", "text", "output `format`: text or json")
+	health.Flags().StringVarP(&healthFormat, "output", "o", "text", "output `format`: text or json")
 	cmd.AddCommand(members, health, a.etcdMemberCmd(), a.etcdDowngradeCmd())
 	return cmd
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -150,7 +151,7 @@ func TestTokenCreatePrintsWhatRuns(t *testing.T) {
 	}
 	id, _, _ := token.ParseToken(tok)
 	u := review.Status.UserInfo
-	if u.Username != "system:bootstrap:"+id || !contains(u.Groups, token.WorkerGroup) {
+	if u.Username != "system:bootstrap:"+id || !slices.Contains(u.Groups, token.WorkerGroup) {
 		t.Fatalf("the worker token authenticates as %s %v, want system:bootstrap:%s in %s", u.Username, u.Groups, id, token.WorkerGroup)
 	}
 
@@ -166,15 +167,6 @@ func TestTokenCreatePrintsWhatRuns(t *testing.T) {
 	if code, _, errOut := runCLI(t, opts, "token", "create", "--control-plane", "--bootstrap-kubeconfig-out", kcPath); code != ExitUsage {
 		t.Fatalf("--bootstrap-kubeconfig-out with --control-plane: exit %d\n%s", code, errOut)
 	}
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // tokenSecrets counts the bootstrap-token Secrets through the host's admin
