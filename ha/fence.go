@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 
 	"stratum.dev/stratum/internal/token"
 )
@@ -277,13 +278,13 @@ func (n *Node) withFence(ctx context.Context, cs kubernetes.Interface, holder st
 // it. Refusals are as TakeFence's: ErrFenceHeld, naming the holder, while
 // another holder's lease has not run out.
 func (n *Node) TakeJoinFence(ctx context.Context, cs kubernetes.Interface, tokenID string, d time.Duration) (*Fence, error) {
-	if token.IDFromSecretName(token.SecretPrefix+tokenID) != tokenID {
+	if !token.ValidID(tokenID) {
 		return nil, fmt.Errorf("take join fence: token ID %q is not 6 [a-z0-9]; nothing was changed", tokenID)
 	}
 	if d > fenceMaxLeaseSeconds*time.Second {
 		return nil, fmt.Errorf("take join fence: a bootstrap token may hold the fence for at most %ds, not %s; nothing was changed", fenceMaxLeaseSeconds, d)
 	}
-	f, err := n.TakeFence(ctx, cs, "system:bootstrap:"+tokenID, d)
+	f, err := n.TakeFence(ctx, cs, bootstrapapi.BootstrapUserPrefix+tokenID, d)
 	if apierrors.IsForbidden(err) {
 		return nil, fmt.Errorf("take join fence: %w; nothing was changed: the token may update the fence Lease %s/%s but not create it, so it must be a live control-plane token of a cluster that has minted one (%s)", err, certsNamespace, fenceLease, mintHint)
 	}

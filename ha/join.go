@@ -9,7 +9,6 @@ import (
 	"net/netip"
 	"net/url"
 	"path"
-	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -117,8 +116,6 @@ var (
 	// ErrIntentSurvives: `stratum up` refuses to bootstrap over a join's journal.
 	ErrIntentSurvives = errors.New("a control-plane join's intent journal survives on this node")
 )
-
-var tokenFormat = regexp.MustCompile(`^[a-z0-9]{6}\.[a-z0-9]{16}$`)
 
 // joinHint is what to run to recover or retry.
 const joinHint = "re-run the same `stratum server` join command"
@@ -723,7 +720,7 @@ func checkJoinOptions(o JoinOptions) error {
 	if u, err := url.Parse(o.Server); err != nil || u.Scheme != "https" || u.Host == "" {
 		bad = append(bad, fmt.Sprintf("--server %q is not https://<host>:<port>", o.Server))
 	}
-	if !tokenFormat.MatchString(o.Token) {
+	if _, _, err := token.ParseToken(o.Token); err != nil {
 		bad = append(bad, "--token is not <6 lowercase alphanumerics>.<16 lowercase alphanumerics>")
 	}
 	if _, err := pki.CheckCAHashFormat(o.CAHash); err != nil {

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
+	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 
 	"stratum.dev/stratum/internal/token"
 )
@@ -370,7 +371,7 @@ func probeFenceEnforced(ctx context.Context, rc rest.Interface) error {
 	res := rc.Post().
 		Namespace(certsNamespace).Resource("configmaps").
 		Param("dryRun", metav1.DryRunAll).
-		SetHeader("Impersonate-User", "system:bootstrap:stratum-fence-probe").
+		SetHeader("Impersonate-User", bootstrapapi.BootstrapUserPrefix+"stratum-fence-probe").
 		SetHeader("Impersonate-Group", token.ControlPlaneGroup, "system:masters", "system:authenticated").
 		SetHeader("Content-Type", "application/json").
 		Body(body).Do(ctx)

@@ -2,7 +2,6 @@ package sim
 
 import (
 	"context"
-	"crypto/rand"
 	"fmt"
 	"net"
 	"time"
@@ -10,12 +9,13 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	bootstraputil "k8s.io/cluster-bootstrap/token/util"
 
 	"stratum.dev/stratum/internal/kubeconfig"
+	"stratum.dev/stratum/internal/token"
 	"stratum.dev/stratum/internal/version"
 )
 
@@ -81,49 +81,20 @@ func (h *Host) EtcdClient(endpoints ...string) (*clientv3.Client, error) {
 // CreateBootstrapToken writes a bootstrap-token Secret through cs in the given
 // extra groups (for example "system:bootstrappers:stratum:control-plane") and
 // returns "<id>.<secret>". expires may be in the past: a token created already
-// expired, as the scenarios need.
+// expired, as the scenarios need. The token and its Secret are made as
+// stratum's own mints make them (k8s.io/cluster-bootstrap's generator,
+// token.NewSecret).
 func CreateBootstrapToken(ctx context.Context, cs kubernetes.Interface, groups []string, expires time.Time) (string, error) {
-	id, secret := randToken(6), randToken(16)
-	s := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "bootstrap-token-" + id, Namespace: "kube-system"},
-		Type:       corev1.SecretTypeBootstrapToken,
-		StringData: map[string]string{
-			"token-id":                       id,
-			"token-secret":                   secret,
-			"expiration":                     expires.UTC().Format(time.RFC3339),
-			"usage-bootstrap-authentication": "true",
-			"usage-bootstrap-signing":        "true",
-		},
+	tok, err := bootstraputil.GenerateBootstrapToken()
+	if err != nil {
+		return "", fmt.Errorf("create bootstrap token: %w", err)
 	}
-	if len(groups) > 0 {
-		s.StringData["auth-extra-groups"] = joinComma(groups)
+	s, err := token.NewSecret(tok, groups, expires, "")
+	if err != nil {
+		return "", fmt.Errorf("create bootstrap token: %w", err)
 	}
-	if _, err := cs.CoreV1().Secrets("kube-system").Create(ctx, s, metav1.CreateOptions{}); err != nil {
-		return "", fmt.Errorf("create bootstrap token %s: %w", id, err)
+	if _, err := cs.CoreV1().Secrets(s.Namespace).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+		return "", fmt.Errorf("create bootstrap token Secret %s/%s: %w", s.Namespace, s.Name, err)
 	}
-	return id + "." + secret, nil
-}
-
-func joinComma(s []string) string {
-	out := ""
-	for i, x := range s {
-		if i > 0 {
-			out += ","
-		}
-		out += x
-	}
-	return out
-}
-
-const tokenChars = "0123456789abcdefghijklmnopqrstuvwxyz"
-
-func randToken(n int) string {
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		panic(err)
-	}
-	for i := range b {
-		b[i] = tokenChars[int(b[i])%len(tokenChars)]
-	}
-	return string(b)
+	return tok, nil
 }

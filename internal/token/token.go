@@ -12,12 +12,9 @@ package token
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
-	"math/big"
 	"net/url"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -26,6 +23,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
+	bootstraputil "k8s.io/cluster-bootstrap/token/util"
+	bootstrapsecrets "k8s.io/cluster-bootstrap/util/secrets"
 
 	"stratum.dev/stratum/internal/kubeconfig"
 	"stratum.dev/stratum/internal/pki"
@@ -45,44 +45,70 @@ const DefaultTTL = 2 * time.Hour
 const Namespace = "kube-system"
 
 // SecretPrefix prefixes a bootstrap-token Secret's name; the token ID follows.
-const SecretPrefix = "bootstrap-token-"
+const SecretPrefix = bootstrapapi.BootstrapTokenSecretPrefix
 
-// Bootstrap-token Secret fields (k8s.io/cluster-bootstrap/token/api).
+// Bootstrap-token Secret fields, as the apiserver's bootstrap-token
+// authenticator reads them.
 const (
-	keyTokenID     = "token-id"
-	keyTokenSecret = "token-secret"
-	keyExpiration  = "expiration"
-	keyUsageAuthn  = "usage-bootstrap-authentication"
-	keyUsageSign   = "usage-bootstrap-signing"
-	keyExtraGroups = "auth-extra-groups"
-	keyDescription = "description"
+	keyTokenID     = bootstrapapi.BootstrapTokenIDKey
+	keyTokenSecret = bootstrapapi.BootstrapTokenSecretKey
+	keyExpiration  = bootstrapapi.BootstrapTokenExpirationKey
+	keyUsageAuthn  = bootstrapapi.BootstrapTokenUsageAuthentication
+	keyUsageSign   = bootstrapapi.BootstrapTokenUsageSigningKey
+	keyExtraGroups = bootstrapapi.BootstrapTokenExtraGroupsKey
+	keyDescription = bootstrapapi.BootstrapTokenDescriptionKey
 )
 
-var (
-	idRE    = regexp.MustCompile(`^[a-z0-9]{6}$`)
-	tokenRE = regexp.MustCompile(`^([a-z0-9]{6})\.([a-z0-9]{16})$`)
-)
-
-// ParseToken splits "<id>.<secret>" and checks its form.
+// ParseToken splits "<id>.<secret>" and checks its form. It is stratum's one
+// check of a token's form, and the check is k8s.io/cluster-bootstrap's (the
+// secret half compared in constant time), so what stratum accepts is what
+// the apiserver's authenticator accepts.
 func ParseToken(tok string) (id, secret string, err error) {
-	m := tokenRE.FindStringSubmatch(tok)
-	if m == nil {
+	if !bootstraputil.IsValidBootstrapToken(tok) {
 		return "", "", errors.New("bootstrap token is not <6 [a-z0-9]>.<16 [a-z0-9]>")
 	}
-	return m[1], m[2], nil
+	id, secret, _ = strings.Cut(tok, ".")
+	return id, secret, nil
 }
+
+// ValidID reports whether id has a token ID's form (6 of [a-z0-9]), by
+// k8s.io/cluster-bootstrap's check.
+func ValidID(id string) bool { return bootstraputil.IsValidBootstrapTokenID(id) }
 
 // IDFromSecretName is the token ID a bootstrap-token Secret's name carries,
 // "" when the name is not one.
 func IDFromSecretName(name string) string {
-	if len(name) != len(SecretPrefix)+6 || name[:len(SecretPrefix)] != SecretPrefix {
-		return ""
-	}
-	id := name[len(SecretPrefix):]
-	if !idRE.MatchString(id) {
-		return ""
-	}
+	id, _ := bootstrapsecrets.ParseName(name)
 	return id
+}
+
+// NewSecret is the bootstrap-token Secret of tok ("<id>.<secret>"): usable
+// for authentication and signing, in the given extra groups (none: the
+// apiserver's default bootstrap group only), expiring at expires, and
+// carrying description when it is not "". A malformed tok is refused.
+func NewSecret(tok string, groups []string, expires time.Time, description string) (*corev1.Secret, error) {
+	id, secret, err := ParseToken(tok)
+	if err != nil {
+		return nil, err
+	}
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: bootstraputil.BootstrapTokenSecretName(id), Namespace: Namespace},
+		Type:       bootstrapapi.SecretTypeBootstrapToken,
+		StringData: map[string]string{
+			keyTokenID:     id,
+			keyTokenSecret: secret,
+			keyExpiration:  expires.UTC().Format(time.RFC3339),
+			keyUsageAuthn:  "true",
+			keyUsageSign:   "true",
+		},
+	}
+	if len(groups) > 0 {
+		s.StringData[keyExtraGroups] = strings.Join(groups, ",")
+	}
+	if description != "" {
+		s.StringData[keyDescription] = description
+	}
+	return s, nil
 }
 
 // BootstrapUser is the user name in a worker token's bootstrap kubeconfig.
@@ -248,28 +274,13 @@ func clientSteps(cs kubernetes.Interface, description string) tokenSteps {
 	return tokenSteps{
 		createToken: func(ctx context.Context, group string, expires time.Time) (string, metav1.OwnerReference, error) {
 			for try := 0; ; try++ {
-				id, err := randString(6)
+				tok, err := bootstraputil.GenerateBootstrapToken()
+				if err != nil {
+					return "", metav1.OwnerReference{}, fmt.Errorf("random token: %w", err)
+				}
+				s, err := NewSecret(tok, []string{group}, expires, description)
 				if err != nil {
 					return "", metav1.OwnerReference{}, err
-				}
-				secret, err := randString(16)
-				if err != nil {
-					return "", metav1.OwnerReference{}, err
-				}
-				s := &corev1.Secret{
-					ObjectMeta: metav1.ObjectMeta{Name: SecretPrefix + id, Namespace: Namespace},
-					Type:       corev1.SecretTypeBootstrapToken,
-					StringData: map[string]string{
-						keyTokenID:     id,
-						keyTokenSecret: secret,
-						keyExpiration:  expires.Format(time.RFC3339),
-						keyUsageAuthn:  "true",
-						keyUsageSign:   "true",
-						keyExtraGroups: group,
-					},
-				}
-				if description != "" {
-					s.StringData[keyDescription] = description
 				}
 				got, err := cs.CoreV1().Secrets(Namespace).Create(ctx, s, metav1.CreateOptions{})
 				if apierrors.IsAlreadyExists(err) && try < 3 {
@@ -278,7 +289,7 @@ func clientSteps(cs kubernetes.Interface, description string) tokenSteps {
 				if err != nil {
 					return "", metav1.OwnerReference{}, fmt.Errorf("create bootstrap token Secret %s/%s: %w", Namespace, s.Name, err)
 				}
-				return id + "." + secret, metav1.OwnerReference{APIVersion: "v1", Kind: "Secret", Name: got.Name, UID: got.UID}, nil
+				return tok, metav1.OwnerReference{APIVersion: "v1", Kind: "Secret", Name: got.Name, UID: got.UID}, nil
 			}
 		},
 		deleteToken: func(ctx context.Context, id string) error {
@@ -293,39 +304,17 @@ func clientSteps(cs kubernetes.Interface, description string) tokenSteps {
 
 // ExpiredOrGone reports whether a bootstrap-token Secret no longer grants
 // anything at now: nil (deleted), not a bootstrap token, not usable for
-// authentication, or past its expiration (an unparsable one counts as
-// expired: it cannot be shown to be live).
+// authentication, or expired by k8s.io/cluster-bootstrap's reading, which is
+// the apiserver authenticator's: no (or an empty) expiration lives until
+// deleted, an unparsable one counts as expired.
 func ExpiredOrGone(s *corev1.Secret, now time.Time) bool {
-	if s == nil || s.Type != corev1.SecretTypeBootstrapToken || s.DeletionTimestamp != nil {
+	if s == nil || s.Type != bootstrapapi.SecretTypeBootstrapToken || s.DeletionTimestamp != nil {
 		return true
 	}
-	if string(s.Data[keyUsageAuthn]) != "true" {
+	if bootstrapsecrets.GetData(s, keyUsageAuthn) != "true" {
 		return true
 	}
-	exp, ok := s.Data[keyExpiration]
-	if !ok {
-		return false // a token with no expiration lives until deleted
-	}
-	t, err := time.Parse(time.RFC3339, string(exp))
-	if err != nil {
-		return true
-	}
-	return !now.Before(t)
-}
-
-const tokenChars = "0123456789abcdefghijklmnopqrstuvwxyz"
-
-func randString(n int) (string, error) {
-	b := make([]byte, n)
-	max := big.NewInt(int64(len(tokenChars)))
-	for i := range b {
-		v, err := rand.Int(rand.Reader, max)
-		if err != nil {
-			return "", fmt.Errorf("random token: %w", err)
-		}
-		b[i] = tokenChars[v.Int64()]
-	}
-	return string(b), nil
+	return bootstrapsecrets.HasExpired(s, now)
 }
 
 func checkServer(server string) error {
@@ -357,7 +346,7 @@ var ErrNoToken = errors.New("no such bootstrap token")
 
 // List is every bootstrap token in the cluster, by ID, as seen at now.
 func List(ctx context.Context, cs kubernetes.Interface, now time.Time) ([]Info, error) {
-	secrets, err := cs.CoreV1().Secrets(Namespace).List(ctx, metav1.ListOptions{FieldSelector: "type=" + string(corev1.SecretTypeBootstrapToken)})
+	secrets, err := cs.CoreV1().Secrets(Namespace).List(ctx, metav1.ListOptions{FieldSelector: "type=" + string(bootstrapapi.SecretTypeBootstrapToken)})
 	if err != nil {
 		return nil, fmt.Errorf("list bootstrap tokens: %w", err)
 	}
@@ -393,7 +382,7 @@ func List(ctx context.Context, cs kubernetes.Interface, now time.Time) ([]Info, 
 // malformed id is refused and an unknown one matches ErrNoToken; neither
 // changes anything.
 func Delete(ctx context.Context, cs kubernetes.Interface, id string) error {
-	if !idRE.MatchString(id) {
+	if !ValidID(id) {
 		return fmt.Errorf("%q is not a token ID (6 characters of [a-z0-9], the part before the dot); nothing was deleted", id)
 	}
 	err := cs.CoreV1().Secrets(Namespace).Delete(ctx, SecretPrefix+id, metav1.DeleteOptions{})

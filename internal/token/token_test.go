@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -151,6 +152,8 @@ func TestExpiredOrGone(t *testing.T) {
 		{"expired", tok("2030-01-01T11:59:59Z", "true"), true},
 		{"expires now", tok("2030-01-01T12:00:00Z", "true"), true},
 		{"no expiry", tok("", "true"), false},
+		// The apiserver's authenticator reads an empty expiration as none.
+		{"empty expiry", &corev1.Secret{Type: corev1.SecretTypeBootstrapToken, Data: map[string][]byte{keyUsageAuthn: []byte("true"), keyExpiration: {}}}, false},
 		{"garbled expiry", tok("soon", "true"), true},
 		{"not for authentication", tok("2030-01-01T13:00:00Z", ""), true},
 		{"not a token", &corev1.Secret{Type: corev1.SecretTypeOpaque}, true},
@@ -158,6 +161,78 @@ func TestExpiredOrGone(t *testing.T) {
 		if got := ExpiredOrGone(tc.s, now); got != tc.want {
 			t.Errorf("%s: %t, want %t", tc.name, got, tc.want)
 		}
+	}
+}
+
+func TestParseToken(t *testing.T) {
+	for _, tc := range []struct {
+		tok, id, secret string
+	}{
+		{"abcdef.0123456789abcdef", "abcdef", "0123456789abcdef"},
+		{"ABCDEF.0123456789abcdef", "", ""},
+		{"abcdef.0123456789ABCDEF", "", ""},
+		{"abcdef.0123456789abcdef\n", "", ""},
+		{" abcdef.0123456789abcdef", "", ""},
+		{"abcdef.0123456789abcde", "", ""},
+		{"abcdefg.0123456789abcdef", "", ""},
+		{"abcdef:0123456789abcdef", "", ""},
+		{"abcdef.0123456789abcdef.abcdef", "", ""},
+		{"abcdef.0123456789abcd-f", "", ""},
+		{"", "", ""},
+	} {
+		id, secret, err := ParseToken(tc.tok)
+		if tc.id == "" {
+			if err == nil || err.Error() != "bootstrap token is not <6 [a-z0-9]>.<16 [a-z0-9]>" {
+				t.Errorf("ParseToken(%q) = %q, %q, %v; want the form refused", tc.tok, id, secret, err)
+			}
+			continue
+		}
+		if err != nil || id != tc.id || secret != tc.secret {
+			t.Errorf("ParseToken(%q) = %q, %q, %v; want %q, %q", tc.tok, id, secret, err, tc.id, tc.secret)
+		}
+	}
+	for id, want := range map[string]bool{"abc123": true, "ABC123": false, "abc12": false, "abc1234": false, "abc-12": false, "": false} {
+		if got := ValidID(id); got != want {
+			t.Errorf("ValidID(%q) = %t, want %t", id, got, want)
+		}
+	}
+}
+
+// TestNewSecret pins the Secret to what the apiserver's bootstrap-token
+// authenticator reads: its type, name and keys.
+func TestNewSecret(t *testing.T) {
+	exp := time.Date(2030, 1, 1, 13, 0, 0, 0, time.FixedZone("x", 3600))
+	s, err := NewSecret("abcdef.0123456789abcdef", []string{ControlPlaneGroup, "system:bootstrappers:x"}, exp, "joins cp2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Type != "bootstrap.kubernetes.io/token" || s.Name != "bootstrap-token-abcdef" || s.Namespace != "kube-system" {
+		t.Fatalf("Secret %s/%s of type %s", s.Namespace, s.Name, s.Type)
+	}
+	want := map[string]string{
+		"token-id":                       "abcdef",
+		"token-secret":                   "0123456789abcdef",
+		"expiration":                     "2030-01-01T12:00:00Z",
+		"usage-bootstrap-authentication": "true",
+		"usage-bootstrap-signing":        "true",
+		"auth-extra-groups":              ControlPlaneGroup + ",system:bootstrappers:x",
+		"description":                    "joins cp2",
+	}
+	if !maps.Equal(s.StringData, want) {
+		t.Fatalf("Secret data %v\nwant %v", s.StringData, want)
+	}
+	s, err = NewSecret("abcdef.0123456789abcdef", nil, exp, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.StringData["auth-extra-groups"]; ok {
+		t.Fatalf("a token in no extra group has auth-extra-groups: %v", s.StringData)
+	}
+	if _, ok := s.StringData["description"]; ok {
+		t.Fatalf("a token with no description has one: %v", s.StringData)
+	}
+	if _, err := NewSecret("ABCDEF.0123456789abcdef", nil, exp, ""); err == nil {
+		t.Fatal("NewSecret took a malformed token")
 	}
 }
 
