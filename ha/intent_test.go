@@ -25,7 +25,8 @@ func (dirHost) CheckServices(context.Context, []string) error { return nil }
 func (dirHost) ServiceStatus(context.Context, string) (host.ServiceStatus, error) {
 	return host.ServiceStatus{}, nil
 }
-func (dirHost) Addresses() ([]netip.Addr, error) { return nil, nil }
+func (dirHost) Addresses() ([]netip.Addr, error)     { return nil, nil }
+func (dirHost) NodeAddresses() ([]netip.Addr, error) { return nil, nil }
 func (dirHost) DialContext(context.Context, string, string) (net.Conn, error) {
 	return nil, errors.New("no network")
 }

@@ -232,6 +232,13 @@ func (d *Handle) Addresses() ([]netip.Addr, error) {
 	return []netip.Addr{d.h.ip}, nil
 }
 
+// NodeAddresses is the host's own loopback address: its routable address
+// in the simulation, so node-IP detection picks it as a real machine's
+// picks its default route's.
+func (d *Handle) NodeAddresses() ([]netip.Addr, error) {
+	return d.Addresses()
+}
+
 // DialContext dials from this host: refused while this host or the target's
 // host is isolated, or the two are on opposite sides of a partition.
 func (d *Handle) DialContext(ctx context.Context, network, address string) (net.Conn, error) {

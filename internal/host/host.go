@@ -83,10 +83,17 @@ type ServiceStatus struct {
 // Network is the host's view of the network.
 type Network interface {
 	// Addresses are the host's unicast addresses, routable ones first and
-	// loopback last, so detection prefers a routable address while a node
-	// given a loopback one (a single-node cluster, a simulated host) is
-	// still recognised as local.
+	// loopback last: a node IP given explicitly (127.0.0.1 for a
+	// single-node cluster) is this host's when it is among them.
 	Addresses() ([]netip.Addr, error)
+	// NodeAddresses are the addresses node-IP detection may choose, best
+	// first; none is not an error (detection refuses, asking for
+	// --node-ip). A real machine's are apimachinery's ChooseHostInterface
+	// choices: global unicast addresses only (never loopback or
+	// link-local), the default route's interface first. A simulated host's
+	// is its own loopback address, which is its routable one in the
+	// simulation.
+	NodeAddresses() ([]netip.Addr, error)
 	// DialContext dials from this host. An isolated simulated host refuses.
 	DialContext(ctx context.Context, network, address string) (net.Conn, error)
 	// TrustCIDR opens the host firewall to traffic from cidr. Idempotent.

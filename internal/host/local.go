@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"strings"
 	"time"
+
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 )
 
 // Local is the real Linux machine: files under "/", the services of its
@@ -43,8 +45,8 @@ func (l *Local) DialContext(ctx context.Context, network, address string) (net.C
 }
 
 // Addresses lists the kernel's global unicast and private addresses, then
-// its loopback ones: detection takes the first, and a --node-ip of
-// 127.0.0.1 is still an address of this host.
+// its loopback ones, so a --node-ip of 127.0.0.1 is still an address of
+// this host. Detection does not choose from them (NodeAddresses).
 func (l *Local) Addresses() ([]netip.Addr, error) {
 	addrs, err := net.InterfaceAddrs()
 	if err != nil {
@@ -65,6 +67,45 @@ func (l *Local) Addresses() ([]netip.Addr, error) {
 		}
 	}
 	return append(global, loop...), nil
+}
+
+// NodeAddresses are the addresses node-IP detection chooses from
+// (nodeAddressOrder): first what apimachinery's ResolveBindAddress picks for
+// an unspecified IPv4 and an unspecified IPv6 bind address — the global
+// unicast address of the interface carrying the default route, IPv4 or
+// IPv6 first respectively (ChooseHostInterface) — then the global unicast
+// addresses of the up, non-loopback, non-point-to-point interfaces. A host
+// with no default route (ResolveBindAddress refuses) is left with the
+// latter. Loopback and link-local addresses are never among them.
+func (l *Local) NodeAddresses() ([]netip.Addr, error) {
+	var preferred []netip.Addr
+	for _, unspecified := range []net.IP{net.IPv4zero, net.IPv6zero} {
+		if ip, err := utilnet.ResolveBindAddress(unspecified); err == nil {
+			if a, ok := netip.AddrFromSlice(ip); ok {
+				preferred = append(preferred, a)
+			}
+		}
+	}
+	nics, err := net.Interfaces()
+	if err != nil {
+		return nil, fmt.Errorf("list this machine's interfaces: %w", err)
+	}
+	ifaces := make([]netInterface, 0, len(nics))
+	for _, nic := range nics {
+		addrs, err := nic.Addrs()
+		if err != nil {
+			return nil, fmt.Errorf("list the addresses of interface %s: %w", nic.Name, err)
+		}
+		i := netInterface{Name: nic.Name, Up: nic.Flags&net.FlagUp != 0,
+			Loopback: nic.Flags&net.FlagLoopback != 0, PointToPoint: nic.Flags&net.FlagPointToPoint != 0}
+		for _, a := range addrs {
+			if p, err := netip.ParsePrefix(a.String()); err == nil {
+				i.Addrs = append(i.Addrs, p.Addr())
+			}
+		}
+		ifaces = append(ifaces, i)
+	}
+	return nodeAddressOrder(preferred, ifaces), nil
 }
 
 // TrustCIDR inserts an iptables ACCEPT rule for cidr unless it is already

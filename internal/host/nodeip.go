@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 )
 
@@ -53,32 +54,92 @@ func ResolveNodeIP(flag, config, state string, detect func() (string, error)) (N
 	return NodeIPChoice{IP: ip, Source: "detected"}, nil
 }
 
-// DetectNodeIPs picks the node's address from the host's own: the first
-// IPv4 address, or, for a dual-stack cluster, "v4,v6" with the first IPv6
-// address as well. A host with several candidates gets the first in the
-// kernel's order; pass --node-ip to choose another.
+// ErrNoNodeAddress matches a detection that found no address a node may run
+// on: a host whose only addresses are loopback (or link-local) ones. Its
+// etcd peer URL would be 127.0.0.1, which no other node can reach, so
+// detection refuses rather than pick it; an explicit --node-ip 127.0.0.1
+// (a single-node cluster) is still taken.
+var ErrNoNodeAddress = errors.New("no non-loopback address")
+
+// DetectNodeIPs picks the node's address from the host's NodeAddresses: the
+// first IPv4 one, or, for a dual-stack cluster, "v4,v6" with the first IPv6
+// one as well. On a real machine that is the default route's interface's
+// address (apimachinery's ChooseHostInterface); pass --node-ip to choose
+// another. A host with no such address is refused (ErrNoNodeAddress).
 func DetectNodeIPs(n Network, dualStack bool) (string, error) {
-	addrs, err := n.Addresses()
+	addrs, err := n.NodeAddresses()
 	if err != nil {
 		return "", err
+	}
+	if len(addrs) == 0 {
+		if all, err := n.Addresses(); err == nil && len(all) > 0 {
+			return "", fmt.Errorf("this host has only %s: %w", joinAddrs(all), ErrNoNodeAddress)
+		}
+		return "", ErrNoNodeAddress
 	}
 	var v4, v6 netip.Addr
 	for _, a := range addrs {
 		switch {
 		case a.Is4() && !v4.IsValid():
 			v4 = a
-		case a.Is6() && !a.IsLinkLocalUnicast() && !v6.IsValid():
+		case a.Is6() && !v6.IsValid():
 			v6 = a
 		}
 	}
 	if !v4.IsValid() {
-		return "", fmt.Errorf("the host has no IPv4 address (it has %v)", addrs)
+		return "", fmt.Errorf("the host has no IPv4 address to run on (it has %s)", joinAddrs(addrs))
 	}
 	if !dualStack {
 		return v4.String(), nil
 	}
 	if !v6.IsValid() {
-		return "", fmt.Errorf("the cluster is dual-stack but the host has no IPv6 address (it has %v)", addrs)
+		return "", fmt.Errorf("the cluster is dual-stack but the host has no IPv6 address to run on (it has %s)", joinAddrs(addrs))
 	}
 	return v4.String() + "," + v6.String(), nil
+}
+
+// netInterface is one network interface as node-IP detection weighs it.
+type netInterface struct {
+	Name string
+	// Up, Loopback and PointToPoint are the interface's flags.
+	Up, Loopback, PointToPoint bool
+	Addrs                      []netip.Addr
+}
+
+// nodeAddressOrder is the candidates node-IP detection chooses from, best
+// first, by apimachinery's ChooseHostInterface rules: preferred (the
+// addresses ChooseHostInterface picked, from the default route's interface)
+// first, then the addresses of every interface that is up and neither
+// loopback nor point-to-point — the library's own rule for a host without
+// route information, here also a host without a default route. Only global
+// unicast addresses count: never loopback, link-local, multicast or
+// unspecified. Each address is listed once.
+func nodeAddressOrder(preferred []netip.Addr, ifaces []netInterface) []netip.Addr {
+	var out []netip.Addr
+	add := func(a netip.Addr) {
+		a = a.Unmap()
+		if a.IsGlobalUnicast() && !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	for _, a := range preferred {
+		add(a)
+	}
+	for _, i := range ifaces {
+		if !i.Up || i.Loopback || i.PointToPoint {
+			continue
+		}
+		for _, a := range i.Addrs {
+			add(a)
+		}
+	}
+	return out
+}
+
+func joinAddrs(addrs []netip.Addr) string {
+	s := make([]string, len(addrs))
+	for i, a := range addrs {
+		s[i] = a.String()
+	}
+	return strings.Join(s, ", ")
 }

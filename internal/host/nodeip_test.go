@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"strings"
@@ -45,24 +46,117 @@ func TestResolveNodeIPPrecedence(t *testing.T) {
 	}
 }
 
-type addrsOnly struct{ addrs []netip.Addr }
+// addrsOnly is a Network with the given detection candidates (node) and
+// addresses (all; node when nil).
+type addrsOnly struct{ node, all []netip.Addr }
 
-func (a addrsOnly) Addresses() ([]netip.Addr, error) { return a.addrs, nil }
+func (a addrsOnly) Addresses() ([]netip.Addr, error) {
+	if a.all == nil {
+		return a.node, nil
+	}
+	return a.all, nil
+}
+func (a addrsOnly) NodeAddresses() ([]netip.Addr, error) { return a.node, nil }
 func (addrsOnly) DialContext(context.Context, string, string) (net.Conn, error) {
 	return nil, errors.New("no")
 }
 func (addrsOnly) TrustCIDR(netip.Prefix) error { return nil }
 
+func addrs(s ...string) []netip.Addr {
+	out := make([]netip.Addr, len(s))
+	for i, a := range s {
+		out[i] = netip.MustParseAddr(a)
+	}
+	return out
+}
+
 func TestDetectNodeIPs(t *testing.T) {
-	n := addrsOnly{[]netip.Addr{netip.MustParseAddr("fe80::1"), netip.MustParseAddr("2001:db8::5"), netip.MustParseAddr("10.0.0.5"), netip.MustParseAddr("10.0.0.6")}}
+	n := addrsOnly{node: addrs("2001:db8::5", "10.0.0.5", "10.0.0.6", "fd00::7")}
 	if got, err := DetectNodeIPs(n, false); err != nil || got != "10.0.0.5" {
 		t.Fatalf("single stack = %q, %v", got, err)
 	}
 	if got, err := DetectNodeIPs(n, true); err != nil || got != "10.0.0.5,2001:db8::5" {
 		t.Fatalf("dual stack = %q, %v", got, err)
 	}
-	if _, err := DetectNodeIPs(addrsOnly{[]netip.Addr{netip.MustParseAddr("10.0.0.5")}}, true); err == nil {
+	if _, err := DetectNodeIPs(addrsOnly{node: addrs("10.0.0.5")}, true); err == nil {
 		t.Fatal("dual stack without IPv6 detected something")
+	}
+	if _, err := DetectNodeIPs(addrsOnly{node: addrs("2001:db8::5")}, false); err == nil {
+		t.Fatal("an IPv6-only host detected an IPv4 address")
+	}
+}
+
+// TestDetectRefusesLoopbackOnlyHost: a host whose only addresses are
+// loopback ones is refused with advice to pass --node-ip, instead of
+// publishing 127.0.0.1 as its etcd peer URL; an explicit --node-ip
+// 127.0.0.1 is still taken.
+func TestDetectRefusesLoopbackOnlyHost(t *testing.T) {
+	t.Setenv("NODE_IP", "")
+	for _, n := range []addrsOnly{
+		{all: addrs("127.0.0.1", "::1")},
+		{all: []netip.Addr{}},
+	} {
+		_, err := DetectNodeIPs(n, false)
+		if !errors.Is(err, ErrNoNodeAddress) {
+			t.Fatalf("detection on %v = %v, want ErrNoNodeAddress", n.all, err)
+		}
+		detect := func() (string, error) { return DetectNodeIPs(n, false) }
+		_, err = ResolveNodeIP("", "", "", detect)
+		if err == nil || !strings.Contains(err.Error(), "no non-loopback address; pass --node-ip") {
+			t.Fatalf("resolution on %v = %v, want a refusal asking for --node-ip", n.all, err)
+		}
+		if len(n.all) > 0 && !strings.Contains(err.Error(), "127.0.0.1, ::1") {
+			t.Errorf("refusal %q does not name the host's addresses", err)
+		}
+		got, err := ResolveNodeIP("127.0.0.1", "", "", detect)
+		if err != nil || got != (NodeIPChoice{"127.0.0.1", "flag"}) {
+			t.Fatalf("--node-ip 127.0.0.1 = %v, %v; want it taken", got, err)
+		}
+	}
+}
+
+// TestNodeAddressOrder: ChooseHostInterface's rules over a host's
+// interfaces: the default route's choice first, then global unicast
+// addresses of up, non-loopback, non-point-to-point interfaces; never a
+// loopback or link-local address.
+func TestNodeAddressOrder(t *testing.T) {
+	lo := netInterface{Name: "lo", Up: true, Loopback: true, Addrs: addrs("127.0.0.1", "::1")}
+	eth0 := netInterface{Name: "eth0", Up: true, Addrs: addrs("fe80::1", "192.0.2.2", "fd00::2")}
+	eth1 := netInterface{Name: "eth1", Up: true, Addrs: addrs("169.254.0.9", "198.51.100.7")}
+	down := netInterface{Name: "eth2", Addrs: addrs("203.0.113.1")}
+	tun := netInterface{Name: "tun0", Up: true, PointToPoint: true, Addrs: addrs("100.64.0.1")}
+	for _, tc := range []struct {
+		name      string
+		preferred []netip.Addr
+		ifaces    []netInterface
+		want      string
+	}{
+		{"loopback only", nil, []netInterface{lo}, ""},
+		{"loopback and link-local only", nil, []netInterface{lo, {Name: "eth0", Up: true, Addrs: addrs("fe80::1", "169.254.1.1")}}, ""},
+		{"no default route: interface order", nil, []netInterface{lo, eth0, eth1}, "192.0.2.2 fd00::2 198.51.100.7"},
+		{"the default route's interface first", addrs("198.51.100.7"), []netInterface{lo, eth0, eth1}, "198.51.100.7 192.0.2.2 fd00::2"},
+		{"down and point-to-point skipped", nil, []netInterface{down, tun, lo}, ""},
+		{"a loopback choice is not taken", addrs("127.0.0.1"), []netInterface{lo}, ""},
+		{"mapped IPv4 unmapped, listed once", addrs("::ffff:192.0.2.2"), []netInterface{eth0}, "192.0.2.2 fd00::2"},
+	} {
+		got := nodeAddressOrder(tc.preferred, tc.ifaces)
+		if s := strings.TrimSpace(strings.ReplaceAll(fmt.Sprint(got), ",", "")); strings.Trim(s, "[]") != tc.want {
+			t.Errorf("%s: %v, want [%s]", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestLocalNodeAddressesNeverLoopback: this machine's candidates are
+// global unicast addresses only, whatever its interfaces.
+func TestLocalNodeAddressesNeverLoopback(t *testing.T) {
+	got, err := (&Local{}).NodeAddresses()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range got {
+		if !a.IsGlobalUnicast() || a.IsLoopback() || a.IsLinkLocalUnicast() {
+			t.Errorf("candidate %s in %v", a, got)
+		}
 	}
 }
 
@@ -105,7 +199,7 @@ func (testHost) ServiceStatus(context.Context, string) (ServiceStatus, error) {
 }
 
 func TestPrereqsAndDirs(t *testing.T) {
-	h := testHost{&Dir{Root: t.TempDir()}, addrsOnly{[]netip.Addr{netip.MustParseAddr("10.0.0.5")}}}
+	h := testHost{&Dir{Root: t.TempDir()}, addrsOnly{node: addrs("10.0.0.5")}}
 	if err := Dirs(h); err != nil {
 		t.Fatal(err)
 	}
