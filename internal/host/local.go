@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 
@@ -24,6 +25,24 @@ type Local struct {
 	// with ErrNoServiceManager.
 	Services Services
 	hostname string
+	// commands runs the firewall tool; nil is os/exec. A test's seam.
+	commands commandRunner
+}
+
+// commandRunner finds and runs a command (os/exec, or a test's recorder).
+type commandRunner interface {
+	LookPath(name string) (string, error)
+	// Run runs name with args and returns its combined output.
+	Run(name string, args ...string) ([]byte, error)
+}
+
+// execRunner is commandRunner over os/exec.
+type execRunner struct{}
+
+func (execRunner) LookPath(name string) (string, error) { return exec.LookPath(name) }
+
+func (execRunner) Run(name string, args ...string) ([]byte, error) {
+	return exec.Command(name, args...).CombinedOutput()
 }
 
 // NewLocal returns the local machine as a Host.
@@ -108,22 +127,32 @@ func (l *Local) NodeAddresses() ([]netip.Addr, error) {
 	return nodeAddressOrder(preferred, ifaces), nil
 }
 
+// xtablesWait is every iptables invocation's -w: wait up to 5 s for the
+// xtables lock that kube-proxy, the CNI and firewalld also take, instead
+// of failing at once while one of them holds it (kube-proxy waits 5 s too).
+var xtablesWait = []string{"-w", "5"}
+
 // TrustCIDR inserts an iptables ACCEPT rule for cidr unless it is already
 // there. A machine without the iptables tool has no iptables firewall to
 // open: that is not an error.
 func (l *Local) TrustCIDR(cidr netip.Prefix) error {
+	run := l.commands
+	if run == nil {
+		run = execRunner{}
+	}
 	tool := "iptables"
 	if cidr.Addr().Is6() {
 		tool = "ip6tables"
 	}
-	if _, err := exec.LookPath(tool); err != nil {
+	if _, err := run.LookPath(tool); err != nil {
 		return nil
 	}
 	rule := []string{"INPUT", "-s", cidr.Masked().String(), "-m", "comment", "--comment", "stratum", "-j", "ACCEPT"}
-	if exec.Command(tool, append([]string{"-C"}, rule...)...).Run() == nil {
+	args := func(op string) []string { return slices.Concat(xtablesWait, []string{op}, rule) }
+	if _, err := run.Run(tool, args("-C")...); err == nil {
 		return nil
 	}
-	if out, err := exec.Command(tool, append([]string{"-I"}, rule...)...).CombinedOutput(); err != nil {
+	if out, err := run.Run(tool, args("-I")...); err != nil {
 		return fmt.Errorf("trust %s in the firewall (%s): %w: %s", cidr, tool, err, strings.TrimSpace(string(out)))
 	}
 	return nil

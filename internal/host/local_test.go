@@ -1,7 +1,9 @@
 package host
 
 import (
+	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 )
 
@@ -28,5 +30,67 @@ func TestLocalAddressesRoutableFirstLoopbackKept(t *testing.T) {
 	}
 	if !hasLoop {
 		t.Errorf("127.0.0.1 missing from this host's addresses %v", addrs)
+	}
+}
+
+// recordingRunner records the commands TrustCIDR runs; tools lists the
+// commands it has, and fail makes a command (by its op, "-C" or "-I") fail.
+type recordingRunner struct {
+	tools map[string]bool
+	fail  map[string]bool
+	ran   []string
+}
+
+func (r *recordingRunner) LookPath(name string) (string, error) {
+	if !r.tools[name] {
+		return "", errors.New("not found")
+	}
+	return "/usr/sbin/" + name, nil
+}
+
+func (r *recordingRunner) Run(name string, args ...string) ([]byte, error) {
+	r.ran = append(r.ran, name+" "+strings.Join(args, " "))
+	for _, a := range args {
+		if r.fail[a] {
+			return []byte("iptables: Bad rule.\n"), errors.New("exit status 1")
+		}
+	}
+	return nil, nil
+}
+
+// TestTrustCIDRWaitsForTheXtablesLock: every iptables invocation carries
+// -w, so a rule check or insert waits for the xtables lock another
+// program (kube-proxy, the CNI) holds instead of failing.
+func TestTrustCIDRWaitsForTheXtablesLock(t *testing.T) {
+	const rule = "INPUT -s 10.244.0.0/16 -m comment --comment stratum -j ACCEPT"
+	const rule6 = "INPUT -s fd00::/56 -m comment --comment stratum -j ACCEPT"
+	both := map[string]bool{"iptables": true, "ip6tables": true}
+	for _, tc := range []struct {
+		name    string
+		cidr    string
+		r       *recordingRunner
+		want    []string
+		wantErr string
+	}{
+		{"absent: checked, then inserted", "10.244.1.0/16", &recordingRunner{tools: both, fail: map[string]bool{"-C": true}},
+			[]string{"iptables -w 5 -C " + rule, "iptables -w 5 -I " + rule}, ""},
+		{"present: checked only", "10.244.0.0/16", &recordingRunner{tools: both},
+			[]string{"iptables -w 5 -C " + rule}, ""},
+		{"IPv6: ip6tables", "fd00::/56", &recordingRunner{tools: both, fail: map[string]bool{"-C": true}},
+			[]string{"ip6tables -w 5 -C " + rule6, "ip6tables -w 5 -I " + rule6}, ""},
+		{"no iptables: nothing run", "10.244.0.0/16", &recordingRunner{}, nil, ""},
+		{"insert refused: the tool's words", "10.244.0.0/16", &recordingRunner{tools: both, fail: map[string]bool{"-C": true, "-I": true}},
+			[]string{"iptables -w 5 -C " + rule, "iptables -w 5 -I " + rule}, "iptables: Bad rule."},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := &Local{commands: tc.r}
+			err := l.TrustCIDR(netip.MustParsePrefix(tc.cidr))
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("TrustCIDR = %v, want error %q", err, tc.wantErr)
+			}
+			if strings.Join(tc.r.ran, "\n") != strings.Join(tc.want, "\n") {
+				t.Fatalf("ran\n%s\nwant\n%s", strings.Join(tc.r.ran, "\n"), strings.Join(tc.want, "\n"))
+			}
+		})
 	}
 }
