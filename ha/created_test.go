@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -32,10 +33,14 @@ func TestCreatedFilesUndoRemovesWhatItCreatedOnly(t *testing.T) {
 	before := listTree(t, root)
 
 	c := &createdFiles{Host: local}
-	for _, p := range []string{"/etc/stratum/bootstrap.conf", "/etc/stratum/pki/etcd/ca.crt", "/etc/stratum/kept.conf"} {
+	for _, p := range []string{"/etc/stratum/bootstrap.conf", "/etc/stratum/kept.conf"} {
 		if err := c.WriteFile(p, []byte("join"), 0o600); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// A streamed write is recorded as a whole one is.
+	if err := c.WriteFrom("/etc/stratum/pki/etcd/ca.crt", strings.NewReader("join"), 0o600); err != nil {
+		t.Fatal(err)
 	}
 	for _, d := range []string{version.PKIDir, version.EtcdPKIDir, version.StateDir, "/var/log/stratum"} {
 		if err := c.MkdirAll(d, 0o700); err != nil {

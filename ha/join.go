@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"net/netip"
@@ -187,6 +188,15 @@ func (c *createdFiles) record(paths []string) {
 func (c *createdFiles) WriteFile(p string, data []byte, perm fs.FileMode) error {
 	fresh := c.missing(p)
 	if err := c.Host.WriteFile(p, data, perm); err != nil {
+		return err
+	}
+	c.record(fresh)
+	return nil
+}
+
+func (c *createdFiles) WriteFrom(p string, r io.Reader, perm fs.FileMode) error {
+	fresh := c.missing(p)
+	if err := c.Host.WriteFrom(p, r, perm); err != nil {
 		return err
 	}
 	c.record(fresh)

@@ -237,6 +237,8 @@ func (n *Node) etcdStatus(ctx context.Context, cpIP string) (*clientv3.StatusRes
 
 // copyTreeToHost copies the real directory src to dst on the host,
 // directories private (0700, etcd's own mode) and files with their modes.
+// Files are streamed (host.Files' WriteFrom), never read whole: the
+// restored etcd database can be gigabytes.
 func copyTreeToHost(h host.Files, src, dst string) error {
 	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -254,11 +256,12 @@ func copyTreeToHost(h host.Files, src, dst string) error {
 		if err != nil {
 			return err
 		}
-		data, err := os.ReadFile(p)
+		f, err := os.Open(p)
 		if err != nil {
 			return err
 		}
-		return h.WriteFile(target, data, info.Mode().Perm())
+		defer f.Close()
+		return h.WriteFrom(target, f, info.Mode().Perm())
 	})
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"net/netip"
@@ -138,6 +139,13 @@ func (d *Handle) WriteFile(p string, data []byte, perm fs.FileMode) error {
 		return err
 	}
 	return d.h.files.WriteFile(p, data, perm)
+}
+
+func (d *Handle) WriteFrom(p string, r io.Reader, perm fs.FileMode) error {
+	if err := d.live(); err != nil {
+		return err
+	}
+	return d.h.files.WriteFrom(p, r, perm)
 }
 
 func (d *Handle) Remove(p string) error {

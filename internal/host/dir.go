@@ -1,8 +1,10 @@
 package host
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -65,6 +67,13 @@ func (d *Dir) RemoveAll(p string) error {
 }
 
 func (d *Dir) WriteFile(p string, data []byte, perm fs.FileMode) error {
+	return d.WriteFrom(p, bytes.NewReader(data), perm)
+}
+
+// WriteFrom streams r into a temporary file beside p (io.Copy: a 32 KiB
+// buffer, or copy_file_range when r is a file), fsyncs it and renames it
+// over p, as WriteFile.
+func (d *Dir) WriteFrom(p string, r io.Reader, perm fs.FileMode) error {
 	real := d.Path(p)
 	dir := filepath.Dir(real)
 	// Parents are private: the directories a node writes hold keys and
@@ -81,7 +90,7 @@ func (d *Dir) WriteFile(p string, data []byte, perm fs.FileMode) error {
 		tmp.Close()
 		return err
 	}
-	if _, err := tmp.Write(data); err != nil {
+	if _, err := io.Copy(tmp, r); err != nil {
 		tmp.Close()
 		return err
 	}

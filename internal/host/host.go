@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"net/netip"
@@ -39,6 +40,11 @@ type Files interface {
 	// fsync'd, so a crash leaves either the old contents or the new, never a
 	// mix. Missing parent directories are created (0700).
 	WriteFile(path string, data []byte, perm fs.FileMode) error
+	// WriteFrom is WriteFile with the contents read from r, streamed: a
+	// file of any size (an etcd database of gigabytes) is never held in
+	// memory. It is as atomic as WriteFile; a read error leaves the old
+	// contents, or no file.
+	WriteFrom(path string, r io.Reader, perm fs.FileMode) error
 	// Remove removes a file or empty directory. A missing path is not an error.
 	Remove(path string) error
 	// RemoveAll removes path and everything under it, durably.
