@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	rbacv1ac "k8s.io/client-go/applyconfigurations/rbac/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
@@ -49,14 +50,18 @@ const (
 // certsReaderSubjects are the only subjects the certs-reader binding names.
 var certsReaderSubjects = []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: token.ControlPlaneGroup}}
 
-// certsReaderRules: get on the Secret; get and update on the fence Lease
-// (update is what taking, renewing and releasing the fence is; admission
-// keeps the group to its own holder identity).
-func certsReaderRules() []rbacv1.PolicyRule {
-	return []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{certsSecret}, Verbs: []string{"get"}},
-		{APIGroups: []string{coordinationv1.GroupName}, Resources: []string{"leases"}, ResourceNames: []string{fenceLease}, Verbs: []string{"get", "update"}},
-	}
+// fieldManager is stratum's field manager for server-side apply.
+const fieldManager = "stratum"
+
+// certsReaderRole is the certs-reader Role as stratum applies it. Its rules:
+// get on the Secret; get and update on the fence Lease (update is what
+// taking, renewing and releasing the fence is; admission keeps the group to
+// its own holder identity).
+func certsReaderRole() *rbacv1ac.RoleApplyConfiguration {
+	return rbacv1ac.Role(certsReader, certsNamespace).WithRules(
+		rbacv1ac.PolicyRule().WithAPIGroups("").WithResources("secrets").WithResourceNames(certsSecret).WithVerbs("get"),
+		rbacv1ac.PolicyRule().WithAPIGroups(coordinationv1.GroupName).WithResources("leases").WithResourceNames(fenceLease).WithVerbs("get", "update"),
+	)
 }
 
 // GrantCertsReader writes the stratum:certs-reader grant every upload
@@ -112,25 +117,15 @@ func (n *Node) GrantCertsReaderProbing(ctx context.Context, cs kubernetes.Interf
 	if err := ensureFenceLease(ctx, cs); err != nil {
 		return err
 	}
-	role := &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Name: certsReader, Namespace: certsNamespace},
-		Rules:      certsReaderRules(),
-	}
-	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur, err := cs.RbacV1().Roles(certsNamespace).Get(ctx, certsReader, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			_, err = cs.RbacV1().Roles(certsNamespace).Create(ctx, role, metav1.CreateOptions{})
-			return raceAsConflict(err)
-		}
-		if err != nil {
-			return err
-		}
-		cur.Rules = role.Rules
-		_, err = cs.RbacV1().Roles(certsNamespace).Update(ctx, cur, metav1.UpdateOptions{})
-		return err
-	}); err != nil {
+	// The Role is server-side applied, forced: stratum owns its rules, a
+	// list the API replaces whole (listType=atomic), so whatever rules it
+	// had are replaced by exactly these, while labels and annotations other
+	// managers set are kept.
+	if _, err := cs.RbacV1().Roles(certsNamespace).Apply(ctx, certsReaderRole(), metav1.ApplyOptions{FieldManager: fieldManager, Force: true}); err != nil {
 		return fmt.Errorf("grant certs reader: write Role %s/%s: %w", certsNamespace, certsReader, err)
 	}
+	// The binding is created, or repaired by NarrowCertsReaderBinding,
+	// which must read it first (see there), not applied.
 	_, err := cs.RbacV1().RoleBindings(certsNamespace).Create(ctx, certsReaderBinding(), metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		return n.NarrowCertsReaderBinding(ctx, cs)
@@ -160,6 +155,13 @@ func certsReaderBinding() *rbacv1.RoleBinding {
 // wrong goes, and a replacement someone made meanwhile is judged afresh — and
 // created again as it must be. A binding with the right roleRef has its
 // subjects narrowed in place.
+//
+// It stays read-modify-write, not a server-side apply, although applying
+// the subjects (listType=atomic) would prune them the same: a wrong roleRef
+// must be read and judged to be replaced (it is immutable: an apply naming
+// ours fails on it), an absent binding must stay absent (an apply creates
+// it), and the Update carries the resourceVersion the binding was judged
+// at, so one replaced meanwhile is a conflict, retried and judged afresh.
 func (n *Node) NarrowCertsReaderBinding(ctx context.Context, cs kubernetes.Interface) error {
 	rbs := cs.RbacV1().RoleBindings(certsNamespace)
 	deleted := false
@@ -303,7 +305,16 @@ func joinFencePolicyObject() *admissionv1.ValidatingAdmissionPolicy {
 
 func ptr[T any](v T) *T { return &v }
 
-// ensureJoinFencePolicy creates or updates the policy and its binding.
+// ensureJoinFencePolicy creates or updates the policy and its binding, each
+// spec replaced whole by stratum's.
+//
+// They stay read-modify-write, not a server-side apply: an apply keeps the
+// fields other field managers own that stratum does not set, and here such a
+// field can switch the fence off: a policy matchCondition (a map list keyed
+// by name) that never holds, or a binding's matchResources that exempts the
+// fence Lease (excludeResourceRules, a namespaceSelector). Replacing the
+// spec on every grant removes them, so each grant restores the policy
+// exactly (TestGrantRestoresTamperedFencePolicy).
 func ensureJoinFencePolicy(ctx context.Context, cs kubernetes.Interface) error {
 	want := joinFencePolicyObject()
 	api := cs.AdmissionregistrationV1()
