@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -176,8 +177,8 @@ func TestHAControlPlaneOnThreeHosts(t *testing.T) {
 		{"not root", notRoot, "must run as root"},
 	} {
 		o, e, err := cp4.Run(ctx, tools.shell(r.cmd)...)
-		if err == nil || !strings.Contains(strings.ToLower(e), r.want) {
-			t.Fatalf("%s: join on cp4 = %v\nstdout:\n%s\nstderr:\n%s", r.name, err, o, e)
+		if exitCode(err) != refusedExit || !strings.Contains(strings.ToLower(e), r.want) {
+			t.Fatalf("%s: join on cp4 = %v, want exit %d (refused)\nstdout:\n%s\nstderr:\n%s", r.name, err, refusedExit, o, e)
 		}
 		t.Logf("%s refused: %s", r.name, firstLine(e))
 		checkUnchanged(ctx, t, tools, cp1, cp4, before, files, r.name)
@@ -185,7 +186,7 @@ func TestHAControlPlaneOnThreeHosts(t *testing.T) {
 	busy := cp4.Start(helperCommand("serve", "0.0.0.0:2379")...)
 	waitFor(t, 10*time.Second, "a listener on cp4's port 2379", func() bool { return strings.Contains(busy.Output(), "listening") }, busy)
 	o, e, err := cp4.Run(ctx, tools.shell(join)...)
-	if err == nil || !strings.Contains(e, "port 2379 is in use") {
+	if exitCode(err) != refusedExit || !strings.Contains(e, "port 2379 is in use") {
 		t.Fatalf("join on cp4 with port 2379 taken = %v\nstdout:\n%s\nstderr:\n%s", err, o, e)
 	}
 	t.Logf("port in use refused: %s", firstLine(e))
@@ -198,7 +199,7 @@ func TestHAControlPlaneOnThreeHosts(t *testing.T) {
 	}
 	files = hostFiles(t, cp4)
 	o, e, err = cp4.Run(ctx, tools.shell(join)...)
-	if err == nil || !strings.Contains(e, "kube-apiserver is missing") {
+	if exitCode(err) != refusedExit || !strings.Contains(e, "kube-apiserver is missing") {
 		t.Fatalf("join without kube-apiserver on cp4 = %v\nstdout:\n%s\nstderr:\n%s", err, o, e)
 	}
 	t.Logf("missing binary refused: %s", firstLine(e))
@@ -619,4 +620,21 @@ func firstLine(s string) string {
 		return s[:i]
 	}
 	return s
+}
+
+// refusedExit is stratum's exit code for a command refused before it
+// changed anything (cli.ExitRefused, docs/cli.md).
+const refusedExit = 3
+
+// exitCode is the exit status err reports, -1 when it is not a command's
+// exit (nil included: 0 is not a refusal either).
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if err == nil {
+		return 0
+	}
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	return -1
 }

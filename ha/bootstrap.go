@@ -73,11 +73,11 @@ func (n *Node) Up(ctx context.Context, o BootstrapOptions) (*nodestate.NodeState
 		}
 		st, err = n.StartControlPlane(ctx)
 	case !errors.Is(err, nodestate.ErrNoState):
-		return nil, err
+		return nil, Refusal(err)
 	default:
 		survives, ierr := n.JoinIntentSurvives(ctx)
 		if ierr != nil {
-			return nil, ierr
+			return nil, Refusal(ierr)
 		}
 		if survives {
 			return n.StartControlPlane(ctx) // refuses, naming the journal
@@ -103,11 +103,11 @@ func (n *Node) adoptVIP(st *nodestate.NodeState, vip nodestate.VIP) error {
 	case vip.Address == "" || vip.Address == st.VIP.Address:
 		return nil
 	case st.VIP.Address != "":
-		return fmt.Errorf("stratum up refused: this cluster's VIP is %s, not %s; nothing was changed: run `stratum up` without --vip", st.VIP.Address, vip.Address)
+		return Refusal(fmt.Errorf("stratum up refused: this cluster's VIP is %s, not %s; nothing was changed: run `stratum up` without --vip", st.VIP.Address, vip.Address))
 	case net.ParseIP(vip.Address) == nil:
-		return fmt.Errorf("stratum up refused: the VIP %q is not an IP address; nothing was changed", vip.Address)
+		return Refusal(fmt.Errorf("stratum up refused: the VIP %q is not an IP address; nothing was changed", vip.Address))
 	case vip.Address == st.NodeIP:
-		return fmt.Errorf("stratum up refused: the VIP %s is this node's own address; nothing was changed", vip.Address)
+		return Refusal(fmt.Errorf("stratum up refused: the VIP %s is this node's own address; nothing was changed", vip.Address))
 	}
 	st.VIP = vip
 	if err := nodestate.Save(n.env.Host, st); err != nil {
@@ -146,10 +146,13 @@ func (n *Node) bootstrap(ctx context.Context, o BootstrapOptions) (*nodestate.No
 			r.release()
 		}
 	}()
-	for _, s := range bootstrapSteps {
+	for i, s := range bootstrapSteps {
 		n.log.Debug("bootstrap step", "step", s.name)
 		began := time.Now()
 		if err := s.run(r, ctx); err != nil {
+			if i == 0 { // the refusals: nothing written yet
+				err = Refusal(err)
+			}
 			return nil, err
 		}
 		n.stepDone(s.name, time.Since(began))
@@ -175,6 +178,19 @@ func (r *bootstrapRun) refuse(ctx context.Context) error {
 	}
 	if problems := host.ProfileProblems(o.Profile, o.SELinuxOptOut); len(problems) > 0 {
 		return fmt.Errorf("stratum up refused: %w: %s; nothing was changed", host.ErrPrereq, strings.Join(problems, "; "))
+	}
+	// An explicit node IP is checked here, before the CAs are made; a
+	// detected one is the host's own by construction.
+	if c, err := host.ResolveNodeIP(o.NodeIP, o.ConfigNodeIP, "", func() (string, error) { return "", nil }); err != nil {
+		return fmt.Errorf("stratum up refused: %w; nothing was changed", err)
+	} else if c.Source != "detected" {
+		ip := strings.SplitN(c.IP, ",", 2)[0]
+		if err := checkLocalIP(h, ip); err != nil {
+			return fmt.Errorf("stratum up refused: node IP %s (from %s): %w; nothing was changed: pass --node-ip with an address of this host", ip, c.Source, err)
+		}
+		if o.VIP.Address != "" && o.VIP.Address == ip {
+			return fmt.Errorf("stratum up refused: the VIP %s is this node's own address; nothing was changed: pick an unused address on the node's network for --vip", o.VIP.Address)
+		}
 	}
 	release, err := nodelock.AcquireBoth(h, "stratum up (bootstrap)")
 	if err != nil {

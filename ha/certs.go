@@ -228,11 +228,11 @@ func (n *Node) RekeySharedCertsFenced(ctx context.Context, certKeyHex string) er
 // a malformed one is refused without touching the fence.
 func (n *Node) fenced(ctx context.Context, op, what, certKeyHex string, fn func(ctx context.Context, confirm func(context.Context) error) error) error {
 	if _, err := certbundle.ParseCertKey(certKeyHex); err != nil {
-		return fmt.Errorf("%s: %w; nothing was changed", what, err)
+		return Refusal(fmt.Errorf("%s: %w; nothing was changed", what, err))
 	}
 	cs, err := n.adminClient()
 	if err != nil {
-		return fmt.Errorf("%s: %w; nothing was changed", what, err)
+		return Refusal(fmt.Errorf("%s: %w; nothing was changed", what, err))
 	}
 	if err := n.withFence(ctx, cs, n.fenceHolder(op), fenceOpLease, fn); err != nil {
 		if errors.Is(err, ErrFenceHeld) {

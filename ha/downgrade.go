@@ -46,7 +46,9 @@ func DowngradeEtcd(cpIP, target string) error {
 // first (bad target, a cluster that is not healthy, etcd's validation), then
 // the enable, then progress until every member runs target or
 // downgradeWaitFor passes.
-func (n *Node) DowngradeEtcd(ctx context.Context, cpIP, target string) error {
+func (n *Node) DowngradeEtcd(ctx context.Context, cpIP, target string) (err error) {
+	var asked bool // the enable was sent: etcd may have changed
+	defer refuseUntilChanged(&err, &asked)
 	mm := majorMinor.FindStringSubmatch(strings.TrimSpace(target))
 	if mm == nil {
 		return fmt.Errorf("etcd downgrade: target %q is not a major.minor version such as 3.6; nothing was asked of etcd", target)
@@ -78,6 +80,7 @@ func (n *Node) DowngradeEtcd(ctx context.Context, cpIP, target string) error {
 	if err != nil {
 		return fmt.Errorf("etcd downgrade to %s through %s: %w: %w; nothing was changed", target, ep, ErrDowngradeNotValidated, err)
 	}
+	asked = true
 	wctx, cancel = context.WithTimeout(ctx, etcdWriteTimeout)
 	_, err = cli.Downgrade(wctx, clientv3.DowngradeEnable, target)
 	cancel()

@@ -233,7 +233,7 @@ func (n *Node) fenceHolder(op string) string { return op + "@" + n.env.Host.Name
 func (n *Node) withFence(ctx context.Context, cs kubernetes.Interface, holder string, d time.Duration, fn func(ctx context.Context, confirm func(context.Context) error) error) error {
 	f, err := n.TakeFence(ctx, cs, holder, d)
 	if err != nil {
-		return err
+		return Refusal(err) // fn has not run: nothing is written
 	}
 	rctx, stopRenew := context.WithCancel(ctx)
 	renewed := make(chan struct{})

@@ -149,10 +149,19 @@ func (n *Node) PrepareControlPlaneJoin(ctx context.Context, o JoinOptions) (*nod
 	tracked := &createdFiles{Host: n.env.Host}
 	jn := &Node{env: n.env, log: n.log}
 	jn.env.Host = tracked
-	st, err := jn.prepareJoin(ctx, o)
+	st, reachedAdd, err := jn.prepareJoin(ctx, o)
 	if err != nil && st == nil {
-		if uerr := tracked.undo(); uerr != nil {
+		uerr := tracked.undo()
+		if uerr != nil {
 			n.log.Warn("join refused; some files it created could not be removed", "err", uerr)
+		}
+		// Stopped before the member-add, with what it wrote removed: the
+		// node and the cluster are as they were.
+		switch {
+		case reachedAdd:
+			err = Midway(err)
+		case uerr == nil:
+			err = Refusal(err)
 		}
 	}
 	return st, err
@@ -285,7 +294,10 @@ var joinPhases = []joinStep{
 	{"etcd member-add and node state", (*joinRun).addMemberAndSave},
 }
 
-func (n *Node) prepareJoin(ctx context.Context, o JoinOptions) (*nodestate.NodeState, error) {
+// prepareJoin runs joinPhases; reachedAdd reports whether the run got to
+// the member-add step (from there a failure may have changed the cluster,
+// however it was rolled back).
+func (n *Node) prepareJoin(ctx context.Context, o JoinOptions) (st *nodestate.NodeState, reachedAdd bool, err error) {
 	r := &joinRun{n: n, o: o, name: n.env.Host.Name(), start: time.Now()}
 	defer func() {
 		if r.release != nil {
@@ -293,19 +305,20 @@ func (n *Node) prepareJoin(ctx context.Context, o JoinOptions) (*nodestate.NodeS
 		}
 	}()
 	defer r.dropFence(ctx)
-	for _, s := range joinPhases {
+	for i, s := range joinPhases {
 		n.log.Debug("join step", "step", s.name)
+		reachedAdd = reachedAdd || i == len(joinPhases)-1 || r.resumed
 		began := time.Now()
 		if err := s.run(r, ctx); err != nil {
 			if r.st != nil && r.st.Etcd.InitialCluster != "" {
-				return r.st, err // saved: the caller starts from the state
+				return r.st, reachedAdd, err // saved: the caller starts from the state
 			}
-			return nil, err
+			return nil, reachedAdd, err
 		}
 		n.stepDone(s.name, time.Since(began))
 	}
 	n.log.Info("control-plane join prepared", "member", r.name, "peerURL", r.peerURL, "took", time.Since(r.start).Round(time.Millisecond))
-	return r.st, nil
+	return r.st, true, nil
 }
 
 // refuse is every refusal that needs nothing from the cluster: malformed

@@ -85,25 +85,62 @@ func (n *Node) planRejoinHere(ctx context.Context, cp1IP string) (*nodestate.Nod
 	return st, obs, planRejoin(obs), nil
 }
 
-// RejoinPlan is `stratum etcd rejoin --dry-run`: the same refusals and
-// observation as RejoinEtcd, then the steps a rejoin would run, written to
-// w, and whether its wipe would be refused without force. It takes no lock
-// and changes nothing.
-func (n *Node) RejoinPlan(ctx context.Context, w io.Writer, cp1IP string, force bool) error {
+// RejoinPlanReport is what a rejoin would do, as RejoinPlanOf observes it.
+// The JSON names are stable (docs/cli.md, `etcd rejoin --dry-run -o json`).
+type RejoinPlanReport struct {
+	// Member is this node's etcd member name; Seed the seed's IP and
+	// SeedClusterID its cluster ID.
+	Member        string `json:"member"`
+	Seed          string `json:"seed"`
+	SeedClusterID string `json:"seedClusterID"`
+	// Steps are the steps a rejoin would run, in order (stop, wipe,
+	// member-remove, member-add, state-save, start); none when the node is
+	// already a voter of the seed's cluster.
+	Steps []string `json:"steps"`
+	// Refused is the refusal the rejoin would meet without force (its
+	// wipe while the old cluster may still have a quorum), "" for none.
+	Refused string `json:"refused,omitempty"`
+}
+
+// RejoinPlanOf is the observation of RejoinEtcd without its locks: the
+// steps a rejoin would run, and the refusal it would meet (also returned as
+// the error, marked ErrRefused). It changes nothing.
+func (n *Node) RejoinPlanOf(ctx context.Context, cp1IP string, force bool) (RejoinPlanReport, error) {
+	rep := RejoinPlanReport{Seed: cp1IP, Steps: []string{}}
 	if net.ParseIP(cp1IP) == nil {
-		return fmt.Errorf("etcd rejoin: --server %q is not an IP address; nothing was changed", cp1IP)
+		return rep, Refusal(fmt.Errorf("etcd rejoin: --server %q is not an IP address; nothing was changed", cp1IP))
 	}
 	st, obs, steps, err := n.planRejoinHere(ctx, cp1IP)
 	if err != nil {
-		return err
+		return rep, Refusal(err)
 	}
-	fmt.Fprintf(w, "would rejoin %s to the etcd cluster %s at %s: %s\n", st.Etcd.Name, obs.SeedClusterID, cp1IP, joinSteps(steps))
+	rep.Member, rep.SeedClusterID = st.Etcd.Name, obs.SeedClusterID
+	for _, s := range steps {
+		rep.Steps = append(rep.Steps, string(s))
+	}
 	if hasStep(steps, rejoinWipe) && !force {
 		if err := n.checkOldClusterGone(ctx, st, cp1IP, obs.SeedClusterID); err != nil {
-			fmt.Fprintf(w, "the wipe would be refused without --force: %v\n", err)
+			rep.Refused = err.Error()
+			return rep, Refusal(err)
 		}
 	}
-	return nil
+	return rep, nil
+}
+
+// RejoinPlan is `stratum etcd rejoin --dry-run`: RejoinPlanOf written to w,
+// the steps a rejoin would run and whether its wipe would be refused without
+// force. It takes no lock and changes nothing. It returns the refusal the
+// rejoin would meet (ErrRefused), so a dry run exits as the rejoin would.
+func (n *Node) RejoinPlan(ctx context.Context, w io.Writer, cp1IP string, force bool) error {
+	rep, err := n.RejoinPlanOf(ctx, cp1IP, force)
+	if rep.Member == "" {
+		return err
+	}
+	fmt.Fprintf(w, "would rejoin %s to the etcd cluster %s at %s: %s\n", rep.Member, rep.SeedClusterID, cp1IP, strings.Join(rep.Steps, ", "))
+	if rep.Refused != "" {
+		fmt.Fprintf(w, "the wipe would be refused without --force: %s\n", rep.Refused)
+	}
+	return err
 }
 
 // rejoinStep is one step of a rejoin.
@@ -184,22 +221,23 @@ func planRejoin(o rejoinObservation) []rejoinStep {
 // rejoinReportEvery; everything is bounded by ctx.
 func (n *Node) RejoinEtcd(ctx context.Context, w io.Writer, cp1IP string, force bool) error {
 	h := n.env.Host
+	// Refusals first: up to the start checkpoint nothing is changed.
 	if net.ParseIP(cp1IP) == nil {
-		return fmt.Errorf("etcd rejoin: --server %q is not an IP address; nothing was changed", cp1IP)
+		return Refusal(fmt.Errorf("etcd rejoin: --server %q is not an IP address; nothing was changed", cp1IP))
 	}
 	release, err := nodelock.AcquireBoth(h, "stratum etcd rejoin")
 	if err != nil {
-		return err
+		return Refusal(err)
 	}
 	defer release()
 	st, obs, steps, err := n.planRejoinHere(ctx, cp1IP)
 	if err != nil {
-		return err
+		return Refusal(err)
 	}
 	fmt.Fprintf(w, "rejoining %s to the etcd cluster %s at %s: %s\n", st.Etcd.Name, obs.SeedClusterID, cp1IP, joinSteps(steps))
 	if hasStep(steps, rejoinWipe) && !force {
 		if err := n.checkOldClusterGone(ctx, st, cp1IP, obs.SeedClusterID); err != nil {
-			return err
+			return Refusal(err)
 		}
 	}
 	if err := n.checkpoint(ctx, CheckpointRejoinStart); err != nil {

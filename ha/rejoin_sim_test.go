@@ -194,13 +194,13 @@ func TestSnapshotRestoreThenRejoin(t *testing.T) {
 	// The dry run prints the plan and the refusal it would meet; the checks
 	// below hold after it too.
 	var plan syncBuffer
-	if err := joinNodeOn(cp2).RejoinPlan(r.ctx, &plan, cp1IP, false); err != nil {
-		t.Fatalf("rejoin dry run: %v\n%s", err, plan.String())
+	if err := joinNodeOn(cp2).RejoinPlan(r.ctx, &plan, cp1IP, false); !errors.Is(err, ha.ErrOldClusterQuorum) || !errors.Is(err, ha.ErrRefused) {
+		t.Fatalf("rejoin dry run: %v, want the refusal the rejoin would meet (ErrOldClusterQuorum)\n%s", err, plan.String())
 	}
 	if p := plan.String(); !strings.Contains(p, "would rejoin cp2") || !strings.Contains(p, "wipe") || !strings.Contains(p, "the wipe would be refused without --force") {
 		t.Fatalf("rejoin dry run printed:\n%s", p)
 	}
-	if out, err := r.rejoin("cp2", false); !errors.Is(err, ha.ErrOldClusterQuorum) {
+	if out, err := r.rejoin("cp2", false); !errors.Is(err, ha.ErrOldClusterQuorum) || !errors.Is(err, ha.ErrRefused) {
 		t.Fatalf("rejoin without force while the old cluster has quorum: %v\n%s", err, out)
 	}
 	if stateAfter, _ := cp2.Files().ReadFile(nodestate.Path); !bytes.Equal(stateBefore, stateAfter) {

@@ -46,6 +46,8 @@ var renewRestartOrder = []string{ServiceEtcd, ServiceAPIServer, ServiceVIP, serv
 // control plane, a CA missing, the lock held) come before anything is
 // written. It returns the files it wrote and the services it restarted.
 func (n *Node) RenewCerts(ctx context.Context) (written, restarted []string, err error) {
+	var changed bool
+	defer refuseUntilChanged(&err, &changed)
 	h := n.env.Host
 	st, err := nodestate.Load(h)
 	if err != nil {
@@ -80,6 +82,7 @@ func (n *Node) RenewCerts(ctx context.Context) (written, restarted []string, err
 	for name := range leaves {
 		written = append(written, version.PKIFile(name))
 	}
+	changed = true
 	if err := n.writeLeaves(leaves); err != nil {
 		return nil, nil, fmt.Errorf("certs renew: %w; the leaves written so far chain to the same CAs: re-run `stratum certs renew`", err)
 	}

@@ -128,38 +128,20 @@ func (n *Node) RepointKubeconfigs(server string) error {
 	case err != nil:
 		return fmt.Errorf("repoint kubeconfigs: %w; nothing was changed", err)
 	}
-	entries, err := h.ReadDir(version.K8sConfDir)
+	rewrites, err := nodeKubeconfigs(h)
 	if err != nil {
-		return fmt.Errorf("repoint kubeconfigs: list %s: %w; nothing was changed", version.K8sConfDir, err)
+		return fmt.Errorf("repoint kubeconfigs: %w; nothing was changed", err)
 	}
-	type rewrite struct {
-		p    string
-		data []byte
-		perm fs.FileMode
-	}
-	var rewrites []rewrite
-	for _, e := range entries {
-		if e.IsDir() || !strings.HasSuffix(e.Name(), ".conf") {
-			continue
-		}
-		p := path.Join(version.K8sConfDir, e.Name())
-		b, err := h.ReadFile(p)
+	for i, rw := range rewrites {
+		out, err := kubeconfig.Repoint(rw.data, server)
 		if err != nil {
-			return fmt.Errorf("repoint kubeconfigs: read %s: %w; nothing was changed", p, err)
+			return fmt.Errorf("repoint kubeconfigs: %s: %w; nothing was changed", rw.path, err)
 		}
-		out, err := kubeconfig.Repoint(b, server)
-		if err != nil {
-			return fmt.Errorf("repoint kubeconfigs: %s: %w; nothing was changed", p, err)
-		}
-		perm := fs.FileMode(0o600)
-		if info, err := e.Info(); err == nil {
-			perm = info.Mode().Perm()
-		}
-		rewrites = append(rewrites, rewrite{p, out, perm})
+		rewrites[i].data = out
 	}
 	for _, rw := range rewrites {
-		if err := h.WriteFile(rw.p, rw.data, rw.perm); err != nil {
-			return fmt.Errorf("repoint kubeconfigs: write %s: %w; re-run to finish", rw.p, err)
+		if err := h.WriteFile(rw.path, rw.data, rw.perm); err != nil {
+			return fmt.Errorf("repoint kubeconfigs: write %s: %w; re-run to finish", rw.path, err)
 		}
 	}
 	if st != nil && st.Server != server {
@@ -170,6 +152,39 @@ func (n *Node) RepointKubeconfigs(server string) error {
 	}
 	n.log.Info("kubeconfigs repointed", "server", server, "files", len(rewrites))
 	return nil
+}
+
+// kubeconfigFile is one of the node's kubeconfigs, read.
+type kubeconfigFile struct {
+	path string
+	data []byte
+	perm fs.FileMode
+}
+
+// nodeKubeconfigs reads every *.conf under version.K8sConfDir: what a
+// repoint rewrites.
+func nodeKubeconfigs(h host.Files) ([]kubeconfigFile, error) {
+	entries, err := h.ReadDir(version.K8sConfDir)
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", version.K8sConfDir, err)
+	}
+	var out []kubeconfigFile
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".conf") {
+			continue
+		}
+		p := path.Join(version.K8sConfDir, e.Name())
+		b, err := h.ReadFile(p)
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", p, err)
+		}
+		perm := fs.FileMode(0o600)
+		if info, err := e.Info(); err == nil {
+			perm = info.Mode().Perm()
+		}
+		out = append(out, kubeconfigFile{p, b, perm})
+	}
+	return out, nil
 }
 
 // NodeRepoint moves this node's clients onto the cluster VIP.
@@ -275,5 +290,5 @@ func (n *Node) checkServes(ctx context.Context, vip string, serves func(context.
 	if !errors.Is(err, ErrVIPNotServing) {
 		err = fmt.Errorf("%w: %w", ErrVIPNotServing, err)
 	}
-	return fmt.Errorf("%w; nothing was changed: bring up the VIP (kube-vip) on the control planes, with an apiserver certificate that covers it, and retry", err)
+	return Refusal(fmt.Errorf("%w; nothing was changed: bring up the VIP (kube-vip) on the control planes, with an apiserver certificate that covers it, and retry", err))
 }

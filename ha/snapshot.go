@@ -112,7 +112,9 @@ func snapshotStatus(dbPath string) (SnapshotStatus, error) {
 // The old data directory is removed, not kept: the host's file API has no
 // rename, and the snapshot file is the backup. A run that stops part-way is
 // re-run as is: every step from the stop on is repeated whole.
-func (n *Node) SnapshotRestore(ctx context.Context, w io.Writer, dbPath string) error {
+func (n *Node) SnapshotRestore(ctx context.Context, w io.Writer, dbPath string) (err error) {
+	var changed bool
+	defer refuseUntilChanged(&err, &changed)
 	h := n.env.Host
 	release, err := nodelock.AcquireBoth(h, "stratum snapshot restore")
 	if err != nil {
@@ -134,30 +136,14 @@ func (n *Node) SnapshotRestore(ctx context.Context, w io.Writer, dbPath string) 
 
 	// Restore into scratch first: a snapshot that fails its hash check
 	// refuses here, with the control plane still running.
-	scratch, err := os.MkdirTemp("", "stratum-restore-")
+	out, cleanup, err := restoreToScratch(st, dbPath)
 	if err != nil {
-		return fmt.Errorf("snapshot restore: scratch directory: %w; nothing was changed", err)
+		return err
 	}
-	defer os.RemoveAll(scratch)
-	out := filepath.Join(scratch, "etcd")
-	token, err := restoreClusterToken()
-	if err != nil {
-		return fmt.Errorf("snapshot restore: cluster token: %w; nothing was changed", err)
-	}
+	defer cleanup()
 	initial := st.Etcd.Name + "=" + st.Etcd.PeerURL
-	if err := utlsnapshot.NewV3(zap.NewNop()).Restore(utlsnapshot.RestoreConfig{
-		SnapshotPath:        dbPath,
-		Name:                st.Etcd.Name,
-		OutputDataDir:       out,
-		PeerURLs:            []string{st.Etcd.PeerURL},
-		InitialCluster:      initial,
-		InitialClusterToken: token,
-		RevisionBump:        restoreRevisionBump,
-		MarkCompacted:       true,
-	}); err != nil {
-		return fmt.Errorf("snapshot restore of %s: %w; nothing was changed", dbPath, err)
-	}
 
+	changed = true
 	if err := n.stopControlPlane(ctx); err != nil {
 		return fmt.Errorf("snapshot restore: %w; etcd data not touched: re-run the restore", err)
 	}
@@ -188,6 +174,39 @@ func (n *Node) SnapshotRestore(ctx context.Context, w io.Writer, dbPath string) 
 	fmt.Fprintf(w, "restored: etcd cluster %s with one member %s; now run `stratum etcd rejoin --server %s` on every other control plane\n",
 		st.Etcd.ClusterID, st.Etcd.Name, urlHostOf(st.Etcd.ClientURL))
 	return nil
+}
+
+// restoreToScratch restores the snapshot at dbPath with etcd's own restore
+// (which verifies its hash) as the new single-member cluster of st's member,
+// into a scratch directory on the machine running the command: the restored
+// data directory, and the cleanup that removes it. Nothing of the node is
+// touched.
+func restoreToScratch(st *nodestate.NodeState, dbPath string) (string, func(), error) {
+	scratch, err := os.MkdirTemp("", "stratum-restore-")
+	if err != nil {
+		return "", nil, fmt.Errorf("snapshot restore: scratch directory: %w; nothing was changed", err)
+	}
+	cleanup := func() { os.RemoveAll(scratch) }
+	out := filepath.Join(scratch, "etcd")
+	token, err := restoreClusterToken()
+	if err != nil {
+		cleanup()
+		return "", nil, fmt.Errorf("snapshot restore: cluster token: %w; nothing was changed", err)
+	}
+	if err := utlsnapshot.NewV3(zap.NewNop()).Restore(utlsnapshot.RestoreConfig{
+		SnapshotPath:        dbPath,
+		Name:                st.Etcd.Name,
+		OutputDataDir:       out,
+		PeerURLs:            []string{st.Etcd.PeerURL},
+		InitialCluster:      st.Etcd.Name + "=" + st.Etcd.PeerURL,
+		InitialClusterToken: token,
+		RevisionBump:        restoreRevisionBump,
+		MarkCompacted:       true,
+	}); err != nil {
+		cleanup()
+		return "", nil, fmt.Errorf("snapshot restore of %s: %w; nothing was changed", dbPath, err)
+	}
+	return out, cleanup, nil
 }
 
 // controlPlaneServices are what stopControlPlane stops, in order: the

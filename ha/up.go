@@ -54,16 +54,16 @@ func (n *Node) StartControlPlane(ctx context.Context) (*nodestate.NodeState, err
 	st, err := nodestate.Load(h)
 	if errors.Is(err, nodestate.ErrNoState) {
 		if survives, ierr := n.JoinIntentSurvives(ctx); ierr != nil {
-			return nil, ierr
+			return nil, Refusal(ierr)
 		} else if survives {
-			return nil, fmt.Errorf("%w (%s) and the node has no saved state: a join was interrupted after it began adding this node to etcd. "+
+			return nil, Refusal(fmt.Errorf("%w (%s) and the node has no saved state: a join was interrupted after it began adding this node to etcd. "+
 				"`stratum up` will not bootstrap a new cluster here; nothing was changed: re-run the same `stratum server` join command to finish or roll back that join",
-				ErrIntentSurvives, JoinIntentPath())
+				ErrIntentSurvives, JoinIntentPath()))
 		}
-		return nil, fmt.Errorf("no control-plane state on this node (%s); nothing was changed: join a cluster with `stratum server`", nodestate.Path)
+		return nil, Refusal(fmt.Errorf("no control-plane state on this node (%s); nothing was changed: join a cluster with `stratum server`", nodestate.Path))
 	}
 	if err != nil {
-		return nil, err
+		return nil, Refusal(err)
 	}
 	for _, step := range []struct {
 		name, what string

@@ -515,7 +515,7 @@ func (w *vipWorld) memberList() ([]etcdMember, error) {
 // badJoin runs, on the spare joiner, the join command printed on a running
 // control plane with one drawn bad input: --node-ip set to a member's
 // address, a wrong (well-formed) certificate-key, or a wrong or expired
-// token. It must be refused (exit 1), leave the member list exactly as it
+// token. It must be refused (exit 3), leave the member list exactly as it
 // was, and the VIP must still serve.
 func (w *vipWorld) badJoin(t *rapid.T) {
 	live := w.live()
@@ -566,8 +566,8 @@ func (w *vipWorld) badJoin(t *rapid.T) {
 	code, out, errOut := w.stratum(w.joiner, args...)
 	w.stats.add(func(s *vipStats) { s.badJoins[kind]++ })
 	w.last = fmt.Sprintf("a join on %s with %s (%s)", w.joiner.Name(), kind, detail)
-	if code != cli.ExitFail {
-		t.Fatalf("%s: exit %d, want %d (refused)\nstdout:\n%s\nstderr:\n%s", w.last, code, cli.ExitFail, out, errOut)
+	if code != cli.ExitRefused {
+		t.Fatalf("%s: exit %d, want %d (refused)\nstdout:\n%s\nstderr:\n%s", w.last, code, cli.ExitRefused, out, errOut)
 	}
 	var after []etcdMember
 	ok, last := eventually(w.ctx, 10*time.Second, func() (bool, string) {

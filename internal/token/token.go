@@ -257,7 +257,9 @@ func mint(ctx context.Context, s tokenSteps, group, server string, caPEM []byte,
 	}
 	if err := s.upload(ctx, certKey, &owner); err != nil {
 		if derr := s.deleteToken(context.WithoutCancel(ctx), id); derr != nil {
-			return nil, fmt.Errorf("mint control-plane token: upload the shared certificates: %w; removing the token %s it would have granted also failed (%v): delete Secret %s/%s%s", err, id, derr, Namespace, SecretPrefix, id)
+			// Not wrapped: the upload's refusal no longer describes the
+			// outcome, since the token it would have granted is left.
+			return nil, fmt.Errorf("mint control-plane token: upload the shared certificates: %v; removing the token %s it would have granted also failed (%w): delete Secret %s/%s%s", err, id, derr, Namespace, SecretPrefix, id)
 		}
 		return nil, fmt.Errorf("mint control-plane token: upload the shared certificates: %w; the token was removed again, nothing was granted", err)
 	}

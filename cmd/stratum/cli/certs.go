@@ -127,7 +127,7 @@ func buildCertsReport(ctx context.Context, n *ha.Node, h host.Host) (certsReport
 
 // certsCheck is `stratum certs check`: every certificate's expiry on this
 // node, and the shared certificates' key age through the apiserver.
-func (a *app) certsCheck(ctx context.Context, n *ha.Node, h host.Host, output string) error {
+func (a *app) certsCheck(ctx context.Context, n *ha.Node, h host.Host, out *output) error {
 	if _, err := loadState(h); err != nil {
 		return err
 	}
@@ -143,11 +143,7 @@ func (a *app) certsCheck(ctx context.Context, n *ha.Node, h host.Host, output st
 			problems = append(problems, fmt.Sprintf("%s expired on %s", c.Name, c.NotAfter.Format(time.RFC3339)))
 		}
 	}
-	if output == "json" {
-		if err := a.writeJSON(rep); err != nil {
-			return err
-		}
-	} else {
+	if err := a.write(out, rep, func() error {
 		tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "CERTIFICATE\tKIND\tEXPIRES\tLEFT\tSUBJECT")
 		for _, c := range certs {
@@ -173,6 +169,9 @@ func (a *app) certsCheck(ctx context.Context, n *ha.Node, h host.Host, output st
 				fmt.Fprintf(a.stdout, "warning: the certificate-key is older than %d days; rotate it with `stratum certs rekey`\n", int(certKeyMaxAge.Hours()/24))
 			}
 		}
+		return nil
+	}); err != nil {
+		return err
 	}
 	if rep.CertificateKeyError != "" {
 		problems = append(problems, "the shared certificates' key age is unknown: "+rep.CertificateKeyError)

@@ -21,15 +21,27 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
 
+	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/host"
 	"stratum.dev/stratum/sim"
 )
 
-// Exit codes Run returns.
+// Exit codes Run returns (docs/cli.md, "Exit codes").
 const (
-	ExitOK    = 0 // done
-	ExitFail  = 1 // refused or failed
-	ExitUsage = 2 // bad usage: unknown command or flag, wrong arguments
+	// ExitOK: done (a report printed, an operation completed, a dry run
+	// whose operation would proceed).
+	ExitOK = 0
+	// ExitFail: failed after it may have changed something (re-running the
+	// same command resumes or converges), or a check's verdict is negative
+	// (etcd health, certs check, status).
+	ExitFail = 1
+	// ExitUsage: bad usage (unknown command or flag, wrong arguments, a
+	// malformed value); nothing was changed.
+	ExitUsage = 2
+	// ExitRefused: refused before changing anything (ha.ErrRefused): the
+	// node and the cluster are as they were, and the error says why and what
+	// to do. A dry run exits with it when its operation would be refused.
+	ExitRefused = 3
 )
 
 // Options are a run's seams; the zero value is production (this machine).
@@ -50,7 +62,7 @@ type Options struct {
 
 // Run executes the command line args (without the program name) under ctx,
 // writing results to stdout and diagnostics to stderr, and returns the
-// process exit code (ExitOK, ExitFail or ExitUsage). Cancelling ctx stops the
+// process exit code (ExitOK, ExitFail, ExitUsage or ExitRefused). Cancelling ctx stops the
 // command; every command tears down what it started before returning. Signal
 // handling is the caller's (cmd/stratum cancels ctx on SIGINT and SIGTERM),
 // with one exception: `stratum server`'s join is not under ctx but answers
@@ -76,8 +88,18 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, o Options
 		return ExitUsage
 	}
 	fmt.Fprintf(stderr, "stratum: %v\n", err)
+	if ha.IsRefusal(err) {
+		return ExitRefused
+	}
 	return ExitFail
 }
+
+// refused marks err as a refusal: returned before the command changed
+// anything (ExitRefused).
+func refused(err error) error { return ha.Refusal(err) }
+
+// refusedf is refused(fmt.Errorf(format, args...)).
+func refusedf(format string, args ...any) error { return ha.Refusal(fmt.Errorf(format, args...)) }
 
 // usageError is a command line the CLI does not accept (as opposed to a
 // command that was understood and then refused or failed).

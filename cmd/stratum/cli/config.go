@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"fmt"
-
 	"github.com/spf13/cobra"
 
 	"stratum.dev/stratum/ha"
@@ -18,7 +16,7 @@ func loadConfig(path string) (*config.Spec, error) {
 	}
 	f, err := config.Load(path)
 	if err != nil {
-		return nil, fmt.Errorf("--config: %w; nothing was changed", err)
+		return nil, refusedf("--config: %w; nothing was changed", err)
 	}
 	return &f.Spec, nil
 }

@@ -41,7 +41,7 @@ func TestConfigFileRefusalsChangeNothing(t *testing.T) {
 			opts, h := onTempHost(t)
 			args := append([]string{"up", "--node-ip", "127.0.0.1", "--config", writeConfig(t, tc.spec)}, tc.args...)
 			code, _, errOut := runCLI(t, opts, args...)
-			if code != ExitFail || !strings.Contains(errOut, tc.want) || !strings.Contains(errOut, "nothing was changed") {
+			if code != ExitRefused || !strings.Contains(errOut, tc.want) || !strings.Contains(errOut, "nothing was changed") {
 				t.Fatalf("exit %d, stderr:\n%s", code, errOut)
 			}
 			if files := filesUnder(t, h.Root); len(files) != 0 {

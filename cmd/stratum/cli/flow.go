@@ -83,11 +83,11 @@ func (a *app) adminNode() (*ha.Node, host.Host, kubernetes.Interface, error) {
 func adminRESTConfig(h host.Host) (*rest.Config, error) {
 	kc, err := h.ReadFile(version.Kubeconfig(kubeconfig.Admin))
 	if err != nil {
-		return nil, fmt.Errorf("read the admin kubeconfig: %w; run this on a control plane", err)
+		return nil, refusedf("read the admin kubeconfig: %w; run this on a control plane; nothing was changed", err)
 	}
 	cfg, err := kubeconfig.RESTConfig(kc)
 	if err != nil {
-		return nil, err
+		return nil, refusedf("the admin kubeconfig: %w; nothing was changed", err)
 	}
 	cfg.Dial = h.DialContext
 	cfg.Timeout = apiTimeout
@@ -99,10 +99,10 @@ func adminRESTConfig(h host.Host) (*rest.Config, error) {
 func loadState(h host.Host) (*nodestate.NodeState, error) {
 	st, err := nodestate.Load(h)
 	if errors.Is(err, nodestate.ErrNoState) {
-		return nil, fmt.Errorf("no control-plane state on this node (%s): run this on a control plane (`stratum up` or `stratum server` made one); nothing was changed", nodestate.Path)
+		return nil, refusedf("no control-plane state on this node (%s): run this on a control plane (`stratum up` or `stratum server` made one); nothing was changed", nodestate.Path)
 	}
 	if err != nil {
-		return nil, err
+		return nil, refused(err)
 	}
 	return st, nil
 }

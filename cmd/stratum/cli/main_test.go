@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -147,8 +148,8 @@ func TestSimUpRefusesBadCounts(t *testing.T) {
 func TestSimUpMissingBinariesNamesMakeAssets(t *testing.T) {
 	t.Setenv(assets.EnvDir, t.TempDir())
 	code, out, errOut := runCLI(t, Options{}, "sim", "up", "--control-planes", "1")
-	if code != ExitFail || !strings.HasPrefix(errOut, "stratum: ") || !strings.Contains(errOut, "make assets") {
-		t.Errorf("sim up without binaries: exit %d, stderr %q; want exit 1 naming `make assets`", code, errOut)
+	if code != ExitRefused || !strings.HasPrefix(errOut, "stratum: ") || !strings.Contains(errOut, "make assets") {
+		t.Errorf("sim up without binaries: exit %d, stderr %q; want exit 3 naming `make assets`", code, errOut)
 	}
 	if out != "" {
 		t.Errorf("sim up without binaries printed steps:\n%s", out)
@@ -158,10 +159,36 @@ func TestSimUpMissingBinariesNamesMakeAssets(t *testing.T) {
 func TestSimUpEndToEnd(t *testing.T) {
 	assetstest.Require(t, assets.KubeAPIServerName)
 	var cluster *sim.Cluster
-	opts := Options{OnCluster: func(c *sim.Cluster) { cluster = c }}
 	events := filepath.Join(t.TempDir(), "events.json")
+	// While the cluster runs, its event log file is kept current: a reader
+	// sees the bring-up's events before the teardown's.
+	liveSeen := make(chan bool, 1)
+	stopWatch := make(chan struct{})
+	opts := Options{OnCluster: func(c *sim.Cluster) {
+		cluster = c
+		go func() {
+			for {
+				evs, err := readEvents(events)
+				if err == nil && slices.ContainsFunc(evs, func(e sim.Event) bool { return strings.Contains(e.What, "started") }) &&
+					!slices.ContainsFunc(evs, func(e sim.Event) bool { return e.What == "cluster closed" }) {
+					liveSeen <- true
+					return
+				}
+				select {
+				case <-stopWatch:
+					liveSeen <- false
+					return
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+		}()
+	}}
 	start := time.Now()
 	code, out, errOut := runCLI(t, opts, "sim", "up", "--control-planes", "3", "--events", events)
+	close(stopWatch)
+	if cluster != nil && !<-liveSeen {
+		t.Errorf("the event log %s was never readable while the cluster ran", events)
+	}
 	t.Logf("sim up --control-planes 3 took %s:\n%s", time.Since(start).Round(time.Millisecond), out)
 	if code != ExitOK {
 		t.Fatalf("exit %d, want 0; stderr:\n%s", code, errOut)
@@ -332,8 +359,8 @@ func TestServerRefusesMalformedFlagsChangingNothing(t *testing.T) {
 				args = append(args, f, v)
 			}
 			code, out, errOut := runCLI(t, opts, args...)
-			if code != ExitFail {
-				t.Fatalf("%v: exit %d, want %d; stderr:\n%s", args, code, ExitFail, errOut)
+			if code != ExitRefused {
+				t.Fatalf("%v: exit %d, want %d; stderr:\n%s", args, code, ExitRefused, errOut)
 			}
 			for _, want := range []string{"stratum: ", "control-plane join refused", tc.want, "nothing was changed"} {
 				if !strings.Contains(errOut, want) {
@@ -367,8 +394,8 @@ func TestControlPlaneCommandsRefuseOnANodeWithoutState(t *testing.T) {
 	} {
 		opts, h := onTempHost(t)
 		code, out, errOut := runCLI(t, opts, tc.args...)
-		if code != ExitFail || !strings.HasPrefix(errOut, "stratum: ") || !strings.Contains(errOut, tc.want) {
-			t.Errorf("%v on a fresh node: exit %d, stderr %q; want exit 1 and %q", tc.args, code, errOut, tc.want)
+		if code != ExitRefused || !strings.HasPrefix(errOut, "stratum: ") || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v on a fresh node: exit %d, stderr %q; want exit 3 and %q", tc.args, code, errOut, tc.want)
 		}
 		if out != "" {
 			t.Errorf("%v refused, yet printed:\n%s", tc.args, out)

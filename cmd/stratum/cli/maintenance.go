@@ -47,22 +47,30 @@ refuses, changing nothing, while another operation holds it.`,
 
 // republishCmd is a `certs` subcommand that publishes the shared
 // certificates under a fresh certificate-key with publish, retiring every
-// pending grant, and says so.
+// pending grant, and says so; --dry-run prints what it would do.
 func (a *app) republishCmd(use, short, long, example string, publish func(*ha.Node, context.Context, string) error, done string) *cobra.Command {
-	return &cobra.Command{
-		Use:     use,
-		Short:   short,
-		Long:    long,
-		Example: example,
+	var dryRun bool
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Long: long + `
+
+--dry-run prints what it would do (the fence it would take, the publication it would
+replace, the grants it would retire) and changes nothing; it exits 3 when the fence is
+held, as the command would.`,
+		Example: example + "\n\n  # What it would retire, changing nothing\n  stratum certs " + use + " --dry-run",
 		Args:    usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			n, _, err := a.localNode()
 			if err != nil {
 				return err
 			}
+			if dryRun {
+				return n.RepublishPlan(cmd.Context(), a.stdout, use)
+			}
 			key, err := ha.NewCertKey()
 			if err != nil {
-				return err
+				return refused(err)
 			}
 			if err := publish(n, cmd.Context(), key); err != nil {
 				return fmt.Errorf("certs %s: %w", use, err)
@@ -71,6 +79,8 @@ func (a *app) republishCmd(use, short, long, example string, publish func(*ha.No
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print what it would do, change nothing")
+	return cmd
 }
 
 // operatorCmd is `stratum operator pass`: one pass of the stratum-operator

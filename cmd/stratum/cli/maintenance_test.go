@@ -60,8 +60,12 @@ func TestCertsRekeyReuploadAndOperatorPass(t *testing.T) {
 	rv, _ := certs()
 	for _, verb := range []string{"rekey", "reupload"} {
 		code, _, errOut := runCLI(t, opts, "certs", verb)
-		if code != ExitFail || !strings.Contains(errOut, "maintenance fence is held") || !strings.Contains(errOut, "ca-rotation@elsewhere") {
+		if code != ExitRefused || !strings.Contains(errOut, "maintenance fence is held") || !strings.Contains(errOut, "ca-rotation@elsewhere") {
 			t.Fatalf("certs %s under another's fence: exit %d\n%s", verb, code, errOut)
+		}
+		code, out, errOut := runCLI(t, opts, "certs", verb, "--dry-run")
+		if code != ExitRefused || !strings.Contains(out, "ca-rotation@elsewhere") {
+			t.Fatalf("certs %s --dry-run under another's fence: exit %d\n%s%s", verb, code, out, errOut)
 		}
 	}
 	if got, _ := certs(); got != rv {

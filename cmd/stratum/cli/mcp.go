@@ -11,7 +11,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
 
-	"stratum.dev/stratum/internal/nodestate"
+	"stratum.dev/stratum/ha"
+	"stratum.dev/stratum/sim"
+
 	"stratum.dev/stratum/internal/token"
 )
 
@@ -32,28 +34,10 @@ type (
 	tokensOut struct {
 		Tokens []token.Info `json:"tokens"`
 	}
-	nodeOut struct {
-		NodeName    string `json:"nodeName"`
-		NodeIP      string `json:"nodeIP"`
-		Server      string `json:"server"`
-		VIP         string `json:"vip,omitempty"`
-		EtcdPeerURL string `json:"etcdPeerURL"`
-		ClusterID   string `json:"clusterID,omitempty"`
-		// JoinIntentSurvives: a join was interrupted after its member-add
-		// and has not been recovered.
-		JoinIntentSurvives bool `json:"joinIntentSurvives"`
-	}
 	tokenCreateIn struct {
 		ControlPlane bool   `json:"controlPlane,omitempty" jsonschema:"mint a control-plane join grant (token, certificate-key, uploaded shared certificates) instead of a worker token"`
 		TTL          string `json:"ttl,omitempty" jsonschema:"how long the token authenticates, as a Go duration (default 2h)"`
 		Confirm      bool   `json:"confirm,omitempty" jsonschema:"must be true: this tool creates a credential of the cluster"`
-	}
-	tokenCreateOut struct {
-		ID                  string    `json:"id"`
-		Expires             time.Time `json:"expires"`
-		JoinCommand         string    `json:"joinCommand,omitempty"`
-		CAHash              string    `json:"caHash"`
-		BootstrapKubeconfig string    `json:"bootstrapKubeconfig,omitempty"`
 	}
 	confirmIn struct {
 		Confirm bool `json:"confirm,omitempty" jsonschema:"must be true: this tool changes the cluster"`
@@ -69,6 +53,18 @@ type (
 	}
 	reportOut struct {
 		Report string `json:"report"`
+	}
+	simEventsIn struct {
+		File     string `json:"file" jsonschema:"the event log a running (or finished) simulation writes: the FILE of stratum sim up --events FILE"`
+		Kind     string `json:"kind,omitempty" jsonschema:"only events of this kind: action, fault, heal, checkpoint, crash, service, vip or error"`
+		Host     string `json:"host,omitempty" jsonschema:"only events on this host (cp1, cp2, ...)"`
+		Contains string `json:"contains,omitempty" jsonschema:"only events whose text contains this"`
+		Last     int    `json:"last,omitempty" jsonschema:"only the last N of the matching events"`
+	}
+	simEventsOut struct {
+		// Total is how many events the log holds; Events the matching ones.
+		Total  int         `json:"total"`
+		Events []sim.Event `json:"events"`
 	}
 )
 
@@ -118,49 +114,74 @@ func (a *app) mcpServer() *mcp.Server {
 			}
 			return nil, tokensOut{Tokens: list}, err
 		})
-	mcp.AddTool(s, &mcp.Tool{Name: "node_state", Description: "This control plane's saved state (name, address, server, VIP, etcd member, cluster ID) and whether an interrupted join's intent journal survives.", Annotations: read},
-		func(ctx context.Context, _ *mcp.CallToolRequest, _ noInput) (*mcp.CallToolResult, nodeOut, error) {
+	mcp.AddTool(s, &mcp.Tool{Name: "node_state", Description: "This node's saved control-plane state (name, address, server, VIP, etcd member, cluster ID), whether an interrupted join's intent journal survives, and its supervisor's services (as `stratum status -o json`).", Annotations: read},
+		func(ctx context.Context, _ *mcp.CallToolRequest, _ noInput) (*mcp.CallToolResult, statusReport, error) {
 			n, h, err := a.localNode()
 			if err != nil {
-				return nil, nodeOut{}, err
+				return nil, statusReport{}, err
 			}
-			survives, err := n.JoinIntentSurvives(ctx)
+			rep, err := nodeStatus(ctx, n, h)
 			if err != nil {
-				return nil, nodeOut{}, err
+				return nil, statusReport{}, err
 			}
-			st, err := nodestate.Load(h)
-			if errors.Is(err, nodestate.ErrNoState) {
-				return nil, nodeOut{JoinIntentSurvives: survives}, nil
-			}
-			if err != nil {
-				return nil, nodeOut{}, err
-			}
-			return nil, nodeOut{NodeName: st.NodeName, NodeIP: st.NodeIP, Server: st.Server, VIP: st.VIP.Address,
-				EtcdPeerURL: st.Etcd.PeerURL, ClusterID: st.Etcd.ClusterID, JoinIntentSurvives: survives}, nil
+			rep.askSupervisor(ctx, h)
+			return nil, rep, nil
 		})
 
+	mcp.AddTool(s, &mcp.Tool{Name: "grants_list", Description: "The control-plane join grants in the shared-certificate Secret, each with whether its bootstrap token exists and is live, and the Secret's size against its budget (as `stratum grants list -o json`).", Annotations: read},
+		func(ctx context.Context, _ *mcp.CallToolRequest, _ noInput) (*mcp.CallToolResult, ha.GrantsReport, error) {
+			_, h, cs, err := a.adminNode()
+			if err != nil {
+				return nil, ha.GrantsReport{}, err
+			}
+			rep, err := ha.ListGrants(ctx, cs, h.Now())
+			return nil, rep, err
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "sim_events", Description: "The events of a simulation run by `stratum sim up --events FILE` (kept current while it runs with --keep): actions, faults, checkpoints, crashes, services and VIP moves per host, filtered by kind, host or text.", Annotations: read},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in simEventsIn) (*mcp.CallToolResult, simEventsOut, error) {
+			if strings.TrimSpace(in.File) == "" {
+				return nil, simEventsOut{}, errors.New("file is required: the FILE given to `stratum sim up --events FILE`")
+			}
+			if in.Last < 0 {
+				return nil, simEventsOut{}, fmt.Errorf("last %d: want a positive count, or 0 for all", in.Last)
+			}
+			evs, err := readEvents(in.File)
+			if err != nil {
+				return nil, simEventsOut{}, err
+			}
+			out := simEventsOut{Total: len(evs), Events: []sim.Event{}}
+			for _, e := range evs {
+				if (in.Kind == "" || e.Kind == in.Kind) && (in.Host == "" || e.Host == in.Host) && strings.Contains(e.What, in.Contains) {
+					out.Events = append(out.Events, e)
+				}
+			}
+			if in.Last > 0 && len(out.Events) > in.Last {
+				out.Events = out.Events[len(out.Events)-in.Last:]
+			}
+			return nil, out, nil
+		})
 	mcp.AddTool(s, &mcp.Tool{Name: "token_create", Description: "Mint a join token (with controlPlane, a control-plane join grant and its join command). Refused unless confirm is true."},
-		func(ctx context.Context, _ *mcp.CallToolRequest, in tokenCreateIn) (*mcp.CallToolResult, tokenCreateOut, error) {
+		func(ctx context.Context, _ *mcp.CallToolRequest, in tokenCreateIn) (*mcp.CallToolResult, mintedReport, error) {
 			if !in.Confirm {
-				return nil, tokenCreateOut{}, errNotConfirmed
+				return nil, mintedReport{}, errNotConfirmed
 			}
 			ttl := token.DefaultTTL
 			if in.TTL != "" {
 				d, err := time.ParseDuration(in.TTL)
 				if err != nil || d <= 0 {
-					return nil, tokenCreateOut{}, fmt.Errorf("ttl %q: want a positive duration such as 30m or 2h; nothing was created", in.TTL)
+					return nil, mintedReport{}, fmt.Errorf("ttl %q: want a positive duration such as 30m or 2h; nothing was created", in.TTL)
 				}
 				ttl = d
 			}
 			n, h, err := a.localNode()
 			if err != nil {
-				return nil, tokenCreateOut{}, err
+				return nil, mintedReport{}, err
 			}
-			m, _, err := mintGrant(ctx, n, h, ttl, in.ControlPlane)
+			m, server, err := mintGrant(ctx, n, h, ttl, in.ControlPlane)
 			if err != nil {
-				return nil, tokenCreateOut{}, err
+				return nil, mintedReport{}, err
 			}
-			return nil, tokenCreateOut{ID: m.ID, Expires: m.Expires, JoinCommand: m.JoinCommand, CAHash: m.CAHash, BootstrapKubeconfig: string(m.BootstrapKubeconfig)}, nil
+			return nil, mintedReportOf(m, server, in.ControlPlane), nil
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "grants_prune", Description: "Drop the grant entries of expired or deleted tokens from the shared-certificate Secret. Refused unless confirm is true."},
 		func(ctx context.Context, _ *mcp.CallToolRequest, in confirmIn) (*mcp.CallToolResult, doneOut, error) {
@@ -207,9 +228,10 @@ func (a *app) mcpCmd() *cobra.Command {
 		Use:   "mcp",
 		Short: "Serve this control plane's operations to an MCP client over stdio",
 		Long: `Run a Model Context Protocol server on stdin/stdout, for an agent or an MCP client.
-Read tools: etcd_members, etcd_health, certs_check, token_list, node_state. Guarded
-writes: token_create, grants_prune, etcd_rejoin (dryRun first); each refuses, changing
-nothing, unless its input has confirm: true. Each tool runs the code of the command of
+Read tools: etcd_members, etcd_health, certs_check, token_list, grants_list,
+node_state, and sim_events (a simulation's event log, from "stratum sim up --events
+FILE"). Guarded writes: token_create, grants_prune, etcd_rejoin (dryRun first); each
+refuses, changing nothing, unless its input has confirm: true. Each tool runs the code of the command of
 the same name and returns its JSON (the fields docs/cli.md documents).`,
 		Example: `  # In an MCP client's configuration: {"command": "stratum", "args": ["mcp"]}
   stratum mcp`,

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"maps"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/token"
 )
 
@@ -50,7 +53,7 @@ func TestMCPServer(t *testing.T) {
 		}
 	}
 	slices.Sort(names)
-	want := []string{"certs_check", "etcd_health", "etcd_members", "etcd_rejoin", "grants_prune", "node_state", "token_create", "token_list"}
+	want := []string{"certs_check", "etcd_health", "etcd_members", "etcd_rejoin", "grants_list", "grants_prune", "node_state", "sim_events", "token_create", "token_list"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("tools %v, want %v", names, want)
 	}
@@ -89,10 +92,13 @@ func TestMCPServer(t *testing.T) {
 	if !health.Healthy || len(health.Members) != 1 || health.Members[0] != cp1.IP().String() {
 		t.Fatalf("etcd_health: %+v", health)
 	}
-	var node nodeOut
+	var node statusReport
 	call("node_state", nil, &node)
-	if node.NodeName != "cp1" || node.VIP != c.VIPAddress().String() || node.JoinIntentSurvives {
+	if node.Node == nil || node.Node.NodeName != "cp1" || node.Node.VIP != c.VIPAddress().String() || node.JoinIntentSurvives {
 		t.Fatalf("node_state: %+v", node)
+	}
+	if !node.Supervisor || len(node.Services) != 3 || !slices.ContainsFunc(node.Services, func(s serviceReport) bool { return s.Name == "etcd" && s.Running }) {
+		t.Fatalf("node_state services: %+v", node)
 	}
 	var certs certsReport
 	call("certs_check", nil, &certs)
@@ -129,7 +135,7 @@ func TestMCPServer(t *testing.T) {
 		t.Fatalf("unconfirmed writes changed the token Secrets: %d -> %d", before, got)
 	}
 
-	var minted tokenCreateOut
+	var minted mintedReport
 	if res := call("token_create", map[string]any{"controlPlane": true, "ttl": "30m", "confirm": true}, &minted); res.IsError {
 		t.Fatalf("token_create: %s", text(res))
 	}
@@ -144,10 +150,47 @@ func TestMCPServer(t *testing.T) {
 	if len(tokens.Tokens) != before+1 || !slices.ContainsFunc(tokens.Tokens, func(i token.Info) bool { return i.ID == minted.ID && i.Kind == "control-plane" }) {
 		t.Fatalf("token_list: %+v", tokens)
 	}
+	var grants ha.GrantsReport
+	call("grants_list", nil, &grants)
+	if !grants.Published || !slices.ContainsFunc(grants.Grants, func(g ha.Grant) bool { return g.TokenID == minted.ID && g.Live && g.TokenExists }) {
+		t.Fatalf("grants_list lacks the live grant %s: %+v", minted.ID, grants)
+	}
+	s, err := admin.CoreV1().Secrets("kube-system").Get(ctx, "stratum-certs", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.Data["certs-"+minted.ID]; !ok || grants.Generation == 0 {
+		t.Fatalf("grants_list reports %+v; the Secret's entries: %v", grants, slices.Collect(maps.Keys(s.Data)))
+	}
 	var done doneOut
 	if res := call("grants_prune", map[string]any{"confirm": true}, &done); res.IsError || done.Done == "" {
 		t.Fatalf("grants_prune: %s", text(res))
 	}
+	// The simulation's own event log, as `sim up --events` writes it.
+	evFile := filepath.Join(t.TempDir(), "events.json")
+	live := startLiveEvents(evFile, c.Events(), slog.New(slog.DiscardHandler))
+	if err := live.stop(); err != nil {
+		t.Fatal(err)
+	}
+	var evs simEventsOut
+	call("sim_events", map[string]any{"file": evFile, "host": "cp1", "kind": "service"}, &evs)
+	wantEvs := 0
+	for _, e := range c.Events().Events() {
+		if e.Host == "cp1" && e.Kind == "service" {
+			wantEvs++
+		}
+	}
+	if evs.Total == 0 || len(evs.Events) != wantEvs || wantEvs == 0 {
+		t.Fatalf("sim_events host cp1 kind service: %d of %d events, want %d", len(evs.Events), evs.Total, wantEvs)
+	}
+	call("sim_events", map[string]any{"file": evFile, "last": 2}, &evs)
+	if len(evs.Events) != 2 {
+		t.Fatalf("sim_events last 2: %d events", len(evs.Events))
+	}
+	if res := call("sim_events", map[string]any{"file": filepath.Join(t.TempDir(), "none.json")}, nil); !res.IsError {
+		t.Fatal("sim_events on a missing file did not fail")
+	}
+
 	// A dry run needs no confirm; this node is not a rejoin target of itself.
 	res := call("etcd_rejoin", map[string]any{"server": cp1.IP().String(), "dryRun": true}, nil)
 	if !res.IsError || !strings.Contains(text(res), "is this node") {

@@ -106,17 +106,19 @@ refused. --dry-run prints the plan and changes nothing.`,
 			}
 			plan, err := planRemoval(rows, args[0], st.Etcd.PeerURL)
 			if err != nil {
-				return fmt.Errorf("etcd member remove: %w", err)
+				return refusedf("etcd member remove: %w", err)
 			}
 			if dryRun {
 				fmt.Fprintf(a.stdout, "would %s\n", plan)
 				for _, r := range plan.Risks {
 					fmt.Fprintf(a.stdout, "refused without --force: %s\n", r)
 				}
-				return nil
 			}
 			if len(plan.Risks) > 0 && !force {
-				return fmt.Errorf("etcd member remove refused: %s; nothing was removed (--force removes it anyway)", strings.Join(plan.Risks, "; "))
+				return refusedf("etcd member remove refused: %s; nothing was removed (--force removes it anyway)", strings.Join(plan.Risks, "; "))
+			}
+			if dryRun {
+				return nil
 			}
 			peer, _, _ := strings.Cut(plan.Target.PeerURL, ",")
 			if err := n.MemberRemove(cmd.Context(), []string{urlHost(st.Etcd.ClientURL)}, peer); err != nil {

@@ -113,9 +113,10 @@ func TestEtcdMemberRemove(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"cp9"}, ExitFail, "no etcd member named"},
+		{[]string{"cp9"}, ExitRefused, "no etcd member named"},
 		{[]string{"cp3", "--dry-run"}, ExitOK, "would remove etcd member cp3"},
-		{[]string{"cp1"}, ExitFail, "this node's own member"},
+		{[]string{"cp1"}, ExitRefused, "this node's own member"},
+		{[]string{"cp1", "--dry-run"}, ExitRefused, "refused without --force: it is this node's own member"},
 	} {
 		code, out, errOut := runCLI(t, opts, append([]string{"etcd", "member", "remove"}, tc.args...)...)
 		if code != tc.code || !strings.Contains(out+errOut, tc.want) {
@@ -128,7 +129,7 @@ func TestEtcdMemberRemove(t *testing.T) {
 	c.Host("cp2").StopEtcd()
 	health(ExitFail, false)
 	code, _, errOut := runCLI(t, opts, "etcd", "member", "remove", "cp3")
-	if code != ExitFail || !strings.Contains(errOut, "under the quorum") {
+	if code != ExitRefused || !strings.Contains(errOut, "under the quorum") {
 		t.Fatalf("member remove cp3 with cp2 down: exit %d\n%s", code, errOut)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -149,7 +150,7 @@ func TestEtcdMemberRemove(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if code, _, errOut := runCLI(t, opts, "etcd", "downgrade", "3.8"); code != ExitFail || !strings.Contains(errOut, "nothing was changed") {
+	if code, _, errOut := runCLI(t, opts, "etcd", "downgrade", "3.8"); code != ExitRefused || !strings.Contains(errOut, "nothing was changed") {
 		t.Fatalf("etcd downgrade 3.8: exit %d\n%s", code, errOut)
 	}
 	if after, err := n.EtcdStorageAt(ctx, c.Host("cp1").IP().String()); err != nil || after.Downgrading || after.StorageVersion != before.StorageVersion {

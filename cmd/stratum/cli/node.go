@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
 
 	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/host"
@@ -303,6 +306,7 @@ func (a *app) tokenCreateCmd() *cobra.Command {
 		controlPlane bool
 		ttl          time.Duration
 		kubeconfigTo string
+		out          *output
 	)
 	cmd := &cobra.Command{
 		Use:   "create",
@@ -319,14 +323,24 @@ it). Pass the printed certificate-key to the joiner out of band.
 Without it, a worker token: the token, the cluster CA's hash and the server, for a
 kubelet's TLS bootstrap; --bootstrap-kubeconfig-out writes the bootstrap kubeconfig
 the token authorises (the kubelet's --bootstrap-kubeconfig). This build joins control
-planes; it has no worker join command of its own.`,
+planes; it has no worker join command of its own.
+
+-o json (or yaml) prints {id, kind, expires, token, caHash, server, certificateKey,
+joinCommand, joinCommandSecretFiles, bootstrapKubeconfig}: the secrets included, so
+keep that output as private as the join command.`,
 		Example: `  # A control-plane join grant valid for 2 hours
   stratum token create --control-plane
 
   # A worker token valid for 30 minutes, with the kubelet's bootstrap kubeconfig
-  stratum token create --ttl 30m --bootstrap-kubeconfig-out bootstrap-kubelet.conf`,
+  stratum token create --ttl 30m --bootstrap-kubeconfig-out bootstrap-kubelet.conf
+
+  # For a script: the grant as JSON
+  stratum token create --control-plane -o json`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := out.check(); err != nil {
+				return err
+			}
 			if ttl <= 0 {
 				return usagef("--ttl %s: must be positive", ttl)
 			}
@@ -337,31 +351,61 @@ planes; it has no worker join command of its own.`,
 				// Refused before the mint, so no token is left behind
 				// for a file that cannot be written.
 				if err := checkWritableFile(kubeconfigTo); err != nil {
-					return fmt.Errorf("token create refused: --bootstrap-kubeconfig-out %s: %w; no token was created", kubeconfigTo, err)
+					return refusedf("token create refused: --bootstrap-kubeconfig-out %s: %w; no token was created", kubeconfigTo, err)
 				}
 			}
 			n, h, err := a.localNode()
 			if err != nil {
 				return err
 			}
-			m, _, err := mintGrant(cmd.Context(), n, h, ttl, controlPlane)
+			m, server, err := mintGrant(cmd.Context(), n, h, ttl, controlPlane)
 			if err != nil {
 				return fmt.Errorf("token create: %w", err)
 			}
-			a.printMinted(m, controlPlane)
 			if kubeconfigTo != "" {
 				if err := writeFileAtomic(kubeconfigTo, m.BootstrapKubeconfig, 0o600); err != nil {
+					a.printMinted(m, controlPlane)
 					return fmt.Errorf("token %s was minted, but writing its bootstrap kubeconfig failed: %w; the token above still works", m.ID, err)
 				}
-				fmt.Fprintf(a.stdout, "\nwrote the bootstrap kubeconfig to %s (mode 0600)\n", kubeconfigTo)
 			}
-			return nil
+			return a.write(out, mintedReportOf(m, server, controlPlane), func() error {
+				a.printMinted(m, controlPlane)
+				if kubeconfigTo != "" {
+					fmt.Fprintf(a.stdout, "\nwrote the bootstrap kubeconfig to %s (mode 0600)\n", kubeconfigTo)
+				}
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&controlPlane, "control-plane", false, "mint a control-plane join grant (token, certificate-key, uploaded shared certificates)")
 	cmd.Flags().DurationVar(&ttl, "ttl", token.DefaultTTL, "how long the token authenticates (e.g. 30m, 2h)")
 	cmd.Flags().StringVar(&kubeconfigTo, "bootstrap-kubeconfig-out", "", "for a worker token, write the bootstrap kubeconfig it authorises to `FILE` (0600)")
+	out = addOutput(cmd, "text")
 	return cmd
+}
+
+// mintedReport is `token create -o json` and the MCP token_create tool's
+// answer. The JSON names are stable (docs/cli.md).
+type mintedReport struct {
+	ID                     string    `json:"id"`
+	Kind                   string    `json:"kind"` // "control-plane" or "worker"
+	Expires                time.Time `json:"expires"`
+	Token                  string    `json:"token"`
+	CAHash                 string    `json:"caHash"`
+	Server                 string    `json:"server"`
+	CertificateKey         string    `json:"certificateKey,omitempty"`
+	JoinCommand            string    `json:"joinCommand,omitempty"`
+	JoinCommandSecretFiles string    `json:"joinCommandSecretFiles,omitempty"`
+	BootstrapKubeconfig    string    `json:"bootstrapKubeconfig,omitempty"`
+}
+
+func mintedReportOf(m *token.Minted, server string, controlPlane bool) mintedReport {
+	r := mintedReport{ID: m.ID, Kind: "worker", Expires: m.Expires.UTC(), Token: m.Token, CAHash: m.CAHash, Server: server,
+		BootstrapKubeconfig: string(m.BootstrapKubeconfig)}
+	if controlPlane {
+		r.Kind, r.CertificateKey, r.JoinCommand, r.JoinCommandSecretFiles = "control-plane", m.CertKey, m.JoinCommand, m.JoinCommandSecretFiles
+	}
+	return r
 }
 
 func (a *app) printMinted(m *token.Minted, controlPlane bool) {
@@ -391,7 +435,7 @@ func (a *app) etcdCmd() *cobra.Command {
 		Args: cobra.ArbitraryArgs,
 		RunE: groupRun,
 	}
-	var membersOut, healthFormat string
+	var membersOut, healthOut *output
 	members := &cobra.Command{
 		Use:   "members",
 		Short: "List etcd members: name, peer URL, voter or learner, leader, health",
@@ -399,12 +443,12 @@ func (a *app) etcdCmd() *cobra.Command {
 member for its status: whether it is a voter or a learner, whether it is the leader,
 and whether it is healthy (answered, knows a leader, raised no alarm). Exits 0 once the
 table is printed, whatever the members' health; "stratum etcd health" is the verdict.
--o json prints an array of {name, peerURL, clientIP, learner, leader, health}.`,
+-o json (or yaml) prints an array of {name, peerURL, clientIP, learner, leader, health}.`,
 		Example: `  stratum etcd members
   stratum etcd members -o json`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(membersOut); err != nil {
+			if err := membersOut.check(); err != nil {
 				return err
 			}
 			n, _, st, err := a.controlPlaneNode()
@@ -415,13 +459,10 @@ table is printed, whatever the members' health; "stratum etcd health" is the ver
 			if err != nil {
 				return err
 			}
-			if membersOut == "json" {
-				return a.writeJSON(rows)
-			}
-			return writeMemberTable(a.stdout, rows)
+			return a.write(membersOut, rows, func() error { return writeMemberTable(a.stdout, rows) })
 		},
 	}
-	members.Flags().StringVarP(&membersOut, "output", "o", "table", "output `format`: table or json")
+	membersOut = addOutput(members, "table")
 	health := &cobra.Command{
 		Use:   "health",
 		Short: "Check that every etcd member is healthy and all agree on one leader",
@@ -429,12 +470,12 @@ table is printed, whatever the members' health; "stratum etcd health" is the ver
 address, from the member list) must answer, know a leader and raise no alarm, and all
 must name the same leader; a split brain (two partitions, each with a leader) is
 reported unhealthy. Exits 1 with the reason when the cluster is not healthy.
--o json prints {healthy, members, error} (members: the client addresses asked).`,
+-o json (or yaml) prints {healthy, members, error} (members: the client addresses asked).`,
 		Example: `  stratum etcd health
   stratum etcd health -o json`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(healthFormat); err != nil {
+			if err := healthOut.check(); err != nil {
 				return err
 			}
 			n, _, st, err := a.controlPlaneNode()
@@ -445,21 +486,21 @@ reported unhealthy. Exits 1 with the reason when the cluster is not healthy.
 			if err != nil {
 				return err
 			}
-			if healthFormat == "json" {
-				if err := a.writeJSON(rep); err != nil {
-					return err
+			if err := a.write(healthOut, rep, func() error {
+				if herr == nil {
+					fmt.Fprintf(a.stdout, "etcd healthy: %d members (%s) answer and agree on one leader\n", len(rep.Members), strings.Join(rep.Members, ", "))
 				}
+				return nil
+			}); err != nil {
+				return err
 			}
 			if herr != nil {
 				return fmt.Errorf("etcd is not healthy: %w", herr)
 			}
-			if healthFormat != "json" {
-				fmt.Fprintf(a.stdout, "etcd healthy: %d members (%s) answer and agree on one leader\n", len(rep.Members), strings.Join(rep.Members, ", "))
-			}
 			return nil
 		},
 	}
-	health.Flags().StringVarP(&healthFormat, "output", "o", "text", "output `format`: text or json")
+	healthOut = addOutput(health, "text")
 	cmd.AddCommand(members, health, a.etcdMemberCmd(), a.etcdDowngradeCmd())
 	return cmd
 }
@@ -473,7 +514,7 @@ func (a *app) certsCmd() *cobra.Command {
 		Args: cobra.ArbitraryArgs,
 		RunE: groupRun,
 	}
-	var output string
+	var out *output
 	check := &cobra.Command{
 		Use:   "check",
 		Short: "Report every certificate's expiry on this node and the shared certificates' key age",
@@ -482,34 +523,35 @@ kubeconfig's client certificate, with its expiry and the days left (a warning un
 30 days). Then, through the admin kubeconfig, say when the shared certificates'
 certificate-key was last set, with a warning when it is older than %d days (rotate it
 with "stratum certs rekey"). Exits 1 when a certificate has expired or the key's age
-cannot be read. -o json prints {certificates: [{name, kind, subject, notAfter,
-daysLeft}], certificateKeySetAt, certificateKeyError}.`, version.PKIDir, int(certKeyMaxAge.Hours()/24)),
+cannot be read. -o json (or yaml) prints {certificates: [{name, kind, subject,
+notAfter, daysLeft}], certificateKeySetAt, certificateKeyError}.`, version.PKIDir, int(certKeyMaxAge.Hours()/24)),
 		Example: `  stratum certs check
   stratum certs check -o json`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(output); err != nil {
+			if err := out.check(); err != nil {
 				return err
 			}
 			n, h, err := a.localNode()
 			if err != nil {
 				return err
 			}
-			return a.certsCheck(cmd.Context(), n, h, output)
+			return a.certsCheck(cmd.Context(), n, h, out)
 		},
 	}
-	check.Flags().StringVarP(&output, "output", "o", "table", "output `format`: table or json")
+	out = addOutput(check, "table")
 	cmd.AddCommand(check, a.certsRenewCmd(), a.certsRekeyCmd(), a.certsReuploadCmd())
 	return cmd
 }
 
 func (a *app) grantsCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:     "grants",
-		Short:   "Manage control-plane join grants",
-		Example: `  stratum grants prune`,
-		Args:    cobra.ArbitraryArgs,
-		RunE:    groupRun,
+		Use:   "grants",
+		Short: "List and prune control-plane join grants",
+		Example: `  stratum grants list
+  stratum grants prune`,
+		Args: cobra.ArbitraryArgs,
+		RunE: groupRun,
 	}
 	prune := &cobra.Command{
 		Use:   "prune",
@@ -531,6 +573,61 @@ are kept. Nothing to prune is success.`,
 			return nil
 		},
 	}
-	cmd.AddCommand(prune)
+	cmd.AddCommand(a.grantsListCmd(), prune)
 	return cmd
+}
+
+// grantsListCmd is `stratum grants list`: the grant entries of the
+// shared-certificate Secret, each with its token's state.
+func (a *app) grantsListCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List the control-plane join grants in the shared-certificate Secret, with their tokens' state",
+		Long: `List the grant entries of the cluster's encrypted shared-certificate Secret (one per
+control-plane join grant minted with "stratum token create --control-plane"), through
+this control plane's admin kubeconfig: each grant's token ID, whether its bootstrap
+token still exists and authenticates (a grant that is not live is what "stratum grants
+prune" drops), when the token expires, and the entry's size against the Secret's budget.
+-o json (or yaml) prints {published, grants: [{tokenID, bytes, tokenExists, expires,
+live}], generation, bytes, budgetBytes}.`,
+		Example: `  stratum grants list
+  stratum grants list -o json`,
+		Args: usageArgs(cobra.NoArgs),
+	}
+	cmd.RunE = adminReport(a, addOutput(cmd, "table"), func(ctx context.Context, h host.Host, cs kubernetes.Interface) (ha.GrantsReport, error) {
+		rep, err := ha.ListGrants(ctx, cs, h.Now())
+		if err != nil {
+			return rep, fmt.Errorf("grants list: %w", err)
+		}
+		return rep, nil
+	}, writeGrantsTable)
+	return cmd
+}
+
+// writeGrantsTable is `grants list`'s human form.
+func writeGrantsTable(w io.Writer, rep ha.GrantsReport) error {
+	if !rep.Published {
+		_, err := fmt.Fprintln(w, "no shared certificates are published: `stratum token create --control-plane` uploads them")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TOKEN\tLIVE\tEXPIRES\tBYTES")
+	for _, g := range rep.Grants {
+		live, exp := "yes", "never"
+		switch {
+		case !g.TokenExists:
+			live, exp = "no (token gone)", "-"
+		case !g.Live:
+			live = "no"
+		}
+		if g.Expires != nil {
+			exp = g.Expires.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", g.TokenID, live, exp, g.Bytes)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "\n%d grants; the Secret holds %d of %d bytes (generation %d)\n", len(rep.Grants), rep.Bytes, rep.BudgetBytes, rep.Generation)
+	return err
 }

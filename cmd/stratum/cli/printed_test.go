@@ -158,7 +158,7 @@ func TestTokenCreatePrintsWhatRuns(t *testing.T) {
 	// A file that cannot be written is refused before any token is minted.
 	before := tokenSecrets(t, ctx, c, d)
 	code, _, errOut = runCLI(t, opts, "token", "create", "--bootstrap-kubeconfig-out", filepath.Join(t.TempDir(), "missing", "x.conf"))
-	if code != ExitFail || !strings.Contains(errOut, "no token was created") {
+	if code != ExitRefused || !strings.Contains(errOut, "no token was created") {
 		t.Fatalf("unwritable --bootstrap-kubeconfig-out: exit %d\n%s", code, errOut)
 	}
 	if after := tokenSecrets(t, ctx, c, d); after != before {

@@ -8,6 +8,7 @@ import (
 func (a *app) withRejoin(etcd *cobra.Command) *cobra.Command {
 	var server string
 	var force, dryRun bool
+	var out *output
 	cmd := &cobra.Command{
 		Use:   "rejoin --server <seed-ip> [--force]",
 		Short: "Rejoin this control plane's etcd to a cluster restored from a snapshot",
@@ -26,19 +27,28 @@ cluster wrote since the snapshot.
 
 --dry-run observes the same things and prints the steps a rejoin would run, and whether
 its data removal would be refused without --force; it takes no lock and changes nothing.
+With -o json (or yaml) it prints {member, seed, seedClusterID, steps, refused}.
 
-Exits 0 once this node is a voter of the seed's cluster, 1 when refused or failed, 2 on
-bad usage.`,
+Exits 0 once this node is a voter of the seed's cluster, 3 when refused with nothing
+changed, 1 when it failed after changing something (re-run the same command: it
+resumes), 2 on bad usage; a dry run exits 0 or 3 as the rejoin would.`,
 		Example: `  # On cp2, after "stratum snapshot restore backup.db" on cp1 (10.0.0.11)
   stratum etcd rejoin --server 10.0.0.11
 
   # What it would do, changing nothing
   stratum etcd rejoin --server 10.0.0.11 --dry-run
+  stratum etcd rejoin --server 10.0.0.11 --dry-run -o json
 
   # The old cluster still runs (cp2 and cp3 keep a quorum): discard it
   stratum etcd rejoin --server 10.0.0.11 --force`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := out.check(); err != nil {
+				return err
+			}
+			if out.machine() && !dryRun {
+				return usagef("-o %s prints the plan of a --dry-run; the rejoin itself reports its steps as text", out.format)
+			}
 			if server == "" {
 				return usagef("--server is required: the address of the restored seed control plane")
 			}
@@ -47,6 +57,16 @@ bad usage.`,
 			}
 			n, _, err := a.localNode()
 			if err != nil {
+				return err
+			}
+			if dryRun && out.machine() {
+				rep, err := n.RejoinPlanOf(cmd.Context(), server, force)
+				if rep.Member == "" {
+					return err
+				}
+				if werr := a.write(out, rep, nil); werr != nil {
+					return werr
+				}
 				return err
 			}
 			if dryRun {
@@ -58,6 +78,7 @@ bad usage.`,
 	cmd.Flags().StringVar(&server, "server", "", "the restored seed control plane's `IP` (its etcd client address)")
 	cmd.Flags().BoolVar(&force, "force", false, "remove this node's etcd data even while its old cluster may still have a quorum")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the steps the rejoin would run (and a refusal it would meet), change nothing")
+	out = addOutput(cmd, "text")
 	etcd.AddCommand(cmd)
 	return etcd
 }

@@ -4,11 +4,13 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
+
+	"stratum.dev/stratum/ha"
 )
 
 func (a *app) repointCmd() *cobra.Command {
 	var vip string
-	var cilium bool
+	var cilium, dryRun bool
 	cmd := &cobra.Command{
 		Use:   "repoint --vip <ip> [--cilium]",
 		Short: "Move this node's clients (and optionally Cilium) onto the cluster VIP",
@@ -28,12 +30,21 @@ kube-system/cilium-operator) are also pointed at the VIP (KUBERNETES_SERVICE_HOS
 with this node's admin credentials, and their rollout is awaited for a bounded time; a
 rollout still going then is a warning.
 
-Exits 0 once repointed (warnings included), 1 when refused or failed, 2 on bad usage.`,
+--dry-run makes the same VIP check and prints what would change: the VIP recorded, the
+apiserver certificate reissued, each kubeconfig rewritten, each service restarted, and
+with --cilium each object updated (checked by the apiserver as a server-side dry run).
+
+Exits 0 once repointed (warnings included), 3 when refused with nothing changed (the
+VIP does not serve the cluster), 1 when it failed after changing something (re-run it),
+2 on bad usage; a dry run exits 0 or 3 as the repoint would.`,
 		Example: `  # Clients of this node onto the VIP
   stratum repoint --vip 10.0.0.10
 
   # ...and Cilium too (run once, on one control plane)
-  stratum repoint --vip 10.0.0.10 --cilium`,
+  stratum repoint --vip 10.0.0.10 --cilium
+
+  # What it would change, changing nothing
+  stratum repoint --vip 10.0.0.10 --cilium --dry-run`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if vip == "" {
@@ -46,6 +57,9 @@ Exits 0 once repointed (warnings included), 1 when refused or failed, 2 on bad u
 			if err != nil {
 				return err
 			}
+			if dryRun {
+				return n.RepointPlan(cmd.Context(), a.stdout, nil, vip, cilium)
+			}
 			warnings, err := n.NodeRepoint(cmd.Context(), a.stdout, vip)
 			if err != nil {
 				return explainHost(err)
@@ -53,7 +67,8 @@ Exits 0 once repointed (warnings included), 1 when refused or failed, 2 on bad u
 			if cilium {
 				w, err := n.RepointCiliumWith(cmd.Context(), a.stdout, nil, vip)
 				if err != nil {
-					return err
+					// This node's clients were already moved.
+					return ha.Midway(fmt.Errorf("this node's clients point at the VIP, but Cilium was not repointed: %w; re-run the same command", err))
 				}
 				warnings = append(warnings, w...)
 			}
@@ -65,5 +80,6 @@ Exits 0 once repointed (warnings included), 1 when refused or failed, 2 on bad u
 	}
 	cmd.Flags().StringVar(&vip, "vip", "", "the cluster VIP's `IP`")
 	cmd.Flags().BoolVar(&cilium, "cilium", false, "also point the Cilium agent and operator at the VIP")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print what would change, change nothing")
 	return cmd
 }

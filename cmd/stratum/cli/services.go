@@ -1,7 +1,10 @@
 package cli
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +14,7 @@ import (
 
 	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/controlplane"
+	"stratum.dev/stratum/internal/host"
 	"stratum.dev/stratum/internal/nodestate"
 )
 
@@ -106,36 +110,121 @@ enable it with: systemctl daemon-reload && systemctl enable --now stratum
 // supervisedServices are the services `stratum status` reports, in start order.
 var supervisedServices = []string{ha.ServiceEtcd, ha.ServiceAPIServer, ha.ServiceVIP, serviceOperator}
 
+// statusReport is `stratum status -o json`: this node's saved state, an
+// interrupted join's journal, and the supervisor's services. The JSON names
+// are stable (docs/cli.md).
+type statusReport struct {
+	// Node is the saved control-plane state, absent on a node that has none.
+	Node *nodeReport `json:"node,omitempty"`
+	// JoinIntentSurvives: a join was interrupted after its etcd member-add
+	// and has not been recovered (re-run its join command).
+	JoinIntentSurvives bool `json:"joinIntentSurvives"`
+	// Supervisor is whether a stratum supervisor answered; SupervisorError
+	// says why not.
+	Supervisor      bool            `json:"supervisor"`
+	SupervisorError string          `json:"supervisorError,omitempty"`
+	Services        []serviceReport `json:"services"`
+}
+
+// nodeReport is a control plane's saved state, as `status` and the MCP
+// node_state tool report it.
+type nodeReport struct {
+	NodeName    string `json:"nodeName"`
+	NodeIP      string `json:"nodeIP"`
+	Server      string `json:"server"`
+	VIP         string `json:"vip,omitempty"`
+	EtcdPeerURL string `json:"etcdPeerURL"`
+	ClusterID   string `json:"clusterID,omitempty"`
+}
+
+type serviceReport struct {
+	Name    string `json:"name"`
+	Running bool   `json:"running"`
+	Detail  string `json:"detail"`
+}
+
+// nodeStatus reads this node's saved state and join journal; a node with
+// neither is reported as such, not as an error.
+func nodeStatus(ctx context.Context, n *ha.Node, h host.Host) (statusReport, error) {
+	rep := statusReport{Services: []serviceReport{}}
+	survives, err := n.JoinIntentSurvives(ctx)
+	if err != nil {
+		return rep, err
+	}
+	rep.JoinIntentSurvives = survives
+	st, err := nodestate.Load(h)
+	switch {
+	case errors.Is(err, nodestate.ErrNoState):
+	case err != nil:
+		return rep, err
+	default:
+		rep.Node = &nodeReport{NodeName: st.NodeName, NodeIP: st.NodeIP, Server: st.Server, VIP: st.VIP.Address,
+			EtcdPeerURL: st.Etcd.PeerURL, ClusterID: st.Etcd.ClusterID}
+	}
+	return rep, nil
+}
+
+// askSupervisor fills in the supervisor's services, or why no supervisor
+// answered (also returned). A service the host's manager does not run (the
+// simulator runs no operator) is left out.
+func (rep *statusReport) askSupervisor(ctx context.Context, h host.Host) error {
+	rep.Services = []serviceReport{}
+	for _, name := range supervisedServices {
+		st, err := h.ServiceStatus(ctx, name)
+		if errors.Is(err, host.ErrUnknownService) && !errors.Is(err, host.ErrNoServiceManager) {
+			continue
+		}
+		if err != nil {
+			err = fmt.Errorf("status of %s: %w", name, err)
+			rep.Supervisor, rep.SupervisorError, rep.Services = false, err.Error(), []serviceReport{}
+			return err
+		}
+		rep.Services = append(rep.Services, serviceReport{Name: name, Running: st.Running, Detail: st.Detail})
+	}
+	rep.Supervisor = true
+	return nil
+}
+
 func (a *app) statusCmd() *cobra.Command {
-	return &cobra.Command{
+	var out *output
+	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show the services this node's stratum supervisor runs",
-		Long: `Ask this node's running stratum supervisor ("stratum up" or "stratum server" in the
-foreground, or under systemd) for the state of each service it runs: etcd, the
-kube-apiserver, the VIP and the operator. Exits 1 when no supervisor answers or a
-service is not running.`,
-		Example: `  stratum status`,
-		Args:    usageArgs(cobra.NoArgs),
+		Short: "Show this node's control-plane state and the services its stratum supervisor runs",
+		Long: `Show what this node is: its saved control-plane state (name, address, server, VIP,
+etcd member, cluster ID), whether an interrupted join's intent journal survives (re-run
+the same join command to recover it), and, from this node's running stratum supervisor
+("stratum up" or "stratum server" in the foreground, or under systemd), the state of
+each service it runs: etcd, the kube-apiserver, the VIP and the operator. Exits 1 when
+no supervisor answers or a service is not running. -o json (or yaml) prints {node:
+{nodeName, nodeIP, server, vip, etcdPeerURL, clusterID}, joinIntentSurvives,
+supervisor, supervisorError, services: [{name, running, detail}]}.`,
+		Example: `  stratum status
+  stratum status -o json`,
+		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, h, err := a.localNode()
+			if err := out.check(); err != nil {
+				return err
+			}
+			n, h, err := a.localNode()
 			if err != nil {
 				return err
 			}
-			tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "SERVICE\tSTATE")
-			var down []string
-			for _, name := range supervisedServices {
-				st, err := h.ServiceStatus(cmd.Context(), name)
-				if err != nil {
-					return explainHost(fmt.Errorf("status of %s: %w", name, err))
-				}
-				if !st.Running {
-					down = append(down, name)
-				}
-				fmt.Fprintf(tw, "%s\t%s\n", name, st.Detail)
+			rep, err := nodeStatus(cmd.Context(), n, h)
+			if err != nil {
+				return fmt.Errorf("status: %w", err)
 			}
-			if err := tw.Flush(); err != nil {
+			serr := rep.askSupervisor(cmd.Context(), h)
+			if err := a.write(out, rep, func() error { return writeStatus(a.stdout, rep) }); err != nil {
 				return err
+			}
+			if serr != nil {
+				return explainHost(serr)
+			}
+			var down []string
+			for _, s := range rep.Services {
+				if !s.Running {
+					down = append(down, s.Name)
+				}
 			}
 			if len(down) > 0 {
 				return fmt.Errorf("not running: %s (logs in %s)", strings.Join(down, ", "), controlplane.LogDir)
@@ -143,6 +232,34 @@ service is not running.`,
 			return nil
 		},
 	}
+	out = addOutput(cmd, "table")
+	return cmd
+}
+
+// writeStatus is `status`'s human form: the node, then the services table.
+func writeStatus(w io.Writer, rep statusReport) error {
+	if nd := rep.Node; nd != nil {
+		fmt.Fprintf(w, "node %s (%s), etcd member %s, server %s", nd.NodeName, nd.NodeIP, nd.EtcdPeerURL, nd.Server)
+		if nd.VIP != "" {
+			fmt.Fprintf(w, ", VIP %s", nd.VIP)
+		}
+		fmt.Fprintln(w)
+	} else {
+		fmt.Fprintf(w, "no control-plane state on this node (%s)\n", nodestate.Path)
+	}
+	if rep.JoinIntentSurvives {
+		fmt.Fprintf(w, "an interrupted join's intent journal survives (%s): re-run the same join command to recover it\n", ha.JoinIntentPath())
+	}
+	if !rep.Supervisor {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SERVICE\tSTATE")
+	for _, s := range rep.Services {
+		fmt.Fprintf(tw, "%s\t%s\n", s.Name, s.Detail)
+	}
+	return tw.Flush()
 }
 
 // checkWritableFile refuses a path whose directory is missing or not

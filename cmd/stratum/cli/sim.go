@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"regexp"
 	"sync"
@@ -115,15 +116,13 @@ func (a *app) simUp(ctx context.Context, f simUpFlags) (err error) {
 	// Refusals first: nothing has been started yet.
 	for _, name := range []string{assets.KubeAPIServerName} {
 		if _, err := assets.Path(name); err != nil {
-			return fmt.Errorf("cannot start the simulator, which runs real servers: %w", err)
+			return refusedf("cannot start the simulator, which runs real servers: %w", err)
 		}
 	}
-	var eventsFile *os.File
 	if f.events != "" {
-		if eventsFile, err = os.Create(f.events); err != nil {
-			return fmt.Errorf("event log file: %w (nothing was started)", err)
+		if err := checkWritableFile(f.events); err != nil {
+			return refusedf("--events %s: %w (nothing was started)", f.events, err)
 		}
-		defer eventsFile.Close()
 	}
 
 	p := &progress{out: a.stdout, last: time.Now()}
@@ -141,22 +140,22 @@ func (a *app) simUp(ctx context.Context, f simUpFlags) (err error) {
 		EventsTo:   tee,
 	})
 	if err != nil {
-		if eventsFile != nil {
-			eventsFile.Close()
-			os.Remove(f.events)
-		}
 		if ctx.Err() != nil {
 			return errors.New("interrupted while bringing the cluster up; everything started was stopped")
 		}
 		return fmt.Errorf("bring up the simulated cluster: %w (everything started was stopped)", err)
+	}
+	var live *liveEvents
+	if f.events != "" {
+		live = startLiveEvents(f.events, c.Events(), a.log)
 	}
 	defer func() {
 		start := time.Now()
 		dir := c.RootDir()
 		c.Close()
 		p.step(start, fmt.Sprintf("torn down: every server stopped, %s removed", dir))
-		if eventsFile != nil {
-			if werr := writeEvents(eventsFile, c.Events()); werr != nil && err == nil {
+		if live != nil {
+			if werr := live.stop(); werr != nil && err == nil {
 				err = werr
 			}
 		}
@@ -300,15 +299,77 @@ func smokeCheck(ctx context.Context, c *sim.Cluster, cps []*sim.Host) (string, e
 	return reader.Name(), nil
 }
 
-func writeEvents(f *os.File, log *sim.EventLog) error {
-	data, err := json.MarshalIndent(log, "", "  ")
+// liveEventsEvery is how often a running `sim up --events` rewrites its
+// event log file when events were recorded since the last write.
+const liveEventsEvery = 250 * time.Millisecond
+
+// liveEvents keeps a running simulation's event log in a file, rewritten
+// whole (atomically: a reader sees the old log or the new one, never a torn
+// one) as events are recorded, so the MCP sim_events tool and a person with
+// jq can follow a `sim up --keep` while it runs.
+type liveEvents struct {
+	path    string
+	log     *sim.EventLog
+	written int // events in the file
+	done    chan struct{}
+	stopped chan struct{}
+}
+
+func startLiveEvents(path string, log *sim.EventLog, lg *slog.Logger) *liveEvents {
+	l := &liveEvents{path: path, log: log, written: -1, done: make(chan struct{}), stopped: make(chan struct{})}
+	go func() {
+		defer close(l.stopped)
+		t := time.NewTicker(liveEventsEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-l.done:
+				return
+			case <-t.C:
+				if err := l.flush(); err != nil {
+					lg.Warn("event log not written", "file", path, "err", err)
+				}
+			}
+		}
+	}()
+	return l
+}
+
+// flush writes the log when it has events the file lacks.
+func (l *liveEvents) flush() error {
+	evs := l.log.Events()
+	if len(evs) == l.written {
+		return nil
+	}
+	data, err := json.MarshalIndent(evs, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode the event log: %w", err)
 	}
-	if _, err := f.Write(append(data, '\n')); err != nil {
-		return fmt.Errorf("write the event log to %s: %w", f.Name(), err)
+	if err := writeFileAtomic(l.path, append(data, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write the event log to %s: %w", l.path, err)
 	}
-	return f.Close()
+	l.written = len(evs)
+	return nil
+}
+
+// stop ends the periodic writes and writes the final log.
+func (l *liveEvents) stop() error {
+	close(l.done)
+	<-l.stopped
+	return l.flush()
+}
+
+// readEvents reads an event log `sim up --events` wrote.
+func readEvents(path string) ([]sim.Event, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var evs []sim.Event
+	if err := json.Unmarshal(data, &evs); err != nil {
+		return nil, fmt.Errorf("%s is not an event log of `stratum sim up --events`: %w", path, err)
+	}
+	return evs, nil
 }
 
 // progress prints the steps of a run as they complete, each with its

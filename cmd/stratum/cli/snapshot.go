@@ -39,6 +39,7 @@ count. Exits 0 once saved, 1 on failure, 2 on bad usage.`,
 			return nil
 		},
 	}
+	var dryRun bool
 	restore := &cobra.Command{
 		Use:   "restore <file>",
 		Short: "Reset this control plane to a new single-member etcd cluster holding a snapshot",
@@ -47,8 +48,17 @@ touched), then stop this control plane, replace its etcd data with the restored 
 record a new single-member cluster (this node alone) in the node state, and start it
 again. This node becomes the seed: run "stratum etcd rejoin --server <this node's IP>"
 on every other control plane afterwards. Holds the node's maintenance and etcd-data
-locks. Exits 0 once restored and started, 1 when refused or failed, 2 on bad usage.`,
-		Example: `  stratum snapshot restore /root/etcd-backup.db
+locks.
+
+--dry-run checks the node state and the snapshot as the restore does, restores the
+snapshot into a scratch directory (verifying its hash) and removes it again, and prints
+the steps the restore would run; it takes no lock and changes nothing.
+
+Exits 0 once restored and started, 3 when refused with nothing changed (another
+operation holds a lock, the snapshot does not restore), 1 when it failed after stopping
+the control plane (re-run it), 2 on bad usage.`,
+		Example: `  stratum snapshot restore /root/etcd-backup.db --dry-run
+  stratum snapshot restore /root/etcd-backup.db
   # then, on each other control plane:
   stratum etcd rejoin --server 10.0.0.11`,
 		Args: usageArgs(cobra.ExactArgs(1)),
@@ -60,9 +70,13 @@ locks. Exits 0 once restored and started, 1 when refused or failed, 2 on bad usa
 			if _, err := loadState(h); err != nil {
 				return err
 			}
+			if dryRun {
+				return n.SnapshotRestorePlan(cmd.Context(), a.stdout, args[0])
+			}
 			return explainHost(n.SnapshotRestore(cmd.Context(), a.stdout, args[0]))
 		},
 	}
+	restore.Flags().BoolVar(&dryRun, "dry-run", false, "check the snapshot and print the steps, change nothing")
 	cmd.AddCommand(save, restore)
 	return cmd
 }

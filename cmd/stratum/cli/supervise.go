@@ -55,7 +55,7 @@ const (
 // requireRoot refuses a real-host control-plane command run by another user.
 func requireRoot(verb string) error {
 	if os.Geteuid() != 0 {
-		return fmt.Errorf("%s must run as root: it writes %s and %s, binds the etcd and apiserver ports and manages the VIP address; nothing was changed", verb, version.K8sConfDir, version.StateDir)
+		return refusedf("%s must run as root: it writes %s and %s, binds the etcd and apiserver ports and manages the VIP address; nothing was changed", verb, version.K8sConfDir, version.StateDir)
 	}
 	return nil
 }
@@ -329,22 +329,22 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 	}
 	l, err := host.NewLocal()
 	if err != nil {
-		return err
+		return refused(err)
 	}
 	n := ha.NewNode(ha.Env{Host: l, Checkpoint: a.opts.Checkpoint, Log: a.log, Progress: a.progress})
 	sup, err := a.nodeSupervisor(l, n, f.binDir)
 	if err != nil {
-		return err
+		return refusedf("%s refused: %w; nothing was changed", verb, err)
 	}
 	l.Services = startProgress{sup, a.stdout}
 	ln, err := supervisor.Listen(supervisor.SocketPath)
 	if err != nil {
-		return fmt.Errorf("%s refused: %w; nothing was changed", verb, err)
+		return refusedf("%s refused: %w; nothing was changed", verb, err)
 	}
 	defer os.Remove(supervisor.SocketPath)
 	defer ln.Close()
 	if err := sup.CheckServices(ctx, []string{ha.ServiceEtcd, ha.ServiceAPIServer}); err != nil {
-		return fmt.Errorf("%s refused: this host cannot run its control plane: %w; nothing was changed", verb, err)
+		return refusedf("%s refused: this host cannot run its control plane: %w; nothing was changed", verb, err)
 	}
 	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
 	served := make(chan error, 1)

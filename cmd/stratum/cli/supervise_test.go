@@ -91,21 +91,31 @@ func TestInstallWritesAUnitThatRunsUpOnlyWithState(t *testing.T) {
 // TestUpRefusesBadOptionsBeforeWriting: an unknown profile, a cluster
 // domain that is not DNS-1123 and overlapping ranges are refused before a
 // single file is written (the CAs included).
+// TestUpRefusesBadOptionsBeforeWriting: every bad input of a bring-up is
+// refused (exit 3) or bad usage (exit 2), names what is wrong, and writes
+// nothing: one case per input.
 func TestUpRefusesBadOptionsBeforeWriting(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		args []string
+		code int
 		want string
 	}{
-		{"unknown profile", []string{"--profile", "bogus"}, `unknown profile "bogus"`},
-		{"bad cluster domain", []string{"--cluster-domain", "Bad_Domain!"}, `cluster domain "Bad_Domain!" is not a DNS domain`},
-		{"overlapping ranges", []string{"--pod-cidr", "10.96.0.0/16"}, "overlaps"},
+		{"unknown profile", []string{"--profile", "bogus"}, ExitRefused, `unknown profile "bogus"`},
+		{"bad cluster domain", []string{"--cluster-domain", "Bad_Domain!"}, ExitRefused, `cluster domain "Bad_Domain!" is not a DNS domain`},
+		{"overlapping ranges", []string{"--pod-cidr", "10.96.0.0/16"}, ExitRefused, "overlaps"},
+		{"pod CIDR not a CIDR", []string{"--pod-cidr", "10.244.0.0"}, ExitRefused, "10.244.0.0"},
+		{"service CIDR not a CIDR", []string{"--service-cidr", "ten.96/12"}, ExitRefused, "ten.96/12"},
+		{"VIP is the node's address", []string{"--vip", "127.0.0.1"}, ExitRefused, "the VIP 127.0.0.1 is this node's own address"},
+		{"VIP not an IP", []string{"--vip", "vip.example"}, ExitUsage, `--vip "vip.example" is not an IP address`},
+		{"node IP not this host's", []string{"--node-ip", "198.18.250.250"}, ExitRefused, "node IP 198.18.250.250 (from flag)"},
+		{"node IP not an IP", []string{"--node-ip", "cp1"}, ExitUsage, `--node-ip "cp1" is not an IP address`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			opts, h := onTempHost(t)
 			code, _, errOut := runCLI(t, opts, append([]string{"up", "--node-ip", "127.0.0.1"}, tc.args...)...)
-			if code != ExitFail || !strings.Contains(errOut, tc.want) || !strings.Contains(errOut, "nothing was changed") {
-				t.Fatalf("exit %d, stderr:\n%s", code, errOut)
+			if code != tc.code || !strings.Contains(errOut, tc.want) || code == ExitRefused && !strings.Contains(errOut, "nothing was changed") {
+				t.Fatalf("exit %d, want %d naming %q; stderr:\n%s", code, tc.code, tc.want, errOut)
 			}
 			if files := filesUnder(t, h.Root); len(files) != 0 {
 				keys := make([]string, 0, len(files))

@@ -1,68 +1,61 @@
 package cli
 
 import (
-	"encoding/json"
+	"context"
 	"fmt"
+	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
 
+	"stratum.dev/stratum/internal/host"
 	"stratum.dev/stratum/internal/token"
 )
 
 // tokenListCmd is `stratum token list`: every bootstrap token, without its
 // secret half.
 func (a *app) tokenListCmd() *cobra.Command {
-	var output string
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List the cluster's bootstrap tokens (ID, kind, expiry; never the secret)",
 		Long: `List the cluster's bootstrap tokens through this control plane's admin kubeconfig:
 each token's ID, its kind (control-plane join grant, worker, or other: one stratum did not
 mint), when it expires, whether it still authenticates, and its description. The secret
-half is never shown. -o json prints a JSON array of {id, kind, expires, live,
+half is never shown. -o json (or yaml) prints an array of {id, kind, expires, live,
 description, groups}.`,
 		Example: `  stratum token list
   stratum token list -o json`,
 		Args: usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(output); err != nil {
-				return err
-			}
-			_, h, cs, err := a.adminNode()
-			if err != nil {
-				return err
-			}
-			list, err := token.List(cmd.Context(), cs, h.Now())
-			if err != nil {
-				return err
-			}
-			if output == "json" {
-				if list == nil {
-					list = []token.Info{}
-				}
-				return a.writeJSON(list)
-			}
-			tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tKIND\tEXPIRES\tLIVE\tDESCRIPTION")
-			for _, i := range list {
-				exp := "never"
-				if i.Expires != nil {
-					exp = i.Expires.UTC().Format(time.RFC3339)
-				}
-				live := "yes"
-				if !i.Live {
-					live = "no"
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", i.ID, i.Kind, exp, live, i.Description)
-			}
-			return tw.Flush()
-		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "output `format`: table or json")
+	cmd.RunE = adminReport(a, addOutput(cmd, "table"), func(ctx context.Context, h host.Host, cs kubernetes.Interface) ([]token.Info, error) {
+		list, err := token.List(ctx, cs, h.Now())
+		if list == nil {
+			list = []token.Info{}
+		}
+		return list, err
+	}, writeTokenTable)
 	return cmd
+}
+
+// writeTokenTable is `token list`'s table.
+func writeTokenTable(w io.Writer, list []token.Info) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tKIND\tEXPIRES\tLIVE\tDESCRIPTION")
+	for _, i := range list {
+		exp := "never"
+		if i.Expires != nil {
+			exp = i.Expires.UTC().Format(time.RFC3339)
+		}
+		live := "yes"
+		if !i.Live {
+			live = "no"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", i.ID, i.Kind, exp, live, i.Description)
+	}
+	return tw.Flush()
 }
 
 // tokenDeleteCmd is `stratum token delete ID...`: revoke tokens, and with
@@ -108,21 +101,4 @@ that does not exist is reported and the others are still deleted.`,
 			return nil
 		},
 	}
-}
-
-// checkOutput refuses an -o value other than the human format and json.
-func checkOutput(o string) error {
-	switch o {
-	case "table", "text", "json":
-		return nil
-	}
-	return usagef("-o %q: want json (or the default)", o)
-}
-
-// writeJSON writes v as indented JSON: the machine-readable form of a
-// command's report, its field names documented in docs/cli.md.
-func (a *app) writeJSON(v any) error {
-	enc := json.NewEncoder(a.stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }
