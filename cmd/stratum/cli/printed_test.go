@@ -5,6 +5,8 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -15,7 +17,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
+	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/host"
 	"stratum.dev/stratum/internal/kubeconfig"
 	"stratum.dev/stratum/internal/token"
@@ -222,6 +226,13 @@ func TestDocsCoverEveryCommand(t *testing.T) {
 				checked++
 				if !strings.Contains(string(doc), "`"+cc.CommandPath()) {
 					t.Errorf("docs/cli.md has no section for %q", cc.CommandPath())
+				} else if c.Name() != "completion" && cc.Name() != "completion" {
+					sec := docSection(string(doc), cc.CommandPath())
+					cc.NonInheritedFlags().VisitAll(func(f *pflag.Flag) {
+						if f.Name != "help" && !strings.Contains(sec, "--"+f.Name) && !(f.Shorthand != "" && strings.Contains(sec, "-"+f.Shorthand+" ")) {
+							t.Errorf("docs/cli.md's section for %q does not document --%s", cc.CommandPath(), f.Name)
+						}
+					})
 				}
 			}
 			walk(cc)
@@ -231,6 +242,31 @@ func TestDocsCoverEveryCommand(t *testing.T) {
 	if checked < 20 {
 		t.Fatalf("only %d commands checked; the walk is broken", checked)
 	}
+}
+
+// docSection is the part of doc from the heading that names path to the
+// next heading of the same level or above.
+func docSection(doc, path string) string {
+	i := -1
+	for _, h := range []string{"### `" + path + "`", "### `" + path + " ", "`" + path + "`", "`" + path + " "} {
+		if i = strings.Index(doc, h); i >= 0 {
+			break
+		}
+	}
+	if i < 0 {
+		return ""
+	}
+	if j := strings.LastIndex(doc[:i+1], "\n#"); j >= 0 {
+		i = j
+	}
+	rest := doc[i+1:]
+	if k := strings.Index(rest, "\n### "); k >= 0 {
+		rest = rest[:k]
+	}
+	if k := strings.Index(rest, "\n## "); k >= 0 {
+		rest = rest[:k]
+	}
+	return rest
 }
 
 // TestUpAndJoinPrintTheirSteps: up and the printed join command, run on
@@ -293,4 +329,48 @@ func mintedID(out string) string {
 		return ""
 	}
 	return f[len(f)-1]
+}
+
+// TestDocsNameEveryJSONField: every field of every -o json report (and of
+// the MCP tools' results) is named in docs/cli.md.
+func TestDocsNameEveryJSONField(t *testing.T) {
+	doc, err := os.ReadFile("../../../docs/cli.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[reflect.Type]bool{}
+	var check func(reflect.Type, string)
+	check = func(typ reflect.Type, report string) {
+		for typ.Kind() == reflect.Pointer || typ.Kind() == reflect.Slice {
+			typ = typ.Elem()
+		}
+		if typ.Kind() != reflect.Struct || seen[typ] || typ == reflect.TypeOf(time.Time{}) {
+			return
+		}
+		seen[typ] = true
+		for i := 0; i < typ.NumField(); i++ {
+			f := typ.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if name == "" || name == "-" {
+				continue
+			}
+			if !regexp.MustCompile(`\b` + regexp.QuoteMeta(name) + `\b`).Match(doc) {
+				t.Errorf("docs/cli.md does not name %s's JSON field %q (%s.%s)", report, name, typ.Name(), f.Name)
+			}
+			check(f.Type, report)
+		}
+	}
+	for report, v := range map[string]any{
+		"etcd members":          memberRow{},
+		"etcd health":           healthReport{},
+		"certs check":           certsReport{},
+		"token list":            token.Info{},
+		"token create":          mintedReport{},
+		"grants list":           ha.GrantsReport{},
+		"status":                statusReport{},
+		"etcd rejoin --dry-run": ha.RejoinPlanReport{},
+		"sim_events":            simEventsOut{},
+	} {
+		check(reflect.TypeOf(v), report)
+	}
 }
