@@ -13,6 +13,8 @@ SCENARIO_FLAGS ?= -rapid.checks=3 -rapid.steps=8
 FUZZTIME ?= 10s
 # Checks per property for `make explore`.
 CHECKS ?= 200
+# Joins per side in `make bench`'s BenchmarkJoin (its median and spread).
+JOIN_SAMPLES ?= 10
 
 .PHONY: all build assets tools-mod dist vet fmt-check test e2e e2e-deps demo bench explore clean help
 
@@ -134,9 +136,10 @@ e2e-deps:
 demo: build assets
 	bin/stratum sim up --control-planes 3
 
-## bench: every benchmark, one package at a time
+## bench: every benchmark, one package at a time (BenchmarkJoin $(JOIN_SAMPLES) times per side), then a table of each one's ratio to its raw baseline
 bench: assets
-	$(GO) test -p 1 -run '^$$' -bench . -benchmem ./...
+	@{ $(GO) test -p 1 -run '^$$' -bench 'BenchmarkJoin$$' -benchtime $(JOIN_SAMPLES)x -benchmem ./ha; \
+	   $(GO) test -p 1 -run '^$$' -bench . -skip 'BenchmarkJoin$$' -benchmem ./...; } 2>&1 | $(GO) run ./internal/benchtable
 
 ## explore: run the scenarios with many checks per property (CHECKS=$(CHECKS), STEPS=30, SEED= for a random one, RUN= to pick properties); each logs its checks per minute
 explore: assets
