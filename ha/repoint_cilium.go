@@ -177,19 +177,26 @@ func (n *Node) waitCiliumRollout(ctx context.Context, w io.Writer, cs kubernetes
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	apps := cs.AppsV1()
+	// A read that fails (the deadline can cut the last one short) keeps
+	// what the last successful read reported: the warning names the state
+	// the rollout was last seen in, not the read the deadline interrupted.
 	var dsLast, depLast string
 	dsDone, depDone := false, false
 	for {
 		if !dsDone {
 			if ds, err := apps.DaemonSets(ciliumNamespace).Get(wctx, ciliumAgent, metav1.GetOptions{}); err != nil {
-				dsLast = fmt.Sprintf("unreadable (%v)", err)
+				if dsLast == "" {
+					dsLast = fmt.Sprintf("unreadable (%v)", err)
+				}
 			} else {
 				dsDone, dsLast = daemonSetRolledOut(ds)
 			}
 		}
 		if !depDone {
 			if dep, err := apps.Deployments(ciliumNamespace).Get(wctx, ciliumOperator, metav1.GetOptions{}); err != nil {
-				depLast = fmt.Sprintf("unreadable (%v)", err)
+				if depLast == "" {
+					depLast = fmt.Sprintf("unreadable (%v)", err)
+				}
 			} else {
 				depDone, depLast = deploymentRolledOut(dep)
 			}
