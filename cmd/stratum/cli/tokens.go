@@ -75,7 +75,7 @@ that does not exist is reported and the others are still deleted.`,
 		Args: usageArgs(cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, ids []string) error {
 			for _, id := range ids {
-				if _, _, err := token.ParseToken(id + ".0123456789abcdef"); err != nil {
+				if !token.ValidID(id) {
 					return usagef("%q is not a token ID (6 characters of [a-z0-9], the part before the dot); nothing was deleted", id)
 				}
 			}
