@@ -248,56 +248,11 @@ func (n *Node) RejoinEtcd(ctx context.Context, w io.Writer, cp1IP string, force 
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("etcd rejoin stopped before %s: %w; re-run the same command to resume", s, err)
 		}
-		switch s {
-		case rejoinStop:
-			if err := n.stopControlPlane(ctx); err != nil {
-				return fmt.Errorf("etcd rejoin: %w; re-run the same command", err)
-			}
-			fmt.Fprintf(w, "local control plane stopped\n")
-			if err := n.checkpoint(ctx, CheckpointRejoinAfterStop); err != nil {
-				return err
-			}
-		case rejoinWipe:
-			if err := h.RemoveAll(version.EtcdDataDir); err != nil {
-				return fmt.Errorf("etcd rejoin: remove the stale data directory %s: %w; re-run the same command", version.EtcdDataDir, err)
-			}
-			fmt.Fprintf(w, "stale etcd data %s removed\n", version.EtcdDataDir)
-			if err := n.checkpoint(ctx, CheckpointRejoinAfterWipe); err != nil {
-				return err
-			}
-		case rejoinMemberRemove:
-			if err := n.MemberRemove(ctx, seed, st.Etcd.PeerURL); err != nil {
-				return fmt.Errorf("etcd rejoin: drop this node's stale member from the seed: %w", err)
-			}
-			fmt.Fprintf(w, "stale member %s removed from the seed\n", st.Etcd.PeerURL)
-			if err := n.checkpoint(ctx, CheckpointRejoinAfterMemberRemove); err != nil {
-				return err
-			}
-		case rejoinMemberAdd:
-			ic, err := n.MemberAdd(ctx, seed, st.Etcd.Name, st.Etcd.PeerURL)
-			if err != nil {
-				return fmt.Errorf("etcd rejoin: %w; re-run the same command", err)
-			}
-			st.Etcd.InitialCluster = ic
-			fmt.Fprintf(w, "added to the seed as a learner (initial cluster %s)\n", ic)
-			if err := n.checkpoint(ctx, CheckpointRejoinAfterMemberAdd); err != nil {
-				return err
-			}
-		case rejoinStateSave:
-			st.Etcd.InitialClusterState = "existing"
-			st.Etcd.ClusterID = obs.SeedClusterID
-			st.Etcd.MemberID = ""
-			if err := nodestate.Save(h, st); err != nil {
-				return fmt.Errorf("etcd rejoin: %w; re-run the same command", err)
-			}
-			if err := n.checkpoint(ctx, CheckpointRejoinAfterStateSave); err != nil {
-				return err
-			}
-		case rejoinStart:
-			if err := n.startRejoined(ctx, w, seed, st); err != nil {
-				return err
-			}
+		began := time.Now()
+		if err := n.rejoinStep(ctx, w, s, st, obs, seed); err != nil {
+			return err
 		}
+		n.stepDone(string(s), time.Since(began))
 	}
 	fmt.Fprintf(w, "rejoined: %s is a voter of etcd cluster %s\n", st.Etcd.Name, obs.SeedClusterID)
 	return nil
@@ -376,6 +331,63 @@ func (n *Node) checkOldClusterGone(ctx context.Context, st *nodestate.NodeState,
 	}
 	if len(silent) >= len(ips)/2+1 {
 		return fmt.Errorf("%w: %d of the old cluster's %d members (%s) do not answer, enough to hold a quorum elsewhere; %s", ErrOldClusterQuorum, len(silent), len(ips), strings.Join(silent, ", "), hint)
+	}
+	return nil
+}
+
+// rejoinStep runs one step of a rejoin (RejoinEtcd's list, in order), each
+// followed by its checkpoint.
+func (n *Node) rejoinStep(ctx context.Context, w io.Writer, s rejoinStep, st *nodestate.NodeState, obs rejoinObservation, seed []string) error {
+	h := n.env.Host
+	switch s {
+	case rejoinStop:
+		if err := n.stopControlPlane(ctx); err != nil {
+			return fmt.Errorf("etcd rejoin: %w; re-run the same command", err)
+		}
+		fmt.Fprintf(w, "local control plane stopped\n")
+		if err := n.checkpoint(ctx, CheckpointRejoinAfterStop); err != nil {
+			return err
+		}
+	case rejoinWipe:
+		if err := h.RemoveAll(version.EtcdDataDir); err != nil {
+			return fmt.Errorf("etcd rejoin: remove the stale data directory %s: %w; re-run the same command", version.EtcdDataDir, err)
+		}
+		fmt.Fprintf(w, "stale etcd data %s removed\n", version.EtcdDataDir)
+		if err := n.checkpoint(ctx, CheckpointRejoinAfterWipe); err != nil {
+			return err
+		}
+	case rejoinMemberRemove:
+		if err := n.MemberRemove(ctx, seed, st.Etcd.PeerURL); err != nil {
+			return fmt.Errorf("etcd rejoin: drop this node's stale member from the seed: %w", err)
+		}
+		fmt.Fprintf(w, "stale member %s removed from the seed\n", st.Etcd.PeerURL)
+		if err := n.checkpoint(ctx, CheckpointRejoinAfterMemberRemove); err != nil {
+			return err
+		}
+	case rejoinMemberAdd:
+		ic, err := n.MemberAdd(ctx, seed, st.Etcd.Name, st.Etcd.PeerURL)
+		if err != nil {
+			return fmt.Errorf("etcd rejoin: %w; re-run the same command", err)
+		}
+		st.Etcd.InitialCluster = ic
+		fmt.Fprintf(w, "added to the seed as a learner (initial cluster %s)\n", ic)
+		if err := n.checkpoint(ctx, CheckpointRejoinAfterMemberAdd); err != nil {
+			return err
+		}
+	case rejoinStateSave:
+		st.Etcd.InitialClusterState = "existing"
+		st.Etcd.ClusterID = obs.SeedClusterID
+		st.Etcd.MemberID = ""
+		if err := nodestate.Save(h, st); err != nil {
+			return fmt.Errorf("etcd rejoin: %w; re-run the same command", err)
+		}
+		if err := n.checkpoint(ctx, CheckpointRejoinAfterStateSave); err != nil {
+			return err
+		}
+	case rejoinStart:
+		if err := n.startRejoined(ctx, w, seed, st); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -102,8 +102,13 @@ func (r *restoreCluster) put(host, key string) {
 func (r *restoreCluster) restore() {
 	r.t.Helper()
 	var out syncBuffer
-	if err := joinNodeOn(r.c.Host("cp1")).SnapshotRestore(r.ctx, &out, r.snap); err != nil {
+	if err := reportingNodeOn(r.c.Host("cp1"), &out).SnapshotRestore(r.ctx, &out, r.snap); err != nil {
 		r.t.Fatalf("restore on cp1: %v\n%s", err, out.String())
+	}
+	for _, step := range []string{"restore into scratch (hash verified): done in", "stop the control plane: done in", "start the control plane: done in"} {
+		if !strings.Contains(out.String(), step) {
+			r.t.Errorf("the restore did not report the step %q:\n%s", step, out.String())
+		}
 	}
 	if got := r.members("cp1"); strings.Join(got, " ") != "cp1:voter" {
 		r.t.Fatalf("after restore the seed's members are %v, want cp1 alone", got)
@@ -175,8 +180,15 @@ func (r *restoreCluster) checkHoldsSnapshot(host string) {
 
 func (r *restoreCluster) rejoin(host string, force bool) (string, error) {
 	var out syncBuffer
-	err := joinNodeOn(r.c.Host(host)).RejoinEtcd(r.ctx, &out, r.c.Host("cp1").IP().String(), force)
+	err := reportingNodeOn(r.c.Host(host), &out).RejoinEtcd(r.ctx, &out, r.c.Host("cp1").IP().String(), force)
 	return out.String(), err
+}
+
+// reportingNodeOn is joinNodeOn with its step and waiting lines (Env.Progress)
+// written to w, as the CLI prints them.
+func reportingNodeOn(h *sim.Host, w io.Writer) *ha.Node {
+	d := h.Handle()
+	return ha.NewNode(ha.Env{Host: d, Checkpoint: d.Checkpoint, Progress: func(line string) { fmt.Fprintln(w, line) }})
 }
 
 func TestSnapshotRestoreThenRejoin(t *testing.T) {
@@ -219,6 +231,8 @@ func TestSnapshotRestoreThenRejoin(t *testing.T) {
 	start := time.Now()
 	if out, err := r.rejoin("cp2", true); err != nil {
 		t.Fatalf("rejoin cp2 --force: %v\n%s", err, out)
+	} else if !strings.Contains(out, "wipe: done in") || !strings.Contains(out, "start: done in") {
+		t.Errorf("the rejoin did not report its steps with their durations:\n%s", out)
 	}
 	t.Logf("cp2 rejoined in %s", time.Since(start).Round(time.Millisecond))
 

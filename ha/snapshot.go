@@ -11,6 +11,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	clientsnapshot "go.etcd.io/etcd/client/v3/snapshot"
@@ -136,18 +137,23 @@ func (n *Node) SnapshotRestore(ctx context.Context, w io.Writer, dbPath string) 
 
 	// Restore into scratch first: a snapshot that fails its hash check
 	// refuses here, with the control plane still running.
+	began := time.Now()
 	out, cleanup, err := restoreToScratch(st, dbPath)
 	if err != nil {
 		return err
 	}
 	defer cleanup()
+	n.stepDone("restore into scratch (hash verified)", time.Since(began))
 	initial := st.Etcd.Name + "=" + st.Etcd.PeerURL
 
 	changed = true
+	began = time.Now()
 	if err := n.stopControlPlane(ctx); err != nil {
 		return fmt.Errorf("snapshot restore: %w; etcd data not touched: re-run the restore", err)
 	}
+	n.stepDone("stop the control plane", time.Since(began))
 	fmt.Fprintf(w, "control plane stopped; replacing %s\n", version.EtcdDataDir)
+	began = time.Now()
 	if err := h.RemoveAll(version.EtcdDataDir); err != nil {
 		return fmt.Errorf("snapshot restore: remove %s: %w; the control plane is stopped: re-run the restore", version.EtcdDataDir, err)
 	}
@@ -160,9 +166,12 @@ func (n *Node) SnapshotRestore(ctx context.Context, w io.Writer, dbPath string) 
 	if err := nodestate.Save(h, st); err != nil {
 		return fmt.Errorf("snapshot restore: %w; the restored data is in place and the control plane is stopped: re-run the restore", err)
 	}
+	n.stepDone("replace the etcd data and record the new membership", time.Since(began))
+	began = time.Now()
 	if _, err := n.StartControlPlane(ctx); err != nil {
 		return fmt.Errorf("snapshot restore: data restored, but the control plane did not start: %w; run `stratum up`", err)
 	}
+	n.stepDone("start the control plane", time.Since(began))
 	status, err := n.etcdStatus(ctx, urlHostOf(st.Etcd.ClientURL))
 	if err != nil {
 		return fmt.Errorf("snapshot restore: restored etcd started, but its cluster ID could not be read: %w", err)

@@ -223,6 +223,11 @@ func (a *app) mcpServer() *mcp.Server {
 	return s
 }
 
+// protocolOwnsStdout sends what the commands' code prints on its own (step
+// and waiting lines through Env.Progress) to stderr: under `stratum mcp`
+// stdout carries the protocol's JSON-RPC, and a stray line would break it.
+func (a *app) protocolOwnsStdout() { a.stdout = a.stderr }
+
 func (a *app) mcpCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "mcp",
@@ -237,6 +242,7 @@ the same name and returns its JSON (the fields docs/cli.md documents).`,
   stratum mcp`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			a.protocolOwnsStdout()
 			err := a.mcpServer().Run(cmd.Context(), &mcp.StdioTransport{})
 			if cmd.Context().Err() != nil {
 				return nil

@@ -197,3 +197,15 @@ func TestMCPServer(t *testing.T) {
 		t.Fatalf("etcd_rejoin dry run naming this node: %v %q", res.IsError, text(res))
 	}
 }
+
+// TestMCPKeepsStdoutForTheProtocol: under `stratum mcp` a step's progress
+// line goes to stderr, never into the JSON-RPC stream on stdout.
+func TestMCPKeepsStdoutForTheProtocol(t *testing.T) {
+	var out, errOut bytes.Buffer
+	a := &app{stdout: &out, stderr: &errOut}
+	a.protocolOwnsStdout()
+	a.progress("etcd start: done in 1s")
+	if out.Len() != 0 || !strings.Contains(errOut.String(), "etcd start: done in 1s") {
+		t.Fatalf("stdout %q, stderr %q", out.String(), errOut.String())
+	}
+}
