@@ -46,7 +46,7 @@ type (
 		Done string `json:"done"`
 	}
 	rejoinIn struct {
-		Server  string `json:"server" jsonschema:"the restored seed control plane's IP"`
+		Server  string `json:"server" jsonschema:"the restored seed control plane's IP, or a URL naming it (https://IP:6443)"`
 		Force   bool   `json:"force,omitempty" jsonschema:"remove this node's etcd data even while its old cluster may still have a quorum"`
 		DryRun  bool   `json:"dryRun,omitempty" jsonschema:"print the plan and change nothing (needs no confirm)"`
 		Confirm bool   `json:"confirm,omitempty" jsonschema:"must be true unless dryRun: this tool wipes and rejoins this node's etcd"`
@@ -210,10 +210,11 @@ func (a *app) mcpServer() *mcp.Server {
 				return nil, reportOut{}, err
 			}
 			var buf bytes.Buffer
+			seed := seedAddress(strings.TrimSpace(in.Server))
 			if in.DryRun {
-				err = n.RejoinPlan(ctx, &buf, in.Server, in.Force)
+				err = n.RejoinPlan(ctx, &buf, seed, in.Force)
 			} else {
-				err = n.RejoinEtcd(ctx, &buf, in.Server, in.Force)
+				err = n.RejoinEtcd(ctx, &buf, seed, in.Force)
 			}
 			if err != nil {
 				return nil, reportOut{}, fmt.Errorf("%w\n%s", err, buf.String())

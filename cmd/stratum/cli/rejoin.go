@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"net/url"
+
 	"github.com/spf13/cobra"
 )
 
@@ -52,6 +54,7 @@ resumes), 2 on bad usage; a dry run exits 0 or 3 as the rejoin would.`,
 			if server == "" {
 				return usagef("--server is required: the address of the restored seed control plane")
 			}
+			server = seedAddress(server)
 			if err := checkIP("--server", server); err != nil {
 				return err
 			}
@@ -75,10 +78,20 @@ resumes), 2 on bad usage; a dry run exits 0 or 3 as the rejoin would.`,
 			return explainHost(n.RejoinEtcd(cmd.Context(), a.stdout, server, force))
 		},
 	}
-	cmd.Flags().StringVar(&server, "server", "", "the restored seed control plane's `IP` (its etcd client address)")
+	cmd.Flags().StringVar(&server, "server", "", "the restored seed control plane's `IP` (its etcd client address), or a URL naming it as `stratum server`'s --server does")
 	cmd.Flags().BoolVar(&force, "force", false, "remove this node's etcd data even while its old cluster may still have a quorum")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the steps the rejoin would run (and a refusal it would meet), change nothing")
 	out = addOutput(cmd, "text")
 	etcd.AddCommand(cmd)
 	return etcd
+}
+
+// seedAddress is the seed's IP from --server, which takes the IP itself or a
+// URL naming it (https://10.0.0.11:6443, as `stratum server --server` takes),
+// so the two commands' --server accept the same form.
+func seedAddress(v string) string {
+	if u, err := url.Parse(v); err == nil && u.Scheme != "" && u.Hostname() != "" {
+		return u.Hostname()
+	}
+	return v
 }

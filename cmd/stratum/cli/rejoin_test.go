@@ -24,6 +24,8 @@ func TestRejoinRepointSnapshotUsageAndRefusals(t *testing.T) {
 		{[]string{"etcd", "rejoin", "--server", "10.0.0.1"}, ExitRefused, "no node state"},
 		{[]string{"etcd", "rejoin", "--server", "10.0.0.1", "--force"}, ExitRefused, "no node state"},
 		{[]string{"etcd", "rejoin", "--server", "10.0.0.1", "--dry-run"}, ExitRefused, "no node state"},
+		{[]string{"etcd", "rejoin", "--server", "https://10.0.0.1:6443", "--dry-run"}, ExitRefused, "no node state"},
+		{[]string{"etcd", "rejoin", "--server", "https://cp1.example:6443"}, ExitUsage, `--server "cp1.example" is not an IP address`},
 		{[]string{"etcd", "rejoin", "--server", "10.0.0.1", "-o", "json"}, ExitUsage, "-o json prints the plan of a --dry-run"},
 		{[]string{"snapshot", "save", "/tmp/x.db"}, ExitRefused, "no control-plane state on this node"},
 		{[]string{"snapshot", "restore", "/tmp/x.db"}, ExitRefused, "no control-plane state on this node"},
