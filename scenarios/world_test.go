@@ -64,6 +64,10 @@ type grant struct {
 	ID      string
 	Expires time.Time
 	Deleted bool
+	// LastAuth is when a join last ran that may have authenticated with
+	// the grant's token (its end: the token's last request can come at
+	// any point of it); zero when none has.
+	LastAuth time.Time
 }
 
 // mint mints a control-plane join grant on cp1 with ttl, on cp1's clock

@@ -92,3 +92,55 @@ func contains(xs []string, x string) bool {
 	}
 	return false
 }
+
+// TestDeletedTokenAuthenticatesWithinTheApiserverCache pins what the
+// expired-grant property models: kube-apiserver caches a token's successful
+// authentication for 10 s (its built-in TokenSuccessCacheTTL), so a
+// bootstrap token used just before its deletion still authenticates for a
+// few seconds, and is refused once that window has passed. A revoked join
+// command is therefore dead at most 10 s after its last use.
+func TestDeletedTokenAuthenticatesWithinTheApiserverCache(t *testing.T) {
+	assetstest.Require(t)
+	c := Start(t, Config{ControlPlanes: 1, APIServers: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	h := c.Host("cp1")
+	admin, err := h.Admin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := CreateBootstrapToken(ctx, admin, []string{"system:bootstrappers:stratum:control-plane"}, time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := h.AdminConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	anon := rest.AnonymousClientConfig(cfg)
+	anon.BearerToken = tok
+	cs := kubernetes.NewForConfigOrDie(anon)
+	whoami := func() error {
+		_, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authv1.SelfSubjectReview{}, metav1.CreateOptions{})
+		return err
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for err = whoami(); err != nil && time.Now().Before(deadline); err = whoami() {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("the live token is refused: %v", err)
+	}
+	used := time.Now()
+	id := strings.SplitN(tok, ".", 2)[0]
+	if err := admin.CoreV1().Secrets("kube-system").Delete(ctx, "bootstrap-token-"+id, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := whoami(); err != nil {
+		t.Fatalf("%s after its last use, the deleted token is already refused (%v): the apiserver no longer caches successes; update the expired-grant property's apiserverTokenCache", time.Since(used).Round(time.Millisecond), err)
+	}
+	time.Sleep(time.Until(used.Add(11 * time.Second)))
+	if err := whoami(); !apierrors.IsUnauthorized(err) {
+		t.Fatalf("11 s after its last use the deleted token still answers %v, want Unauthorized", err)
+	}
+}
