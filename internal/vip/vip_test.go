@@ -20,11 +20,17 @@ import (
 	"stratum.dev/stratum/internal/version"
 )
 
-// Short election timings, so failover fits in a test.
+// Short election timings, so failover fits in a test. The holder gives up
+// a full second before a rival may take an unrenewed lease: with 250 ms
+// between the two (the earlier timings), a CI machine busy with the
+// apiserver's start delayed a holder's renewals past the lease, and its
+// rival won the lease while the holder still held (the overlap every lease
+// election allows when a holder stalls, and the VIP's kernel lifetime bounds
+// on real hosts).
 const (
-	testLeaseDuration = time.Second
-	testRenewDeadline = 750 * time.Millisecond
-	testRetryPeriod   = 100 * time.Millisecond
+	testLeaseDuration = 2 * time.Second
+	testRenewDeadline = time.Second
+	testRetryPeriod   = 200 * time.Millisecond
 )
 
 // startAPIServer runs a real kube-apiserver on its own etcd (both from the
