@@ -376,7 +376,13 @@ func (tl *tools) kubectl(ctx context.Context, t *testing.T, h *host, args ...str
 // its control plane; it fails t if p exits first or the wait times out.
 func waitSupervising(t *testing.T, p *proc, within time.Duration) {
 	t.Helper()
+	began := time.Now()
 	deadline := time.After(within)
+	defer func() {
+		if !t.Failed() {
+			t.Logf("%s supervising its control plane after %s; its steps:\n%s", p, time.Since(began).Round(100*time.Millisecond), stepLines(p.Output()))
+		}
+	}()
 	for !strings.Contains(p.Output(), "supervising this control plane") {
 		select {
 		case <-p.Done():
@@ -386,6 +392,18 @@ func waitSupervising(t *testing.T, p *proc, within time.Duration) {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// stepLines are the progress lines of a bring-up or join's output: each
+// step with its duration, and what a step restarted or waited for.
+func stepLines(out string) string {
+	var keep []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "done in") || strings.Contains(l, "restarting") || strings.Contains(l, "waiting") {
+			keep = append(keep, "  "+strings.TrimSpace(l))
+		}
+	}
+	return strings.Join(keep, "\n")
 }
 
 // joinCommands are the two join commands `token create --control-plane`

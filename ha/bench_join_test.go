@@ -105,7 +105,7 @@ func median(samples []time.Duration) time.Duration {
 
 // layOutRaw writes what the raw join needs on h: the shared CAs, its leaves
 // and an admin kubeconfig.
-func layOutRaw(b *testing.B, c *sim.Cluster, h *sim.Host) {
+func layOutRaw(b testing.TB, c *sim.Cluster, h *sim.Host) {
 	files := c.Shared().Files()
 	leaves, err := pki.NodeLeaves(c.Shared(), h.Name(), net.IP(h.IP().AsSlice()), &pki.APISANs{IPs: []net.IP{net.IP(c.VIPAddress().AsSlice())}}, time.Now())
 	if err != nil {

@@ -395,8 +395,8 @@ func (n *Node) rejoinStep(ctx context.Context, w io.Writer, s rejoinStep, st *no
 // startRejoined starts the rejoined member, reports its catch-up until it is
 // promoted, then starts the rest of the control plane as `stratum up` does.
 func (n *Node) startRejoined(ctx context.Context, w io.Writer, seed []string, st *nodestate.NodeState) error {
-	if err := n.env.Host.StartService(ctx, ServiceEtcd); err != nil {
-		return fmt.Errorf("etcd rejoin: start etcd: %w; the node state records the seed's membership: run `stratum up` or re-run the rejoin", err)
+	if err := n.startEtcd(ctx, st); err != nil {
+		return fmt.Errorf("etcd rejoin: %w; the node state records the seed's membership: run `stratum up` or re-run the rejoin", err)
 	}
 	fmt.Fprintf(w, "etcd started; waiting for the learner to catch up with the seed\n")
 	if err := n.checkpoint(ctx, CheckpointRejoinAfterEtcdStart); err != nil {

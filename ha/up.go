@@ -89,13 +89,6 @@ func (n *Node) StartControlPlane(ctx context.Context) (*nodestate.NodeState, err
 	return st, nil
 }
 
-func (n *Node) startEtcd(ctx context.Context, _ *nodestate.NodeState) error {
-	if err := n.env.Host.StartService(ctx, ServiceEtcd); err != nil {
-		return fmt.Errorf("start etcd: %w", err)
-	}
-	return nil
-}
-
 // promoteSelf promotes this node's member when it joined as a learner.
 func (n *Node) promoteSelf(ctx context.Context, st *nodestate.NodeState) error {
 	if st.Etcd.InitialClusterState != "existing" {

@@ -60,6 +60,9 @@ type etcdSpec struct {
 	caFile                   string
 	serverCert, serverKey    string
 	peerCert, peerKey        string
+	// onPublishRetry is called with the error when the member logs that its
+	// publish failed (embedded members only).
+	onPublishRetry func(errText string)
 }
 
 func (h *Host) etcdSpec() (etcdSpec, error) {
@@ -82,6 +85,11 @@ func (h *Host) etcdSpec() (etcdSpec, error) {
 		serverKey:      h.Path(version.PKIFile("etcd/server.key")),
 		peerCert:       h.Path(version.PKIFile("etcd/peer.crt")),
 		peerKey:        h.Path(version.PKIFile("etcd/peer.key")),
+		onPublishRetry: func(errText string) {
+			if strings.Contains(errText, "timed out") {
+				h.cluster.events.Record(h.name, "service", "etcd: publish of this member timed out (it served no client meanwhile); etcd retries it")
+			}
+		},
 	}, nil
 }
 
@@ -158,7 +166,11 @@ func launchEmbeddedEtcd(s etcdSpec, onRemoved func(*embeddedEtcd)) (*embeddedEtc
 	cfg.ClientTLSInfo = transport.TLSInfo{CertFile: s.serverCert, KeyFile: s.serverKey, TrustedCAFile: s.caFile, ClientCertAuth: true}
 	cfg.PeerTLSInfo = transport.TLSInfo{CertFile: s.peerCert, KeyFile: s.peerKey, TrustedCAFile: s.caFile, ClientCertAuth: true}
 	adds := &peerAdds{}
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(adds.watching(etcdLogger(s.name)))
+	lg := adds.watching(etcdLogger(s.name))
+	if s.onPublishRetry != nil {
+		lg = onMessage(lg, publishRetryMessage, s.onPublishRetry)
+	}
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(lg)
 	cfg.EnableGRPCGateway = false
 	guard := newRemovalGuard()
 	cfg.GRPCAdditionalServerOptions = guard.serverOptions()

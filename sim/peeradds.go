@@ -82,3 +82,53 @@ func (c peerAddCore) Write(_ zapcore.Entry, fs []zapcore.Field) error {
 }
 
 func (c peerAddCore) Sync() error { return nil }
+
+// publishRetryMessage is what etcd logs when its publish of the member's
+// name and client URLs failed and it tries again: after its request timeout
+// (5 s plus two election timeouts, the member serving no client meanwhile),
+// or because the member is stopping.
+const publishRetryMessage = "failed to publish local member to cluster through raft"
+
+// onMessage returns lg with fn called (synchronously, so keep it short) with
+// the error field of every entry lg logs with message at info level or above
+// ("" when it has none).
+func onMessage(lg *zap.Logger, message string, fn func(errText string)) *zap.Logger {
+	return lg.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
+		return zapcore.NewTee(c, messageCore{message: message, fn: fn})
+	}))
+}
+
+// messageCore is a zapcore.Core that writes nothing: it calls fn for every
+// entry with its message.
+type messageCore struct {
+	message string
+	fn      func(errText string)
+	fields  []zapcore.Field
+}
+
+func (c messageCore) Enabled(l zapcore.Level) bool { return l >= zapcore.InfoLevel }
+func (c messageCore) Sync() error                  { return nil }
+
+func (c messageCore) With(fs []zapcore.Field) zapcore.Core {
+	return messageCore{message: c.message, fn: c.fn, fields: append(slices.Clone(c.fields), fs...)}
+}
+
+func (c messageCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if e.Message == c.message {
+		return ce.AddCore(e, c)
+	}
+	return ce
+}
+
+func (c messageCore) Write(_ zapcore.Entry, fs []zapcore.Field) error {
+	errText := ""
+	for _, f := range slices.Concat(c.fields, fs) {
+		if f.Key == "error" {
+			if err, ok := f.Interface.(error); ok {
+				errText = err.Error()
+			}
+		}
+	}
+	c.fn(errText)
+	return nil
+}

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -139,7 +140,7 @@ func (h *Host) launchEtcd(ctx context.Context) (wait func(context.Context) error
 					h.etcd = nil
 				}
 				h.mu.Unlock()
-				h.cluster.events.Record(h.name, "error", "etcd start failed: %v", err)
+				h.recordEtcdStartFailed(err)
 				return err
 			}
 			started(pm)
@@ -161,12 +162,22 @@ func (h *Host) launchEtcd(ctx context.Context) (wait func(context.Context) error
 				h.etcd = nil
 			}
 			h.mu.Unlock()
-			h.cluster.events.Record(h.name, "error", "etcd start failed: %v", err)
+			h.recordEtcdStartFailed(err)
 			return err
 		}
 		started(em)
 		return nil
 	}, nil
+}
+
+// recordEtcdStartFailed records a start that did not become ready: an error,
+// unless its caller gave up on it (a cancelled start is stopped on purpose).
+func (h *Host) recordEtcdStartFailed(err error) {
+	if errors.Is(err, context.Canceled) {
+		h.cluster.events.Record(h.name, "service", "etcd start cancelled by its caller; stopped")
+		return
+	}
+	h.cluster.events.Record(h.name, "error", "etcd start failed: %v", err)
 }
 
 // etcdRemoved forgets a member that was stopped because it was removed from

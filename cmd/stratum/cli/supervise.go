@@ -113,6 +113,9 @@ func (a *app) nodeSupervisor(h host.Host, n *ha.Node, binDir string) (*superviso
 	})
 }
 
+// readyProbeTimeout bounds one readiness probe of a starting service.
+const readyProbeTimeout = 500 * time.Millisecond
+
 // waitEtcdServes waits until the local member answers with a leader.
 func waitEtcdServes(ctx context.Context, h host.Host, n *ha.Node) error {
 	st, err := nodestate.Load(h)
@@ -123,7 +126,12 @@ func waitEtcdServes(ctx context.Context, h host.Host, n *ha.Node) error {
 	ctx, cancel := context.WithTimeout(ctx, serviceReadyWithin)
 	defer cancel()
 	for {
-		m := n.EtcdMemberStatus(ctx, self)
+		// A member that listens but does not serve yet (etcd accepts
+		// connections before it has published itself) holds a probe until
+		// its timeout: short probes see it serving soon after it does.
+		pctx, pcancel := context.WithTimeout(ctx, readyProbeTimeout)
+		m := n.EtcdMemberStatus(pctx, self)
+		pcancel()
 		if m.Err == nil && m.Leader != 0 {
 			return nil
 		}

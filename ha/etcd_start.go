@@ -1,0 +1,174 @@
+package ha
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"stratum.dev/stratum/internal/nodestate"
+)
+
+// lostPublishGrace is how long a new member may show its own publish applied
+// while its client port stays silent before startEtcd takes the publish as
+// lost: a member that applied the entry itself serves within milliseconds.
+const lostPublishGrace = 300 * time.Millisecond
+
+// lostPublishPoll is how often startEtcd looks at a starting new member, and
+// bounds each look.
+const lostPublishPoll = 100 * time.Millisecond
+
+// neverPublishedWithin bounds startEtcd's question to the other members
+// whether this node's member has ever published.
+const neverPublishedWithin = 2 * time.Second
+
+// startEtcd starts this node's etcd and waits until it serves.
+//
+// A member added to the cluster that has never published its name and client
+// URLs (a join's or a rejoin's first start) is watched while it starts. Its
+// publish can be lost: a leader that commits the publish at once (a one-voter
+// cluster needs no round trip) and then builds the snapshot it sends the new
+// member from its applied index hands the member a snapshot that already holds
+// the publish; the member restores it, never applies its own entry, and etcd
+// retries only after its request timeout (5 s plus two election timeouts,
+// not configurable), serving no client until then (docs/performance.md). Once
+// the member's own view shows its publish applied while its client port stays
+// silent for lostPublishGrace, etcd is restarted once: it publishes again from
+// a log that is caught up, and serves within a second. The restart is safe:
+// the member is still a learner, so no quorum depends on it.
+func (n *Node) startEtcd(ctx context.Context, st *nodestate.NodeState) error {
+	h := n.env.Host
+	if !n.neverPublished(ctx, st) {
+		if err := h.StartService(ctx, ServiceEtcd); err != nil {
+			return fmt.Errorf("start etcd: %w", err)
+		}
+		return nil
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	started := make(chan error, 1)
+	go func() { started <- h.StartService(sctx, ServiceEtcd) }()
+	tick := time.NewTicker(lostPublishPoll)
+	defer tick.Stop()
+	var lostSince time.Time
+	for {
+		select {
+		case err := <-started:
+			if err != nil {
+				return fmt.Errorf("start etcd: %w", err)
+			}
+			return nil
+		case <-tick.C:
+		}
+		if !n.publishLost(ctx, st) {
+			lostSince = time.Time{}
+			continue
+		}
+		if lostSince.IsZero() {
+			lostSince = time.Now()
+		}
+		if time.Since(lostSince) >= lostPublishGrace {
+			break
+		}
+	}
+	cancel()
+	<-started
+	n.log.Info("etcd: the new member's publish was lost in the leader's snapshot; restarting it so that it publishes again", "peerURL", st.Etcd.PeerURL)
+	if n.env.Progress != nil {
+		n.env.Progress("etcd start: the new member's publish was lost in the leader's snapshot (etcd would retry in about 7 s); restarting etcd")
+	}
+	if err := h.RestartService(ctx, ServiceEtcd); err != nil {
+		return fmt.Errorf("start etcd (restarted after its publish was lost): %w", err)
+	}
+	return nil
+}
+
+// neverPublished reports whether the other members list this node's member
+// as added but never started (no client URLs): its first start. Not knowing
+// (no member answers in time) is false: the start is then not watched.
+func (n *Node) neverPublished(ctx context.Context, st *nodestate.NodeState) bool {
+	if st.Etcd.InitialClusterState != "existing" {
+		return false
+	}
+	peers := peerIPs(st.Etcd.InitialCluster, st.Etcd.PeerURL)
+	if len(peers) == 0 {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, neverPublishedWithin)
+	defer cancel()
+	never := false
+	err := n.viaEach(ctx, peers, "etcd member list", func(ctx context.Context, cli *clientv3.Client, ep string) error {
+		ml, err := memberList(ctx, cli)
+		if err != nil {
+			return err
+		}
+		if m := memberByPeerURL(ml.Members, st.Etcd.PeerURL); m != nil {
+			never = !started(m)
+		}
+		return nil
+	})
+	if err != nil {
+		n.log.Debug("could not tell whether this node's etcd member ever published; its start is not watched", "err", err)
+		return false
+	}
+	return never
+}
+
+// publishLost reports whether this node's member shows its own publish
+// applied (its peer port lists it with client URLs) while its client port
+// does not answer: the lost publish startEtcd mends.
+func (n *Node) publishLost(ctx context.Context, st *nodestate.NodeState) bool {
+	ctx, cancel := context.WithTimeout(ctx, lostPublishPoll)
+	defer cancel()
+	published, err := n.ownViewPublished(ctx, st.Etcd.PeerURL)
+	if err != nil || !published {
+		return false
+	}
+	return n.EtcdMemberStatus(ctx, urlHostOf(st.Etcd.ClientURL)).Err != nil
+}
+
+// peerMember is a member as etcd's peer port lists it (GET /members).
+type peerMember struct {
+	PeerURLs   []string `json:"peerURLs"`
+	ClientURLs []string `json:"clientURLs"`
+}
+
+// ownViewPublished asks the member at peerURL for its own view of the
+// membership (etcd's peer port serves it before the member serves clients)
+// and reports whether that view has the member's client URLs: its publish is
+// applied there.
+func (n *Node) ownViewPublished(ctx context.Context, peerURL string) (bool, error) {
+	tlsCfg, err := n.etcdTLS()
+	if err != nil {
+		return false, err
+	}
+	tr := &http.Transport{TLSClientConfig: tlsCfg, DialContext: n.env.Host.DialContext, DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, peerURL+"/members", nil)
+	if err != nil {
+		return false, err
+	}
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return false, fmt.Errorf("GET %s/members: %s", peerURL, resp.Status)
+	}
+	var members []peerMember
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&members); err != nil {
+		return false, fmt.Errorf("GET %s/members: %w", peerURL, err)
+	}
+	for _, m := range members {
+		if slices.Contains(m.PeerURLs, peerURL) {
+			return len(m.ClientURLs) > 0, nil
+		}
+	}
+	return false, nil
+}
