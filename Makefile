@@ -20,7 +20,7 @@ CHECKS ?= 200
 # Joins per side in `make bench`'s BenchmarkJoin (its median and spread).
 JOIN_SAMPLES ?= 10
 
-.PHONY: all build assets tools-mod dist vet fmt-check test e2e e2e-deps demo bench explore clean help
+.PHONY: all build assets demo-assets tools-mod dist vet fmt-check test e2e e2e-deps demo bench explore clean help
 
 all: build
 
@@ -136,9 +136,15 @@ e2e-deps:
 	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends iproute2 util-linux >/dev/null || \
 		{ apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends iproute2 util-linux >/dev/null; }
 
-## demo: build, then start a simulated cluster of three control planes
-demo: build assets
+## demo: build stratum and kube-apiserver (concurrently; nothing else the demo does not use), then start a simulated cluster of three control planes
+demo:
+	@$(MAKE) --no-print-directory -j2 build demo-assets
 	bin/stratum sim up --control-planes 3
+
+## demo-assets: build only what the demo needs (kube-apiserver; the simulator embeds etcd) into the asset cache
+demo-assets:
+	@dir="$$($(GO) run ./internal/assets/assetsdir)"; \
+	tools/build-assets.sh "$$dir" kube-apiserver
 
 ## bench: every benchmark, one package at a time (BenchmarkJoin $(JOIN_SAMPLES) times per side), then a table of each one's ratio to its raw baseline
 bench: assets

@@ -1,28 +1,45 @@
 #!/usr/bin/env bash
-# build-assets.sh DEST builds the pinned real binaries (the servers, and the
-# etcdctl and kubectl clients) into DEST, the cache directory internal/assets
-# names for the current pins (tools/versions.mk and the tools modules' go.sum).
-# Nothing is downloaded but Go modules.
+# build-assets.sh DEST [NAME...] builds the pinned real binaries (the servers,
+# and the etcdctl and kubectl clients) into DEST, the cache directory
+# internal/assets names for the current pins (tools/versions.mk and the tools
+# modules' go.sum). Nothing is downloaded but Go modules. With NAMEs, only
+# those binaries are built (`make demo` needs only kube-apiserver); the
+# completion stamp is written only once every binary is there.
+#
+# A build prints which binary it builds, a line every 30 s while it runs,
+# and how long it took.
 #
 # A DEST that already holds every binary and the completion stamp is left as
 # it is, so a second run costs about a second. Each binary is built into a
 # temporary name and renamed, so an interrupted build never leaves a partial
 # binary that a later run would take as built.
 set -euo pipefail
-dest=${1:?usage: build-assets.sh DEST}
+dest=${1:?usage: build-assets.sh DEST [NAME...]}
+shift
+wanted=("$@")
 cd "$(dirname "$0")"
 eval "$(sed -n 's/^\([A-Z_]*\) := \(.*\)$/\1=\2/p' versions.mk)"
 
 etcd_dir() { echo "etcd-$(echo "$1" | cut -d. -f1,2)"; }
 binaries=(kube-apiserver kube-controller-manager "etcd-${ETCD_VERSION}" "etcd-${ETCD_OLD_VERSION}" etcdctl kubectl)
 
-if [[ -f "$dest/.complete" ]]; then
-	ok=1
-	for b in "${binaries[@]}"; do [[ -x "$dest/$b" ]] || ok=0; done
-	if ((ok)); then
-		echo "assets: up to date in $dest"
-		exit 0
-	fi
+for w in "${wanted[@]}"; do
+	[[ " ${binaries[*]} " == *" $w "* ]] || { echo "assets: unknown binary $w (known: ${binaries[*]})" >&2; exit 2; }
+done
+# all_built reports whether every binary named (all of them with no names)
+# is in DEST.
+all_built() {
+	local b names=("$@")
+	((${#names[@]})) || names=("${binaries[@]}")
+	for b in "${names[@]}"; do [[ -x "$dest/$b" ]] || return 1; done
+}
+if ((${#wanted[@]})) && all_built "${wanted[@]}"; then
+	echo "assets: ${wanted[*]} up to date in $dest"
+	exit 0
+fi
+if [[ -f "$dest/.complete" ]] && all_built; then
+	echo "assets: up to date in $dest"
+	exit 0
 fi
 mkdir -p "$dest"
 rm -f "$dest/.complete"
@@ -43,9 +60,21 @@ build() { # name moduledir package [go build flags...]
 		echo "assets: $name already built"
 		return
 	fi
+	if ((${#wanted[@]})) && [[ " ${wanted[*]} " != *" $name "* ]]; then
+		return
+	fi
 	local start=$SECONDS
 	echo "assets: building $name (from tools/$dir) ..."
-	(cd "$dir" && CGO_ENABLED=0 go build -trimpath "$@" -o "$dest/.$name.tmp" "$pkg")
+	(while sleep 30; do echo "assets: still building $name ($((SECONDS - start))s)"; done) &
+	local ticker=$!
+	local rc=0
+	(cd "$dir" && CGO_ENABLED=0 go build -trimpath "$@" -o "$dest/.$name.tmp" "$pkg") || rc=$?
+	kill "$ticker" 2>/dev/null || true
+	wait "$ticker" 2>/dev/null || true
+	if ((rc)); then
+		echo "assets: building $name failed (exit $rc) after $((SECONDS - start))s; nothing was installed for it" >&2
+		exit "$rc"
+	fi
 	mv "$dest/.$name.tmp" "$dest/$name"
 	echo "assets: built $name in $((SECONDS - start))s"
 }
@@ -62,6 +91,18 @@ build etcdctl "$(etcd_dir "$ETCD_VERSION")" go.etcd.io/etcd/etcdctl/v3
 build kubectl kube k8s.io/kubernetes/cmd/kubectl \
 	-tags=selinux,notest,grpcnotrace -ldflags "-s -w ${kube_ldflags}"
 
+if ((${#wanted[@]})); then
+	for w in "${wanted[@]}"; do
+		case $w in
+		etcdctl) "$dest/$w" version | head -1 ;;
+		kubectl) "$dest/$w" version --client ;;
+		*) "$dest/$w" --version | head -1 ;;
+		esac
+	done
+	if all_built; then touch "$dest/.complete"; fi
+	echo "assets: ${wanted[*]} ready in $dest"
+	exit 0
+fi
 "$dest/kube-apiserver" --version
 "$dest/etcd-${ETCD_VERSION}" --version | head -1
 "$dest/etcd-${ETCD_OLD_VERSION}" --version | head -1
