@@ -437,7 +437,7 @@ func (n *Node) etcdClientURLs(ctx context.Context, st *nodestate.NodeState) ([]s
 		return nil, err
 	}
 	defer cli.Close()
-	rctx, cancel := context.WithTimeout(ctx, etcdReadTimeout)
+	rctx, cancel := context.WithTimeout(ctx, n.readTimeout())
 	defer cancel()
 	resp, err := cli.MemberList(rctx)
 	if err != nil {

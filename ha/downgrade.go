@@ -60,7 +60,7 @@ func (n *Node) DowngradeEtcd(ctx context.Context, cpIP, target string) (err erro
 		return fmt.Errorf("etcd downgrade to %s: %w; nothing was asked of etcd", target, err)
 	}
 	defer cli.Close()
-	ml, err := memberList(ctx, cli)
+	ml, err := n.memberList(ctx, cli)
 	if err != nil {
 		return fmt.Errorf("etcd downgrade to %s: member list from %s: %w; nothing was changed", target, ep, err)
 	}

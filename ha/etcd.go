@@ -138,7 +138,7 @@ func (n *Node) EtcdMemberStatus(ctx context.Context, cpIP string) EtcdMemberHeal
 		return m
 	}
 	defer cli.Close()
-	rctx, cancel := context.WithTimeout(ctx, etcdReadTimeout)
+	rctx, cancel := context.WithTimeout(ctx, n.readTimeout())
 	defer cancel()
 	st, err := cli.Status(rctx, ep)
 	if err != nil {
@@ -147,7 +147,7 @@ func (n *Node) EtcdMemberStatus(ctx context.Context, cpIP string) EtcdMemberHeal
 	}
 	m.ID, m.Leader, m.IsLearner, m.Version = st.Header.GetMemberId(), st.Leader, st.IsLearner, st.Version
 	m.Alarms = append(m.Alarms, st.Errors...)
-	actx, cancel2 := context.WithTimeout(ctx, etcdReadTimeout)
+	actx, cancel2 := context.WithTimeout(ctx, n.readTimeout())
 	defer cancel2()
 	al, err := cli.AlarmList(actx)
 	if err != nil {
@@ -237,7 +237,7 @@ func (n *Node) EtcdStorageAt(ctx context.Context, cpIP string) (EtcdStorage, err
 		return EtcdStorage{}, err
 	}
 	defer cli.Close()
-	rctx, cancel := context.WithTimeout(ctx, etcdReadTimeout)
+	rctx, cancel := context.WithTimeout(ctx, n.readTimeout())
 	defer cancel()
 	st, err := cli.Status(rctx, ep)
 	if err != nil {
@@ -333,8 +333,8 @@ func (n *Node) viaEach(ctx context.Context, cpIPs []string, op string, f func(ct
 }
 
 // memberList is a linearizable member list with the read timeout.
-func memberList(ctx context.Context, cli *clientv3.Client) (*clientv3.MemberListResponse, error) {
-	rctx, cancel := context.WithTimeout(ctx, etcdReadTimeout)
+func (n *Node) memberList(ctx context.Context, cli *clientv3.Client) (*clientv3.MemberListResponse, error) {
+	rctx, cancel := context.WithTimeout(ctx, n.readTimeout())
 	defer cancel()
 	return cli.MemberList(rctx)
 }

@@ -104,7 +104,7 @@ func (n *Node) neverPublished(ctx context.Context, st *nodestate.NodeState) bool
 	defer cancel()
 	never := false
 	err := n.viaEach(ctx, peers, "etcd member list", func(ctx context.Context, cli *clientv3.Client, ep string) error {
-		ml, err := memberList(ctx, cli)
+		ml, err := n.memberList(ctx, cli)
 		if err != nil {
 			return err
 		}

@@ -710,7 +710,7 @@ func checkWritable(h host.Files, dirs ...string) error {
 func (n *Node) clusterID(ctx context.Context, etcdIPs []string) (string, error) {
 	var id string
 	err := n.viaEach(ctx, etcdIPs, "read the etcd cluster ID", func(ctx context.Context, cli *clientv3.Client, ep string) error {
-		ml, err := memberList(ctx, cli)
+		ml, err := n.memberList(ctx, cli)
 		if err != nil {
 			return err
 		}

@@ -264,7 +264,7 @@ func (n *Node) memberAddOnce(ctx context.Context, cpIPs []string, newName, newPe
 	var ic string
 	var id uint64
 	err := n.viaEach(ctx, cpIPs, "etcd member add of "+newPeerURL, func(ctx context.Context, cli *clientv3.Client, ep string) error {
-		ml, err := memberList(ctx, cli)
+		ml, err := n.memberList(ctx, cli)
 		if err != nil {
 			return fmt.Errorf("etcd member list from %s: %w", ep, err)
 		}
@@ -297,7 +297,7 @@ func (n *Node) removeOwnMember(ctx context.Context, cpIPs []string, id uint64, p
 	op := fmt.Sprintf("etcd member remove of this join's member (ID %x, %s)", id, peerURL)
 	return n.retryUnhealthy(ctx, op, func() error {
 		return n.viaEach(ctx, cpIPs, op, func(ctx context.Context, cli *clientv3.Client, ep string) error {
-			ml, err := memberList(ctx, cli)
+			ml, err := n.memberList(ctx, cli)
 			if err != nil {
 				return fmt.Errorf("etcd member list from %s: %w", ep, err)
 			}
@@ -360,7 +360,7 @@ func (n *Node) PromoteWhenCaughtUp(ctx context.Context, cpIPs []string, peerURL 
 	defer cancel()
 	op := "etcd promote of learner " + peerURL
 	return n.viaEach(ctx, cpIPs, op, func(ctx context.Context, cli *clientv3.Client, ep string) error {
-		ml, err := memberList(ctx, cli)
+		ml, err := n.memberList(ctx, cli)
 		if err != nil {
 			return fmt.Errorf("etcd member list from %s: %w", ep, err)
 		}
@@ -406,7 +406,7 @@ func (n *Node) MemberRemove(ctx context.Context, cpIPs []string, peerURL string)
 	op := "etcd member remove of " + peerURL
 	return n.retryUnhealthy(ctx, op, func() error {
 		return n.viaEach(ctx, cpIPs, op, func(ctx context.Context, cli *clientv3.Client, ep string) error {
-			ml, err := memberList(ctx, cli)
+			ml, err := n.memberList(ctx, cli)
 			if err != nil {
 				return fmt.Errorf("etcd member list from %s: %w", ep, err)
 			}
@@ -430,7 +430,7 @@ func (n *Node) MemberRemove(ctx context.Context, cpIPs []string, peerURL string)
 func (n *Node) members(ctx context.Context, cpIPs []string, op string) ([]*etcdserverpb.Member, error) {
 	var out []*etcdserverpb.Member
 	err := n.viaEach(ctx, cpIPs, op, func(ctx context.Context, cli *clientv3.Client, ep string) error {
-		ml, err := memberList(ctx, cli)
+		ml, err := n.memberList(ctx, cli)
 		if err != nil {
 			return fmt.Errorf("%s: member list from %s: %w", op, ep, err)
 		}
@@ -503,11 +503,11 @@ func (n *Node) JoinState(ctx context.Context, cpIP string) (members int, bundle 
 		return 0, false, err
 	}
 	defer cli.Close()
-	ml, err := memberList(ctx, cli)
+	ml, err := n.memberList(ctx, cli)
 	if err != nil {
 		return 0, false, fmt.Errorf("join state: etcd member list from %s: %w", ep, err)
 	}
-	rctx, cancel := context.WithTimeout(ctx, etcdReadTimeout)
+	rctx, cancel := context.WithTimeout(ctx, n.readTimeout())
 	defer cancel()
 	get, err := cli.Get(rctx, JoinBundleEtcdKey, clientv3.WithCountOnly())
 	if err != nil {

@@ -45,6 +45,11 @@ type Env struct {
 	// refuses as unhealthy, a learner catching up), what it waits for, at
 	// most every WaitReportEvery. The CLI prints them; nil drops them.
 	Progress func(line string)
+	// EtcdReadTimeout bounds one read from one etcd member (a status, the
+	// alarms, the member list): a member that does not answer within it is
+	// reported silent. Zero is 2 s, for real networks; the simulator's
+	// scenarios on loopback, with etcd's fast test timing, shorten it.
+	EtcdReadTimeout time.Duration
 }
 
 // WaitReportEvery is how often a waiting step reports through
@@ -68,6 +73,14 @@ func NewNode(env Env) *Node {
 
 // Host is the machine the node runs on.
 func (n *Node) Host() host.Host { return n.env.Host }
+
+// readTimeout is Env.EtcdReadTimeout, or etcdReadTimeout when unset.
+func (n *Node) readTimeout() time.Duration {
+	if n.env.EtcdReadTimeout > 0 {
+		return n.env.EtcdReadTimeout
+	}
+	return etcdReadTimeout
+}
 
 // stepDone reports a finished step through Env.Progress.
 func (n *Node) stepDone(step string, took time.Duration) {

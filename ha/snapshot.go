@@ -254,7 +254,7 @@ func (n *Node) etcdStatus(ctx context.Context, cpIP string) (*clientv3.StatusRes
 		return nil, err
 	}
 	defer cli.Close()
-	rctx, cancel := context.WithTimeout(ctx, etcdReadTimeout)
+	rctx, cancel := context.WithTimeout(ctx, n.readTimeout())
 	defer cancel()
 	st, err := cli.Status(rctx, ep)
 	if err != nil {

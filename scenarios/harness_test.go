@@ -133,8 +133,15 @@ func (observer) DialContext(ctx context.Context, network, address string) (net.C
 	return d.DialContext(ctx, network, address)
 }
 
-func observerOn(h *sim.Host) *ha.Node {
-	return ha.NewNode(ha.Env{Host: observer{h.Handle()}, Log: quiet})
+func observerOn(h *sim.Host, timing sim.EtcdTiming) *ha.Node {
+	return ha.NewNode(ha.Env{Host: observer{h.Handle()}, Log: quiet, EtcdReadTimeout: readTimeoutFor(timing)})
+}
+
+// readTimeoutFor is how long a check's gate waits on one member's read: five
+// election timeouts (a member that does not answer within them is silent,
+// not slow), at least 500 ms and at most ha's 2 s for real networks.
+func readTimeoutFor(timing sim.EtcdTiming) time.Duration {
+	return min(2*time.Second, max(500*time.Millisecond, 5*timing.Election()))
 }
 
 // ipsOf are the hosts' IPs, as the ha package names members.

@@ -136,7 +136,7 @@ func (s *splitBrain) probedGateHooked(slow *sim.Host, delay time.Duration, onClo
 		truth: func(addr string) memberView {
 			for _, h := range s.hosts {
 				if hostPort(h.ClientURL()) == addr {
-					return viewOf(s.ctx, s.views[h.Name()], h.ClientURL())
+					return s.viewOfHost(h)
 				}
 			}
 			return memberView{Err: errNotAMember}
@@ -145,7 +145,7 @@ func (s *splitBrain) probedGateHooked(slow *sim.Host, delay time.Duration, onClo
 	if slow != nil && delay > 0 {
 		p.delay[hostPort(slow.ClientURL())] = delay
 	}
-	n := ha.NewNode(ha.Env{Host: p, Log: quiet})
+	n := ha.NewNode(ha.Env{Host: p, Log: quiet, EtcdReadTimeout: readTimeoutFor(s.c.Config().Etcd)})
 	answers, err := n.EtcdClusterHealth(s.ctx, s.ips)
 	p.answers = answers
 	return p, err

@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -88,11 +89,14 @@ func TestSplitBrain(t *testing.T) {
 
 func newSplitBrain(t *rapid.T) *splitBrain {
 	n := rapid.SampledFrom([]int{3, 5}).Draw(t, "members")
-	c := startCluster(t, sim.Config{ControlPlanes: n})
+	// etcd's integration-test timing (100 ms elections): the property is
+	// about the order of answers, not their pace, and checks five times
+	// faster; the join properties keep the simulator's default timing.
+	c := startCluster(t, sim.Config{ControlPlanes: n, Etcd: sim.FastEtcdTiming})
 	s := &splitBrain{t: t, ctx: checkCtx(t, 10*time.Minute), c: c, hosts: c.Hosts(), views: map[string]*clientv3.Client{},
 		written: map[string]string{}, maybe: map[string]string{}}
 	s.ips = ipsOf(s.hosts...)
-	s.obs = observerOn(s.hosts[0])
+	s.obs = observerOn(s.hosts[0], c.Config().Etcd)
 	var urls []string
 	for _, h := range s.hosts {
 		cli, err := directEtcd(h)
@@ -125,7 +129,7 @@ func (s *splitBrain) truth() map[string]memberView {
 	var wg sync.WaitGroup
 	for _, h := range s.hosts {
 		wg.Go(func() {
-			v := viewOf(s.ctx, s.views[h.Name()], h.ClientURL())
+			v := s.viewOfHost(h)
 			mu.Lock()
 			out[h.Name()] = v
 			mu.Unlock()
@@ -134,6 +138,25 @@ func (s *splitBrain) truth() map[string]memberView {
 	wg.Wait()
 	return out
 }
+
+// clientBound bounds one sentinel read or write: five election timeouts, at
+// least 500 ms. One that does not answer within it found no quorum (a write
+// is then maybe-written, a read judges nothing).
+func (s *splitBrain) clientBound() time.Duration {
+	return max(500*time.Millisecond, 5*s.c.Config().Etcd.Election())
+}
+
+// viewOfHost is h's member's own answer; a member whose etcd is not running
+// does not answer, without waiting out a client timeout to learn it.
+func (s *splitBrain) viewOfHost(h *sim.Host) memberView {
+	if !h.EtcdRunning() {
+		return memberView{Err: errNotRunning}
+	}
+	return viewOf(s.ctx, s.views[h.Name()], h.ClientURL())
+}
+
+// errNotRunning is a stopped member's answer.
+var errNotRunning = errors.New("etcd is not running")
 
 // disagreement says what in a truth sample makes the cluster unfit for a
 // member-add: a member that does not answer, knows no leader, or names a
@@ -238,10 +261,11 @@ func (s *splitBrain) stopped() []string {
 }
 
 // check is the invariant after every action: the gate sampled over a window
-// long enough to span an election (election timeout 500 ms, randomized up to
-// twice that), and every sentinel a member reads has the value written.
+// long enough to span an election (the election timeout, randomized up to
+// twice that, and a fifth more), and every sentinel a member reads has the
+// value written.
 func (s *splitBrain) check(t *rapid.T) {
-	end := time.Now().Add(1200 * time.Millisecond)
+	end := time.Now().Add(s.c.Config().Etcd.Election() * 12 / 5)
 	for time.Now().Before(end) {
 		if f := s.gate(nil, 0); f != "" {
 			t.Fatal(f)
@@ -253,7 +277,7 @@ func (s *splitBrain) check(t *rapid.T) {
 // read reads the sentinels with a linearizable get; one that answers must
 // return what was written (a maybe-written key may be absent).
 func (s *splitBrain) read() {
-	rctx, cancel := context.WithTimeout(s.ctx, 2*time.Second)
+	rctx, cancel := context.WithTimeout(s.ctx, s.clientBound())
 	defer cancel()
 	resp, err := s.kv.Get(rctx, "sentinel/", clientv3.WithPrefix())
 	if err != nil {
@@ -294,7 +318,7 @@ func (s *splitBrain) leader() string {
 		}
 	}
 	for _, h := range s.hosts {
-		if v := viewOf(s.ctx, s.views[h.Name()], h.ClientURL()); v.Err == nil && v.ID == best && best != 0 {
+		if v := s.viewOfHost(h); v.Err == nil && v.ID == best && best != 0 {
 			return h.Name()
 		}
 	}
@@ -368,8 +392,9 @@ func (s *splitBrain) restartMember(t *rapid.T) {
 
 func (s *splitBrain) startMember(h *sim.Host) {
 	// A member restarted inside a minority cannot become ready until healed;
-	// its start is bounded and its failure is not the property's.
-	ctx, cancel := context.WithTimeout(s.ctx, 6*time.Second)
+	// its start is bounded (ten election timeouts, at least 1 s: one in the
+	// majority is ready within a few) and its failure is not the property's.
+	ctx, cancel := context.WithTimeout(s.ctx, max(time.Second, 10*s.c.Config().Etcd.Election()))
 	defer cancel()
 	if err := h.StartEtcd(ctx); err != nil {
 		s.c.Events().Record(h.Name(), "action", "etcd start did not become ready: %v", err)
@@ -416,7 +441,7 @@ func (s *splitBrain) transferLeadership(t *rapid.T) {
 	for _, to := range targets {
 		leader := s.leader()
 		h := s.c.Host(to)
-		v := viewOf(s.ctx, s.views[to], h.ClientURL())
+		v := s.viewOfHost(h)
 		if leader == "" || leader == to || v.Err != nil {
 			continue
 		}
@@ -450,7 +475,7 @@ func (s *splitBrain) skewedGate(t *rapid.T) {
 		}
 	}
 	to := s.c.Host(rapid.SampledFrom(others).Draw(t, "new leader"))
-	toID := viewOf(s.ctx, s.views[to.Name()], to.ClientURL()).ID
+	toID := s.viewOfHost(to).ID
 	fastDone := make(chan struct{})
 	var once sync.Once
 	result := make(chan string, 1)
@@ -484,7 +509,7 @@ func (s *splitBrain) heal(t *rapid.T) {
 func (s *splitBrain) write(t *rapid.T) {
 	s.seq++
 	k, v := fmt.Sprintf("sentinel/%03d", s.seq), fmt.Sprintf("v%d", s.seq)
-	ctx, cancel := context.WithTimeout(s.ctx, 3*time.Second)
+	ctx, cancel := context.WithTimeout(s.ctx, s.clientBound())
 	defer cancel()
 	if _, err := s.kv.Put(ctx, k, v); err != nil {
 		s.maybe[k] = v

@@ -233,7 +233,7 @@ func (w *world) converge(joined []*sim.Host) {
 				return false, fmt.Sprintf("%s is still a learner", m.Name)
 			}
 		}
-		err := observerOn(w.cp1).EtcdClusterHealthy(w.ctx, ipsOf(want...))
+		err := observerOn(w.cp1, w.c.Config().Etcd).EtcdClusterHealthy(w.ctx, ipsOf(want...))
 		return err == nil, fmt.Sprint(err)
 	})
 	if !ok {

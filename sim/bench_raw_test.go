@@ -49,7 +49,7 @@ func rawEtcd3(b *testing.B, base string) (func(), string) {
 		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
 		cfg.ListenMetricsUrls = nil
 		cfg.InitialCluster = initial
-		cfg.TickMs, cfg.ElectionMs = etcdTickMs, etcdElectionMs
+		cfg.TickMs, cfg.ElectionMs = uint(DefaultEtcdTiming.HeartbeatMs), uint(DefaultEtcdTiming.ElectionMs)
 		cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 		e, err := embed.StartEtcd(cfg)
 		if err != nil {
@@ -182,7 +182,7 @@ func rawAPIServers(b *testing.B, base, etcdURL string, n int) (func(), float64) 
 	}
 	var maxRSS float64
 	for _, cmd := range cmds {
-		if rss := rssMiB(cmd.Process.Pid); rss > maxRSS {
+		if rss := ResidentMiB(cmd.Process.Pid); rss > maxRSS {
 			maxRSS = rss
 		}
 	}

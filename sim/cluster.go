@@ -63,6 +63,8 @@ type Config struct {
 	EventsTo io.Writer
 	// Cluster network; defaults as a stock cluster's.
 	PodCIDR, ServiceCIDR, ClusterDomain string
+	// Etcd is the members' raft timing; zero is DefaultEtcdTiming.
+	Etcd EtcdTiming
 }
 
 func (cfg *Config) defaults() error {
@@ -91,6 +93,12 @@ func (cfg *Config) defaults() error {
 	}
 	if cfg.ClusterDomain == "" {
 		cfg.ClusterDomain = "cluster.local"
+	}
+	if cfg.Etcd == (EtcdTiming{}) {
+		cfg.Etcd = DefaultEtcdTiming
+	}
+	if cfg.Etcd.HeartbeatMs < 1 || cfg.Etcd.ElectionMs < 5*cfg.Etcd.HeartbeatMs {
+		return fmt.Errorf("sim: etcd timing %+v: the heartbeat must be at least 1 ms and the election timeout at least 5 heartbeats", cfg.Etcd)
 	}
 	return nil
 }

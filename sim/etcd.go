@@ -27,13 +27,28 @@ import (
 	"stratum.dev/stratum/internal/version"
 )
 
-// Raft timing of simulated members: short enough that elections and failover
-// take a fraction of a second, long enough that two busy cores running three
-// apiservers do not miss heartbeats.
-const (
-	etcdTickMs     = 50
-	etcdElectionMs = 500
+// EtcdTiming is simulated members' raft timing: etcd's --heartbeat-interval
+// and --election-timeout, in milliseconds.
+type EtcdTiming struct {
+	HeartbeatMs, ElectionMs int
+}
+
+// Raft timings for Config.Etcd.
+var (
+	// DefaultEtcdTiming (the zero Config's): elections and failover in a
+	// fraction of a second, yet no missed heartbeats while two busy cores
+	// start three apiservers.
+	DefaultEtcdTiming = EtcdTiming{HeartbeatMs: 50, ElectionMs: 500}
+	// FastEtcdTiming is etcd's own integration tests' timing (10 ms
+	// heartbeats, 100 ms elections), for clusters on loopback that run no
+	// apiserver: elections five times faster than the default.
+	FastEtcdTiming = EtcdTiming{HeartbeatMs: 10, ElectionMs: 100}
+	// ProductionEtcdTiming is etcd's defaults, which real hosts run.
+	ProductionEtcdTiming = EtcdTiming{HeartbeatMs: 100, ElectionMs: 1000}
 )
+
+// Election is the election timeout as a duration.
+func (t EtcdTiming) Election() time.Duration { return time.Duration(t.ElectionMs) * time.Millisecond }
 
 // etcdMember is a running etcd member of a host: embedded in this process or a
 // separate process of a chosen version.
@@ -60,6 +75,7 @@ type etcdSpec struct {
 	caFile                   string
 	serverCert, serverKey    string
 	peerCert, peerKey        string
+	timing                   EtcdTiming
 	// onPublishRetry is called with the error when the member logs that its
 	// publish failed (embedded members only).
 	onPublishRetry func(errText string)
@@ -85,6 +101,7 @@ func (h *Host) etcdSpec() (etcdSpec, error) {
 		serverKey:      h.Path(version.PKIFile("etcd/server.key")),
 		peerCert:       h.Path(version.PKIFile("etcd/peer.crt")),
 		peerKey:        h.Path(version.PKIFile("etcd/peer.key")),
+		timing:         h.cluster.cfg.Etcd,
 		onPublishRetry: func(errText string) {
 			if strings.Contains(errText, "timed out") {
 				h.cluster.events.Record(h.name, "service", "etcd: publish of this member timed out (it served no client meanwhile); etcd retries it")
@@ -161,8 +178,8 @@ func launchEmbeddedEtcd(s etcdSpec, onRemoved func(*embeddedEtcd)) (*embeddedEtc
 	cfg.InitialCluster = s.initialCluster
 	cfg.ClusterState = s.state
 	cfg.InitialClusterToken = "stratum"
-	cfg.TickMs = etcdTickMs
-	cfg.ElectionMs = etcdElectionMs
+	cfg.TickMs = uint(s.timing.HeartbeatMs)
+	cfg.ElectionMs = uint(s.timing.ElectionMs)
 	cfg.ClientTLSInfo = transport.TLSInfo{CertFile: s.serverCert, KeyFile: s.serverKey, TrustedCAFile: s.caFile, ClientCertAuth: true}
 	cfg.PeerTLSInfo = transport.TLSInfo{CertFile: s.peerCert, KeyFile: s.peerKey, TrustedCAFile: s.caFile, ClientCertAuth: true}
 	adds := &peerAdds{}
@@ -358,8 +375,8 @@ func launchProcessEtcd(s etcdSpec, etcdVersion, logPath string) (*processEtcd, e
 		"--trusted-ca-file=" + s.caFile, "--client-cert-auth",
 		"--peer-cert-file=" + s.peerCert, "--peer-key-file=" + s.peerKey,
 		"--peer-trusted-ca-file=" + s.caFile, "--peer-client-cert-auth",
-		fmt.Sprintf("--heartbeat-interval=%d", etcdTickMs),
-		fmt.Sprintf("--election-timeout=%d", etcdElectionMs),
+		fmt.Sprintf("--heartbeat-interval=%d", s.timing.HeartbeatMs),
+		fmt.Sprintf("--election-timeout=%d", s.timing.ElectionMs),
 		"--log-level=error",
 	}
 	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
