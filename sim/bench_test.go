@@ -2,9 +2,6 @@ package sim
 
 import (
 	"context"
-	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -28,7 +25,7 @@ func BenchmarkCluster3WithAPIServers(b *testing.B) {
 		simTotal += time.Since(start)
 		b.StopTimer()
 		for _, pid := range SimProcesses(c.RootDir()) {
-			simRSS = max(simRSS, rssMiB(pid))
+			simRSS = max(simRSS, ResidentMiB(pid))
 		}
 		c.Close()
 		cancel()
@@ -50,18 +47,4 @@ func BenchmarkCluster3WithAPIServers(b *testing.B) {
 	b.ReportMetric(simTotal.Seconds()/rawTotal.Seconds(), "ratio")
 	b.ReportMetric(simRSS, "MiB-apiserver-rss-sim")
 	b.ReportMetric(rawRSS, "MiB-apiserver-rss-raw")
-}
-
-func rssMiB(pid int) float64 {
-	status, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(status), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
-			kb, _ := strconv.ParseFloat(f[1], 64)
-			return kb / 1024
-		}
-	}
-	return 0
 }

@@ -62,3 +62,20 @@ func ReapOrphans() {
 		}
 	}
 }
+
+// ResidentMiB is the resident memory of process pid in MiB (VmRSS), or 0
+// when it cannot be read (the process is gone): for benchmarks that report
+// the simulator's memory.
+func ResidentMiB(pid int) float64 {
+	status, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}

@@ -143,22 +143,8 @@ func treeRSSMiB(pid int) float64 {
 	for len(queue) > 0 {
 		p := queue[0]
 		queue = queue[1:]
-		total += vmRSSMiB(p)
+		total += sim.ResidentMiB(p)
 		queue = append(queue, children[p]...)
 	}
 	return total
-}
-
-func vmRSSMiB(pid int) float64 {
-	status, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(status), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
-			kb, _ := strconv.ParseFloat(f[1], 64)
-			return kb / 1024
-		}
-	}
-	return 0
 }
