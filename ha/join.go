@@ -795,18 +795,28 @@ func (n *Node) issueLeaves(hostname, nodeIP string, sans *pki.APISANs) error {
 	return n.issueLeavesFrom(shared, hostname, nodeIP, sans)
 }
 
-// writeKubeconfigs writes the node's kubeconfigs, all targeting server.
-func (n *Node) writeKubeconfigs(server string) error {
+// clusterCA is the cluster CA, certificate and key, from this node's PKI dir.
+func (n *Node) clusterCA() (*pki.CA, error) {
 	h := n.env.Host
 	caCert, err := h.ReadFile(version.PKIFile("ca.crt"))
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("read the cluster CA certificate: %w", err)
 	}
 	caKey, err := h.ReadFile(version.PKIFile("ca.key"))
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("read the cluster CA key: %w", err)
 	}
 	ca, err := pki.LoadCA(caCert, caKey)
+	if err != nil {
+		return nil, fmt.Errorf("load the cluster CA: %w", err)
+	}
+	return ca, nil
+}
+
+// writeKubeconfigs writes the node's kubeconfigs, all targeting server.
+func (n *Node) writeKubeconfigs(server string) error {
+	h := n.env.Host
+	ca, err := n.clusterCA()
 	if err != nil {
 		return err
 	}

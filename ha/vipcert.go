@@ -67,15 +67,7 @@ var errAPIServerPair = errors.New("the apiserver certificate and key do not pair
 // IP, VIP and service network, from the cluster CA on this node.
 func (n *Node) reissueAPIServerLeaf(st *nodestate.NodeState) error {
 	h := n.env.Host
-	caCert, err := h.ReadFile(version.PKIFile("ca.crt"))
-	if err != nil {
-		return err
-	}
-	caKey, err := h.ReadFile(version.PKIFile("ca.key"))
-	if err != nil {
-		return err
-	}
-	ca, err := pki.LoadCA(caCert, caKey)
+	ca, err := n.clusterCA()
 	if err != nil {
 		return err
 	}
