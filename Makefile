@@ -32,7 +32,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 build:
 	$(GO) build -ldflags "-X $$($(GO) list -m)/cmd/stratum/cli.Version=$(VERSION)" -o bin/stratum ./cmd/stratum
 
-## assets: build the pinned kube-apiserver, kube-controller-manager, etcd, etcdctl and kubectl into the cache (~8 min cold, instant once built)
+## assets: build the pinned kube-apiserver, kube-controller-manager, etcd, etcdctl and kubectl into the cache (15 min or more cold on 2 cores, instant once built)
 assets:
 	@dir="$$($(GO) run ./internal/assets/assetsdir)"; \
 	tools/build-assets.sh "$$dir"
