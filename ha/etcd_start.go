@@ -44,12 +44,14 @@ const neverPublishedWithin = 2 * time.Second
 // the member is still a learner, so no quorum depends on it.
 func (n *Node) startEtcd(ctx context.Context, st *nodestate.NodeState) error {
 	h := n.env.Host
-	if !n.neverPublished(ctx, st) {
+	peer, err := n.peerClient()
+	if err != nil || !n.neverPublished(ctx, st) {
 		if err := h.StartService(ctx, ServiceEtcd); err != nil {
 			return fmt.Errorf("start etcd: %w", err)
 		}
 		return nil
 	}
+	defer peer.CloseIdleConnections()
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	started := make(chan error, 1)
@@ -66,7 +68,7 @@ func (n *Node) startEtcd(ctx context.Context, st *nodestate.NodeState) error {
 			return nil
 		case <-tick.C:
 		}
-		if !n.publishLost(ctx, st) {
+		if !n.publishLost(ctx, peer, st) {
 			lostSince = time.Time{}
 			continue
 		}
@@ -123,10 +125,10 @@ func (n *Node) neverPublished(ctx context.Context, st *nodestate.NodeState) bool
 // publishLost reports whether this node's member shows its own publish
 // applied (its peer port lists it with client URLs) while its client port
 // does not answer: the lost publish startEtcd mends.
-func (n *Node) publishLost(ctx context.Context, st *nodestate.NodeState) bool {
+func (n *Node) publishLost(ctx context.Context, peer *http.Client, st *nodestate.NodeState) bool {
 	ctx, cancel := context.WithTimeout(ctx, lostPublishPoll)
 	defer cancel()
-	published, err := n.ownViewPublished(ctx, st.Etcd.PeerURL)
+	published, err := ownViewPublished(ctx, peer, st.Etcd.PeerURL)
 	if err != nil || !published {
 		return false
 	}
@@ -139,22 +141,26 @@ type peerMember struct {
 	ClientURLs []string `json:"clientURLs"`
 }
 
+// peerClient is an HTTPS client for etcd peer ports with this node's etcd
+// client certificate, dialing through the host.
+func (n *Node) peerClient() (*http.Client, error) {
+	tlsCfg, err := n.etcdTLS()
+	if err != nil {
+		return nil, err
+	}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg, DialContext: n.env.Host.DialContext}}, nil
+}
+
 // ownViewPublished asks the member at peerURL for its own view of the
 // membership (etcd's peer port serves it before the member serves clients)
 // and reports whether that view has the member's client URLs: its publish is
 // applied there.
-func (n *Node) ownViewPublished(ctx context.Context, peerURL string) (bool, error) {
-	tlsCfg, err := n.etcdTLS()
-	if err != nil {
-		return false, err
-	}
-	tr := &http.Transport{TLSClientConfig: tlsCfg, DialContext: n.env.Host.DialContext, DisableKeepAlives: true}
-	defer tr.CloseIdleConnections()
+func ownViewPublished(ctx context.Context, peer *http.Client, peerURL string) (bool, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, peerURL+"/members", nil)
 	if err != nil {
 		return false, err
 	}
-	resp, err := (&http.Client{Transport: tr}).Do(req)
+	resp, err := peer.Do(req)
 	if err != nil {
 		return false, err
 	}

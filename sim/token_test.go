@@ -38,16 +38,7 @@ func TestBootstrapTokensLiveAndAlreadyExpired(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	whoami := func(token string) (*authv1.SelfSubjectReview, error) {
-		cfg, err := h.AdminConfig()
-		if err != nil {
-			t.Fatal(err)
-		}
-		anon := rest.AnonymousClientConfig(cfg)
-		anon.BearerToken = token
-		cs := kubernetes.NewForConfigOrDie(anon)
-		return cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authv1.SelfSubjectReview{}, metav1.CreateOptions{})
-	}
+	whoami := func(token string) (*authv1.SelfSubjectReview, error) { return reviewAs(ctx, t, h, token) }
 	var review *authv1.SelfSubjectReview
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -84,6 +75,19 @@ func TestBootstrapTokensLiveAndAlreadyExpired(t *testing.T) {
 	}
 }
 
+// reviewAs asks h's apiserver who the bearer of token is (a
+// SelfSubjectReview), with no other credential.
+func reviewAs(ctx context.Context, t *testing.T, h *Host, token string) (*authv1.SelfSubjectReview, error) {
+	t.Helper()
+	cfg, err := h.AdminConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	anon := rest.AnonymousClientConfig(cfg)
+	anon.BearerToken = token
+	return kubernetes.NewForConfigOrDie(anon).AuthenticationV1().SelfSubjectReviews().Create(ctx, &authv1.SelfSubjectReview{}, metav1.CreateOptions{})
+}
+
 func contains(xs []string, x string) bool {
 	for _, y := range xs {
 		if y == x {
@@ -113,15 +117,8 @@ func TestDeletedTokenAuthenticatesWithinTheApiserverCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := h.AdminConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	anon := rest.AnonymousClientConfig(cfg)
-	anon.BearerToken = tok
-	cs := kubernetes.NewForConfigOrDie(anon)
 	whoami := func() error {
-		_, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authv1.SelfSubjectReview{}, metav1.CreateOptions{})
+		_, err := reviewAs(ctx, t, h, tok)
 		return err
 	}
 	deadline := time.Now().Add(10 * time.Second)
