@@ -1,8 +1,10 @@
 package scenarios
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -61,27 +63,30 @@ type expired struct {
 type expiredStats struct {
 	mu                                                                     sync.Mutex
 	refusedJoins, liveJoins, prunesDropping, prunesNoop, deletes, expiries int
+	retiredJoins, rekeys, reuploads                                        int
 }
 
 func TestExpiredGrant(t *testing.T) {
 	st := &expiredStats{}
 	t.Cleanup(func() {
-		t.Logf("ExpiredGrant: joins refused %d, live joins %d, prunes that dropped %d, no-op prunes %d, tokens deleted %d, waited out %d",
-			st.refusedJoins, st.liveJoins, st.prunesDropping, st.prunesNoop, st.deletes, st.expiries)
+		t.Logf("ExpiredGrant: joins refused %d, live joins %d, joins with a retired key %d, prunes that dropped %d, no-op prunes %d, tokens deleted %d, waited out %d, rekeys %d, re-uploads %d",
+			st.refusedJoins, st.liveJoins, st.retiredJoins, st.prunesDropping, st.prunesNoop, st.deletes, st.expiries, st.rekeys, st.reuploads)
 	})
 	property(t, func(rt *rapid.T) {
 		s := &expired{world: newWorld(rt, 1), stats: st}
 		s.prober = s.c.Host("cp2")
 		s.mint(rt)
-		rt.Repeat(map[string]func(*rapid.T){
+		rt.Repeat(explored.actions(map[string]func(*rapid.T){
 			"mint":        s.mint,
 			"deleteToken": s.deleteToken,
 			"waitExpiry":  s.waitExpiry,
 			"setClock":    s.setClock,
 			"prune":       s.prune,
 			"join":        s.join,
+			"rekey":       s.rekey,
+			"reupload":    s.reupload,
 			"":            s.check,
-		})
+		}))
 		s.converge()
 	})
 }
@@ -296,8 +301,10 @@ func (s *expired) join(t *rapid.T) {
 	}
 	sec := s.secret()
 	_, entry := sec.Data[grantEntryPrefix+g.ID]
-	live := liveAt(g, now) && (entry || g == s.grants[len(s.grants)-1])
-	if !refused && !live {
+	// A retired grant's token is live, its key must not open the bundle.
+	retired := !refused && liveAt(g, now) && g.Retired
+	live := !retired && liveAt(g, now) && (entry || g == s.grants[len(s.grants)-1])
+	if !refused && !live && !retired {
 		t.Skip("grant near its expiry, or live with its entry dropped by stratum's clock")
 	}
 	h := s.prober
@@ -308,20 +315,32 @@ func (s *expired) join(t *rapid.T) {
 	if !refused {
 		g.LastAuth = time.Now()
 	}
-	if refused {
+	switch {
+	case refused:
 		if !errors.Is(err, ha.ErrTokenRefused) {
 			t.Fatalf("a join with %s grant %s = %s, want ErrTokenRefused", map[bool]string{true: "deleted", false: "expired"}[g.Deleted], g.ID, joinErr(err))
 		}
 		if n := len(s.hostEvents(h, "checkpoint", ha.CheckpointAfterDownload)); n != downloads {
 			t.Fatalf("a join with refused grant %s read the bundle (reached %s)", g.ID, ha.CheckpointAfterDownload)
 		}
-	} else if !errors.Is(err, errStopBeforeIntent) {
+	case retired:
+		explored.invariant("a certificate-key minted before a rekey or re-upload never decrypts")
+		if !errors.Is(err, ha.ErrBundleOpen) {
+			t.Fatalf("a join with grant %s, retired by a rekey or re-upload since its mint but its token live, = %s, want ErrBundleOpen (its certificate-key must no longer open the bundle)", g.ID, joinErr(err))
+		}
+		if n := len(s.hostEvents(h, "checkpoint", ha.CheckpointAfterDownload)); n != downloads {
+			t.Fatalf("a join with retired grant %s got the shared certificates (reached %s)", g.ID, ha.CheckpointAfterDownload)
+		}
+	case !errors.Is(err, errStopBeforeIntent):
 		t.Fatalf("a join with live grant %s (expires %s) = %s, want it to reach %s", g.ID, g.Expires.Format(time.RFC3339), joinErr(err), ha.CheckpointBeforeIntent)
 	}
 	s.count(func(st *expiredStats) {
-		if refused {
+		switch {
+		case refused:
 			st.refusedJoins++
-		} else {
+		case retired:
+			st.retiredJoins++
+		default:
 			st.liveJoins++
 		}
 	})
@@ -330,6 +349,44 @@ func (s *expired) join(t *rapid.T) {
 	}
 	if hasFile(h, nodestate.Path) || hasFile(h, ha.JoinIntentPath()) || hasFile(h, "/etc/stratum/pki/ca.key") {
 		t.Fatalf("a join that did not finish left state, intent or the shared CA key on %s", h.Name())
+	}
+}
+
+// rekey rekeys the shared certificates on cp1 under the maintenance fence
+// (RekeySharedCertsFenced, as `stratum certs rekey` does): every grant
+// retires.
+func (s *expired) rekey(t *rapid.T) {
+	s.retireAll(t, "rekey", nodeOn(s.cp1).RekeySharedCertsFenced)
+	s.count(func(st *expiredStats) { st.rekeys++ })
+}
+
+// reupload re-seals the shared certificates on cp1 under a new key, as a CA
+// rotation does (ReUploadCerts, which takes the fence): every grant retires.
+func (s *expired) reupload(t *rapid.T) {
+	s.retireAll(t, "re-upload", nodeOn(s.cp1).ReUploadCerts)
+	s.count(func(st *expiredStats) { st.reuploads++ })
+}
+
+// retireAll publishes the shared certificates under a fresh key with
+// publish; in the same write every grant's entry goes (none survives in the
+// Secret), and from then on no grant minted before may decrypt (join).
+func (s *expired) retireAll(t *rapid.T, what string, publish func(context.Context, string) error) {
+	key, err := ha.NewCertKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := publish(s.ctx, key); err != nil {
+		t.Fatalf("%s on cp1: %v", what, err)
+	}
+	s.c.Events().Record("cp1", "action", "%s of the shared certificates under a new key: every grant retires", what)
+	for _, g := range s.grants {
+		g.Retired = true
+	}
+	explored.invariant("a rekey or re-upload retires every grant's entry")
+	for k := range s.secret().Data {
+		if strings.HasPrefix(k, grantEntryPrefix) {
+			t.Fatalf("after a %s, stratum-certs still holds the grant entry %s: its certificate-key would still decrypt", what, k)
+		}
 	}
 }
 
@@ -353,6 +410,7 @@ func (s *expired) hostEvents(h *sim.Host, kind, what string) []sim.Event {
 // check: the Secret within its budget, the worker token refused, the data
 // intact.
 func (s *expired) check(t *rapid.T) {
+	explored.invariant("stratum-certs within its size budget")
 	if sec := s.secretOrEmpty(); dataSize(sec.Data) > secretBudget {
 		t.Fatalf("stratum-certs holds %d bytes of data, over its %d-byte budget", dataSize(sec.Data), secretBudget)
 	}

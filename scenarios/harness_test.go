@@ -9,7 +9,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -44,7 +46,11 @@ func TestMain(m *testing.M) {
 	if !set["rapid.steps"] && os.Getenv("RAPID_STEPS") == "" {
 		_ = flag.Set("rapid.steps", fmt.Sprint(ciSteps))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if testing.Verbose() {
+		explored.write(os.Stdout)
+	}
+	os.Exit(code)
 }
 
 // property runs prop as a rapid property under t, after checking the real
@@ -57,20 +63,124 @@ func TestMain(m *testing.M) {
 func property(t *testing.T, prop func(*rapid.T), need ...string) {
 	t.Helper()
 	assetstest.Require(t, need...)
+	runningTest.Store(t.Name())
 	var checks atomic.Int64
 	start := time.Now()
+	fails := &failures{}
+	if deadline, ok := t.Deadline(); ok {
+		testDeadline.Store(deadline)
+		// Near go test's own timeout (which panics naming no invariant),
+		// say what was found so far and where the running check stands.
+		warn := time.AfterFunc(time.Until(deadline)-deadlineMargin, func() {
+			fmt.Fprintf(os.Stderr, "%s: go test's -timeout ends in %s and this property is still running.\n%s\n", t.Name(), deadlineMargin, fails.report(t.Name(), start))
+		})
+		defer warn.Stop()
+	}
 	t.Cleanup(func() {
 		d := time.Since(start)
 		n := checks.Load()
 		t.Logf("%s: %d checks in %s = %.1f/min", strings.TrimPrefix(t.Name(), "Test"), n, d.Round(time.Second), float64(n)/d.Minutes())
 		if t.Failed() {
-			t.Logf("replay: %s", replayCommand(t.Name(), start))
+			t.Logf("%s", fails.report(t.Name(), start))
 		}
 	})
 	rapid.Check(t, func(rt *rapid.T) {
 		checks.Add(1)
+		defer func() {
+			// rapid fails a check by panicking; note what it said,
+			// then let the panic go on to rapid.
+			if r := recover(); r != nil {
+				if rt.Failed() || !isSkip(r) {
+					fails.note(fmt.Sprint(r))
+				}
+				panic(r)
+			}
+		}()
 		prop(rt)
 	})
+}
+
+// deadlineMargin is how long before go test's -timeout the harness reports
+// what it found: a check runs for minutes, and rapid stops shrinking only
+// between checks.
+const deadlineMargin = 2 * time.Minute
+
+// testDeadline is go test's deadline for the running property, when it has
+// one: checks end before it (checkCtx).
+var testDeadline atomic.Value
+
+// isSkip reports whether a check's panic is rapid's skip (t.Skip: the
+// action did not apply), not a failure.
+func isSkip(r any) bool {
+	return reflect.TypeOf(r).Name() == "invalidData"
+}
+
+// failures are what a property's failing checks said: the first (found) and
+// the last (the smallest rapid shrank to, which it replays last).
+type failures struct {
+	mu          sync.Mutex
+	first, last string
+	n           int
+}
+
+func (f *failures) note(msg string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n == 0 {
+		f.first = msg
+	}
+	f.last = msg
+	f.n++
+}
+
+// report says what a failing (or stopped) property found: the violated
+// invariant, the pictures written, and the command that replays it.
+func (f *failures) report(test string, start time.Time) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var b strings.Builder
+	switch f.n {
+	case 0:
+		fmt.Fprintf(&b, "no check has failed so far.\n")
+	case 1:
+		fmt.Fprintf(&b, "violated invariant: %s\n", f.last)
+	default:
+		fmt.Fprintf(&b, "violated invariant (the smallest of %d failing checks; rapid's output above lists its actions, drawn values included): %s\n", f.n, f.last)
+		if f.first != f.last {
+			fmt.Fprintf(&b, "the first failing check said: %s\n", f.first)
+		}
+	}
+	for _, p := range artifactsSince(test, start) {
+		fmt.Fprintf(&b, "written: %s\n", p)
+	}
+	fmt.Fprintf(&b, "replay: %s", replayCommand(test, start))
+	return b.String()
+}
+
+// artifactsSince are the files the property's failing checks wrote beside
+// rapid's failfiles since start (event logs, timelines, histories).
+func artifactsSince(test string, start time.Time) []string {
+	files, _ := filepath.Glob(filepath.Join("testdata", "rapid", test, test+".*"))
+	var out []string
+	for _, p := range files {
+		if st, err := os.Stat(p); err == nil && !st.ModTime().Before(start) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// runningTest is the name of the property running (they run one at a time),
+// for the files a failing check writes.
+var runningTest atomic.Value
+
+// artifactPath is where a failing check of the running property writes its
+// file of the given kind: beside the failfile rapid writes, named by the
+// test, so the last failing check (the smallest, which rapid replays last)
+// leaves its own.
+func artifactPath(kind string) string {
+	test, _ := runningTest.Load().(string)
+	return filepath.Join("testdata", "rapid", test, test+"."+kind)
 }
 
 // replayCommand is the command that replays the failfile rapid wrote for
@@ -99,6 +209,7 @@ func startCluster(t *rapid.T, cfg sim.Config) *sim.Cluster {
 		cfg.EventsTo = os.Stderr
 	}
 	c := sim.Start(t, cfg)
+	t.Cleanup(func() { explored.events(c.Events().Events()) })
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("the simulation event log below is this check's: the smallest failing check rapid found")
@@ -107,8 +218,13 @@ func startCluster(t *rapid.T, cfg sim.Config) *sim.Cluster {
 	return c
 }
 
-// checkCtx is a context bounded for one check.
+// checkCtx is a context bounded for one check, ending before go test's
+// deadline (less deadlineMargin) so a check cut short fails naming its
+// step rather than by go test's timeout panic.
 func checkCtx(t *rapid.T, d time.Duration) context.Context {
+	if deadline, ok := testDeadline.Load().(time.Time); ok {
+		d = max(0, min(d, time.Until(deadline)-deadlineMargin))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx

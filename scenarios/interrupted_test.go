@@ -54,13 +54,13 @@ func TestInterruptedMemberAdd(t *testing.T) {
 		s.g = s.mint(time.Hour)
 		s.offset = rapid.IntRange(0, len(ha.JoinCheckpoints)-1).Draw(rt, "checkpoint offset")
 		s.crashChain(rt)
-		rt.Repeat(map[string]func(*rapid.T){
+		rt.Repeat(explored.actions(map[string]func(*rapid.T){
 			"crashJoin": s.crashJoin,
 			"reboot":    s.reboot,
 			"rejoin":    s.rejoin,
 			"write":     func(t *rapid.T) { s.writeSentinel(fmt.Sprintf("step %d", len(s.sentinels))) },
 			"":          s.check,
-		})
+		}))
 		s.finish()
 		mu.Lock()
 		checks++

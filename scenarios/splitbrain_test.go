@@ -56,19 +56,25 @@ type splitBrain struct {
 	// lastGate is the last gate call's error and probe, for the event log.
 	lastGate  error
 	lastProbe *probe
+	// load is the clients' workload, checked for linearizability at the end.
+	load *workload
 }
 
 func TestSplitBrain(t *testing.T) {
 	var mu sync.Mutex
 	var samples, refused, splits, heardSplits int
+	var histories []string
 	t.Cleanup(func() {
 		t.Logf("SplitBrain: %d gate samples, %d refused, %d with the members' own answers split or silent, %d refused on answers known to disagree", samples, refused, splits, heardSplits)
+		for _, h := range histories {
+			t.Logf("SplitBrain: %s", h)
+		}
 	})
 	property(t, func(rt *rapid.T) {
 		s := newSplitBrain(rt)
 		// Every check reads the gate once across a leadership change.
 		s.skewedGate(rt)
-		rt.Repeat(map[string]func(*rapid.T){
+		rt.Repeat(explored.actions(map[string]func(*rapid.T){
 			"partitionLeaderMinority": s.partitionLeaderMinority,
 			"partitionDrawn":          s.partitionDrawn,
 			"isolate":                 s.isolate,
@@ -79,10 +85,11 @@ func TestSplitBrain(t *testing.T) {
 			"heal":                    s.heal,
 			"write":                   s.write,
 			"":                        s.check,
-		})
-		s.converge()
+		}))
+		summary := s.converge()
 		mu.Lock()
 		samples, refused, splits, heardSplits = samples+s.samples, refused+s.refused, splits+s.splits, heardSplits+s.heardSplits
+		histories = append(histories, summary)
 		mu.Unlock()
 	})
 }
@@ -119,8 +126,24 @@ func newSplitBrain(t *rapid.T) *splitBrain {
 	}); !ok {
 		t.Fatalf("a fresh cluster of %d never reported healthy: %s", n, last)
 	}
+	// Three clients on every member's endpoint, as an application's etcd
+	// client is configured; each dials directly, so a partition leaves it
+	// talking to whichever side its connection reaches.
+	stores := make([]kvStore, 3)
+	for i := range stores {
+		cli, err := directEtcd(s.hosts[0], urls...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cli.Close() })
+		stores[i] = etcdKV{cli: cli, prefix: workloadPrefix}
+	}
+	s.load = startWorkload(t, s.ctx, c.Events(), "etcd", s.clientBound(), stores...)
 	return s
 }
+
+// workloadPrefix is where the etcd workload's keys live.
+const workloadPrefix = "workload/"
 
 // truth is every member's own answer, asked directly.
 func (s *splitBrain) truth() map[string]memberView {
@@ -208,6 +231,7 @@ func (s *splitBrain) gate(slow *sim.Host, delay time.Duration) string {
 
 // gateHooked is gate with the probe's onClose hook.
 func (s *splitBrain) gateHooked(slow *sim.Host, delay time.Duration, onClose func(int)) string {
+	explored.invariant("the join's gate refuses members that disagree")
 	downBefore := s.stopped()
 	before := s.truth()
 	p, err := s.probedGateHooked(slow, delay, onClose)
@@ -283,6 +307,7 @@ func (s *splitBrain) read() {
 	if err != nil {
 		return // no quorum reachable: nothing to judge
 	}
+	explored.invariant("acknowledged sentinels read back")
 	got := map[string]string{}
 	for _, kv := range resp.Kvs {
 		got[string(kv.Key)] = string(kv.Value)
@@ -520,10 +545,12 @@ func (s *splitBrain) write(t *rapid.T) {
 
 // converge heals everything and starts every member; within the bound the
 // gate passes, every member answers in one cluster, there are N voters whose
-// on-disk node state agrees with etcd's member list, and every sentinel reads
-// back.
-func (s *splitBrain) converge() {
+// on-disk node state agrees with etcd's member list, every sentinel reads
+// back, and the clients' history is linearizable. It returns the history's
+// summary.
+func (s *splitBrain) converge() string {
 	t := s.t
+	explored.invariant("converges: one healthy cluster, node state agrees")
 	s.c.Heal()
 	for _, name := range s.stopped() {
 		s.startMember(s.c.Host(name))
@@ -588,6 +615,11 @@ func (s *splitBrain) converge() {
 	if len(resp.Kvs) < len(s.written) {
 		t.Fatalf("%d sentinels read back, %d were acknowledged", len(resp.Kvs), len(s.written))
 	}
+	summary, err := s.load.check(s.ctx, etcdPersisted(s.kv, workloadPrefix), artifactPath(s.load.name+"-linearizability.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return summary
 }
 
 // judgedDisagreement says what, in the answers the gate judged, should have

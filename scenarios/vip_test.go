@@ -56,6 +56,10 @@ type vipWorld struct {
 	// last is the last step, for messages.
 	last  string
 	stats *vipStats
+	// loads are the clients' workloads (through the VIP with cp1's admin
+	// kubeconfig, and etcd on every host's client endpoint), checked for
+	// linearizability when the check converges.
+	loads []loadOn
 }
 
 // vipStats count what the run exercised, for its log.
@@ -84,9 +88,15 @@ func TestClientsThroughVIP(t *testing.T) {
 		c := startCluster(rt, sim.Config{Fresh: true, SpareHosts: 4, APIServers: true, VIP: true})
 		w := &vipWorld{t: rt, ctx: checkCtx(rt, 20*time.Minute), c: c, joiner: c.Host("cp4"), stats: st}
 		w.bringUp()
+		// A user's kubectl with cp1's admin kubeconfig: through the VIP.
+		vipClient, _, err := w.userClient(c.Host("cp1"))
+		if err != nil {
+			rt.Fatal(err)
+		}
+		w.loads = startWorkloads(rt, w.ctx, c, "vip", vipClient, c.Host("cp1"), vipProbeTimeout)
 		w.join(c.Host("cp2"), rapid.SampledFrom([]bool{true, false}).Draw(rt, "check between joins"))
 		w.join(c.Host("cp3"), true)
-		rt.Repeat(map[string]func(*rapid.T){
+		rt.Repeat(explored.actions(map[string]func(*rapid.T){
 			"killHolderAPIServer": w.killHolderAPIServer,
 			"crashHolder":         w.crashHolder,
 			"isolateHolder":       w.isolateHolder,
@@ -94,7 +104,7 @@ func TestClientsThroughVIP(t *testing.T) {
 			"restart":             w.restart,
 			"badJoin":             w.badJoin,
 			"":                    func(*rapid.T) { w.checkClients() },
-		})
+		}))
 		w.converge()
 	}, assets.KubeAPIServerName)
 }
@@ -346,6 +356,7 @@ func (w *vipWorld) checkClients() {
 		return
 	}
 	w.stats.add(func(s *vipStats) { s.checksHeld++ })
+	explored.invariant("clients read through the VIP with the cluster CA only")
 	for _, h := range w.cps {
 		ok, last := eventually(w.ctx, vipSettle, func() (bool, string) {
 			if err := w.readThroughVIP(h); err != nil {
@@ -599,6 +610,7 @@ func setFlag(t *rapid.T, args []string, flag, value string) {
 // through the VIP.
 func (w *vipWorld) converge() {
 	t := w.t
+	explored.invariant("converges: the control planes are the voters")
 	w.c.Heal()
 	// Every control plane is brought up at once, as machines come back on
 	// their own: one at a time, a member whose peers are still down waits
@@ -655,4 +667,5 @@ func (w *vipWorld) converge() {
 		t.Fatalf("converge: the members are not the control planes %v, all voters, within 60s: %s", names(w.cps), last)
 	}
 	w.checkClients()
+	checkHistories(t, w.ctx, w.loads, w.cps[0])
 }

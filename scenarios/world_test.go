@@ -36,6 +36,10 @@ type world struct {
 	worker string
 	// sentinels are ConfigMaps written through cp1: they must survive.
 	sentinels map[string]string
+	// loads are the clients' workloads (through cp1's apiserver, and etcd
+	// on every host's client endpoint), checked for linearizability when
+	// the check converges.
+	loads []loadOn
 }
 
 func newWorld(t *rapid.T, spares int) *world {
@@ -55,6 +59,7 @@ func newWorld(t *rapid.T, spares int) *world {
 	}
 	w.worker = m.Token
 	w.writeSentinel("before")
+	w.loads = startWorkloads(t, w.ctx, c, "apiserver", w.admin, w.cp1, max(5*time.Second, 5*c.Config().Etcd.Election()))
 	return w
 }
 
@@ -68,6 +73,9 @@ type grant struct {
 	// the grant's token (its end: the token's last request can come at
 	// any point of it); zero when none has.
 	LastAuth time.Time
+	// Retired says a rekey or re-upload since its mint retired the grant:
+	// its certificate-key must never decrypt again.
+	Retired bool
 }
 
 // mint mints a control-plane join grant on cp1 with ttl, on cp1's clock
@@ -102,6 +110,7 @@ func (w *world) writeSentinel(value string) {
 // checkSentinels reads every sentinel through cs.
 func (w *world) checkSentinels(cs kubernetes.Interface, via string) {
 	w.t.Helper()
+	explored.invariant("acknowledged sentinels read back")
 	for name, want := range w.sentinels {
 		got, err := cs.CoreV1().ConfigMaps("default").Get(w.ctx, name, metav1.GetOptions{})
 		if err != nil || got.Data["written"] != want {
@@ -113,6 +122,7 @@ func (w *world) checkSentinels(cs kubernetes.Interface, via string) {
 // checkWorkerRefused: the worker token may not read kube-system/stratum-certs.
 func (w *world) checkWorkerRefused() {
 	w.t.Helper()
+	explored.invariant("a worker token is refused the bundle")
 	cs, err := kubernetes.NewForConfig(&rest.Config{Host: w.cp1.APIServerURL(), BearerToken: w.worker,
 		TLSClientConfig: rest.TLSClientConfig{CAData: w.ca}})
 	if err != nil {
@@ -175,6 +185,7 @@ func hasFile(h *sim.Host, p string) bool {
 // checkOneCluster: every running member reports the same cluster ID.
 func (w *world) checkOneCluster() {
 	w.t.Helper()
+	explored.invariant("one cluster among the running members")
 	ids := map[uint64][]string{}
 	for _, h := range w.c.Hosts() {
 		if !h.EtcdRunning() {
@@ -199,6 +210,7 @@ func (w *world) checkOneCluster() {
 // join's intent journal or its node state.
 func (w *world) checkNoOrphan() {
 	w.t.Helper()
+	explored.invariant("no orphan member")
 	ms, _ := w.members()
 	for _, m := range ms {
 		h := w.hostOfPeer(m.PeerURL)
@@ -221,6 +233,7 @@ func (w *world) checkNoOrphan() {
 func (w *world) converge(joined []*sim.Host) {
 	t := w.t
 	t.Helper()
+	explored.invariant("converges: voters, node state, no journal, sentinels")
 	want := append([]*sim.Host{w.cp1}, joined...)
 	var last string
 	ok, last := eventually(w.ctx, 60*time.Second, func() (bool, string) {
@@ -264,6 +277,7 @@ func (w *world) converge(joined []*sim.Host) {
 		}
 		w.checkSentinels(cs, h.Name())
 	}
+	checkHistories(t, w.ctx, w.loads, w.cp1)
 }
 
 // joinErr is a join's outcome for messages.
