@@ -145,10 +145,37 @@ func (s *splitBrain) probedGateHooked(slow *sim.Host, delay time.Duration, onClo
 	if slow != nil && delay > 0 {
 		p.delay[hostPort(slow.ClientURL())] = delay
 	}
-	n := ha.NewNode(ha.Env{Host: p, Log: quiet, EtcdReadTimeout: readTimeoutFor(s.c.Config().Etcd)})
-	answers, err := n.EtcdClusterHealth(s.ctx, s.ips)
-	p.answers = answers
-	return p, err
+	readTimeout := readTimeoutFor(s.c.Config().Etcd)
+	n := ha.NewNode(ha.Env{Host: p, Log: quiet, EtcdReadTimeout: readTimeout})
+	type result struct {
+		answers []ha.EtcdMemberHealth
+		err     error
+	}
+	done := make(chan result, 1)
+	go func() {
+		answers, err := n.EtcdClusterHealth(s.ctx, s.ips)
+		done <- result{answers, err}
+	}()
+	// The gate reads every member concurrently, each read bounded by the
+	// read timeout: one that has not returned long after is stuck, and a
+	// join would hang on it. That is a failure of its own, named, not a
+	// wait for the check's or go test's deadline.
+	bound := gateBound(readTimeout, delay)
+	select {
+	case r := <-done:
+		p.answers = r.answers
+		return p, r.err
+	case <-time.After(bound):
+		s.t.Fatalf("the join's health gate (EtcdClusterHealth on %v) did not return within %s (each member's read is bounded by %s): a join would hang on it", s.ips, bound, readTimeout)
+		return nil, nil
+	}
+}
+
+// gateBound is how long one gate call may take before it counts as stuck:
+// its reads (the status, then the alarm list, each bounded by readTimeout)
+// with the dial delay, four times over, and at least 10 s for a busy box.
+func gateBound(readTimeout, delay time.Duration) time.Duration {
+	return max(10*time.Second, 4*(2*readTimeout+delay))
 }
 
 func hostPort(url string) string {
