@@ -20,7 +20,7 @@ CHECKS ?= 200
 # Joins per side in `make bench`'s BenchmarkJoin (its median and spread).
 JOIN_SAMPLES ?= 10
 
-.PHONY: all build assets demo-assets tools-mod dist vet fmt-check test e2e e2e-deps demo bench explore clean help
+.PHONY: all build assets demo-assets tools-mod dist vet fmt-check test e2e e2e-deps timeline-deps demo bench explore clean help
 
 all: build
 
@@ -83,8 +83,8 @@ define leaked_pids
 pgrep -P 1 -f -- "^$$(printf '%s' "$$dir" | sed 's/[][\.*^$$+?(){}|]/\\&/g')/(kube-apiserver|kube-controller-manager|etcd-)" || true
 endef
 
-## test: assets, go vet, gofmt check, then every package's tests (-p 1), the fuzz run, ./e2e (real hosts), then ./scenarios with $(SCENARIO_FLAGS); fails if a test leaves a real server running
-test: assets e2e-deps
+## test: assets, go vet, gofmt check, then every package's tests (-p 1; ./sim/timeline's check the page in headless Chromium), the fuzz run, ./e2e (real hosts), then ./scenarios with $(SCENARIO_FLAGS); fails if a test leaves a real server running
+test: assets e2e-deps timeline-deps
 	$(GO) vet ./...
 	@$(MAKE) --no-print-directory fmt-check
 	@dir="$$($(GO) run ./internal/assets/assetsdir)"; \
@@ -135,6 +135,14 @@ e2e-deps:
 	echo "e2e-deps: installing iproute2 util-linux for$$missing"; \
 	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends iproute2 util-linux >/dev/null || \
 		{ apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends iproute2 util-linux >/dev/null; }
+
+## timeline-deps: install headless Chromium (Debian's chromium), which ./sim/timeline's browser tests render the timeline page in, when missing and root (without it they skip, or fail when CI is set)
+timeline-deps:
+	@if command -v chromium >/dev/null || command -v chromium-browser >/dev/null; then exit 0; fi; \
+	if [[ "$$(id -u)" != 0 ]]; then echo "timeline-deps: chromium missing; not root, so not installing (./sim/timeline's browser tests skip, or fail when CI is set)"; exit 0; fi; \
+	echo "timeline-deps: installing chromium"; \
+	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium >/dev/null || \
+		{ apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium >/dev/null; }
 
 ## demo: build stratum and kube-apiserver (concurrently; nothing else the demo does not use), then start a simulated cluster of three control planes
 demo:

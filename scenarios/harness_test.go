@@ -25,6 +25,7 @@ import (
 	"stratum.dev/stratum/internal/pki"
 	"stratum.dev/stratum/internal/version"
 	"stratum.dev/stratum/sim"
+	"stratum.dev/stratum/sim/timeline"
 )
 
 // CI budget: what `go test ./scenarios` runs when no -rapid.checks or
@@ -67,6 +68,7 @@ func property(t *testing.T, prop func(*rapid.T), need ...string) {
 	var checks atomic.Int64
 	start := time.Now()
 	fails := &failures{}
+	runningFailures.Store(fails)
 	if deadline, ok := t.Deadline(); ok {
 		testDeadline.Store(deadline)
 		// Near go test's own timeout (which panics naming no invariant),
@@ -108,6 +110,21 @@ const deadlineMargin = 2 * time.Minute
 // testDeadline is go test's deadline for the running property, when it has
 // one: checks end before it (checkCtx).
 var testDeadline atomic.Value
+
+// runningFailures is the running property's failures, for the files a
+// failing check writes.
+var runningFailures atomic.Pointer[failures]
+
+// lastFailure is the running property's latest failing check's message.
+func lastFailure() string {
+	f := runningFailures.Load()
+	if f == nil {
+		return ""
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.last
+}
 
 // isSkip reports whether a check's panic is rapid's skip (t.Skip: the
 // action did not apply), not a failure.
@@ -212,10 +229,29 @@ func startCluster(t *rapid.T, cfg sim.Config) *sim.Cluster {
 	t.Cleanup(func() { explored.events(c.Events().Events()) })
 	t.Cleanup(func() {
 		if t.Failed() {
+			writeFailurePicture(t, c)
 			t.Logf("the simulation event log below is this check's: the smallest failing check rapid found")
 		}
 	})
 	return c
+}
+
+// writeFailurePicture writes a failed check's event log and its timeline
+// beside rapid's failfile (the last failing check, rapid's smallest, leaves
+// its own) and logs where they are.
+func writeFailurePicture(t *rapid.T, c *sim.Cluster) {
+	test, _ := runningTest.Load().(string)
+	dir := filepath.Dir(artifactPath("x"))
+	jsonPath, htmlPath, err := timeline.WriteFiles(dir, test, c.Events().Events(), timeline.Options{
+		Title:   test + ": a failing check",
+		Failure: lastFailure(),
+		Replay:  fmt.Sprintf("go test ./scenarios -run '^%s$' -rapid.failfile=<the failfile rapid names>", test),
+	})
+	if err != nil {
+		t.Logf("the check's timeline could not be written: %v", err)
+		return
+	}
+	t.Logf("this check's event log: %s; its timeline (open in a browser): %s", jsonPath, htmlPath)
 }
 
 // checkCtx is a context bounded for one check, ending before go test's

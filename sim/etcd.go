@@ -79,6 +79,9 @@ type etcdSpec struct {
 	// onPublishRetry is called with the error when the member logs that its
 	// publish failed (embedded members only).
 	onPublishRetry func(errText string)
+	// onLeader is called each time the member's view of the leader changes
+	// (embedded members only: a process member's is not watched).
+	onLeader func(leaderView)
 }
 
 func (h *Host) etcdSpec() (etcdSpec, error) {
@@ -107,6 +110,7 @@ func (h *Host) etcdSpec() (etcdSpec, error) {
 				h.cluster.events.Record(h.name, "service", "etcd: publish of this member timed out (it served no client meanwhile); etcd retries it")
 			}
 		},
+		onLeader: h.recordLeader,
 	}, nil
 }
 
@@ -198,6 +202,9 @@ func launchEmbeddedEtcd(s etcdSpec, onRemoved func(*embeddedEtcd)) (*embeddedEtc
 	guard.srv.Store(e.Server)
 	m := &embeddedEtcd{e: e, name: s.name, done: make(chan struct{}), guard: guard, adds: adds}
 	go m.watch(onRemoved)
+	if s.onLeader != nil {
+		go m.reportLeader(s.onLeader)
+	}
 	return m, nil
 }
 

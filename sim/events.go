@@ -16,7 +16,10 @@ type Event struct {
 	// Host is the host it happened on, "" for the cluster as a whole.
 	Host string `json:"host,omitempty"`
 	// Kind classifies it: "action", "fault", "heal", "checkpoint", "crash",
-	// "service", "vip", "error".
+	// "service", "vip", "leader", "error". A "leader" event is an embedded
+	// etcd member's view of its leader changing ("etcd leader is now cp2
+	// (term 3)", "etcd has no leader"), recorded on that member's host; a
+	// member run as a process (Host.SetEtcdVersion) records none.
 	Kind string `json:"kind"`
 	What string `json:"what"`
 }

@@ -205,12 +205,17 @@ func (h *Host) stopEtcd(hard bool) {
 	if m == nil {
 		return
 	}
-	m.stop(hard)
 	if hard {
+		// Recorded as the crash begins: the member stops taking part in
+		// raft at once, while closing its listeners and client streams can
+		// take a second, and the event log (and the timeline drawn from it)
+		// should show the leader change after the crash, not before it.
 		h.cluster.events.Record(h.name, "fault", "etcd crashed")
-	} else {
-		h.cluster.events.Record(h.name, "service", "etcd stopped")
+		m.stop(true)
+		return
 	}
+	m.stop(false)
+	h.cluster.events.Record(h.name, "service", "etcd stopped")
 }
 
 // WipeEtcd removes the member's data directory; the member must be stopped.

@@ -56,7 +56,7 @@ type (
 	}
 	simEventsIn struct {
 		File     string `json:"file" jsonschema:"the event log a running (or finished) simulation writes: the FILE of stratum sim up --events FILE"`
-		Kind     string `json:"kind,omitempty" jsonschema:"only events of this kind: action, fault, heal, checkpoint, crash, service, vip or error"`
+		Kind     string `json:"kind,omitempty" jsonschema:"only events of this kind: action, fault, heal, checkpoint, crash, service, vip, leader (an etcd member's view of its leader), client (a client operation) or error"`
 		Host     string `json:"host,omitempty" jsonschema:"only events on this host (cp1, cp2, ...)"`
 		Contains string `json:"contains,omitempty" jsonschema:"only events whose text contains this"`
 		Last     int    `json:"last,omitempty" jsonschema:"only the last N of the matching events"`
@@ -137,7 +137,7 @@ func (a *app) mcpServer() *mcp.Server {
 			rep, err := ha.ListGrants(ctx, cs, h.Now())
 			return nil, rep, err
 		})
-	mcp.AddTool(s, &mcp.Tool{Name: "sim_events", Description: "The events of a simulation run by `stratum sim up --events FILE` (kept current while it runs with --keep): actions, faults, checkpoints, crashes, services and VIP moves per host, filtered by kind, host or text.", Annotations: read},
+	mcp.AddTool(s, &mcp.Tool{Name: "sim_events", Description: "The events of a simulation run by `stratum sim up --events FILE` (kept current while it runs with --keep): actions, faults, checkpoints, crashes, services, VIP moves and etcd leader changes per host, filtered by kind, host or text (`stratum sim timeline FILE` draws the same log as a page).", Annotations: read},
 		func(ctx context.Context, _ *mcp.CallToolRequest, in simEventsIn) (*mcp.CallToolResult, simEventsOut, error) {
 			if strings.TrimSpace(in.File) == "" {
 				return nil, simEventsOut{}, errors.New("file is required: the FILE given to `stratum sim up --events FILE`")

@@ -45,13 +45,18 @@ func (a *app) simCmd() *cobra.Command {
 		Long: `Run a simulated stratum cluster on this machine, with no root and no network access.
 Each simulated host gets its own loopback address (127.a.b.N) and its own root
 directory, and runs real servers: an embedded etcd member, a real kube-apiserver and a
-kube-vip-style VIP candidate. The binaries come from "make assets".`,
+kube-vip-style VIP candidate. The binaries come from "make assets". "stratum sim
+timeline" draws a simulation's event log as a page you can look at.`,
 		Example: `  # Bring up three control planes, check them, tear them down
-  stratum sim up --control-planes 3`,
+  stratum sim up --control-planes 3
+
+  # Keep the event log, then draw it (/tmp/run.html)
+  stratum sim up --control-planes 3 --events /tmp/run.json
+  stratum sim timeline /tmp/run.json`,
 		Args: cobra.ArbitraryArgs,
 		RunE: groupRun,
 	}
-	cmd.AddCommand(a.simUpCmd())
+	cmd.AddCommand(a.simUpCmd(), a.simTimelineCmd())
 	return cmd
 }
 
