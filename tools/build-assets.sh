@@ -94,9 +94,9 @@ build kubectl kube k8s.io/kubernetes/cmd/kubectl \
 if ((${#wanted[@]})); then
 	for w in "${wanted[@]}"; do
 		case $w in
-		etcdctl) "$dest/$w" version | head -1 ;;
+		etcdctl) "$dest/$w" version | sed -n 1p ;;
 		kubectl) "$dest/$w" version --client ;;
-		*) "$dest/$w" --version | head -1 ;;
+		*) "$dest/$w" --version | sed -n 1p ;;
 		esac
 	done
 	if all_built; then touch "$dest/.complete"; fi
@@ -104,8 +104,8 @@ if ((${#wanted[@]})); then
 	exit 0
 fi
 "$dest/kube-apiserver" --version
-"$dest/etcd-${ETCD_VERSION}" --version | head -1
-"$dest/etcd-${ETCD_OLD_VERSION}" --version | head -1
+"$dest/etcd-${ETCD_VERSION}" --version | sed -n 1p
+"$dest/etcd-${ETCD_OLD_VERSION}" --version | sed -n 1p
 "$dest/etcdctl" version
 "$dest/kubectl" version --client
 touch "$dest/.complete"
