@@ -188,37 +188,41 @@ func (c *createdFiles) missing(p string) []string {
 	return out
 }
 
-func (c *createdFiles) record(paths []string) {
+// record remembers the paths of fresh that exist after the call that
+// created them. A call that failed may have created some: the directories
+// before its write, or the file itself when only the directory fsync after
+// its rename failed.
+func (c *createdFiles) record(fresh []string) {
+	var made []string
+	for _, p := range fresh {
+		if _, err := c.Host.Stat(p); err == nil {
+			made = append(made, p)
+		}
+	}
 	c.mu.Lock()
-	c.created = append(c.created, paths...)
+	c.created = append(c.created, made...)
 	c.mu.Unlock()
 }
 
 func (c *createdFiles) WriteFile(p string, data []byte, perm fs.FileMode) error {
 	fresh := c.missing(p)
-	if err := c.Host.WriteFile(p, data, perm); err != nil {
-		return err
-	}
+	err := c.Host.WriteFile(p, data, perm)
 	c.record(fresh)
-	return nil
+	return err
 }
 
 func (c *createdFiles) WriteFrom(p string, r io.Reader, perm fs.FileMode) error {
 	fresh := c.missing(p)
-	if err := c.Host.WriteFrom(p, r, perm); err != nil {
-		return err
-	}
+	err := c.Host.WriteFrom(p, r, perm)
 	c.record(fresh)
-	return nil
+	return err
 }
 
 func (c *createdFiles) MkdirAll(p string, perm fs.FileMode) error {
 	fresh := c.missing(p)
-	if err := c.Host.MkdirAll(p, perm); err != nil {
-		return err
-	}
+	err := c.Host.MkdirAll(p, perm)
 	c.record(fresh)
-	return nil
+	return err
 }
 
 // undo removes what was created, newest first, so each directory is empty
@@ -586,6 +590,14 @@ func (r *joinRun) addMemberAndSave(ctx context.Context) error {
 		return err
 	}
 	if err := nodestate.Save(h, r.st); err != nil {
+		// A save that failed at its last step (the directory fsync) left
+		// the state in place. It goes before the member does, so no crash
+		// leaves a state naming a removed member; one that cannot go keeps
+		// the member and the journal, and the node may start from it.
+		if rerr := h.Remove(nodestate.Path); rerr != nil {
+			return fmt.Errorf("control-plane join of %s: %w; the node state could not be removed either (%v), so etcd member %x and the join intent journal are kept: fix the disk, then run `stratum up` if %s exists, or %s",
+				r.name, err, rerr, id, nodestate.Path, joinHint)
+		}
 		r.st.Etcd = nodestate.Etcd{}
 		r.rollback(wctx, id)
 		return fmt.Errorf("control-plane join of %s: %w", r.name, err)

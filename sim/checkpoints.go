@@ -18,6 +18,8 @@ const (
 type armed struct {
 	action checkpointAction
 	err    error
+	// loseUnsynced makes a crash lose unsynced data (CrashLosingUnsynced).
+	loseUnsynced bool
 	// reached is closed when the checkpoint is reached; release ends a pause.
 	reached chan struct{}
 	release chan struct{}
@@ -115,7 +117,11 @@ func (cp *checkpoints) reach(ctx context.Context, d *Handle, name string) error 
 		// The crash is complete (services stopped, locks dropped) before
 		// anyone waiting on Reached goes on, so a re-run started at once
 		// never races the crash's own stops.
-		d.h.Crash()
+		if a.loseUnsynced {
+			d.h.CrashLosingUnsynced()
+		} else {
+			d.h.Crash()
+		}
 	}
 	close(a.reached)
 	switch a.action {

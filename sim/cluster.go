@@ -28,7 +28,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"stratum.dev/stratum/internal/discovery"
-	"stratum.dev/stratum/internal/host"
 	"stratum.dev/stratum/internal/kubeconfig"
 	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/pki"
@@ -158,7 +157,8 @@ func New(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		if err := os.MkdirAll(root, 0o755); err != nil {
 			return nil, err
 		}
-		h := &Host{cluster: c, name: name, ip: ip, files: &host.Dir{Root: root, LockDir: version.LockDir}, etcdVersion: cfg.EtcdVersions[name]}
+		files, disk := c.newHostFiles(name, root)
+		h := &Host{cluster: c, name: name, ip: ip, files: files, disk: disk, etcdVersion: cfg.EtcdVersions[name]}
 		c.hosts = append(c.hosts, h)
 	}
 	c.events.Record("", "action", "cluster of %d hosts on %s/24, VIP %s, in %s", n, base, c.vip.addr, c.dir)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"stratum.dev/stratum/internal/host"
+	"stratum.dev/stratum/internal/host/faultfs"
 	"stratum.dev/stratum/internal/version"
 )
 
@@ -31,6 +32,8 @@ type Host struct {
 	name    string
 	ip      netip.Addr
 	files   *host.Dir
+	// disk is the fault layer under files (disk.go).
+	disk *faultfs.FS
 
 	mu          sync.Mutex
 	incarnation uint64

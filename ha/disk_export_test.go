@@ -1,0 +1,12 @@
+package ha
+
+// ReadJoinIntent exposes the intent journal's reader to the external tests:
+// nil for a journal that parses, an error matching ErrNoJoinIntent for none,
+// any other error for one that is damaged.
+func (n *Node) ReadJoinIntent() error {
+	_, err := n.readJoinIntent()
+	return err
+}
+
+// ErrNoJoinIntent is the reader's "no journal".
+var ErrNoJoinIntent = errNoIntent
