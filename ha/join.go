@@ -112,6 +112,10 @@ var (
 	ErrRetainedData = errors.New("this node retains etcd data")
 	// ErrClusterUnhealthy: the cluster's etcd is not healthy enough to add a member.
 	ErrClusterUnhealthy = errors.New("the cluster's etcd is not healthy")
+	// ErrClockSkew: this machine's clock is further from the cluster's
+	// (its apiserver's) than the certificates' backdating covers; the join
+	// refuses at discovery, before it writes anything.
+	ErrClockSkew = errors.New("this machine's clock is too far from the cluster's")
 	// ErrJoinMismatch: the node's configuration differs from the cluster's.
 	ErrJoinMismatch = errors.New("this node's configuration differs from the cluster's")
 	// ErrIntentSurvives: `stratum up` refuses to bootstrap over a join's journal.
@@ -372,8 +376,11 @@ func (r *joinRun) discover(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("control-plane join stopped before discovery: %w; nothing was changed", err)
 	}
-	caPEM, err := discovery.FetchCA(ctx, o.Server, o.CAHash, h.DialContext)
+	caPEM, serverTime, err := discovery.FetchCA(ctx, o.Server, o.CAHash, h.DialContext)
 	if err != nil {
+		return err
+	}
+	if err := checkClockSkew(h.Now(), serverTime, o.Server); err != nil {
 		return err
 	}
 	bootstrapKC, err := kubeconfig.ForToken(o.Server, caPEM, o.Token, token.BootstrapUser)
@@ -387,6 +394,33 @@ func (r *joinRun) discover(ctx context.Context) error {
 		return fmt.Errorf("write the bootstrap kubeconfig: %w", err)
 	}
 	return n.checkpoint(ctx, CheckpointAfterDiscovery)
+}
+
+// maxClockSkew is how far this machine's clock may be from the cluster's: the
+// certificates a join issues are backdated by pki.Backdate, and a server
+// whose clock is behind the joiner's by more would see them as not yet
+// valid (a joiner behind by more sees the cluster's fresh ones so). A
+// minute of it is left for the Date header's one-second resolution and
+// the round trip.
+const maxClockSkew = pki.Backdate - time.Minute
+
+// checkClockSkew refuses a join whose clock (now, read after the server
+// answered at serverTime) is more than maxClockSkew from the server's. A
+// server that sent no Date is not judged.
+func checkClockSkew(now, serverTime time.Time, server string) error {
+	if serverTime.IsZero() {
+		return nil
+	}
+	skew := now.Sub(serverTime)
+	if skew <= maxClockSkew && skew >= -maxClockSkew {
+		return nil
+	}
+	dir, why := "ahead of", "the certificates this join issues would not be valid yet to the cluster's servers"
+	if skew < 0 {
+		dir, why, skew = "behind", "this machine would judge the cluster's newest certificates not valid yet", -skew
+	}
+	return Refusal(fmt.Errorf("%w: it is %s %s's by %s (this machine %s, the apiserver %s; at most %s is tolerated), so %s; nothing was changed: set the time (e.g. timedatectl set-ntp true) and run the join again",
+		ErrClockSkew, dir, server, skew.Round(time.Second), now.UTC().Format(time.RFC3339), serverTime.UTC().Format(time.RFC3339), maxClockSkew, why))
 }
 
 // assemble is the shared node assembly: the shared-certificate download and

@@ -36,6 +36,9 @@ type coverage struct {
 	mu sync.Mutex
 	// rows by section, then by "property: name".
 	counts map[string]map[string]int
+	// required are the actions each property must run at least once in a
+	// run of it ("property: action").
+	required []string
 }
 
 var explored = &coverage{counts: map[string]map[string]int{}}
@@ -91,6 +94,40 @@ func (c *coverage) invariant(name string) {
 		return // a unit test of the harness, not a property
 	}
 	c.add(secInvariant, currentProperty()+": "+name, 1)
+}
+
+// ran counts an action run outside rapid's Repeat (a check's fixed
+// prologue).
+func (c *coverage) ran(action string) {
+	c.add(secAction, currentProperty()+": "+action, 1)
+}
+
+// require names actions prop must run at least once whenever it runs: the
+// run fails otherwise (missing).
+func (c *coverage) require(prop string, actions ...string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, a := range actions {
+		c.required = append(c.required, prop+": "+a)
+	}
+}
+
+// missing are the required actions of the properties that ran checks but
+// never ran them.
+func (c *coverage) missing() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, row := range c.required {
+		prop, _, _ := strings.Cut(row, ": ")
+		if c.counts[secAction][prop+": check"] == 0 {
+			continue // the property did not run (-run), or ran no check
+		}
+		if c.counts[secAction][row] == 0 {
+			out = append(out, row)
+		}
+	}
+	return out
 }
 
 // actions wraps a property's Repeat actions so each one drawn is counted

@@ -37,6 +37,11 @@ const (
 // and no verdict on it is checked.
 const margin = 3 * time.Second
 
+// maxJoinerSkew is how far a joiner's clock may be from the cluster's before
+// its join refuses (ha's maxClockSkew: the certificates' backdating, less a
+// minute).
+const maxJoinerSkew = 4 * time.Minute
+
 // apiserverTokenCache is how long kube-apiserver keeps a token's successful
 // authentication (its built-in TokenSuccessCacheTTL, not a flag): a
 // bootstrap token used within that long still authenticates after it has
@@ -63,19 +68,21 @@ type expired struct {
 type expiredStats struct {
 	mu                                                                     sync.Mutex
 	refusedJoins, liveJoins, prunesDropping, prunesNoop, deletes, expiries int
-	retiredJoins, rekeys, reuploads                                        int
+	retiredJoins, rekeys, reuploads, skewedJoins                           int
 }
 
 func TestExpiredGrant(t *testing.T) {
 	st := &expiredStats{}
 	t.Cleanup(func() {
-		t.Logf("ExpiredGrant: joins refused %d, live joins %d, joins with a retired key %d, prunes that dropped %d, no-op prunes %d, tokens deleted %d, waited out %d, rekeys %d, re-uploads %d",
-			st.refusedJoins, st.liveJoins, st.retiredJoins, st.prunesDropping, st.prunesNoop, st.deletes, st.expiries, st.rekeys, st.reuploads)
+		t.Logf("ExpiredGrant: joins refused %d, live joins %d, joins with a retired key %d, joins refused for the joiner's clock %d, prunes that dropped %d, no-op prunes %d, tokens deleted %d, waited out %d, rekeys %d, re-uploads %d",
+			st.refusedJoins, st.liveJoins, st.retiredJoins, st.skewedJoins, st.prunesDropping, st.prunesNoop, st.deletes, st.expiries, st.rekeys, st.reuploads)
 	})
+	explored.require("ExpiredGrant", "rekey", "reupload")
 	property(t, func(rt *rapid.T) {
 		s := &expired{world: newWorld(rt, 1), stats: st}
 		s.prober = s.c.Host("cp2")
 		s.mint(rt)
+		s.retireTour(rt)
 		rt.Repeat(explored.actions(map[string]func(*rapid.T){
 			"mint":        s.mint,
 			"deleteToken": s.deleteToken,
@@ -294,10 +301,18 @@ func (s *expired) prune(t *rapid.T) {
 // newest, whose key seals the legacy entry too) gets through to the stop.
 func (s *expired) join(t *rapid.T) {
 	g := s.byID(rapid.SampledFrom(ids(s.grants)).Draw(t, "grant"))
+	if skip := s.joinWith(t, g); skip != "" {
+		t.Skip(skip)
+	}
+}
+
+// joinWith is join with grant g; it returns why no verdict on g can be
+// checked now ("" when it was checked).
+func (s *expired) joinWith(t *rapid.T, g *grant) (skip string) {
 	now := time.Now()
 	refused := deadAt(g, now)
 	if refused && !g.LastAuth.IsZero() && now.Sub(g.LastAuth) < apiserverTokenCache+margin {
-		t.Skip("dead grant whose token authenticated within the apiserver's token cache")
+		return "dead grant whose token authenticated within the apiserver's token cache"
 	}
 	sec := s.secret()
 	_, entry := sec.Data[grantEntryPrefix+g.ID]
@@ -305,13 +320,30 @@ func (s *expired) join(t *rapid.T) {
 	retired := !refused && liveAt(g, now) && g.Retired
 	live := !retired && liveAt(g, now) && (entry || g == s.grants[len(s.grants)-1])
 	if !refused && !live && !retired {
-		t.Skip("grant near its expiry, or live with its entry dropped by stratum's clock")
+		return "grant near its expiry, or live with its entry dropped by stratum's clock"
 	}
 	h := s.prober
+	// The joiner's own clock, drawn: within the certificates' backdating
+	// the verdicts stand; beyond it the join refuses at discovery.
+	skew := drawDuration(t, "joiner clock offset", "0s", "0s", "2m", "-2m", "2h", "-3h")
+	h.SetClockOffset(skew)
+	defer h.SetClockOffset(0)
 	downloads := len(s.hostEvents(h, "checkpoint", ha.CheckpointAfterDownload))
+	discoveries := len(s.hostEvents(h, "checkpoint", ha.CheckpointAfterDiscovery))
 	s.c.FailAt(h.Name(), ha.CheckpointBeforeIntent, errStopBeforeIntent)
 	defer s.c.Disarm(h.Name(), ha.CheckpointBeforeIntent)
 	_, err := nodeOn(h).PrepareControlPlaneJoin(s.ctx, g.JoinOptions)
+	if skew > maxJoinerSkew || skew < -maxJoinerSkew {
+		explored.invariant("a joiner whose clock is off refuses at discovery")
+		if !errors.Is(err, ha.ErrClockSkew) || !ha.IsRefusal(err) {
+			t.Fatalf("a join from a host whose clock is %s off = %s, want a refusal with ErrClockSkew", skew, joinErr(err))
+		}
+		if n := len(s.hostEvents(h, "checkpoint", ha.CheckpointAfterDiscovery)); n != discoveries {
+			t.Fatalf("a join from a host whose clock is %s off went past discovery", skew)
+		}
+		s.count(func(st *expiredStats) { st.skewedJoins++ })
+		return ""
+	}
 	if !refused {
 		g.LastAuth = time.Now()
 	}
@@ -349,6 +381,22 @@ func (s *expired) join(t *rapid.T) {
 	}
 	if hasFile(h, nodestate.Path) || hasFile(h, ha.JoinIntentPath()) || hasFile(h, "/etc/stratum/pki/ca.key") {
 		t.Fatalf("a join that did not finish left state, intent or the shared CA key on %s", h.Name())
+	}
+	return ""
+}
+
+// retireTour starts every check, after its first mint: in a drawn order, a
+// rekey and a re-upload each retire the newest grant, a join with it is
+// tried (its key must no longer decrypt), and a fresh grant is minted. Both
+// publications run in every check, whatever the drawn actions after.
+func (s *expired) retireTour(t *rapid.T) {
+	retire := map[string]func(*rapid.T){"rekey": s.rekey, "reupload": s.reupload}
+	for _, what := range rapid.Permutation([]string{"rekey", "reupload"}).Draw(t, "retire order") {
+		g := s.grants[len(s.grants)-1]
+		explored.ran(what)
+		retire[what](t)
+		s.joinWith(t, g)
+		s.mint(t)
 	}
 }
 

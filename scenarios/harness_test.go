@@ -51,6 +51,10 @@ func TestMain(m *testing.M) {
 	if testing.Verbose() {
 		explored.write(os.Stdout)
 	}
+	if missing := explored.missing(); len(missing) > 0 && code == 0 {
+		fmt.Fprintf(os.Stderr, "FAIL: these actions, which every run must exercise, were never run: %v (scenarios/coverage_test.go; each property's require)\n", missing)
+		code = 1
+	}
 	os.Exit(code)
 }
 

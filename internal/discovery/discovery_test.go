@@ -27,9 +27,12 @@ func TestFetchCAPinsTheHash(t *testing.T) {
 	}
 	joiner := c.Host("cp2").Handle()
 	server := c.Host("cp1").APIServerURL()
-	got, err := discovery.FetchCA(ctx, server, hash, joiner.DialContext)
+	got, serverTime, err := discovery.FetchCA(ctx, server, hash, joiner.DialContext)
 	if err != nil {
 		t.Fatalf("fetch with the right hash: %v", err)
+	}
+	if d := time.Since(serverTime); d < -2*time.Second || d > 5*time.Second {
+		t.Errorf("the server's time from its Date header is %s, %s from this machine's", serverTime, d)
 	}
 	if string(got) != string(ca) {
 		t.Fatal("fetched CA differs from the cluster's")
@@ -39,17 +42,17 @@ func TestFetchCAPinsTheHash(t *testing.T) {
 		t.Fatal(err)
 	}
 	wrong, _ := pki.CAHash(other.CertPEM)
-	if _, err := discovery.FetchCA(ctx, server, wrong, joiner.DialContext); !errors.Is(err, pki.ErrCAHashMismatch) {
+	if _, _, err := discovery.FetchCA(ctx, server, wrong, joiner.DialContext); !errors.Is(err, pki.ErrCAHashMismatch) {
 		t.Fatalf("fetch with another CA's hash = %v, want ErrCAHashMismatch", err)
 	}
-	if _, err := discovery.FetchCA(ctx, server, "sha256:xyz", joiner.DialContext); !errors.Is(err, pki.ErrCAHashMalformed) {
+	if _, _, err := discovery.FetchCA(ctx, server, "sha256:xyz", joiner.DialContext); !errors.Is(err, pki.ErrCAHashMalformed) {
 		t.Fatalf("malformed hash = %v", err)
 	}
-	if _, err := discovery.FetchCA(ctx, "http://"+strings.TrimPrefix(server, "https://"), hash, joiner.DialContext); err == nil {
+	if _, _, err := discovery.FetchCA(ctx, "http://"+strings.TrimPrefix(server, "https://"), hash, joiner.DialContext); err == nil {
 		t.Fatal("a plain-http server was accepted")
 	}
 	c.Isolate("cp2")
-	if _, err := discovery.FetchCA(ctx, server, hash, joiner.DialContext); err == nil {
+	if _, _, err := discovery.FetchCA(ctx, server, hash, joiner.DialContext); err == nil {
 		t.Fatal("an isolated joiner reached the server")
 	}
 }
