@@ -203,6 +203,7 @@ var faultKinds = []struct{ prefix, kind string }{
 	{"disk: ", "disk fault"},
 	{"services broken", "break services"},
 	{"host crashed", "crash a host"},
+	{"bootstrap token ", "delete a bootstrap token"},
 }
 
 // faultKind classifies a fault or crash event; a checkpoint's armed fault
