@@ -406,9 +406,11 @@ func (w *workload) check(ctx context.Context, stored persisted, artifact string)
 	dropped := w.hist.dropped
 	w.hist.mu.Unlock()
 
+	// The revisions are read (one read per revision) only when a write's
+	// outcome is unknown: nothing else needs them.
 	var held map[string][]string
 	readable := false
-	if stored != nil {
+	if stored != nil && slices.ContainsFunc(ops, func(op porcupine.Operation) bool { return op.Output.(kvOutput).Unknown }) {
 		held, readable = stored(ctx)
 	}
 	var end int64

@@ -91,21 +91,12 @@ type Dialer func(ctx context.Context, network, address string) (net.Conn, error)
 // check passes nothing from the server is trusted, and no credential is sent
 // at any point.
 func FetchCA(ctx context.Context, server, caHash string, dial Dialer) (caPEM []byte, serverTime time.Time, err error) {
-	caPEM, date, err := fetchCA(ctx, server, caHash, dial)
-	if err != nil {
-		return nil, time.Time{}, err
-	}
-	serverTime, _ = http.ParseTime(date)
-	return caPEM, serverTime, nil
-}
-
-func fetchCA(ctx context.Context, server, caHash string, dial Dialer) ([]byte, string, error) {
 	if _, err := pki.CheckCAHashFormat(caHash); err != nil {
-		return nil, "", err
+		return nil, time.Time{}, err
 	}
 	u, err := url.Parse(server)
 	if err != nil || u.Scheme != "https" || u.Host == "" {
-		return nil, "", fmt.Errorf("--server %q is not an https URL", server)
+		return nil, time.Time{}, fmt.Errorf("--server %q is not an https URL", server)
 	}
 	tr := &http.Transport{
 		// Unverified on purpose: this connection only fetches a public
@@ -120,33 +111,35 @@ func fetchCA(ctx context.Context, server, caHash string, dial Dialer) ([]byte, s
 	endpoint := strings.TrimSuffix(server, "/") + "/api/v1/namespaces/" + Namespace + "/configmaps/" + ConfigMap
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint, nil)
 	if err != nil {
-		return nil, "", err
+		return nil, time.Time{}, err
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, "", fmt.Errorf("fetch cluster-info from %s: %w; nothing was changed: check --server and that this machine reaches it", server, err)
+		return nil, time.Time{}, fmt.Errorf("fetch cluster-info from %s: %w; nothing was changed: check --server and that this machine reaches it", server, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return nil, "", fmt.Errorf("fetch cluster-info from %s: %w", server, err)
+		return nil, time.Time{}, fmt.Errorf("fetch cluster-info from %s: %w", server, err)
 	}
 	switch {
 	case resp.StatusCode == http.StatusNotFound, resp.StatusCode == http.StatusForbidden, resp.StatusCode == http.StatusUnauthorized:
-		return nil, "", fmt.Errorf("%w at %s (HTTP %d): is this the cluster's address, and was it brought up by stratum?", ErrNotPublished, server, resp.StatusCode)
+		return nil, time.Time{}, fmt.Errorf("%w at %s (HTTP %d): is this the cluster's address, and was it brought up by stratum?", ErrNotPublished, server, resp.StatusCode)
 	case resp.StatusCode != http.StatusOK:
-		return nil, "", fmt.Errorf("fetch cluster-info from %s: HTTP %d", server, resp.StatusCode)
+		return nil, time.Time{}, fmt.Errorf("fetch cluster-info from %s: HTTP %d", server, resp.StatusCode)
 	}
 	var cm corev1.ConfigMap
 	if err := json.Unmarshal(body, &cm); err != nil {
-		return nil, "", fmt.Errorf("cluster-info from %s is not a ConfigMap: %w", server, err)
+		return nil, time.Time{}, fmt.Errorf("cluster-info from %s is not a ConfigMap: %w", server, err)
 	}
-	caPEM, err := kubeconfig.CAOf([]byte(cm.Data[KubeconfigKey]))
+	caPEM, err = kubeconfig.CAOf([]byte(cm.Data[KubeconfigKey]))
 	if err != nil {
-		return nil, "", fmt.Errorf("cluster-info from %s: %w", server, err)
+		return nil, time.Time{}, fmt.Errorf("cluster-info from %s: %w", server, err)
 	}
 	if err := pki.CheckCAHash(caPEM, caHash); err != nil {
-		return nil, "", fmt.Errorf("the CA %s serves does not match --ca-hash; nothing was sent to it and nothing was changed: check the join command, or whether %s is the cluster you meant: %w", server, server, err)
+		return nil, time.Time{}, fmt.Errorf("the CA %s serves does not match --ca-hash; nothing was sent to it and nothing was changed: check the join command, or whether %s is the cluster you meant: %w", server, server, err)
 	}
-	return caPEM, resp.Header.Get("Date"), nil
+	// A missing or malformed Date leaves serverTime zero: not judged.
+	serverTime, _ = http.ParseTime(resp.Header.Get("Date"))
+	return caPEM, serverTime, nil
 }

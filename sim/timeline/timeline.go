@@ -25,6 +25,7 @@ import (
 	"path/filepath"
 	"regexp"
 
+	"stratum.dev/stratum/internal/host"
 	"stratum.dev/stratum/sim"
 )
 
@@ -80,40 +81,16 @@ func WriteFiles(dir, base string, events []sim.Event, opts Options) (jsonPath, h
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", "", fmt.Errorf("write the timeline files: %w; nothing was written", err)
 	}
+	// host.Dir's writes are atomic and durable: a temporary file in the
+	// same directory, fsync'd, renamed into place, the directory fsync'd.
+	out := &host.Dir{Root: dir}
 	jsonPath = filepath.Join(dir, base+".events.json")
 	htmlPath = filepath.Join(dir, base+".timeline.html")
-	if err := writeFileAtomic(jsonPath, append(data, '\n')); err != nil {
-		return "", "", fmt.Errorf("write the event log: %w; nothing was written", err)
+	if err := out.WriteFile("/"+base+".events.json", append(data, '\n'), 0o644); err != nil {
+		return "", "", fmt.Errorf("write the event log %s: %w; nothing was written", jsonPath, err)
 	}
-	if err := writeFileAtomic(htmlPath, page.Bytes()); err != nil {
+	if err := out.WriteFile("/"+base+".timeline.html", page.Bytes(), 0o644); err != nil {
 		return jsonPath, "", fmt.Errorf("write the timeline: %w (the event log %s was written)", err, jsonPath)
 	}
 	return jsonPath, htmlPath, nil
-}
-
-// writeFileAtomic writes data to p through a temporary file in its
-// directory, synced and renamed into place: a reader sees no file or the
-// whole one.
-func writeFileAtomic(p string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(p), "."+filepath.Base(p)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Chmod(0o644); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), p)
 }
