@@ -16,3 +16,6 @@ var ClusterVerdict = clusterVerdict
 func (n *Node) StartEtcd(ctx context.Context, st *nodestate.NodeState) error {
 	return n.startEtcd(ctx, st)
 }
+
+// EtcdVersionSkew exposes etcd's join rule as the join applies it.
+var EtcdVersionSkew = checkEtcdVersionSkew

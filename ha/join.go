@@ -515,7 +515,8 @@ func (r *joinRun) assemble(ctx context.Context) error {
 // preflight checks, before the journal and the member-add, everything that
 // would leave the new member unable to start: the services this control
 // plane runs (binaries, service manager, ports), the directories its etcd
-// writes, and the cluster's health. It then takes the maintenance fence,
+// writes, the cluster's health, and whether its etcd version can join the
+// cluster's (checkJoinEtcdVersion). It then takes the maintenance fence,
 // which the join holds until its node state is saved.
 func (r *joinRun) preflight(ctx context.Context) error {
 	n, h := r.n, r.n.env.Host
@@ -531,6 +532,9 @@ func (r *joinRun) preflight(ctx context.Context) error {
 	}
 	if err := n.EtcdClusterHealthy(ctx, r.etcdIPs); err != nil {
 		return fmt.Errorf("%w: %v; nothing was added to etcd: heal the cluster (`stratum etcd health`), then %s", ErrClusterUnhealthy, err, joinHint)
+	}
+	if err := n.checkJoinEtcdVersion(ctx, r.etcdIPs); err != nil {
+		return err
 	}
 	clusterID, err := n.clusterID(ctx, r.etcdIPs)
 	if err != nil {

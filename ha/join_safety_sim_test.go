@@ -210,22 +210,54 @@ func TestJoinRefusedBeforeTheAddWhenTheHostCannotStartServices(t *testing.T) {
 	j := startJoinCluster(t, 1)
 	o := j.mint(time.Hour)
 	h := j.c.Host("cp2")
-	before := j.members()
-	filesBefore := snapshotFiles(t, h.Root())
 	d := h.Handle()
 	n := ha.NewNode(ha.Env{Host: brokenServices{d}, Checkpoint: d.Checkpoint})
-	_, err := n.PrepareControlPlaneJoin(j.ctx, o)
+	err := j.joinChangingNothing(h, n, o)
 	if !errors.Is(err, errNoManager) || !strings.Contains(err.Error(), "nothing was added") {
 		t.Fatalf("join on a host that cannot start services: %v", err)
 	}
+}
+
+// joinChangingNothing runs the join with n on h, and checks that it changed
+// nothing: it never reached the intent journal, and the members and h's
+// files are as they were. It returns the join's error.
+func (j *joinCluster) joinChangingNothing(h *sim.Host, n *ha.Node, o ha.JoinOptions) error {
+	t := j.t
+	t.Helper()
+	before := j.members()
+	filesBefore := snapshotFiles(t, h.Root())
+	intents := j.c.CheckpointsSeen()[ha.CheckpointBeforeIntent]
+	_, err := n.PrepareControlPlaneJoin(j.ctx, o)
 	if after := j.members(); strings.Join(after, " ") != strings.Join(before, " ") {
 		t.Fatalf("members changed: %v -> %v", before, after)
 	}
-	if seen := j.c.CheckpointsSeen()[ha.CheckpointBeforeIntent]; seen != 0 {
-		t.Fatalf("the join reached %s (%d times)", ha.CheckpointBeforeIntent, seen)
+	if seen := j.c.CheckpointsSeen()[ha.CheckpointBeforeIntent]; seen != intents {
+		t.Fatalf("the join reached %s (%d times)", ha.CheckpointBeforeIntent, seen-intents)
 	}
 	if got := snapshotFiles(t, h.Root()); len(got) != len(filesBefore) {
 		t.Fatalf("the refused join left files: %d before, %d after", len(filesBefore), len(got))
+	}
+	return err
+}
+
+// TestJoinRefusedWhenItsEtcdIsOlderThanTheCluster: a joiner whose etcd is
+// the previous minor release (an older stratum on it) is refused before the
+// member-add, naming both versions, and leaves nothing behind: etcd would
+// refuse to start it after the add, and the unstarted learner left would
+// block every later join. The same host on the cluster's etcd then joins.
+func TestJoinRefusedWhenItsEtcdIsOlderThanTheCluster(t *testing.T) {
+	t.Parallel() // its own simulated cluster
+	j := startJoinCluster(t, 1)
+	o := j.mint(time.Hour)
+	h := j.c.Host("cp2")
+	h.SetEtcdVersion(version.EtcdPrevious)
+	err := j.joinChangingNothing(h, joinNodeOn(h), o)
+	if !errors.Is(err, ha.ErrEtcdVersionSkew) || !ha.IsRefusal(err) || !strings.Contains(err.Error(), strings.TrimPrefix(version.EtcdPrevious, "v")) {
+		t.Fatalf("join of a host on etcd %s into a cluster on %s: %v; want a refusal with ErrEtcdVersionSkew naming the versions", version.EtcdPrevious, version.Etcd, err)
+	}
+	h.SetEtcdVersion("")
+	if err := j.join("cp2", o); err != nil {
+		t.Fatalf("the join on the cluster's etcd after the refusal: %v", err)
 	}
 }
 

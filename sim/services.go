@@ -59,6 +59,10 @@ func (h *Host) serviceStatus(name string) (host.ServiceStatus, error) {
 	st := host.ServiceStatus{Name: name}
 	switch name {
 	case ServiceEtcd:
+		st.Version = h.etcdVersion
+		if st.Version == "" {
+			st.Version = version.Etcd // the embedded member is the pinned etcd
+		}
 		if h.etcd != nil {
 			select {
 			case <-h.etcd.exited():

@@ -84,6 +84,11 @@ type ServiceStatus struct {
 	Running bool
 	// Detail is the manager's own words ("active (running)", "exited 1").
 	Detail string
+	// Version is the version the service runs, or runs when started next
+	// ("v3.7.3"); empty when the manager does not say, which means the
+	// version this stratum pins (a real host's binaries are checked to be
+	// exactly those).
+	Version string `json:",omitempty"`
 }
 
 // Network is the host's view of the network.

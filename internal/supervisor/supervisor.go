@@ -55,6 +55,9 @@ type Spec struct {
 	// start now (its binary missing or of the wrong version, a port in use).
 	// It is not asked while the service runs.
 	Check func(ctx context.Context) error
+	// Version is the version the service runs ("v3.7.3"), reported in its
+	// status; Check makes sure the binary is that one.
+	Version string
 	// StopTimeout is how long a stop waits after SIGTERM before SIGKILL
 	// (default DefaultStopTimeout).
 	StopTimeout time.Duration
@@ -292,7 +295,7 @@ func (u *unit) stop() {
 func (u *unit) status() host.ServiceStatus {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	st := host.ServiceStatus{Name: u.spec.Name}
+	st := host.ServiceStatus{Name: u.spec.Name, Version: u.spec.Version}
 	switch {
 	case u.keeper == nil:
 		st.Detail = "stopped"

@@ -91,8 +91,9 @@ func (a *app) nodeSupervisor(h host.Host, n *ha.Node, binDir string) (*superviso
 					args, err := controlplane.EtcdArgs(st)
 					return supervisor.Command{Path: bins.Path(controlplane.EtcdBinary), Args: args}, err
 				},
-				Ready: func(ctx context.Context) error { return waitEtcdServes(ctx, h, n) },
-				Check: check(controlplane.EtcdBinary),
+				Ready:   func(ctx context.Context) error { return waitEtcdServes(ctx, h, n) },
+				Check:   check(controlplane.EtcdBinary),
+				Version: version.Etcd,
 			},
 			{
 				Name: ha.ServiceAPIServer,
@@ -104,8 +105,9 @@ func (a *app) nodeSupervisor(h host.Host, n *ha.Node, binDir string) (*superviso
 					args, err := controlplane.APIServerArgs(st, h)
 					return supervisor.Command{Path: bins.Path(controlplane.APIServerBinary), Args: args}, err
 				},
-				Ready: func(ctx context.Context) error { return waitAPIServerServes(ctx, h) },
-				Check: check(controlplane.APIServerBinary),
+				Ready:   func(ctx context.Context) error { return waitAPIServerServes(ctx, h) },
+				Check:   check(controlplane.APIServerBinary),
+				Version: version.Kubernetes,
 			},
 			{Name: ha.ServiceVIP, Run: func(ctx context.Context) error { return a.runVIP(ctx, h) }, Check: func(context.Context) error { return vipCheck(h) }},
 			{Name: serviceOperator, Run: func(ctx context.Context) error { return a.runOperator(ctx, h, n) }},

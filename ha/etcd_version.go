@@ -1,0 +1,130 @@
+package ha
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"stratum.dev/stratum/internal/version"
+)
+
+// ErrEtcdVersionSkew matches a join refused because the etcd this node runs
+// cannot become a member of the cluster at its version: etcd would refuse
+// to start it ("incompatible with current running cluster") after the
+// member-add, leaving an unstarted learner that blocks every later join.
+var ErrEtcdVersionSkew = errors.New("this node's etcd cannot join the cluster's etcd version")
+
+// etcdVersions is a member's answer on its client port's /version: its own
+// server version and the cluster version its cluster decided.
+type etcdVersions struct {
+	Server  string `json:"etcdserver"`
+	Cluster string `json:"etcdcluster"`
+}
+
+// localEtcdVersion is the etcd version this node's etcd service runs (or
+// runs when started): its service manager's word, or the version this
+// stratum pins, which a real host's binary is checked to be.
+func (n *Node) localEtcdVersion(ctx context.Context) string {
+	st, err := n.env.Host.ServiceStatus(ctx, ServiceEtcd)
+	if err == nil && st.Version != "" {
+		return st.Version
+	}
+	return version.Etcd
+}
+
+// etcdVersionsAt reads the member at cpIP's /version with this node's etcd
+// client certificate, through the host's dialer.
+func (n *Node) etcdVersionsAt(ctx context.Context, cpIP string) (etcdVersions, error) {
+	tlsCfg, err := n.etcdTLS()
+	if err != nil {
+		return etcdVersions{}, err
+	}
+	tr := &http.Transport{TLSClientConfig: tlsCfg, DialContext: n.env.Host.DialContext, DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	rctx, cancel := context.WithTimeout(ctx, n.readTimeout())
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, EtcdEndpoint(cpIP)+"/version", nil)
+	if err != nil {
+		return etcdVersions{}, err
+	}
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		return etcdVersions{}, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if err != nil {
+		return etcdVersions{}, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return etcdVersions{}, fmt.Errorf("GET %s/version: %s", EtcdEndpoint(cpIP), resp.Status)
+	}
+	var v etcdVersions
+	if err := json.Unmarshal(body, &v); err != nil {
+		return etcdVersions{}, fmt.Errorf("GET %s/version: %w", EtcdEndpoint(cpIP), err)
+	}
+	return v, nil
+}
+
+// checkJoinEtcdVersion refuses, before the member-add, a join whose etcd
+// etcd would not start as a member of the cluster at etcdIPs: the cluster's
+// version is newer than this node's etcd, or a downgrade is under way (etcd
+// then admits only members of the version being left, and a downgrade is
+// finished before the cluster grows). The cluster's version is the first
+// answering member's word; a cluster none of whose members answers was
+// already refused by the health gate.
+func (n *Node) checkJoinEtcdVersion(ctx context.Context, etcdIPs []string) error {
+	local := n.localEtcdVersion(ctx)
+	var errs []error
+	for _, ip := range etcdIPs {
+		st, err := n.EtcdStorageAt(ctx, ip)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if st.Downgrading {
+			return fmt.Errorf("%w: an etcd downgrade to %s is under way (member %s), and etcd admits no new member of another version meanwhile; nothing was added to etcd: let the downgrade finish (`stratum etcd downgrade %s` waits for it), then %s",
+				ErrEtcdVersionSkew, st.DowngradeTarget, ip, versionMajorMinor(st.DowngradeTarget), joinHint)
+		}
+		v, err := n.etcdVersionsAt(ctx, ip)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		return checkEtcdVersionSkew(local, v.Cluster, ip)
+	}
+	return fmt.Errorf("%w: no member told its cluster's version (%w); nothing was added to etcd: %s", ErrClusterUnhealthy, errors.Join(errs...), joinHint)
+}
+
+// checkEtcdVersionSkew is etcd's own rule for a member joining a cluster
+// (its allowedVersionRange without a downgrade): the cluster's version,
+// major.minor, may not be newer than the member's. A cluster whose version
+// is not decided yet is not judged.
+func checkEtcdVersionSkew(local, cluster, at string) error {
+	lmaj, lmin, lok := parseMajorMinor(local)
+	cmaj, cmin, cok := parseMajorMinor(cluster)
+	if !lok || !cok {
+		return nil
+	}
+	if cmaj > lmaj || (cmaj == lmaj && cmin > lmin) {
+		return fmt.Errorf("%w: this node runs etcd %s and the cluster (member %s) is at etcd %d.%d; etcd would refuse to start this member after its add, leaving a learner that blocks every later join; nothing was added to etcd: install the etcd the cluster runs (the stratum release that pins etcd %d.%d), then %s",
+			ErrEtcdVersionSkew, strings.TrimPrefix(local, "v"), at, cmaj, cmin, cmaj, cmin, joinHint)
+	}
+	return nil
+}
+
+// parseMajorMinor reads "v3.7.3", "3.7.0" or "3.6" as its major and minor.
+func parseMajorMinor(v string) (major, minor int, ok bool) {
+	parts := strings.SplitN(strings.TrimPrefix(strings.TrimSpace(v), "v"), ".", 3)
+	if len(parts) < 2 {
+		return 0, 0, false
+	}
+	maj, err1 := strconv.Atoi(parts[0])
+	min, err2 := strconv.Atoi(parts[1])
+	return maj, min, err1 == nil && err2 == nil
+}
