@@ -92,7 +92,8 @@ func (n *Node) DowngradeEtcd(ctx context.Context, cpIP, target string) (err erro
 }
 
 // waitMembersRun waits until every member at hosts runs etcd major.minor
-// target, logging progress every downgradeReport.
+// target and etcd has ended the downgrade, logging progress every
+// downgradeReport.
 func (n *Node) waitMembersRun(ctx context.Context, hosts []string, target string) error {
 	ctx, cancel := context.WithTimeout(ctx, downgradeWaitFor)
 	defer cancel()
@@ -112,8 +113,15 @@ func (n *Node) waitMembersRun(ctx context.Context, hosts []string, target string
 			}
 		}
 		if len(behind) == 0 {
-			n.log.Info("etcd downgrade done: every member runs the target version", "target", target)
-			return nil
+			// etcd ends the downgrade itself once its leader sees every
+			// member on the target; until then it admits no new member
+			// of another version, so a join right after would be refused.
+			st, err := n.EtcdStorageAt(ctx, hosts[0])
+			if err == nil && !st.Downgrading {
+				n.log.Info("etcd downgrade done: every member runs the target version", "target", target)
+				return nil
+			}
+			behind = append(behind, "etcd ending the downgrade (its leader does once it sees every member on "+target+")")
 		}
 		if time.Since(lastReport) >= downgradeReport {
 			lastReport = time.Now()

@@ -30,6 +30,20 @@ var ErrVIPNotServing = errors.New("the VIP does not serve this cluster's apiserv
 // vipProbeTimeout bounds one VIPServes probe.
 const vipProbeTimeout = 5 * time.Second
 
+// A VIP that does not answer at all may be moving between holders: a
+// repoint elsewhere restarts that node's kube-vip, which gives the VIP up
+// until a holder is elected again. The repoint's check asks again every
+// vipMovePoll for vipMoveWithin before it refuses; an answer that is wrong
+// (another cluster's certificate, one that does not cover the VIP) refuses
+// at once.
+const (
+	vipMoveWithin = 10 * time.Second
+	vipMovePoll   = 250 * time.Millisecond
+)
+
+// errVIPUnreachable marks a VIPServes failure where nothing answered.
+var errVIPUnreachable = errors.New("nothing answered")
+
 // repointConsumers are the local services that read this node's kubeconfigs
 // and so are restarted after a repoint, when they run: kube-vip (its leader
 // election goes through the apiserver), the controller manager and
@@ -88,7 +102,13 @@ func (n *Node) VIPServes(ctx context.Context, vip string) (bool, error) {
 	}
 	resp, err := cl.Do(req)
 	if err != nil {
-		return false, fmt.Errorf("%w at %s: %v", ErrVIPNotServing, vip, err)
+		var verify *tls.CertificateVerificationError
+		if errors.As(err, &verify) {
+			return false, fmt.Errorf("%w at %s: %v", ErrVIPNotServing, vip, err)
+		}
+		// Nothing answered, or the connection broke: the VIP may be
+		// between holders (a kube-vip restarted by a repoint elsewhere).
+		return false, fmt.Errorf("%w at %s: %w: %v", ErrVIPNotServing, vip, errVIPUnreachable, err)
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
@@ -278,9 +298,20 @@ func (n *Node) coverVIP(ctx context.Context, w io.Writer, vip string) error {
 	return nil
 }
 
-// checkServes refuses a VIP that does not serve this cluster's apiserver.
+// checkServes refuses a VIP that does not serve this cluster's apiserver; one
+// where nothing answers is asked again for vipMoveWithin first.
 func (n *Node) checkServes(ctx context.Context, vip string, serves func(context.Context, string) (bool, error)) error {
+	report := waitReporter{n: n}
+	deadline := time.Now().Add(vipMoveWithin)
 	ok, err := serves(ctx, vip)
+	for !ok && errors.Is(err, errVIPUnreachable) && time.Now().Before(deadline) && ctx.Err() == nil {
+		report.waiting("the VIP %s to answer (%v)", vip, err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(vipMovePoll):
+		}
+		ok, err = serves(ctx, vip)
+	}
 	if ok {
 		return nil
 	}

@@ -66,6 +66,14 @@ func (n *Node) RepointCiliumWith(ctx context.Context, w io.Writer, cs kubernetes
 	return n.repointCilium(ctx, w, cs, vip, n.VIPServes, ciliumRolloutTimeout)
 }
 
+// RepointCiliumWithin is RepointCiliumWith with the rollout wait bounded by
+// rollout instead of five minutes (`stratum repoint --cilium
+// --rollout-timeout`): a cluster whose Cilium pods cannot roll out now (no
+// schedulable node, an image not pulled yet) gets its warning sooner.
+func (n *Node) RepointCiliumWithin(ctx context.Context, w io.Writer, cs kubernetes.Interface, vip string, rollout time.Duration) ([]string, error) {
+	return n.repointCilium(ctx, w, cs, vip, n.VIPServes, rollout)
+}
+
 func (n *Node) repointCilium(ctx context.Context, w io.Writer, cs kubernetes.Interface, vip string, serves func(context.Context, string) (bool, error), rolloutTimeout time.Duration) ([]string, error) {
 	if err := n.checkServes(ctx, vip, serves); err != nil {
 		return nil, err

@@ -144,7 +144,8 @@ func (a *app) etcdDowngradeCmd() *cobra.Command {
 validate the target, or nothing is asked of it. etcd then lowers the cluster version
 and migrates every member's storage down, so the older etcd can open the data. The
 command waits (printing what it waits for every 5 s) until every member runs the
-target: swap each member's etcd binary to the older one and restart it meanwhile.
+target (swap each member's etcd binary to the older one and restart it meanwhile) and
+etcd has ended the downgrade, which it does once it sees every member on the target.
 Interrupted, the downgrade stays enabled: run it again, or cancel it with etcdctl.`,
 		Example: `  stratum etcd downgrade 3.6`,
 		Args:    usageArgs(cobra.ExactArgs(1)),

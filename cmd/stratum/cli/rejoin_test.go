@@ -18,6 +18,7 @@ func TestRejoinRepointSnapshotUsageAndRefusals(t *testing.T) {
 		{[]string{"etcd", "rejoin", "--server", "10.0.0.1", "extra"}, ExitUsage, "unknown command"},
 		{[]string{"repoint"}, ExitUsage, "--vip is required"},
 		{[]string{"repoint", "--vip", "vip.example"}, ExitUsage, "is not an IP address"},
+		{[]string{"repoint", "--vip", "10.0.0.10", "--cilium", "--rollout-timeout", "0s"}, ExitUsage, "--rollout-timeout must be positive"},
 		{[]string{"snapshot", "save"}, ExitUsage, "accepts 1 arg"},
 		{[]string{"snapshot", "restore", "a", "b"}, ExitUsage, "accepts 1 arg"},
 		{[]string{"snapshot", "bogus"}, ExitUsage, "unknown command"},

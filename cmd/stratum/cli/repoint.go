@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -11,13 +12,15 @@ import (
 func (a *app) repointCmd() *cobra.Command {
 	var vip string
 	var cilium, dryRun bool
+	var rollout time.Duration
 	cmd := &cobra.Command{
 		Use:   "repoint --vip <ip> [--cilium]",
 		Short: "Move this node's clients (and optionally Cilium) onto the cluster VIP",
 		Long: `Move this node's clients onto the cluster VIP, for a cluster that started as a single
 controller (clients on its own address) and has grown into HA. Nothing changes unless the
 VIP already serves this cluster's apiserver with a certificate, from this node's cluster
-CA, that covers the VIP.
+CA, that covers the VIP. A VIP where nothing answers (between holders) is asked again for
+10 s first.
 
 Every kubeconfig under /etc/stratum (bootstrap.conf included) is rewritten to
 https://<vip>:6443, credentials kept, and the node state records the VIP so the next
@@ -27,8 +30,8 @@ restart is printed as a warning.
 
 With --cilium, the Cilium agent DaemonSet and operator Deployment (kube-system/cilium,
 kube-system/cilium-operator) are also pointed at the VIP (KUBERNETES_SERVICE_HOST/PORT),
-with this node's admin credentials, and their rollout is awaited for a bounded time; a
-rollout still going then is a warning.
+with this node's admin credentials, and their rollout is awaited for --rollout-timeout
+(5 min by default); a rollout still going then is a warning.
 
 --dry-run makes the same VIP check and prints what would change: the VIP recorded, the
 apiserver certificate reissued, each kubeconfig rewritten, each service restarted, and
@@ -43,6 +46,9 @@ VIP does not serve the cluster), 1 when it failed after changing something (re-r
   # ...and Cilium too (run once, on one control plane)
   stratum repoint --vip 10.0.0.10 --cilium
 
+  # ...waiting at most 30 s for Cilium's rollout
+  stratum repoint --vip 10.0.0.10 --cilium --rollout-timeout 30s
+
   # What it would change, changing nothing
   stratum repoint --vip 10.0.0.10 --cilium --dry-run`,
 		Args: usageArgs(cobra.NoArgs),
@@ -52,6 +58,9 @@ VIP does not serve the cluster), 1 when it failed after changing something (re-r
 			}
 			if err := checkIP("--vip", vip); err != nil {
 				return err
+			}
+			if rollout <= 0 {
+				return usagef("--rollout-timeout must be positive, got %s", rollout)
 			}
 			n, _, err := a.localNode()
 			if err != nil {
@@ -65,7 +74,7 @@ VIP does not serve the cluster), 1 when it failed after changing something (re-r
 				return explainHost(err)
 			}
 			if cilium {
-				w, err := n.RepointCiliumWith(cmd.Context(), a.stdout, nil, vip)
+				w, err := n.RepointCiliumWithin(cmd.Context(), a.stdout, nil, vip, rollout)
 				if err != nil {
 					// This node's clients were already moved.
 					return ha.Midway(fmt.Errorf("this node's clients point at the VIP, but Cilium was not repointed: %w; re-run the same command", err))
@@ -81,5 +90,6 @@ VIP does not serve the cluster), 1 when it failed after changing something (re-r
 	cmd.Flags().StringVar(&vip, "vip", "", "the cluster VIP's `IP`")
 	cmd.Flags().BoolVar(&cilium, "cilium", false, "also point the Cilium agent and operator at the VIP")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print what would change, change nothing")
+	cmd.Flags().DurationVar(&rollout, "rollout-timeout", 5*time.Minute, "with --cilium, how long to wait for Cilium's rollout before warning")
 	return cmd
 }
