@@ -2,10 +2,8 @@ package ha_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"maps"
 	"path"
 	"slices"
@@ -18,17 +16,13 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/util/keyutil"
 	"pgregory.net/rapid"
-	"sigs.k8s.io/yaml"
 
 	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/assets/assetstest"
 	"stratum.dev/stratum/internal/host/faultfs"
 	"stratum.dev/stratum/internal/kubeconfig"
 	"stratum.dev/stratum/internal/nodestate"
-	"stratum.dev/stratum/internal/pki"
 	"stratum.dev/stratum/internal/version"
 	"stratum.dev/stratum/sim"
 )
@@ -259,91 +253,17 @@ func (d *diskCase) checkSafe(rt sim.TB, when string) {
 }
 
 // checkFiles: every file the join writes on cp2 either parses with its real
-// parser or is absent, and no temporary file is left: the node state
-// (nodestate.Load), the intent journal (the join's own reader), the PKI
-// (certificates, keys, the service-account public key) and the kubeconfigs
-// and configs under /etc/stratum.
+// parser or is absent, and no temporary file is left (sim.CheckNodeFiles:
+// the node state, the PKI, the kubeconfigs and configs), and the intent
+// journal reads with the join's own reader.
 func (d *diskCase) checkFiles(rt sim.TB, when string) {
 	rt.Helper()
-	files := d.cp2.Files()
-	if _, err := nodestate.Load(files); err != nil && !errors.Is(err, nodestate.ErrNoState) {
-		rt.Fatalf("%s: the node state does not load: %v", when, err)
-	}
 	if err := joinNodeOn(d.cp2).ReadJoinIntent(); err != nil && !errors.Is(err, ha.ErrNoJoinIntent) {
 		rt.Fatalf("%s: the intent journal does not read: %v", when, err)
 	}
-	var walk func(dir string)
-	walk = func(dir string) {
-		entries, err := files.ReadDir(dir)
-		if errors.Is(err, fs.ErrNotExist) {
-			return
-		}
-		if err != nil {
-			rt.Fatalf("%s: %v", when, err)
-		}
-		for _, e := range entries {
-			p := path.Join(dir, e.Name())
-			switch {
-			case p == version.EtcdDataDir:
-				continue // etcd's own
-			case e.IsDir():
-				walk(p)
-				continue
-			case strings.Contains(e.Name(), ".tmp-"):
-				rt.Fatalf("%s: temporary file %s left", when, p)
-			}
-			if dir == version.StateDir {
-				continue // the node state and journal, read above
-			}
-			data, err := files.ReadFile(p)
-			if err != nil {
-				rt.Fatalf("%s: %v", when, err)
-			}
-			if err := parseNodeFile(p, data); err != nil {
-				rt.Fatalf("%s: %s is damaged (%d bytes): %v", when, p, len(data), err)
-			}
-		}
+	if err := sim.CheckNodeFiles(d.cp2.Files()); err != nil {
+		rt.Fatalf("%s: %v", when, err)
 	}
-	walk(version.K8sConfDir)
-	walk(version.StateDir)
-}
-
-// parseNodeFile parses a file under /etc/stratum with the parser its kind
-// has.
-func parseNodeFile(p string, data []byte) error {
-	switch path.Ext(p) {
-	case ".crt":
-		_, err := pki.ParseCert(data)
-		return err
-	case ".key":
-		_, err := pki.ParseKey(data)
-		return err
-	case ".pub":
-		_, err := keyutil.ParsePublicKeysPEM(data)
-		return err
-	case ".conf":
-		cfg, err := clientcmd.Load(data)
-		if err != nil {
-			return err
-		}
-		return clientcmd.Validate(*cfg)
-	case ".yaml":
-		var m map[string]any
-		if err := yaml.Unmarshal(data, &m); err != nil {
-			return err
-		}
-		if len(m) == 0 {
-			return errors.New("empty")
-		}
-		return nil
-	case ".json":
-		var m map[string]any
-		if err := json.Unmarshal(data, &m); err != nil {
-			return err
-		}
-		return nil
-	}
-	return fmt.Errorf("no parser for %s: add one to parseNodeFile", p)
 }
 
 // reboot is `stratum up` on cp2 after a crash, judged as in

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -28,19 +27,9 @@ import (
 // confFiles is every *.conf under the host's kubeconfig directory, by name.
 func confFiles(t *testing.T, h *sim.Host) map[string][]byte {
 	t.Helper()
-	entries, err := h.Files().ReadDir(version.K8sConfDir)
+	out, err := h.Kubeconfigs()
 	if err != nil {
 		t.Fatal(err)
-	}
-	out := map[string][]byte{}
-	for _, e := range entries {
-		if strings.HasSuffix(e.Name(), ".conf") {
-			b, err := h.Files().ReadFile(path.Join(version.K8sConfDir, e.Name()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			out[e.Name()] = b
-		}
 	}
 	return out
 }
@@ -258,31 +247,6 @@ func TestRepointKubeconfigsState(t *testing.T) {
 	}
 }
 
-func ciliumObjects() (*appsv1.DaemonSet, *appsv1.Deployment) {
-	labels := map[string]string{"k8s-app": "cilium"}
-	pod := corev1.PodTemplateSpec{
-		ObjectMeta: metav1.ObjectMeta{Labels: labels},
-		Spec: corev1.PodSpec{
-			InitContainers: []corev1.Container{{Name: "config", Image: "quay.io/cilium/cilium:v1.18.0"}},
-			Containers: []corev1.Container{{Name: "cilium-agent", Image: "quay.io/cilium/cilium:v1.18.0",
-				Env: []corev1.EnvVar{{Name: "KUBERNETES_SERVICE_HOST", Value: "10.96.0.1"}, {Name: "K8S_NODE_NAME", Value: "x"}}}},
-		},
-	}
-	ds := &appsv1.DaemonSet{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "cilium"},
-		Spec:       appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: pod},
-	}
-	opLabels := map[string]string{"name": "cilium-operator"}
-	one := int32(1)
-	dep := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "cilium-operator"},
-		Spec: appsv1.DeploymentSpec{Replicas: &one, Selector: &metav1.LabelSelector{MatchLabels: opLabels},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: opLabels},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "cilium-operator", Image: "quay.io/cilium/operator-generic:v1.18.0"}}}}},
-	}
-	return ds, dep
-}
-
 // envOf is name=value of every KUBERNETES_SERVICE_* variable of every
 // container and init container.
 func envOf(spec corev1.PodSpec) []string {
@@ -313,7 +277,7 @@ func TestRepointCilium(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ds, dep := ciliumObjects()
+	ds, dep := sim.CiliumObjects()
 	if ds, err = admin.AppsV1().DaemonSets("kube-system").Create(ctx, ds, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

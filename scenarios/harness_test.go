@@ -33,7 +33,7 @@ import (
 // build a hundred simulated clusters per property). `make explore` passes its
 // own counts; an explicit flag always wins.
 const (
-	ciChecks = 3
+	ciChecks = 2
 	ciSteps  = 8
 )
 

@@ -492,6 +492,13 @@ func startWorkloads(t *rapid.T, ctx context.Context, c *sim.Cluster, apiName str
 		}
 		t.Cleanup(func() { cli.Close() })
 		stores[i] = etcdKV{cli: cli, prefix: workloadPrefix}
+		if i == 0 {
+			// The register's initial absent: a restored snapshot may hold
+			// an earlier workload's keys.
+			if _, err := cli.Delete(cctx, workloadPrefix, clientv3.WithPrefix()); err != nil {
+				t.Fatalf("empty the etcd workload's keys: %v", err)
+			}
+		}
 	}
 	etcdLoad := startWorkload(t, ctx, c.Events(), "etcd", bound, stores...)
 	return []loadOn{{apiLoad, configMapEtcdPrefix}, {etcdLoad, workloadPrefix}}

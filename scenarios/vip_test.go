@@ -162,7 +162,7 @@ func (w *vipWorld) bringUp() {
 	up := []string{"up", "--vip", w.c.VIPAddress().String()}
 	crashAt := rapid.SampledFrom(append([]string{"none"}, ha.UpCheckpoints...)).Draw(t, "crash the first stratum up at")
 	if crashAt != "none" {
-		w.crashedUp(cp1, crashAt, up)
+		w.crashedRun(cp1, crashAt, up)
 		w.stats.add(func(s *vipStats) { s.upCrashes++ })
 	}
 	code, out, errOut := w.stratum(cp1, up...)
@@ -193,9 +193,9 @@ func (w *vipWorld) bringUp() {
 	}
 }
 
-// crashedUp runs `stratum up` on h until h crashes at checkpoint cp: the
-// command's goroutine is frozen there for good, as a SIGKILL leaves it.
-func (w *vipWorld) crashedUp(h *sim.Host, cp string, args []string) {
+// crashedRun runs `stratum args...` on h until h crashes at checkpoint cp:
+// the command's goroutine is frozen there for good, as a SIGKILL leaves it.
+func (w *vipWorld) crashedRun(h *sim.Host, cp string, args []string) {
 	armed := w.c.CrashAt(h.Name(), cp)
 	d := h.Handle()
 	o := cli.Options{Host: func() (host.Host, error) { return d, nil }, Checkpoint: d.Checkpoint}
@@ -204,11 +204,11 @@ func (w *vipWorld) crashedUp(h *sim.Host, cp string, args []string) {
 	select {
 	case <-armed.Reached():
 	case code := <-returned:
-		w.t.Fatalf("stratum up on %s returned (exit %d) without reaching %s", h.Name(), code, cp)
+		w.t.Fatalf("stratum %s on %s returned (exit %d) without reaching %s", strings.Join(args, " "), h.Name(), code, cp)
 	case <-time.After(cliBound):
-		w.t.Fatalf("stratum up on %s did not reach %s within %s", h.Name(), cp, cliBound)
+		w.t.Fatalf("stratum %s on %s did not reach %s within %s", strings.Join(args, " "), h.Name(), cp, cliBound)
 	}
-	w.last = "stratum up on " + h.Name() + " crashed at " + cp
+	w.last = "stratum " + args[0] + " on " + h.Name() + " crashed at " + cp
 }
 
 // live are the control planes that can serve: etcd, apiserver and kube-vip
@@ -304,6 +304,16 @@ func (w *vipWorld) join(h *sim.Host, check bool) {
 // (client-go's clientcmd, as kubectl reads it): it must target the VIP and
 // trust the cluster CA only.
 func (w *vipWorld) userClient(h *sim.Host) (kubernetes.Interface, string, error) {
+	cs, server, err := w.nodeClient(h)
+	if err == nil && server != w.c.VIPURL() {
+		w.t.Fatalf("%s's admin kubeconfig targets %s, not the VIP %s", h.Name(), server, w.c.VIPURL())
+	}
+	return cs, server, err
+}
+
+// nodeClient is a clientset from h's admin kubeconfig exactly as h wrote it,
+// wherever it points; it must trust the cluster CA only.
+func (w *vipWorld) nodeClient(h *sim.Host) (kubernetes.Interface, string, error) {
 	kc, err := h.Files().ReadFile(version.Kubeconfig("admin"))
 	if err != nil {
 		return nil, "", fmt.Errorf("%s's admin kubeconfig: %w", h.Name(), err)
@@ -311,9 +321,6 @@ func (w *vipWorld) userClient(h *sim.Host) (kubernetes.Interface, string, error)
 	cfg, err := clientcmd.RESTConfigFromKubeConfig(kc)
 	if err != nil {
 		return nil, "", fmt.Errorf("%s's admin kubeconfig: %w", h.Name(), err)
-	}
-	if cfg.Host != w.c.VIPURL() {
-		w.t.Fatalf("%s's admin kubeconfig targets %s, not the VIP %s", h.Name(), cfg.Host, w.c.VIPURL())
 	}
 	if cfg.Insecure || !bytes.Equal(bytes.TrimSpace(cfg.CAData), bytes.TrimSpace(w.ca)) {
 		w.t.Fatalf("%s's admin kubeconfig does not trust exactly the cluster CA (insecure %v, CA file %q, CA data %d bytes)", h.Name(), cfg.Insecure, cfg.CAFile, len(cfg.CAData))

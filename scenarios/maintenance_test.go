@@ -1,0 +1,702 @@
+package scenarios
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"maps"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"pgregory.net/rapid"
+
+	"stratum.dev/stratum/cmd/stratum/cli"
+	"stratum.dev/stratum/ha"
+	"stratum.dev/stratum/internal/assets"
+	"stratum.dev/stratum/internal/host/faultfs"
+	"stratum.dev/stratum/internal/nodestate"
+	"stratum.dev/stratum/internal/version"
+	"stratum.dev/stratum/sim"
+)
+
+// maintCheckShare: a TestMaintenance check runs a whole lifecycle (a
+// cluster grown from one node onto the VIP, a snapshot restore with its
+// rejoins, an etcd downgrade, joins on an older etcd and on a failing disk),
+// the work of about three checks of the other properties, so it runs a
+// third of their count (at least one).
+const maintCheckShare = 3
+
+// maintenance is one check of TestMaintenance: a cluster built and kept by
+// stratum's own commands, run through cli.Run on each simulated host as an
+// operator types them. It starts as a single controller (`stratum up`
+// without a VIP) that grows into HA: a join as printed, the VIP adopted
+// (`stratum up --vip`), every node's clients and Cilium repointed onto it.
+// Then the operator's maintenance, each at least once per check in a drawn
+// order, with drawn parameters: a snapshot restored on one control plane and
+// rejoined by the others (crashed at drawn checkpoints), an etcd downgrade
+// with the members swapped one by one to the older etcd, a join on a host
+// whose etcd is the older release, and a join on a host whose disk fails.
+type maintenance struct {
+	*vipWorld
+	// spares are the hosts not yet control planes.
+	spares []*sim.Host
+	// snapDir holds the snapshots (the operator's backup disk).
+	snapDir string
+	// present are ConfigMaps that must read back through the VIP; gone are
+	// ConfigMaps written after the snapshot a restore went back to.
+	present, gone []string
+	// downgraded: the cluster runs the previous etcd minor.
+	downgraded bool
+}
+
+func TestMaintenance(t *testing.T) {
+	explored.require("Maintenance", "restore", "downgrade", "olderJoiner", "diskJoin")
+	shareChecks(t, maintCheckShare)
+	property(t, func(rt *rapid.T) {
+		c := startCluster(rt, sim.Config{Fresh: true, SpareHosts: 5, APIServers: true, VIP: true})
+		m := &maintenance{vipWorld: &vipWorld{t: rt, ctx: checkCtx(rt, 20*time.Minute), c: c, stats: &vipStats{badJoins: map[string]int{}}}}
+		dir, err := os.MkdirTemp("", "stratum-snapshots-")
+		if err != nil {
+			rt.Fatal(err)
+		}
+		rt.Cleanup(func() { os.RemoveAll(dir) })
+		m.snapDir = dir
+		m.spares = c.Hosts()
+		m.growFromOne(rt)
+		actions := map[string]func(*rapid.T){
+			"restore":     m.restore,
+			"downgrade":   m.downgrade,
+			"olderJoiner": m.olderJoiner,
+			"diskJoin":    m.diskJoin,
+		}
+		// Every action once, in a drawn order, except that the older
+		// joiner comes before the downgrade (after it, the older etcd is
+		// the cluster's and no refusal is due); then drawn ones among
+		// those that apply, about one per four of rapid's steps.
+		tour := rapid.Permutation(slices.Sorted(maps.Keys(actions))).Draw(rt, "maintenance order")
+		if o, d := slices.Index(tour, "olderJoiner"), slices.Index(tour, "downgrade"); o > d {
+			tour[o], tour[d] = tour[d], tour[o]
+		}
+		for _, name := range tour {
+			explored.ran(name)
+			actions[name](rt)
+		}
+		for range rapid.IntRange(0, max(1, steps()/4)).Draw(rt, "further actions") {
+			name := rapid.SampledFrom(m.applicable()).Draw(rt, "action")
+			explored.ran(name)
+			actions[name](rt)
+		}
+		m.converge()
+	}, assets.KubeAPIServerName, assets.EtcdName(version.EtcdPrevious))
+}
+
+// shareChecks runs the property under t with 1/share of rapid's check count
+// (at least one), restoring it after.
+func shareChecks(t *testing.T, share int) {
+	f := flag.Lookup("rapid.checks")
+	was := f.Value.String()
+	var n int
+	fmt.Sscan(was, &n)
+	_ = f.Value.Set(fmt.Sprint(max(1, (n+share-1)/share)))
+	t.Cleanup(func() { _ = f.Value.Set(was) })
+}
+
+// steps is rapid's -rapid.steps.
+func steps() int {
+	var n int
+	fmt.Sscan(flag.Lookup("rapid.steps").Value.String(), &n)
+	return n
+}
+
+// applicable are the maintenance actions that apply now: a restore always,
+// the downgrade until it is done, the joins while a spare host is left.
+func (m *maintenance) applicable() []string {
+	out := []string{"restore"}
+	if !m.downgraded {
+		out = append(out, "downgrade")
+	}
+	if len(m.spares) > 0 {
+		out = append(out, "diskJoin", "olderJoiner")
+	}
+	return out
+}
+
+// run runs `stratum args...` on h and fails the check unless it exits with
+// want; it returns stdout and stderr.
+func (m *maintenance) run(h *sim.Host, want int, args ...string) (string, string) {
+	m.t.Helper()
+	code, out, errOut := m.stratum(h, args...)
+	if code != want {
+		m.t.Fatalf("stratum %s on %s: exit %d, want %d (after %s)\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), h.Name(), code, want, m.last, out, errOut)
+	}
+	m.last = "stratum " + strings.Join(args, " ") + " on " + h.Name()
+	return out, errOut
+}
+
+// takeSpare draws a host that is not a control plane yet and takes it off
+// the spares.
+func (m *maintenance) takeSpare(t *rapid.T, label string) *sim.Host {
+	if len(m.spares) == 0 {
+		t.Skip("no spare host left")
+	}
+	h := drawHost(t, m.spares, label)
+	m.spares = slices.DeleteFunc(m.spares, func(s *sim.Host) bool { return s == h })
+	return h
+}
+
+// growFromOne is a single controller that grows into HA: `stratum up` on a
+// drawn host without a VIP (its clients on its own address), data and the
+// Cilium objects written through it, a join as printed, then the VIP
+// adopted on every control plane and every node's clients repointed onto it
+// (Cilium with one of them). A repoint drawn before the VIP serves is
+// refused and changes nothing.
+func (m *maintenance) growFromOne(t *rapid.T) {
+	first := m.takeSpare(t, "first control plane")
+	m.run(first, cli.ExitOK, "up")
+	m.cps = append(m.cps, first)
+	var err error
+	if m.ca, err = first.Files().ReadFile(version.PKIFile("ca.crt")); err != nil {
+		t.Fatalf("%s's cluster CA after stratum up: %v", first.Name(), err)
+	}
+	cs, server, err := m.nodeClient(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if server == m.c.VIPURL() {
+		t.Fatalf("a control plane brought up without a VIP has its clients on the VIP %s", server)
+	}
+	m.writeConfigMap(cs, "grown-from-one")
+	ds, dep := sim.CiliumObjects()
+	if _, err := cs.AppsV1().DaemonSets("kube-system").Create(m.ctx, ds, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create the Cilium DaemonSet: %v", err)
+	}
+	if _, err := cs.AppsV1().Deployments("kube-system").Create(m.ctx, dep, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create the Cilium operator Deployment: %v", err)
+	}
+	m.join(m.takeSpare(t, "second control plane"), false)
+
+	vip := m.c.VIPAddress().String()
+	if rapid.Bool().Draw(t, "repoint before the VIP serves") {
+		h := drawHost(t, m.cps, "early repoint on")
+		before := kubeconfigs(t, h)
+		m.run(h, cli.ExitRefused, "repoint", "--vip", vip)
+		explored.invariant("a repoint onto a VIP that does not serve changes nothing")
+		if after := kubeconfigs(t, h); !equalFiles(before, after) {
+			t.Fatalf("a refused repoint on %s changed its kubeconfigs", h.Name())
+		}
+	}
+	for _, name := range rapid.Permutation(names(m.cps)).Draw(t, "VIP adoption order") {
+		m.run(m.c.Host(name), cli.ExitOK, "up", "--vip", vip)
+	}
+	if _, err := m.c.WaitVIP(m.ctx); err != nil {
+		t.Fatalf("no control plane holds the VIP after every one adopted it: %v", err)
+	}
+	withCilium := drawHost(t, m.cps, "repoint Cilium with")
+	for _, name := range rapid.Permutation(names(m.cps)).Draw(t, "repoint order") {
+		h := m.c.Host(name)
+		args := []string{"repoint", "--vip", vip}
+		if h == withCilium {
+			args = append(args, "--cilium", "--rollout-timeout", "1s")
+		}
+		m.run(h, cli.ExitOK, args...)
+		explored.invariant("after a repoint every kubeconfig of the node targets the VIP")
+		for p, b := range kubeconfigs(t, h) {
+			if !bytes.Contains(b, []byte("server: "+m.c.VIPURL())) {
+				t.Fatalf("after stratum repoint on %s, %s does not target the VIP %s:\n%s", h.Name(), p, m.c.VIPURL(), b)
+			}
+		}
+	}
+	m.checkCilium(vip)
+	vcs, _, err := m.userClient(m.cps[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.writeConfigMap(vcs, vipSentinel)
+	m.checkClients()
+	m.loads = startWorkloads(t, m.ctx, m.c, "vip", vcs, m.cps[0], vipProbeTimeout)
+}
+
+// writeConfigMap writes ConfigMap default/name through cs; it must then
+// read back through the VIP (checkData). The VIP sentinel carries what
+// readThroughVIP expects.
+func (m *maintenance) writeConfigMap(cs kubernetes.Interface, name string) {
+	m.t.Helper()
+	value := name
+	if name == vipSentinel {
+		value = "through the VIP"
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Data: map[string]string{"written": value}}
+	ok, last := eventually(m.ctx, vipSettle, func() (bool, string) {
+		ctx, cancel := context.WithTimeout(m.ctx, vipProbeTimeout)
+		defer cancel()
+		_, err := cs.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{})
+		return err == nil || apierrors.IsAlreadyExists(err), fmt.Sprint(err)
+	})
+	if !ok {
+		m.t.Fatalf("write ConfigMap default/%s within %s (after %s): %s", name, vipSettle, m.last, last)
+	}
+	m.present = append(m.present, name)
+}
+
+// checkData: through the VIP, with each control plane's admin kubeconfig,
+// every ConfigMap written since the last restore's snapshot reads back, and
+// none written after that snapshot does.
+func (m *maintenance) checkData() {
+	t := m.t
+	explored.invariant("data acknowledged before a snapshot survives its restore; data after it is gone")
+	for _, h := range m.cps {
+		cs, _, err := m.userClient(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok, last := eventually(m.ctx, vipSettle, func() (bool, string) {
+			ctx, cancel := context.WithTimeout(m.ctx, vipProbeTimeout)
+			defer cancel()
+			for _, name := range m.present {
+				if _, err := cs.CoreV1().ConfigMaps("default").Get(ctx, name, metav1.GetOptions{}); err != nil {
+					return false, fmt.Sprintf("ConfigMap %s: %v", name, err)
+				}
+			}
+			for _, name := range m.gone {
+				if _, err := cs.CoreV1().ConfigMaps("default").Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+					return false, fmt.Sprintf("ConfigMap %s, written after the snapshot restored: %v, want NotFound", name, err)
+				}
+			}
+			return true, ""
+		})
+		if !ok {
+			t.Fatalf("through the VIP with %s's admin kubeconfig (after %s): %s", h.Name(), m.last, last)
+		}
+	}
+}
+
+// check is the invariant between actions: the members are the control
+// planes, all voters of one cluster; clients read through the VIP; the
+// data is what was acknowledged.
+func (m *maintenance) check() {
+	m.checkMembers()
+	m.checkClients()
+	m.checkData()
+}
+
+// checkMembers: within the bound, the members are exactly the control
+// planes, every one a voter, each host's node state naming its member.
+func (m *maintenance) checkMembers() {
+	t := m.t
+	explored.invariant("the members are the control planes, all voters")
+	ok, last := eventually(m.ctx, 60*time.Second, func() (bool, string) {
+		ms, err := m.memberList()
+		if err != nil {
+			return false, err.Error()
+		}
+		if len(ms) != len(m.cps) {
+			return false, fmt.Sprintf("members %+v, want %v", ms, names(m.cps))
+		}
+		for _, mb := range ms {
+			h := m.c.Host(mb.Name)
+			if h == nil || !slices.Contains(m.cps, h) || mb.PeerURLs != h.PeerURL() || mb.Learner {
+				return false, fmt.Sprintf("member %+v is not a control plane's voter", mb)
+			}
+		}
+		return true, ""
+	})
+	if !ok {
+		t.Fatalf("the members are not the control planes %v, all voters, within 60s (after %s): %s", names(m.cps), m.last, last)
+	}
+	for _, h := range m.cps {
+		st, err := nodestate.Load(h.Files())
+		if err != nil || st.Etcd.PeerURL != h.PeerURL() {
+			t.Fatalf("%s's node state (after %s): %+v, %v", h.Name(), m.last, st, err)
+		}
+	}
+}
+
+// kubeconfigs are the host's kubeconfigs, by file name.
+func kubeconfigs(t *rapid.T, h *sim.Host) map[string][]byte {
+	out, err := h.Kubeconfigs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func equalFiles(a, b map[string][]byte) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if !bytes.Equal(v, b[k]) {
+			return false
+		}
+	}
+	return true
+}
+
+// checkCilium: every container and init container of the Cilium agent and
+// operator reaches the apiserver through the VIP, and the agent's other
+// settings are kept.
+func (m *maintenance) checkCilium(vip string) {
+	t := m.t
+	explored.invariant("Cilium's agent and operator point at the VIP")
+	cs, _, err := m.nodeClient(m.cps[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := cs.AppsV1().DaemonSets("kube-system").Get(m.ctx, "cilium", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dep, err := cs.AppsV1().Deployments("kube-system").Get(m.ctx, "cilium-operator", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, spec := range []corev1.PodSpec{ds.Spec.Template.Spec, dep.Spec.Template.Spec} {
+		for _, c := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
+			env := map[string]string{}
+			for _, e := range c.Env {
+				env[e.Name] = e.Value
+			}
+			if env["KUBERNETES_SERVICE_HOST"] != vip || env["KUBERNETES_SERVICE_PORT"] != fmt.Sprint(version.APIServerPort) {
+				t.Fatalf("Cilium container %s after the repoint: %v, want KUBERNETES_SERVICE_HOST=%s", c.Name, env, vip)
+			}
+			if c.Name == "cilium-agent" && env["K8S_NODE_NAME"] != "x" {
+				t.Fatalf("the repoint dropped the agent's other settings: %v", env)
+			}
+		}
+	}
+}
+
+// restore is disaster recovery: a snapshot saved on a drawn control plane
+// (ConfigMaps written before it and after it), restored on a drawn one (the
+// seed), and every other control plane rejoined in a drawn order, each
+// first without --force (refused, changing nothing, exactly while its old
+// cluster keeps a quorum), and each crashed at a drawn checkpoint of its
+// rejoin and re-run. The clients' histories are checked before the restore
+// (which rewinds the data by design) and start afresh after it.
+func (m *maintenance) restore(t *rapid.T) {
+	saver := drawHost(t, m.cps, "snapshot saved on")
+	seed := drawHost(t, m.cps, "snapshot restored on")
+	vcs, _, err := m.userClient(m.cps[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.writeConfigMap(vcs, fmt.Sprintf("before-snapshot-%d", len(m.present)))
+	file := filepath.Join(m.snapDir, fmt.Sprintf("etcd-%d.db", len(m.present)))
+	m.run(saver, cli.ExitOK, "snapshot", "save", file)
+	after := fmt.Sprintf("after-snapshot-%d", len(m.present))
+	m.writeConfigMap(vcs, after)
+	m.present = slices.DeleteFunc(m.present, func(s string) bool { return s == after })
+	m.gone = append(m.gone, after)
+	checkHistories(t, m.ctx, m.loads, m.cps[0])
+
+	m.run(seed, cli.ExitOK, "snapshot", "restore", file)
+	old := len(m.cps)
+	others := slices.DeleteFunc(slices.Clone(m.cps), func(h *sim.Host) bool { return h == seed })
+	order := rapid.Permutation(names(others)).Draw(t, "rejoin order")
+	for i, name := range order {
+		h := m.c.Host(name)
+		// The old cluster's members still on it: this one and those after.
+		stillOld := len(order) - i
+		before := nodeFiles(t, h)
+		code, out, errOut := m.stratum(h, "etcd", "rejoin", "--server", seed.IP().String())
+		explored.invariant("a rejoin without --force never wipes a member of a cluster that keeps a quorum")
+		switch {
+		case stillOld > old/2 && code != cli.ExitRefused:
+			t.Fatalf("stratum etcd rejoin without --force on %s, whose old cluster keeps %d of %d members: exit %d, want a refusal (3)\nstdout:\n%s\nstderr:\n%s", name, stillOld, old, code, out, errOut)
+		case code == cli.ExitRefused:
+			if !strings.Contains(errOut, "quorum") {
+				t.Fatalf("stratum etcd rejoin on %s refused without naming the old cluster's quorum:\n%s", name, errOut)
+			}
+			if after := nodeFiles(t, h); !equalFiles(before, after) {
+				t.Fatalf("a refused rejoin on %s changed its files", name)
+			}
+			if !h.EtcdRunning() {
+				t.Fatalf("a refused rejoin on %s stopped its etcd", name)
+			}
+		case code != cli.ExitOK:
+			t.Fatalf("stratum etcd rejoin on %s (its old cluster keeps %d of %d members): exit %d\nstdout:\n%s\nstderr:\n%s", name, stillOld, old, code, out, errOut)
+		}
+		if code == cli.ExitOK {
+			continue
+		}
+		args := []string{"etcd", "rejoin", "--server", seed.IP().String(), "--force"}
+		if cp := rapid.SampledFrom(append([]string{"none"}, rejoinCrashPoints...)).Draw(t, "crash the rejoin of "+name+" at"); cp != "none" {
+			m.crashedRun(h, cp, args)
+		}
+		m.run(h, cli.ExitOK, args...)
+	}
+	m.checkMembers()
+	m.checkClients()
+	m.checkData()
+	vcs, _, err = m.userClient(m.cps[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.loads = startWorkloads(t, m.ctx, m.c, "vip", vcs, m.cps[0], vipProbeTimeout)
+}
+
+// rejoinCrashPoints are the rejoin checkpoints every forced rejoin of a
+// member with data reaches (ha.CheckpointRejoinAfterMemberRemove only comes
+// when the seed still lists the node as a started member).
+var rejoinCrashPoints = slices.DeleteFunc(slices.Clone(ha.RejoinCheckpoints), func(cp string) bool {
+	return cp == ha.CheckpointRejoinAfterMemberRemove
+})
+
+// nodeFiles are the host's files under /etc/stratum and its node state, by
+// path: what a refusal must leave as it was.
+func nodeFiles(t *rapid.T, h *sim.Host) map[string][]byte {
+	out := map[string][]byte{}
+	var walk func(dir string)
+	walk = func(dir string) {
+		entries, err := h.Files().ReadDir(dir)
+		if err != nil {
+			return
+		}
+		for _, e := range entries {
+			p := path.Join(dir, e.Name())
+			if e.IsDir() {
+				walk(p)
+				continue
+			}
+			if b, err := h.Files().ReadFile(p); err == nil {
+				out[p] = b
+			}
+		}
+	}
+	walk(version.K8sConfDir)
+	if b, err := h.Files().ReadFile(nodestate.Path); err == nil {
+		out[nodestate.Path] = b
+	}
+	return out
+}
+
+// downgrade is `stratum etcd downgrade <previous minor>` on a drawn control
+// plane, with the operator swapping each member to the older etcd in a
+// drawn order once etcd has lowered its storage (its service stopped, the
+// older binary installed, started again), while the clients keep working;
+// a join drawn mid-way is refused while the downgrade is under way. The
+// command returns once every member runs the older etcd and etcd has ended
+// the downgrade.
+func (m *maintenance) downgrade(t *rapid.T) {
+	if m.downgraded {
+		t.Skip("the cluster already runs the previous etcd")
+	}
+	target := versionMinor(version.EtcdPrevious)
+	on := drawHost(t, m.cps, "downgrade through")
+	type result struct {
+		code        int
+		out, errOut string
+	}
+	done := make(chan result, 1)
+	go func() {
+		code, out, errOut := m.stratum(on, "etcd", "downgrade", target)
+		done <- result{code, out, errOut}
+	}()
+	order := rapid.Permutation(names(m.cps)).Draw(t, "swap order")
+	// A join is tried after a drawn swap but the last (the downgrade is
+	// then still under way), when a spare host is left.
+	joinAt := rapid.IntRange(0, max(0, len(order)-2)).Draw(t, "join attempted after swap")
+	obs := observerOn(m.cps[0], m.c.Config().Etcd)
+	for i, name := range order {
+		h := m.c.Host(name)
+		early := ""
+		ok, last := eventually(m.ctx, 2*time.Minute, func() (bool, string) {
+			select {
+			case r := <-done:
+				early = fmt.Sprintf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.out, r.errOut)
+				return true, ""
+			default:
+			}
+			st, err := obs.EtcdStorageAt(m.ctx, h.IP().String())
+			return err == nil && strings.HasPrefix(st.StorageVersion, target), fmt.Sprintf("%+v %v", st, err)
+		})
+		if early != "" {
+			t.Fatalf("stratum etcd downgrade %s on %s returned before %s (of %v) was swapped to the older etcd: %s", target, on.Name(), name, order, early)
+		}
+		if !ok {
+			t.Fatalf("%s's storage not lowered to %s within 2 min of the downgrade: %s", name, target, last)
+		}
+		d := h.Handle()
+		if err := d.StopService(m.ctx, ha.ServiceEtcd); err != nil {
+			t.Fatalf("stop etcd on %s: %v", name, err)
+		}
+		h.SetEtcdVersion(version.EtcdPrevious)
+		if err := d.StartService(m.ctx, ha.ServiceEtcd); err != nil {
+			t.Fatalf("start %s on etcd %s mid-downgrade: %v", name, version.EtcdPrevious, err)
+		}
+		m.c.Events().Record(name, "action", "etcd swapped to %s", version.EtcdPrevious)
+		m.last = "the swap of " + name + " to etcd " + version.EtcdPrevious
+		m.checkClients()
+		if i == joinAt && len(m.spares) > 0 && i < len(order)-1 {
+			m.joinRefusedMidDowngrade(t)
+		}
+	}
+	select {
+	case r := <-done:
+		if r.code != cli.ExitOK {
+			t.Fatalf("stratum etcd downgrade %s on %s: exit %d\nstdout:\n%s\nstderr:\n%s", target, on.Name(), r.code, r.out, r.errOut)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("stratum etcd downgrade %s did not return within 2 min of the last swap", target)
+	}
+	m.downgraded = true
+	m.last = "the etcd downgrade to " + target
+	explored.invariant("after a downgrade every member runs the older etcd")
+	for _, h := range m.cps {
+		if st := obs.EtcdMemberStatus(m.ctx, h.IP().String()); st.Err != nil || !strings.HasPrefix(strings.TrimPrefix(st.Version, "v"), target+".") {
+			t.Fatalf("after the downgrade, %s's member: %+v", h.Name(), st)
+		}
+	}
+	m.check()
+}
+
+// joinRefusedMidDowngrade: a join as printed on a spare while the downgrade
+// is under way is refused before anything is added, naming the downgrade.
+func (m *maintenance) joinRefusedMidDowngrade(t *rapid.T) {
+	h := drawHost(t, m.spares, "joiner mid-downgrade")
+	args := m.printedJoin(drawHost(t, m.cps, "minter mid-downgrade"))
+	before, _ := m.memberList()
+	code, out, errOut := m.stratum(h, args...)
+	explored.invariant("a join while an etcd downgrade is under way is refused before the add")
+	if code != cli.ExitRefused || !strings.Contains(errOut, "downgrade") {
+		t.Fatalf("a join on %s during the etcd downgrade: exit %d, want a refusal (3) naming the downgrade\nstdout:\n%s\nstderr:\n%s", h.Name(), code, out, errOut)
+	}
+	if after, _ := m.memberList(); len(after) != len(before) {
+		t.Fatalf("a refused join during the downgrade changed the members: %+v -> %+v", before, after)
+	}
+	if hasFile(h, nodestate.Path) || hasFile(h, ha.JoinIntentPath()) {
+		t.Fatalf("a refused join left node state or a journal on %s", h.Name())
+	}
+}
+
+// versionMinor is "3.6" of "v3.6.16".
+func versionMinor(v string) string {
+	parts := strings.SplitN(strings.TrimPrefix(v, "v"), ".", 3)
+	return parts[0] + "." + parts[1]
+}
+
+// olderJoiner is a join as printed on a spare whose etcd is the previous
+// release (an older stratum there). While the cluster runs the current
+// etcd it is refused before the member-add, naming both versions, and
+// leaves nothing; the operator installs the cluster's etcd and runs the
+// same command again. Once the cluster is downgraded it joins as it is.
+func (m *maintenance) olderJoiner(t *rapid.T) {
+	h := m.takeSpare(t, "joiner on the older etcd")
+	h.SetEtcdVersion(version.EtcdPrevious)
+	m.c.Events().Record(h.Name(), "action", "etcd %s installed", version.EtcdPrevious)
+	minter := drawHost(t, m.cps, "minter for "+h.Name())
+	args := m.printedJoin(minter)
+	if m.downgraded {
+		m.run(h, cli.ExitOK, args...)
+		m.cps = append(m.cps, h)
+		m.check()
+		return
+	}
+	before, _ := m.memberList()
+	filesBefore := nodeFiles(t, h)
+	code, out, errOut := m.stratum(h, args...)
+	explored.invariant("a joiner on an older etcd than the cluster's is refused before the add")
+	if code != cli.ExitRefused || !strings.Contains(errOut, strings.TrimPrefix(version.EtcdPrevious, "v")) {
+		t.Fatalf("the join as printed on %s, whose etcd is %s, into a cluster on %s: exit %d, want a refusal (3) naming the versions\nstdout:\n%s\nstderr:\n%s", h.Name(), version.EtcdPrevious, version.Etcd, code, out, errOut)
+	}
+	if after, _ := m.memberList(); len(after) != len(before) {
+		t.Fatalf("a refused join on the older etcd changed the members: %+v -> %+v", before, after)
+	}
+	if after := nodeFiles(t, h); !equalFiles(filesBefore, after) {
+		t.Fatalf("a refused join on the older etcd left files on %s", h.Name())
+	}
+	h.SetEtcdVersion("")
+	m.c.Events().Record(h.Name(), "action", "etcd %s installed", version.Etcd)
+	m.run(h, cli.ExitOK, args...)
+	m.cps = append(m.cps, h)
+	m.check()
+}
+
+// diskJoin is a join as printed on a spare whose disk fails: a drawn kind of
+// file operation under a drawn directory, the Nth of them, once or from then
+// on, with EIO or ENOSPC; when drawn, the host then crashes losing what was
+// not fsync'd. A join that fails names the errno; whatever happened, every
+// file it wrote parses or is absent, no member is an orphan, and with the
+// disk mended the operator's next step (`stratum up` where node state was
+// saved, the join command again where not) makes it a control plane.
+func (m *maintenance) diskJoin(t *rapid.T) {
+	h := m.takeSpare(t, "joiner with a failing disk")
+	ops := []faultfs.Op{faultfs.OpCreate, faultfs.OpWrite, faultfs.OpSync, faultfs.OpRename, faultfs.OpSyncDir, faultfs.OpMkdir}
+	rule := &faultfs.Rule{
+		Ops:    []faultfs.Op{rapid.SampledFrom(ops).Draw(t, "failing disk operation")},
+		Prefix: rapid.SampledFrom([]string{version.PKIDir + "/", version.K8sConfDir + "/", version.StateDir + "/"}).Draw(t, "failing under"),
+		Nth:    rapid.IntRange(1, 4).Draw(t, "failing from the nth"),
+		Sticky: rapid.Bool().Draw(t, "failing from then on"),
+		Errno:  rapid.SampledFrom([]syscall.Errno{syscall.EIO, syscall.ENOSPC}).Draw(t, "errno"),
+	}
+	args := m.printedJoin(drawHost(t, m.cps, "minter for "+h.Name()))
+	h.FailDisk(rule)
+	code, out, errOut := m.stratum(h, args...)
+	fired := rule.Fired() > 0
+	if code != cli.ExitOK {
+		explored.invariant("a join that a disk fault fails names the errno")
+		if !fired || !strings.Contains(errOut, rule.Errno.Error()) {
+			t.Fatalf("the join on %s with %s armed (fired %v): exit %d, its error does not name %q\nstdout:\n%s\nstderr:\n%s", h.Name(), rule, fired, code, rule.Errno.Error(), out, errOut)
+		}
+	}
+	h.DisarmDisk()
+	if rapid.Bool().Draw(t, "crash losing unsynced data") {
+		h.CrashLosingUnsynced()
+	}
+	explored.invariant("after a disk fault every node file parses or is absent, and no member is an orphan")
+	if err := sim.CheckNodeFiles(h.Files()); err != nil {
+		t.Fatalf("after the join on %s with %s (exit %d): %v\nstderr:\n%s", h.Name(), rule, code, err, errOut)
+	}
+	m.checkNoOrphanOn(h)
+	if code == cli.ExitOK && h.EtcdRunning() {
+		m.cps = append(m.cps, h)
+		m.check()
+		return
+	}
+	if hasFile(h, nodestate.Path) {
+		m.run(h, cli.ExitOK, "up")
+	} else {
+		m.run(h, cli.ExitOK, args...)
+	}
+	m.cps = append(m.cps, h)
+	m.check()
+}
+
+// checkNoOrphanOn: a member with h's peer URL exists only while h holds the
+// join's intent journal or its node state.
+func (m *maintenance) checkNoOrphanOn(h *sim.Host) {
+	ms, err := m.memberList()
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	for _, mb := range ms {
+		if mb.PeerURLs == h.PeerURL() && !hasFile(h, nodestate.Path) && !hasFile(h, ha.JoinIntentPath()) {
+			m.t.Fatalf("member %+v is %s's, which holds neither node state nor an intent journal: an orphan member", mb, h.Name())
+		}
+	}
+}
+
+// converge: every control plane restarted with `stratum up` where a crash
+// or a fault left it down, then the members, the clients, the data and the
+// clients' histories.
+func (m *maintenance) converge() {
+	explored.ran("check")
+	for _, h := range m.cps {
+		if !h.EtcdRunning() || !h.APIServerRunning() || !m.vipRunning(h) {
+			m.run(h, cli.ExitOK, "up")
+		}
+	}
+	m.check()
+	checkHistories(m.t, m.ctx, m.loads, m.cps[0])
+}
