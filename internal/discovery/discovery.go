@@ -81,6 +81,12 @@ func Publish(ctx context.Context, cs kubernetes.Interface, server string, caPEM 
 // ErrNotPublished matches a server that publishes no cluster-info.
 var ErrNotPublished = errors.New("cluster-info not published")
 
+// ErrUnreachable matches a fetch that got no answer from the server: the
+// connection failed or broke, or the server said it is not ready (HTTP
+// 503). A VIP between holders answers so for a moment; a caller may ask
+// again.
+var ErrUnreachable = errors.New("the server did not answer")
+
 // Dialer dials from the joining host.
 type Dialer func(ctx context.Context, network, address string) (net.Conn, error)
 
@@ -115,7 +121,7 @@ func FetchCA(ctx context.Context, server, caHash string, dial Dialer) (caPEM []b
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("fetch cluster-info from %s: %w; nothing was changed: check --server and that this machine reaches it", server, err)
+		return nil, time.Time{}, fmt.Errorf("fetch cluster-info from %s: %w: %w; nothing was changed: check --server and that this machine reaches it", server, ErrUnreachable, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
@@ -125,6 +131,8 @@ func FetchCA(ctx context.Context, server, caHash string, dial Dialer) (caPEM []b
 	switch {
 	case resp.StatusCode == http.StatusNotFound, resp.StatusCode == http.StatusForbidden, resp.StatusCode == http.StatusUnauthorized:
 		return nil, time.Time{}, fmt.Errorf("%w at %s (HTTP %d): is this the cluster's address, and was it brought up by stratum?", ErrNotPublished, server, resp.StatusCode)
+	case resp.StatusCode == http.StatusServiceUnavailable:
+		return nil, time.Time{}, fmt.Errorf("fetch cluster-info from %s: %w: HTTP %d", server, ErrUnreachable, resp.StatusCode)
 	case resp.StatusCode != http.StatusOK:
 		return nil, time.Time{}, fmt.Errorf("fetch cluster-info from %s: HTTP %d", server, resp.StatusCode)
 	}

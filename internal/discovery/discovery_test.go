@@ -51,8 +51,18 @@ func TestFetchCAPinsTheHash(t *testing.T) {
 	if _, _, err := discovery.FetchCA(ctx, "http://"+strings.TrimPrefix(server, "https://"), hash, joiner.DialContext); err == nil {
 		t.Fatal("a plain-http server was accepted")
 	}
+	if _, _, err := discovery.FetchCA(ctx, server, hash, joiner.DialContext); errors.Is(err, discovery.ErrUnreachable) {
+		t.Fatalf("a server that answered is unreachable: %v", err)
+	}
 	c.Isolate("cp2")
-	if _, _, err := discovery.FetchCA(ctx, server, hash, joiner.DialContext); err == nil {
-		t.Fatal("an isolated joiner reached the server")
+	if _, _, err := discovery.FetchCA(ctx, server, hash, joiner.DialContext); !errors.Is(err, discovery.ErrUnreachable) {
+		t.Fatalf("an isolated joiner's fetch = %v, want ErrUnreachable (a caller may ask again)", err)
+	}
+	c.Heal()
+	if err := c.Host("cp1").KillAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := discovery.FetchCA(ctx, server, hash, joiner.DialContext); !errors.Is(err, discovery.ErrUnreachable) {
+		t.Fatalf("a fetch from a server that is down = %v, want ErrUnreachable", err)
 	}
 }
