@@ -629,7 +629,8 @@ func (m *maintenance) olderJoiner(t *rapid.T) {
 // not fsync'd. A join that fails names the errno; whatever happened, every
 // file it wrote parses or is absent, no member is an orphan, and with the
 // disk mended the operator's next step (`stratum up` where node state was
-// saved, the join command again where not) makes it a control plane.
+// saved, the join command again where not) makes it a control plane whose
+// files a crash could no longer change.
 func (m *maintenance) diskJoin(t *rapid.T) {
 	h := m.takeSpare(t, "joiner with a failing disk")
 	ops := []faultfs.Op{faultfs.OpCreate, faultfs.OpWrite, faultfs.OpSync, faultfs.OpRename, faultfs.OpSyncDir, faultfs.OpMkdir}
@@ -659,15 +660,16 @@ func (m *maintenance) diskJoin(t *rapid.T) {
 		t.Fatalf("after the join on %s with %s (exit %d): %v\nstderr:\n%s", h.Name(), rule, code, err, errOut)
 	}
 	m.checkNoOrphanOn(h)
-	if code == cli.ExitOK && h.EtcdRunning() {
-		m.cps = append(m.cps, h)
-		m.check()
-		return
-	}
-	if hasFile(h, nodestate.Path) {
+	switch {
+	case code == cli.ExitOK && h.EtcdRunning():
+	case hasFile(h, nodestate.Path):
 		m.run(h, cli.ExitOK, "up")
-	} else {
+	default:
 		m.run(h, cli.ExitOK, args...)
+	}
+	explored.invariant("a finished join leaves nothing a crash could lose")
+	if u := h.UnsyncedFiles(); len(u) > 0 {
+		t.Fatalf("the join on %s finished, but a crash now would lose %v", h.Name(), u)
 	}
 	m.cps = append(m.cps, h)
 	m.check()

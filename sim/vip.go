@@ -158,21 +158,66 @@ type vipCandidate struct {
 }
 
 // vipAnnouncer is the simulator's stratumvip.Announcer: holding the VIP makes
-// the host the forwarder's holder; releasing it clears the holder if it is
-// still the host.
-type vipAnnouncer struct{ h *Host }
+// the host the forwarder's holder, and, as the real announcer re-sends its
+// gratuitous ARP, makes it so again every vipReannounce while it holds (two
+// holders at once, as in a cluster split by a restore, take the VIP in
+// turns, and the one left holding takes it back once the other lets go);
+// releasing it clears the holder if it is still the host.
+type vipAnnouncer struct {
+	h    *Host
+	mu   sync.Mutex
+	stop chan struct{} // closed by Release; nil while not holding
+}
 
-// Hold makes the host the VIP holder and records it.
-func (a vipAnnouncer) Hold(context.Context) error {
-	c := a.h.cluster
-	if c.vip.setHolder(a.h) {
-		c.events.Record(a.h.name, "vip", "holds the VIP %s", c.vip.addr)
+// vipReannounce is how often a holding candidate claims the forwarder again
+// (stratumvip.DefaultReannounce on real nodes; shorter here, as the
+// simulator's lease timings are).
+const vipReannounce = time.Second
+
+// Hold makes the host the VIP holder and records it, then keeps claiming it
+// until Release or ctx ends.
+func (a *vipAnnouncer) Hold(ctx context.Context) error {
+	a.claim("holds the VIP %s")
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.stop != nil {
+		return nil
 	}
+	stop := make(chan struct{})
+	a.stop = stop
+	go func() {
+		t := time.NewTicker(vipReannounce)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				a.claim("holds the VIP %s (re-announced)")
+			}
+		}
+	}()
 	return nil
 }
 
-// Release clears the VIP holder if it is the host, and records it.
-func (a vipAnnouncer) Release() error {
+func (a *vipAnnouncer) claim(what string) {
+	c := a.h.cluster
+	if c.vip.setHolder(a.h) {
+		c.events.Record(a.h.name, "vip", what, c.vip.addr)
+	}
+}
+
+// Release stops the claims and clears the VIP holder if it is the host, and
+// records it.
+func (a *vipAnnouncer) Release() error {
+	a.mu.Lock()
+	if a.stop != nil {
+		close(a.stop)
+		a.stop = nil
+	}
+	a.mu.Unlock()
 	c := a.h.cluster
 	if c.vip.clearHolder(a.h) {
 		c.events.Record(a.h.name, "vip", "released the VIP")
@@ -246,7 +291,7 @@ func (h *Host) vipConfig() (stratumvip.Config, error) {
 		RenewDeadline: vipRenewDeadline,
 		RetryPeriod:   vipRetryPeriod,
 		CanHold:       h.checkVIPCovered,
-		Announcer:     vipAnnouncer{h},
+		Announcer:     &vipAnnouncer{h: h},
 	}, nil
 }
 

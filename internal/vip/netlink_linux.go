@@ -44,9 +44,16 @@ type NetlinkAnnouncer struct {
 	// leaves its interface by itself within Lifetime, and two nodes never
 	// answer ARP for it for longer than that.
 	Lifetime time.Duration
+	// Reannounce, when set, is how often the gratuitous ARP is sent again
+	// while the VIP is held. Two nodes can hold it at once for a while (a
+	// cluster split by a snapshot restore elects a holder on each side);
+	// the last to announce has the neighbours' caches, and when it lets go
+	// they would keep pointing at it until they expire. Re-announcing gives
+	// them back to the node still holding within Reannounce.
+	Reannounce time.Duration
 
 	mu      sync.Mutex
-	renewal chan struct{} // closed by Release to stop the renewals
+	renewal chan struct{} // closed by Release to stop the renewals and re-announcements
 }
 
 // InterfaceOf names the interface that carries ip, or returns an error
@@ -114,7 +121,7 @@ func (a *NetlinkAnnouncer) Hold(ctx context.Context) error {
 	if err := netlink.AddrReplace(link, addr); err != nil {
 		return fmt.Errorf("hold the VIP %s: add %s to %s: %w; the VIP was not added", a.Addr, addr.IPNet, name, err)
 	}
-	if err := a.renew(link, addr); err != nil {
+	if err := a.keep(link, addr, name); err != nil {
 		return fmt.Errorf("hold the VIP %s: %w; releasing it", a.Addr, err)
 	}
 	if err := announce(ctx, name, a.Addr); err != nil {
@@ -123,43 +130,69 @@ func (a *NetlinkAnnouncer) Hold(ctx context.Context) error {
 	return nil
 }
 
-// renew keeps re-adding addr, refreshing its lifetime, every Lifetime/3
-// until Release; without a Lifetime the address is permanent and needs none.
-// The renewals go through a netlink handle opened here, in the caller's
-// network namespace, whichever thread the renewing goroutine runs on.
-func (a *NetlinkAnnouncer) renew(link netlink.Link, addr *netlink.Addr) error {
-	if a.Lifetime <= 0 {
+// keep re-adds addr every Lifetime/3, refreshing its lifetime, and sends
+// the gratuitous ARP again every Reannounce, until Release; with neither set
+// there is nothing to keep. The netlink handle and the ARP socket are opened
+// here, in the caller's network namespace, whichever thread the keeping
+// goroutine runs on.
+func (a *NetlinkAnnouncer) keep(link netlink.Link, addr *netlink.Addr, name string) error {
+	if a.Lifetime <= 0 && a.Reannounce <= 0 {
 		return nil
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.renewal != nil {
-		return nil // already renewing
+		return nil // already keeping
 	}
-	nh, err := netlink.NewHandle()
-	if err != nil {
-		return fmt.Errorf("open a netlink handle to renew the VIP's lifetime: %w", err)
+	var nh *netlink.Handle
+	if a.Lifetime > 0 {
+		var err error
+		if nh, err = netlink.NewHandle(); err != nil {
+			return fmt.Errorf("open a netlink handle to renew the VIP's lifetime: %w", err)
+		}
+	}
+	var ga *garp
+	if a.Reannounce > 0 {
+		var err error
+		if ga, err = dialGARP(name, a.Addr); err != nil {
+			if nh != nil {
+				nh.Close()
+			}
+			return fmt.Errorf("open the ARP socket to re-announce the VIP: %w", err)
+		}
 	}
 	stop := make(chan struct{})
 	a.renewal = stop
 	go func() {
-		defer nh.Close()
-		t := time.NewTicker(max(a.Lifetime/3, 100*time.Millisecond))
-		defer t.Stop()
+		var renewC, arpC <-chan time.Time
+		if nh != nil {
+			defer nh.Close()
+			t := time.NewTicker(max(a.Lifetime/3, 100*time.Millisecond))
+			defer t.Stop()
+			renewC = t.C
+		}
+		if a.Reannounce > 0 {
+			defer ga.close()
+			t := time.NewTicker(a.Reannounce)
+			defer t.Stop()
+			arpC = t.C
+		}
 		for {
 			select {
 			case <-stop:
 				return
-			case <-t.C:
+			case <-renewC:
 				_ = nh.AddrReplace(link, addr) // a failure is retried next tick; the lifetime bounds the damage
+			case <-arpC:
+				_ = ga.round() // a failure is retried next tick
 			}
 		}
 	}()
 	return nil
 }
 
-// stopRenewal stops the renewals, leaving the address to expire: what a
-// killed holder leaves behind.
+// stopRenewal stops the renewals and re-announcements, leaving the address
+// to expire: what a killed holder leaves behind.
 func (a *NetlinkAnnouncer) stopRenewal() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -169,32 +202,73 @@ func (a *NetlinkAnnouncer) stopRenewal() {
 	}
 }
 
-// announce sends the gratuitous ARP rounds for vip from the interface name.
-func announce(ctx context.Context, name string, vip netip.Addr) error {
+// garp is an ARP socket on one interface with the gratuitous ARP for one
+// VIP ready to send.
+type garp struct {
+	c          *arp.Client
+	name       string
+	req, reply *arp.Packet
+}
+
+// dialGARP opens the ARP socket on the interface name and builds the
+// gratuitous request and reply for vip; nil for an interface without an
+// Ethernet address (nothing resolves the VIP by ARP there).
+func dialGARP(name string, vip netip.Addr) (*garp, error) {
 	ifi, err := net.InterfaceByName(name)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	mac := ifi.HardwareAddr
 	if len(mac) != 6 {
-		return nil // not Ethernet: nothing resolves the VIP by ARP here
+		return nil, nil
 	}
 	c, err := arp.Dial(ifi)
 	if err != nil {
-		return fmt.Errorf("open an ARP socket on %s: %w", name, err)
+		return nil, fmt.Errorf("open an ARP socket on %s: %w", name, err)
 	}
-	defer c.Close()
 	// A request's target MAC is unknown (zero); Linux takes a reply as
 	// gratuitous only when its target MAC is the sender's.
 	req, err := arp.NewPacket(arp.OperationRequest, mac, vip, make(net.HardwareAddr, 6), vip)
 	if err != nil {
-		return err
+		c.Close()
+		return nil, err
 	}
 	reply, err := arp.NewPacket(arp.OperationReply, mac, vip, mac, vip)
 	if err != nil {
-		return err
+		c.Close()
+		return nil, err
+	}
+	return &garp{c: c, name: name, req: req, reply: reply}, nil
+}
+
+// round sends one broadcast request and reply. A nil garp sends nothing.
+func (g *garp) round() error {
+	if g == nil {
+		return nil
 	}
 	broadcast := net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+	for _, p := range []*arp.Packet{g.req, g.reply} {
+		if err := g.c.WriteTo(p, broadcast); err != nil {
+			return fmt.Errorf("send gratuitous ARP %s on %s: %w", p.Operation, g.name, err)
+		}
+	}
+	return nil
+}
+
+func (g *garp) close() {
+	if g != nil {
+		g.c.Close()
+	}
+}
+
+// announce sends the gratuitous ARP rounds for vip from the interface name:
+// arpCount rounds, arpInterval apart.
+func announce(ctx context.Context, name string, vip netip.Addr) error {
+	g, err := dialGARP(name, vip)
+	if err != nil {
+		return err
+	}
+	defer g.close()
 	for i := range arpCount {
 		if i > 0 {
 			select {
@@ -203,10 +277,8 @@ func announce(ctx context.Context, name string, vip netip.Addr) error {
 			case <-time.After(arpInterval):
 			}
 		}
-		for _, p := range []*arp.Packet{req, reply} {
-			if err := c.WriteTo(p, broadcast); err != nil {
-				return fmt.Errorf("send gratuitous ARP %s on %s: %w", p.Operation, name, err)
-			}
+		if err := g.round(); err != nil {
+			return err
 		}
 	}
 	return nil

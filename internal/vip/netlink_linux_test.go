@@ -171,13 +171,17 @@ func TestNetlinkAnnouncer(t *testing.T) {
 	// holder's.
 	oldMAC := net.HardwareAddr{0x02, 0, 0, 0, 0, 0x01}
 	var listen *arp.Client
-	inNetns(t, peerNS, holderNS, func() {
+	// staleAt makes the peer's neighbour entry for the VIP oldMAC, stale.
+	staleAt := func() {
 		if err := netlink.NeighSet(&netlink.Neigh{
 			LinkIndex: peer.Attrs().Index, IP: vipAddr.AsSlice(), HardwareAddr: oldMAC,
 			State: netlink.NUD_STALE, Family: netlink.FAMILY_V4,
 		}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	inNetns(t, peerNS, holderNS, func() {
+		staleAt()
 		ifi, err := net.InterfaceByName("vip1")
 		if err != nil {
 			t.Fatal(err)
@@ -236,6 +240,38 @@ func TestNetlinkAnnouncer(t *testing.T) {
 		if got := addrsOf(t, holder); slices.Contains(got, vip32) || !slices.Contains(got, node) {
 			t.Fatalf("after Release #%d vip0 has %v, want %s only", i+1, got, node)
 		}
+	}
+
+	// With Reannounce, a held VIP is announced again and again until its
+	// Release: the neighbours' caches come back to it after another holder
+	// announced over it.
+	re := &NetlinkAnnouncer{NodeIP: node.Addr(), Addr: vipAddr, Reannounce: 100 * time.Millisecond}
+	if err := re.Hold(ctx); err != nil {
+		t.Fatal(err)
+	}
+	inNetns(t, peerNS, holderNS, staleAt)
+	time.Sleep(time.Second)
+	if got := neighMAC(t, peerNS, peer, vipAddr); got.String() != mac.String() {
+		t.Errorf("a second after another MAC took the peer's cache, its entry for %s = %s, want the re-announcing holder's %s", vipAddr, got, mac)
+	}
+	if err := listen.SetReadDeadline(time.Now().Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	rounds := 0
+	for {
+		p, _, err := listen.Read()
+		if err != nil {
+			break
+		}
+		if p.SenderIP == vipAddr && p.Operation == arp.OperationReply {
+			rounds++
+		}
+	}
+	if rounds < arpCount+5 {
+		t.Errorf("%d gratuitous ARP replies in about 2 s with Reannounce 100ms, want more than %d", rounds, arpCount+5)
+	}
+	if err := re.Release(); err != nil {
+		t.Fatal(err)
 	}
 
 	// A named interface works the same, and a released VIP on a vanished

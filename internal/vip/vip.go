@@ -33,6 +33,9 @@ const (
 	DefaultLeaseDuration = 5 * time.Second
 	DefaultRenewDeadline = 3 * time.Second
 	DefaultRetryPeriod   = 1 * time.Second
+	// DefaultReannounce is how often a holder sends its gratuitous ARP
+	// again (NetlinkAnnouncer.Reannounce).
+	DefaultReannounce = 3 * time.Second
 )
 
 // Config is one node's VIP candidate.

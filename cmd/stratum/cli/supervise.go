@@ -235,7 +235,7 @@ func (a *app) runVIP(ctx context.Context, h host.Host) error {
 	// The address lives one lease duration in the kernel unless renewed, so
 	// a stratum killed while it held the VIP does not keep answering ARP for
 	// it beside the next holder.
-	announcer := &vip.NetlinkAnnouncer{Interface: iface, Addr: addr, Lifetime: vip.DefaultLeaseDuration}
+	announcer := &vip.NetlinkAnnouncer{Interface: iface, Addr: addr, Lifetime: vip.DefaultLeaseDuration, Reannounce: vip.DefaultReannounce}
 	return vip.Run(ctx, vip.Config{
 		Client:    cs,
 		Identity:  h.Name(),
