@@ -137,11 +137,11 @@ func (n *Node) waitMembersRun(ctx context.Context, hosts []string, target string
 	}
 }
 
-// versionMajorMinor is "3.6" of "3.6.16".
+// versionMajorMinor is "3.6" of "3.6.16" (parseMajorMinor's reading), or v
+// when it is not a version.
 func versionMajorMinor(v string) string {
-	parts := strings.SplitN(strings.TrimPrefix(v, "v"), ".", 3)
-	if len(parts) < 2 {
-		return v
+	if major, minor, ok := parseMajorMinor(v); ok {
+		return fmt.Sprintf("%d.%d", major, minor)
 	}
-	return parts[0] + "." + parts[1]
+	return v
 }
