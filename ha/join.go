@@ -396,32 +396,16 @@ func (r *joinRun) discover(ctx context.Context) error {
 	return n.checkpoint(ctx, CheckpointAfterDiscovery)
 }
 
-// discoveryRetryFor is how long discovery asks again while the server does
-// not answer at all: a VIP between holders (a kube-vip restarted, an
-// apiserver whose etcd is restarting) answers so for a few seconds.
-// discoveryRetryEvery is the pause between asks.
-const (
-	discoveryRetryFor   = 10 * time.Second
-	discoveryRetryEvery = 250 * time.Millisecond
-)
-
-// fetchCA is discovery.FetchCA through the host's dialer, asked again for
-// discoveryRetryFor while the server does not answer; any other failure
-// (the CA hash, no cluster-info) is returned at once.
-func (n *Node) fetchCA(ctx context.Context, o JoinOptions) ([]byte, time.Time, error) {
-	report := waitReporter{n: n}
-	deadline := time.Now().Add(discoveryRetryFor)
-	for {
-		caPEM, serverTime, err := discovery.FetchCA(ctx, o.Server, o.CAHash, n.env.Host.DialContext)
-		if !errors.Is(err, discovery.ErrUnreachable) || !time.Now().Before(deadline) || ctx.Err() != nil {
-			return caPEM, serverTime, err
-		}
-		report.waiting("%s to answer (%v)", o.Server, err)
-		select {
-		case <-ctx.Done():
-		case <-time.After(discoveryRetryEvery):
-		}
-	}
+// fetchCA is discovery.FetchCA through the host's dialer, asked again while
+// the server does not answer (askWhileSilent); any other failure (the CA
+// hash, no cluster-info) is returned at once.
+func (n *Node) fetchCA(ctx context.Context, o JoinOptions) (caPEM []byte, serverTime time.Time, err error) {
+	err = n.askWhileSilent(ctx, o.Server, discovery.ErrUnreachable, func() error {
+		var err error
+		caPEM, serverTime, err = discovery.FetchCA(ctx, o.Server, o.CAHash, n.env.Host.DialContext)
+		return err
+	})
+	return caPEM, serverTime, err
 }
 
 // maxClockSkew is how far this machine's clock may be from the cluster's: the

@@ -13,6 +13,7 @@ package ha
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -102,6 +103,35 @@ func (w *waitReporter) waiting(format string, args ...any) {
 	}
 	w.last = time.Now()
 	w.n.env.Progress("waiting for " + fmt.Sprintf(format, args...))
+}
+
+// A server that does not answer at all may be between holders for a few
+// seconds: a VIP whose kube-vip restarted (a repoint elsewhere restarts it),
+// an apiserver whose etcd is restarting. askWhileSilent asks such a server
+// again every silentPoll for silentWithin before it gives up.
+const (
+	silentWithin = 10 * time.Second
+	silentPoll   = 250 * time.Millisecond
+)
+
+// askWhileSilent calls ask until it returns an error that does not match
+// silent (nil included), silentWithin has passed, or ctx ends, and returns
+// its last error; while it waits, progress says it waits for what to answer.
+// Any answer, a wrong one too, ends the wait at once.
+func (n *Node) askWhileSilent(ctx context.Context, what string, silent error, ask func() error) error {
+	report := waitReporter{n: n}
+	deadline := time.Now().Add(silentWithin)
+	for {
+		err := ask()
+		if !errors.Is(err, silent) || !time.Now().Before(deadline) || ctx.Err() != nil {
+			return err
+		}
+		report.waiting("%s to answer (%v)", what, err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(silentPoll):
+		}
+	}
 }
 
 // checkpoint reaches the named checkpoint through the Env's hook.

@@ -30,17 +30,6 @@ var ErrVIPNotServing = errors.New("the VIP does not serve this cluster's apiserv
 // vipProbeTimeout bounds one VIPServes probe.
 const vipProbeTimeout = 5 * time.Second
 
-// A VIP that does not answer at all may be moving between holders: a
-// repoint elsewhere restarts that node's kube-vip, which gives the VIP up
-// until a holder is elected again. The repoint's check asks again every
-// vipMovePoll for vipMoveWithin before it refuses; an answer that is wrong
-// (another cluster's certificate, one that does not cover the VIP) refuses
-// at once.
-const (
-	vipMoveWithin = 10 * time.Second
-	vipMovePoll   = 250 * time.Millisecond
-)
-
 // errVIPUnreachable marks a VIPServes failure where nothing answered.
 var errVIPUnreachable = errors.New("nothing answered")
 
@@ -298,20 +287,18 @@ func (n *Node) coverVIP(ctx context.Context, w io.Writer, vip string) error {
 	return nil
 }
 
-// checkServes refuses a VIP that does not serve this cluster's apiserver; one
-// where nothing answers is asked again for vipMoveWithin first.
+// checkServes refuses a VIP that does not serve this cluster's apiserver. A
+// VIP where nothing answers may be moving between holders (a repoint
+// elsewhere restarts that node's kube-vip) and is asked again first
+// (askWhileSilent); a wrong answer (another cluster's certificate, one that
+// does not cover the VIP) refuses at once.
 func (n *Node) checkServes(ctx context.Context, vip string, serves func(context.Context, string) (bool, error)) error {
-	report := waitReporter{n: n}
-	deadline := time.Now().Add(vipMoveWithin)
-	ok, err := serves(ctx, vip)
-	for !ok && errors.Is(err, errVIPUnreachable) && time.Now().Before(deadline) && ctx.Err() == nil {
-		report.waiting("the VIP %s to answer (%v)", vip, err)
-		select {
-		case <-ctx.Done():
-		case <-time.After(vipMovePoll):
-		}
+	var ok bool
+	err := n.askWhileSilent(ctx, "the VIP "+vip, errVIPUnreachable, func() error {
+		var err error
 		ok, err = serves(ctx, vip)
-	}
+		return err
+	})
 	if ok {
 		return nil
 	}
