@@ -18,4 +18,18 @@ func (n *Node) StartEtcd(ctx context.Context, st *nodestate.NodeState) error {
 }
 
 // EtcdVersionSkew exposes etcd's join rule as the join applies it.
-var EtcdVersionSkew = checkEtcdVersionSkew
+func EtcdVersionSkew(local, cluster, at string) error {
+	return checkEtcdVersionSkew(local, cluster, at, joinVersionRefusal)
+}
+
+// MemberVersions is one member's versions as clusterVersionAhead reads them.
+type MemberVersions struct{ IP, Server, Cluster string }
+
+// ClusterVersionAhead exposes the version a new member must fit.
+func ClusterVersionAhead(ms []MemberVersions) (string, string) {
+	var answers []memberVersions
+	for _, m := range ms {
+		answers = append(answers, memberVersions{ip: m.IP, server: m.Server, cluster: m.Cluster})
+	}
+	return clusterVersionAhead(answers)
+}

@@ -71,16 +71,32 @@ func (n *Node) etcdVersionsAt(ctx context.Context, cpIP string) (etcdVersions, e
 	return v, nil
 }
 
-// checkJoinEtcdVersion refuses, before the member-add, a join whose etcd
-// etcd would not start as a member of the cluster at etcdIPs: the cluster's
-// version is newer than this node's etcd, or a downgrade is under way (etcd
-// then admits only members of the version being left, and a downgrade is
-// finished before the cluster grows). The cluster's version is the first
-// answering member's word; a cluster none of whose members answers was
-// already refused by the health gate.
-func (n *Node) checkJoinEtcdVersion(ctx context.Context, etcdIPs []string) error {
+// versionRefusal is what a version refusal says was not changed and what to
+// run once the cause is fixed: a join's and a rejoin's differ.
+type versionRefusal struct {
+	unchanged, then string
+}
+
+// joinVersionRefusal is the join's: its refusals come before the member-add.
+var joinVersionRefusal = versionRefusal{unchanged: "nothing was added to etcd", then: joinHint}
+
+// memberVersions is one member's word on versions: its server version (its
+// status) and the cluster version its cluster decided (its /version).
+type memberVersions struct {
+	ip, server, cluster string
+}
+
+// checkEtcdVersionFits refuses, before a member-add or a new member's first
+// start, an etcd that etcd would not start as a member of the cluster at
+// etcdIPs: the cluster's version (clusterVersionAhead) is newer than this
+// node's etcd, or a downgrade is under way (etcd then admits only members of
+// the version being left, and a downgrade is finished before the cluster
+// grows). Members that do not answer are passed over; a cluster none of
+// whose members answers is refused as unhealthy.
+func (n *Node) checkEtcdVersionFits(ctx context.Context, etcdIPs []string, r versionRefusal) error {
 	local := n.localEtcdVersion(ctx)
 	var errs []error
+	var answers []memberVersions
 	for _, ip := range etcdIPs {
 		st, err := n.EtcdStorageAt(ctx, ip)
 		if err != nil {
@@ -88,32 +104,62 @@ func (n *Node) checkJoinEtcdVersion(ctx context.Context, etcdIPs []string) error
 			continue
 		}
 		if st.Downgrading {
-			return fmt.Errorf("%w: an etcd downgrade to %s is under way (member %s), and etcd admits no new member of another version meanwhile; nothing was added to etcd: let the downgrade finish (`stratum etcd downgrade %s` waits for it), then %s",
-				ErrEtcdVersionSkew, st.DowngradeTarget, ip, versionMajorMinor(st.DowngradeTarget), joinHint)
+			return fmt.Errorf("%w: an etcd downgrade to %s is under way (member %s), and etcd admits no new member of another version meanwhile; %s: let the downgrade finish (`stratum etcd downgrade %s` waits for it), then %s",
+				ErrEtcdVersionSkew, st.DowngradeTarget, ip, r.unchanged, versionMajorMinor(st.DowngradeTarget), r.then)
 		}
 		v, err := n.etcdVersionsAt(ctx, ip)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		return checkEtcdVersionSkew(local, v.Cluster, ip)
+		answers = append(answers, memberVersions{ip: ip, server: v.Server, cluster: v.Cluster})
 	}
-	return fmt.Errorf("%w: no member told its cluster's version (%w); nothing was added to etcd: %s", ErrClusterUnhealthy, errors.Join(errs...), joinHint)
+	if len(answers) == 0 {
+		return fmt.Errorf("%w: no member told its cluster's version (%w); %s: %s", ErrClusterUnhealthy, errors.Join(errs...), r.unchanged, r.then)
+	}
+	cluster, at := clusterVersionAhead(answers)
+	return checkEtcdVersionSkew(local, cluster, at, r)
+}
+
+// clusterVersionAhead is the version the cluster is at or is about to be
+// raised to, and the member that shows it: the newer of the cluster version
+// its members decided and the lowest server version among them. etcd raises
+// its cluster version to its members' lowest server version within seconds
+// (a snapshot restored by a newer etcd starts at the snapshot's version and
+// is raised soon after), and a new member that started below it would be
+// stopped then; one that started at the cluster's version keeps it there.
+func clusterVersionAhead(answers []memberVersions) (version, at string) {
+	newer := func(a, b string) bool {
+		amaj, amin, aok := parseMajorMinor(a)
+		bmaj, bmin, bok := parseMajorMinor(b)
+		return aok && (!bok || amaj > bmaj || amaj == bmaj && amin > bmin)
+	}
+	for _, a := range answers {
+		if _, _, ok := parseMajorMinor(a.server); ok && (version == "" || newer(version, a.server)) {
+			version, at = a.server, a.ip
+		}
+	}
+	for _, a := range answers {
+		if newer(a.cluster, version) {
+			version, at = a.cluster, a.ip
+		}
+	}
+	return version, at
 }
 
 // checkEtcdVersionSkew is etcd's own rule for a member joining a cluster
 // (its allowedVersionRange without a downgrade): the cluster's version,
 // major.minor, may not be newer than the member's. A cluster whose version
-// is not decided yet is not judged.
-func checkEtcdVersionSkew(local, cluster, at string) error {
+// is not known is not judged.
+func checkEtcdVersionSkew(local, cluster, at string, r versionRefusal) error {
 	lmaj, lmin, lok := parseMajorMinor(local)
 	cmaj, cmin, cok := parseMajorMinor(cluster)
 	if !lok || !cok {
 		return nil
 	}
 	if cmaj > lmaj || (cmaj == lmaj && cmin > lmin) {
-		return fmt.Errorf("%w: this node runs etcd %s and the cluster (member %s) is at etcd %d.%d; etcd would refuse to start this member after its add, leaving a learner that blocks every later join; nothing was added to etcd: install the etcd the cluster runs (the stratum release that pins etcd %d.%d), then %s",
-			ErrEtcdVersionSkew, strings.TrimPrefix(local, "v"), at, cmaj, cmin, cmaj, cmin, joinHint)
+		return fmt.Errorf("%w: this node runs etcd %s and the cluster (member %s) is at etcd %d.%d; etcd would refuse to start this member after its add, leaving a learner that blocks every later join; %s: install the etcd the cluster runs (the stratum release that pins etcd %d.%d), then %s",
+			ErrEtcdVersionSkew, strings.TrimPrefix(local, "v"), at, cmaj, cmin, r.unchanged, cmaj, cmin, r.then)
 	}
 	return nil
 }

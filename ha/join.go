@@ -528,7 +528,7 @@ func (r *joinRun) assemble(ctx context.Context) error {
 // would leave the new member unable to start: the services this control
 // plane runs (binaries, service manager, ports), the directories its etcd
 // writes, the cluster's health, and whether its etcd version can join the
-// cluster's (checkJoinEtcdVersion). It then takes the maintenance fence,
+// cluster's (checkEtcdVersionFits). It then takes the maintenance fence,
 // which the join holds until its node state is saved.
 func (r *joinRun) preflight(ctx context.Context) error {
 	n, h := r.n, r.n.env.Host
@@ -545,7 +545,7 @@ func (r *joinRun) preflight(ctx context.Context) error {
 	if err := n.EtcdClusterHealthy(ctx, r.etcdIPs); err != nil {
 		return fmt.Errorf("%w: %v; nothing was added to etcd: heal the cluster (`stratum etcd health`), then %s", ErrClusterUnhealthy, err, joinHint)
 	}
-	if err := n.checkJoinEtcdVersion(ctx, r.etcdIPs); err != nil {
+	if err := n.checkEtcdVersionFits(ctx, r.etcdIPs, joinVersionRefusal); err != nil {
 		return err
 	}
 	clusterID, err := n.clusterID(ctx, r.etcdIPs)

@@ -97,8 +97,9 @@ type RejoinPlanReport struct {
 	// member-remove, member-add, state-save, start); none when the node is
 	// already a voter of the seed's cluster.
 	Steps []string `json:"steps"`
-	// Refused is the refusal the rejoin would meet without force (its
-	// wipe while the old cluster may still have a quorum), "" for none.
+	// Refused is the refusal the rejoin would meet: this node's etcd too
+	// old for the seed's cluster (even with force), or, without force, its
+	// wipe while the old cluster may still have a quorum; "" for none.
 	Refused string `json:"refused,omitempty"`
 }
 
@@ -117,6 +118,10 @@ func (n *Node) RejoinPlanOf(ctx context.Context, cp1IP string, force bool) (Rejo
 	rep.Member, rep.SeedClusterID = st.Etcd.Name, obs.SeedClusterID
 	for _, s := range steps {
 		rep.Steps = append(rep.Steps, string(s))
+	}
+	if err := n.checkRejoinEtcdVersion(ctx, obs, steps); err != nil {
+		rep.Refused = err.Error()
+		return rep, Refusal(err)
 	}
 	if hasStep(steps, rejoinWipe) && !force {
 		if err := n.checkOldClusterGone(ctx, st, cp1IP, obs.SeedClusterID); err != nil {
@@ -137,7 +142,11 @@ func (n *Node) RejoinPlan(ctx context.Context, w io.Writer, cp1IP string, force 
 		return err
 	}
 	fmt.Fprintf(w, "would rejoin %s to the etcd cluster %s at %s: %s\n", rep.Member, rep.SeedClusterID, cp1IP, strings.Join(rep.Steps, ", "))
-	if rep.Refused != "" {
+	switch {
+	case rep.Refused == "":
+	case errors.Is(err, ErrEtcdVersionSkew):
+		fmt.Fprintf(w, "the rejoin would be refused, --force or not: %s\n", rep.Refused)
+	default:
 		fmt.Fprintf(w, "the wipe would be refused without --force: %s\n", rep.Refused)
 	}
 	return err
@@ -180,6 +189,9 @@ type rejoinObservation struct {
 	DataDirEmpty bool
 	// Running: some control-plane service runs on this node.
 	Running bool
+	// SeedMemberIPs are the client hosts of the seed's started members:
+	// whose versions a new member of the seed's cluster must fit.
+	SeedMemberIPs []string
 }
 
 // planRejoin returns the steps a rejoin has left, from what it observes. A
@@ -235,6 +247,9 @@ func (n *Node) RejoinEtcd(ctx context.Context, w io.Writer, cp1IP string, force 
 		return Refusal(err)
 	}
 	fmt.Fprintf(w, "rejoining %s to the etcd cluster %s at %s: %s\n", st.Etcd.Name, obs.SeedClusterID, cp1IP, joinSteps(steps))
+	if err := n.checkRejoinEtcdVersion(ctx, obs, steps); err != nil {
+		return Refusal(err)
+	}
 	if hasStep(steps, rejoinWipe) && !force {
 		if err := n.checkOldClusterGone(ctx, st, cp1IP, obs.SeedClusterID); err != nil {
 			return Refusal(err)
@@ -273,6 +288,13 @@ func (n *Node) observeRejoin(ctx context.Context, st *nodestate.NodeState, cp1IP
 	if err != nil {
 		return o, fmt.Errorf("%w; nothing was changed", err)
 	}
+	for _, m := range ms {
+		if len(m.ClientURLs) > 0 {
+			if h := urlHost(m.ClientURLs[0]); h != "" {
+				o.SeedMemberIPs = append(o.SeedMemberIPs, h)
+			}
+		}
+	}
 	if m := memberByPeerURL(ms, st.Etcd.PeerURL); m != nil {
 		o.Self = seedUnstarted
 		if started(m) {
@@ -292,6 +314,27 @@ func (n *Node) observeRejoin(ctx context.Context, st *nodestate.NodeState, cp1IP
 		}
 	}
 	return o, nil
+}
+
+// rejoinVersionRefusal is the rejoin's: its version refusal comes before
+// the stop and the wipe.
+var rejoinVersionRefusal = versionRefusal{unchanged: "nothing was changed", then: "re-run the rejoin"}
+
+// checkRejoinEtcdVersion refuses, before anything changes, a rejoin whose
+// member would start new in the seed's cluster (it is to be added, or was
+// added and has not started)
+// on an etcd that cluster's version no longer admits: a snapshot restored
+// on a node with a newer etcd makes a cluster of that version, and this
+// node's older etcd would exit at its first start, after its data was wiped
+// and its learner added (checkEtcdVersionFits).
+func (n *Node) checkRejoinEtcdVersion(ctx context.Context, o rejoinObservation, steps []rejoinStep) error {
+	if o.Self == seedStarted && !hasStep(steps, rejoinMemberAdd) {
+		return nil
+	}
+	if err := n.checkEtcdVersionFits(ctx, o.SeedMemberIPs, rejoinVersionRefusal); err != nil {
+		return fmt.Errorf("etcd rejoin: %w", err)
+	}
+	return nil
 }
 
 // checkOldClusterGone refuses a wipe while the old cluster may still have a

@@ -228,6 +228,28 @@ func TestSnapshotRestoreThenRejoin(t *testing.T) {
 		t.Fatalf("seed's members after a refused rejoin: %s", got)
 	}
 
+	// On an etcd older than the restored cluster's (an older stratum on
+	// cp2), even a forced rejoin is refused before it stops or wipes
+	// anything: etcd would exit at the first start, after the add.
+	cp2.SetEtcdVersion(version.EtcdPrevious)
+	var olderPlan syncBuffer
+	if err := joinNodeOn(cp2).RejoinPlan(r.ctx, &olderPlan, cp1IP, true); !errors.Is(err, ha.ErrEtcdVersionSkew) || !errors.Is(err, ha.ErrRefused) {
+		t.Fatalf("rejoin dry run on etcd %s: %v, want ErrEtcdVersionSkew\n%s", version.EtcdPrevious, err, olderPlan.String())
+	}
+	if p := olderPlan.String(); !strings.Contains(p, "the rejoin would be refused, --force or not") {
+		t.Fatalf("rejoin dry run on etcd %s printed:\n%s", version.EtcdPrevious, p)
+	}
+	if out, err := r.rejoin("cp2", true); !errors.Is(err, ha.ErrEtcdVersionSkew) || !errors.Is(err, ha.ErrRefused) || !strings.Contains(err.Error(), strings.TrimPrefix(version.EtcdPrevious, "v")) {
+		t.Fatalf("rejoin --force on etcd %s into a cluster on %s: %v, want a refusal (ErrEtcdVersionSkew) naming the versions\n%s", version.EtcdPrevious, version.Etcd, err, out)
+	}
+	if stateAfter, _ := cp2.Files().ReadFile(nodestate.Path); !bytes.Equal(stateBefore, stateAfter) || !cp2.EtcdRunning() || !cp2.APIServerRunning() {
+		t.Fatalf("a rejoin refused for its etcd version changed cp2: node state changed %v, etcd running %v, apiserver running %v", !bytes.Equal(stateBefore, stateAfter), cp2.EtcdRunning(), cp2.APIServerRunning())
+	}
+	if got := strings.Join(r.members("cp1"), " "); got != "cp1:voter" {
+		t.Fatalf("seed's members after a rejoin refused for its etcd version: %s", got)
+	}
+	cp2.SetEtcdVersion("")
+
 	start := time.Now()
 	if out, err := r.rejoin("cp2", true); err != nil {
 		t.Fatalf("rejoin cp2 --force: %v\n%s", err, out)

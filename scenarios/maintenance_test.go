@@ -56,8 +56,6 @@ type maintenance struct {
 	// present are ConfigMaps that must read back through the VIP; gone are
 	// ConfigMaps written after the snapshot a restore went back to.
 	present, gone []string
-	// downgraded: the cluster runs the previous etcd minor.
-	downgraded bool
 }
 
 func TestMaintenance(t *testing.T) {
@@ -120,10 +118,11 @@ func steps() int {
 }
 
 // applicable are the maintenance actions that apply now: a restore always,
-// the downgrade until it is done, the joins while a spare host is left.
+// the downgrade while the cluster runs the current etcd (again, after a
+// restore on a node with it), the joins while a spare host is left.
 func (m *maintenance) applicable() []string {
 	out := []string{"restore"}
-	if !m.downgraded {
+	if m.downgradable() {
 		out = append(out, "downgrade")
 	}
 	if len(m.spares) > 0 {
@@ -408,6 +407,9 @@ func (m *maintenance) restore(t *rapid.T) {
 		h := m.c.Host(name)
 		// The old cluster's members still on it: this one and those after.
 		stillOld := len(order) - i
+		if olderEtcd(h.EtcdVersion(), seed.EtcdVersion()) {
+			m.olderRejoinRefused(t, h, seed)
+		}
 		before := nodeFiles(t, h)
 		code, out, errOut := m.stratum(h, "etcd", "rejoin", "--server", seed.IP().String())
 		explored.invariant("a rejoin without --force never wipes a member of a cluster that keeps a quorum")
@@ -444,6 +446,59 @@ func (m *maintenance) restore(t *rapid.T) {
 		t.Fatal(err)
 	}
 	m.loads = startWorkloads(t, m.ctx, m.c, "vip", vcs, m.cps[0], vipProbeTimeout)
+}
+
+// olderRejoinRefused: a rejoin of h, whose etcd is older than the one the
+// seed restored the snapshot with, is refused even with --force, naming
+// h's version, before it changes anything (etcd would exit at the rejoined
+// member's first start, after the wipe and the add). The operator then
+// installs the seed's etcd on h.
+func (m *maintenance) olderRejoinRefused(t *rapid.T, h, seed *sim.Host) {
+	before, running := nodeFiles(t, h), h.EtcdRunning()
+	members := m.seedMembers(t, seed)
+	code, out, errOut := m.stratum(h, "etcd", "rejoin", "--server", seed.IP().String(), "--force")
+	explored.invariant("a rejoin on an older etcd than the restored cluster's is refused before it changes anything")
+	if code != cli.ExitRefused || !strings.Contains(errOut, strings.TrimPrefix(h.EtcdVersion(), "v")) {
+		t.Fatalf("stratum etcd rejoin --force on %s, whose etcd %s is older than the seed %s's %s: exit %d, want a refusal (3) naming the versions\nstdout:\n%s\nstderr:\n%s", h.Name(), h.EtcdVersion(), seed.Name(), seed.EtcdVersion(), code, out, errOut)
+	}
+	if after := nodeFiles(t, h); !equalFiles(before, after) || h.EtcdRunning() != running {
+		t.Fatalf("a rejoin on %s refused for its etcd version changed it: files changed %v, etcd running %v -> %v", h.Name(), !equalFiles(before, after), running, h.EtcdRunning())
+	}
+	if after := m.seedMembers(t, seed); after != members {
+		t.Fatalf("a rejoin on %s refused for its etcd version changed the seed's members: %s -> %s", h.Name(), members, after)
+	}
+	m.installEtcd(h, seed.EtcdVersion())
+}
+
+// seedMembers are the members of seed's etcd cluster, by ID and learner flag.
+func (m *maintenance) seedMembers(t *rapid.T, seed *sim.Host) string {
+	ec, err := directEtcd(seed, seed.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ec.Close()
+	ctx, cancel := context.WithTimeout(m.ctx, 10*time.Second)
+	defer cancel()
+	ml, err := ec.MemberList(ctx)
+	if err != nil {
+		t.Fatalf("member list of the seed %s: %v", seed.Name(), err)
+	}
+	var out []string
+	for _, mb := range ml.Members {
+		out = append(out, fmt.Sprintf("%x:%v", mb.ID, mb.IsLearner))
+	}
+	slices.Sort(out)
+	return strings.Join(out, " ")
+}
+
+// installEtcd makes h's etcd run version v from its next start: the
+// operator installing that etcd on it.
+func (m *maintenance) installEtcd(h *sim.Host, v string) {
+	if v == version.Etcd {
+		v = "" // the pinned etcd: the embedded member
+	}
+	h.SetEtcdVersion(v)
+	m.c.Events().Record(h.Name(), "action", "etcd %s installed", h.EtcdVersion())
 }
 
 // rejoinCrashPoints are the rejoin checkpoints every forced rejoin of a
@@ -489,7 +544,7 @@ func nodeFiles(t *rapid.T, h *sim.Host) map[string][]byte {
 // command returns once every member runs the older etcd and etcd has ended
 // the downgrade.
 func (m *maintenance) downgrade(t *rapid.T) {
-	if m.downgraded {
+	if !m.downgradable() {
 		t.Skip("the cluster already runs the previous etcd")
 	}
 	target := versionMinor(version.EtcdPrevious)
@@ -550,7 +605,6 @@ func (m *maintenance) downgrade(t *rapid.T) {
 	case <-time.After(2 * time.Minute):
 		t.Fatalf("stratum etcd downgrade %s did not return within 2 min of the last swap", target)
 	}
-	m.downgraded = true
 	m.last = "the etcd downgrade to " + target
 	explored.invariant("after a downgrade every member runs the older etcd")
 	for _, h := range m.cps {
@@ -582,22 +636,51 @@ func (m *maintenance) joinRefusedMidDowngrade(t *rapid.T) {
 
 // versionMinor is "3.6" of "v3.6.16".
 func versionMinor(v string) string {
-	parts := strings.SplitN(strings.TrimPrefix(v, "v"), ".", 3)
-	return parts[0] + "." + parts[1]
+	maj, min := etcdMinor(v)
+	return fmt.Sprintf("%d.%d", maj, min)
+}
+
+// etcdMinor is the major and minor of an etcd version ("v3.6.16", "3.7.3").
+func etcdMinor(v string) (major, minor int) {
+	fmt.Sscanf(strings.TrimPrefix(v, "v"), "%d.%d", &major, &minor)
+	return major, minor
+}
+
+// olderEtcd: etcd version a's major.minor is below b's.
+func olderEtcd(a, b string) bool {
+	amaj, amin := etcdMinor(a)
+	bmaj, bmin := etcdMinor(b)
+	return amaj < bmaj || amaj == bmaj && amin < bmin
+}
+
+// clusterEtcd is the lowest etcd version the control planes run: the
+// cluster version etcd decides, which a new member's etcd may not be below.
+func (m *maintenance) clusterEtcd() string {
+	lowest := ""
+	for _, h := range m.cps {
+		if v := h.EtcdVersion(); lowest == "" || olderEtcd(v, lowest) {
+			lowest = v
+		}
+	}
+	return lowest
+}
+
+// downgradable: the cluster runs an etcd newer than the previous release.
+func (m *maintenance) downgradable() bool {
+	return olderEtcd(version.EtcdPrevious, m.clusterEtcd())
 }
 
 // olderJoiner is a join as printed on a spare whose etcd is the previous
-// release (an older stratum there). While the cluster runs the current
-// etcd it is refused before the member-add, naming both versions, and
-// leaves nothing; the operator installs the cluster's etcd and runs the
-// same command again. Once the cluster is downgraded it joins as it is.
+// release (an older stratum there). While the cluster runs a newer etcd it
+// is refused before the member-add, naming both versions, and leaves
+// nothing; the operator installs the cluster's etcd and runs the same
+// command again. Once the cluster is downgraded it joins as it is.
 func (m *maintenance) olderJoiner(t *rapid.T) {
 	h := m.takeSpare(t, "joiner on the older etcd")
-	h.SetEtcdVersion(version.EtcdPrevious)
-	m.c.Events().Record(h.Name(), "action", "etcd %s installed", version.EtcdPrevious)
+	m.installEtcd(h, version.EtcdPrevious)
 	minter := drawHost(t, m.cps, "minter for "+h.Name())
 	args := m.printedJoin(minter)
-	if m.downgraded {
+	if !olderEtcd(version.EtcdPrevious, m.clusterEtcd()) {
 		m.run(h, cli.ExitOK, args...)
 		m.cps = append(m.cps, h)
 		m.check()
@@ -616,8 +699,7 @@ func (m *maintenance) olderJoiner(t *rapid.T) {
 	if after := nodeFiles(t, h); !equalFiles(filesBefore, after) {
 		t.Fatalf("a refused join on the older etcd left files on %s", h.Name())
 	}
-	h.SetEtcdVersion("")
-	m.c.Events().Record(h.Name(), "action", "etcd %s installed", version.Etcd)
+	m.installEtcd(h, m.clusterEtcd())
 	m.run(h, cli.ExitOK, args...)
 	m.cps = append(m.cps, h)
 	m.check()

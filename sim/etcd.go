@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -415,7 +416,7 @@ func (m *processEtcd) waitReady(ctx context.Context, tlsCfg *tls.Config) error {
 	if err := waitEtcdAnswers(ctx, m.clientURL, tlsCfg, m.done); err != nil {
 		m.stop(true)
 		tail, _ := os.ReadFile(m.logPath)
-		return fmt.Errorf("etcd %s (%s) not ready: %w; log %s ends: %s", m.name, m.version, err, m.logPath, lastLines(string(tail), 5))
+		return fmt.Errorf("etcd %s (%s) not ready: %w; log %s: %s", m.name, m.version, err, m.logPath, etcdLogCause(string(tail)))
 	}
 	return nil
 }
@@ -459,6 +460,25 @@ func waitEtcdAnswers(ctx context.Context, endpoint string, tlsCfg *tls.Config, d
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// etcdLogCause is what an etcd log says of why the process ended: its fatal
+// and panic entries as "msg: error" when it has any (etcd logs its shutdown's
+// closed listeners after the cause, so the last lines hide it), else its
+// last lines.
+func etcdLogCause(log string) string {
+	var causes []string
+	for _, line := range strings.Split(log, "\n") {
+		var e struct{ Level, Msg, Error string }
+		if json.Unmarshal([]byte(line), &e) != nil || (e.Level != "fatal" && e.Level != "panic") {
+			continue
+		}
+		causes = append(causes, e.Level+" "+e.Msg+": "+e.Error)
+	}
+	if len(causes) == 0 {
+		return "ends: " + lastLines(log, 5)
+	}
+	return strings.Join(causes, " | ")
 }
 
 func lastLines(s string, n int) string {

@@ -213,3 +213,19 @@ func TestMixedVersionProcessMembers(t *testing.T) {
 		t.Fatalf("write to a mixed-version cluster: %v", err)
 	}
 }
+
+// TestEtcdLogCause: a process etcd's start error names the fatal entry of its
+// log, which etcd follows with its listeners' closing errors, not those.
+func TestEtcdLogCause(t *testing.T) {
+	log := `{"level":"error","msg":"setting up serving from embedded etcd failed.","error":"http: Server closed"}
+{"level":"error","msg":"bootstrap failed","error":"incompatible with current running cluster"}
+{"level":"fatal","msg":"discovery failed","error":"incompatible with current running cluster"}
+{"level":"error","msg":"setting up serving from embedded etcd failed.","error":"accept tcp 127.0.0.1:2379: use of closed network connection"}
+`
+	if got, want := etcdLogCause(log), "fatal discovery failed: incompatible with current running cluster"; got != want {
+		t.Errorf("etcdLogCause = %q, want %q", got, want)
+	}
+	if got := etcdLogCause("a\nb\n"); got != "ends: a | b" {
+		t.Errorf("etcdLogCause without a fatal entry = %q, want its last lines", got)
+	}
+}

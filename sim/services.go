@@ -242,6 +242,17 @@ func (h *Host) SetEtcdVersion(v string) {
 	h.mu.Unlock()
 }
 
+// EtcdVersion is the etcd version the host's etcd runs from its next start
+// (the one SetEtcdVersion chose, the pinned version for the embedded member).
+func (h *Host) EtcdVersion() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.etcdVersion == "" {
+		return version.Etcd
+	}
+	return h.etcdVersion
+}
+
 func (h *Host) embedded() *embeddedEtcd {
 	h.mu.Lock()
 	defer h.mu.Unlock()
