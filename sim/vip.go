@@ -162,9 +162,12 @@ type vipCandidate struct {
 // gratuitous ARP, makes it so again every vipReannounce while it holds (two
 // holders at once, as in a cluster split by a restore, take the VIP in
 // turns, and the one left holding takes it back once the other lets go);
-// releasing it clears the holder if it is still the host.
+// releasing it clears the holder if it is still the host. The claims go on
+// past Hold's context (which ends when Hold returns), until Release or the
+// end of the candidate (life), as the real announcer's go on until Release.
 type vipAnnouncer struct {
 	h    *Host
+	life context.Context
 	mu   sync.Mutex
 	stop chan struct{} // closed by Release; nil while not holding
 }
@@ -175,8 +178,8 @@ type vipAnnouncer struct {
 const vipReannounce = time.Second
 
 // Hold makes the host the VIP holder and records it, then keeps claiming it
-// until Release or ctx ends.
-func (a *vipAnnouncer) Hold(ctx context.Context) error {
+// until Release or the candidate's end.
+func (a *vipAnnouncer) Hold(context.Context) error {
 	a.claim("holds the VIP %s")
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -192,7 +195,7 @@ func (a *vipAnnouncer) Hold(ctx context.Context) error {
 			select {
 			case <-stop:
 				return
-			case <-ctx.Done():
+			case <-a.life.Done():
 				return
 			case <-t.C:
 				a.claim("holds the VIP %s (re-announced)")
@@ -242,11 +245,12 @@ func (h *Host) StartVIPCandidate() error {
 		c.events.Record(h.name, "error", "%v", err)
 		return err
 	}
-	cfg, err := h.vipConfig()
+	ctx, cancel := context.WithCancel(context.Background())
+	cfg, err := h.vipConfig(ctx)
 	if err != nil {
+		cancel()
 		return err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
 	cand := &vipCandidate{cancel: cancel, done: make(chan struct{})}
 	h.mu.Lock()
 	if h.vip != nil { // started meanwhile
@@ -272,8 +276,9 @@ func (h *Host) StartVIPCandidate() error {
 
 // vipConfig is the host's stratumvip.Run configuration: the election through the
 // host's own apiserver at the simulator's timings, refusing the VIP while the
-// host's apiserver certificate does not cover it.
-func (h *Host) vipConfig() (stratumvip.Config, error) {
+// host's apiserver certificate does not cover it. life is the candidate's:
+// its announcer claims the VIP no longer once it ends.
+func (h *Host) vipConfig(life context.Context) (stratumvip.Config, error) {
 	rc, err := h.AdminConfig()
 	if err != nil {
 		return stratumvip.Config{}, err
@@ -291,7 +296,7 @@ func (h *Host) vipConfig() (stratumvip.Config, error) {
 		RenewDeadline: vipRenewDeadline,
 		RetryPeriod:   vipRetryPeriod,
 		CanHold:       h.checkVIPCovered,
-		Announcer:     &vipAnnouncer{h: h},
+		Announcer:     &vipAnnouncer{h: h, life: life},
 	}, nil
 }
 

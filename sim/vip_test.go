@@ -9,9 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/kubernetes/fake"
+
 	"stratum.dev/stratum/internal/assets/assetstest"
 	"stratum.dev/stratum/internal/pki"
 	"stratum.dev/stratum/internal/version"
+	stratumvip "stratum.dev/stratum/internal/vip"
 )
 
 // reissueWithoutVIP replaces h's apiserver serving certificate with one that
@@ -117,5 +120,68 @@ func TestVIPRefusedWithoutCoveringCertificate(t *testing.T) {
 	}
 	if heldVIP(c, cp3) {
 		t.Fatalf("cp3 held the VIP with a certificate that does not cover it:\n%s", c.Events())
+	}
+}
+
+// TestVIPReannouncedWhileHeld: two candidates that hold the VIP at once, as
+// the two sides of a cluster split by a snapshot restore do (each here the
+// only candidate on a Lease store of its own, so no apiserver decision is
+// involved), take the VIP in turns; when one stops, the other takes it back
+// within a few re-announce periods, as a real holder's gratuitous ARP rounds
+// do. The claims must outlive the elector's callback, which returns as soon
+// as the address is taken.
+func TestVIPReannouncedWhileHeld(t *testing.T) {
+	c := &Cluster{events: newEventLog(nil)}
+	c.vip.conns = map[net.Conn]struct{}{}
+	a, b := &Host{name: "a", cluster: c}, &Host{name: "b", cluster: c}
+	run := func(h *Host) (stop func()) {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			done <- stratumvip.Run(ctx, stratumvip.Config{
+				Client: fake.NewClientset(), Identity: h.name, Lease: VIPLeaseName,
+				LeaseDuration: vipLeaseDuration, RenewDeadline: vipRenewDeadline, RetryPeriod: vipRetryPeriod,
+				Announcer: &vipAnnouncer{h: h, life: ctx},
+			})
+		}()
+		return func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("candidate %s: %v", h.name, err)
+			}
+		}
+	}
+	holds := func(h *Host, within time.Duration) bool {
+		for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if c.VIPHolder() == h {
+				return true
+			}
+		}
+		return false
+	}
+	holder := func() string {
+		if h := c.VIPHolder(); h != nil {
+			return h.name
+		}
+		return "none"
+	}
+	stopA := run(a)
+	if !holds(a, 10*time.Second) {
+		t.Fatal("the lone candidate a never held the VIP")
+	}
+	stopB := run(b)
+	if !holds(b, 10*time.Second) {
+		t.Fatal("candidate b, alone on its own lease, never held the VIP")
+	}
+	if !holds(a, 3*vipReannounce) {
+		t.Fatalf("a, still holding its lease, did not re-announce the VIP while b held it too (holder %s)", holder())
+	}
+	stopB()
+	if !holds(a, 3*vipReannounce) {
+		t.Fatalf("after b stopped, a, still holding its lease, did not take the VIP back within %s (holder %s)", 3*vipReannounce, holder())
+	}
+	stopA()
+	if h := holder(); h != "none" {
+		t.Fatalf("after both candidates stopped the VIP holder is %s", h)
 	}
 }
