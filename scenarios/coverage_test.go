@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"text/tabwriter"
+	"time"
 
 	"pgregory.net/rapid"
 
@@ -50,6 +51,11 @@ const (
 	secAction     = "action"
 	secInvariant  = "invariant"
 	secHistory    = "client history"
+	// secTime is where a property's time went, in milliseconds: each check
+	// whole, and each drawn action (rapid's check after every step as
+	// "check"); what the actions leave of the whole is the cluster's
+	// start, the fixed prologue and the end.
+	secTime = "time"
 )
 
 func (c *coverage) add(section, row string, n int) {
@@ -144,10 +150,17 @@ func (c *coverage) actions(m map[string]func(*rapid.T)) map[string]func(*rapid.T
 		c.add(secAction, prop+": "+row, 0)
 		out[name] = func(t *rapid.T) {
 			c.add(secAction, prop+": "+row, 1)
+			defer c.timed(prop+": "+row, time.Now())
 			f(t)
 		}
 	}
 	return out
+}
+
+// timed adds the time since start to row's total in the time section; as a
+// deferred call it counts an action that fails or skips too.
+func (c *coverage) timed(row string, start time.Time) {
+	c.add(secTime, row, int(time.Since(start).Milliseconds()))
 }
 
 // events tallies a finished check's event log: checkpoints reached, and
@@ -235,12 +248,16 @@ func (c *coverage) write(w io.Writer) {
 	defer c.mu.Unlock()
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "coverage of the fault space (zeros are corners this run did not reach):")
-	for _, sec := range []string{secCheckpoint, secFault, secAction, secInvariant, secHistory} {
+	for _, sec := range []string{secCheckpoint, secFault, secAction, secInvariant, secHistory, secTime} {
 		rows := c.counts[sec]
 		if len(rows) == 0 {
 			continue
 		}
-		fmt.Fprintf(tw, "%s\ttimes\n", sec)
+		unit := "times"
+		if sec == secTime {
+			unit = "ms"
+		}
+		fmt.Fprintf(tw, "%s\t%s\n", sec, unit)
 		for _, row := range slices.Sorted(maps.Keys(rows)) {
 			fmt.Fprintf(tw, "  %s\t%d\n", row, rows[row])
 		}

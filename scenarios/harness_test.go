@@ -69,6 +69,7 @@ func property(t *testing.T, prop func(*rapid.T), need ...string) {
 	t.Helper()
 	assetstest.Require(t, need...)
 	runningTest.Store(t.Name())
+	short := strings.TrimPrefix(t.Name(), "Test")
 	var checks atomic.Int64
 	start := time.Now()
 	fails := &failures{}
@@ -85,13 +86,14 @@ func property(t *testing.T, prop func(*rapid.T), need ...string) {
 	t.Cleanup(func() {
 		d := time.Since(start)
 		n := checks.Load()
-		t.Logf("%s: %d checks in %s = %.1f/min", strings.TrimPrefix(t.Name(), "Test"), n, d.Round(time.Second), float64(n)/d.Minutes())
+		t.Logf("%s: %d checks in %s = %.1f/min", short, n, d.Round(time.Second), float64(n)/d.Minutes())
 		if t.Failed() {
 			t.Logf("%s", fails.report(t.Name(), start))
 		}
 	})
 	rapid.Check(t, func(rt *rapid.T) {
 		checks.Add(1)
+		defer explored.timed(short+": whole check", time.Now())
 		defer func() {
 			// rapid fails a check by panicking; note what it said,
 			// then let the panic go on to rapid.
@@ -293,11 +295,13 @@ func observerOn(h *sim.Host, timing sim.EtcdTiming) *ha.Node {
 	return ha.NewNode(ha.Env{Host: observer{h.Handle()}, Log: quiet, EtcdReadTimeout: readTimeoutFor(timing)})
 }
 
-// readTimeoutFor is how long a check's gate waits on one member's read: five
+// readTimeoutFor is how long a check's gate waits on one member's read: three
 // election timeouts (a member that does not answer within them is silent,
-// not slow), at least 500 ms and at most ha's 2 s for real networks.
+// not slow: a healthy read takes a heartbeat round trip), at least 300 ms and
+// at most ha's 2 s for real networks. A gate sample under a partition waits
+// it out on the minority, so it sets the pace of TestSplitBrain's checks.
 func readTimeoutFor(timing sim.EtcdTiming) time.Duration {
-	return min(2*time.Second, max(500*time.Millisecond, 5*timing.Election()))
+	return min(2*time.Second, max(300*time.Millisecond, 3*timing.Election()))
 }
 
 // ipsOf are the hosts' IPs, as the ha package names members.
