@@ -162,11 +162,13 @@ func (s *splitBrain) truth() map[string]memberView {
 	return out
 }
 
-// clientBound bounds one sentinel read or write: five election timeouts, at
-// least 500 ms. One that does not answer within it found no quorum (a write
-// is then maybe-written, a read judges nothing).
+// clientBound bounds one sentinel read or write and one leadership move:
+// the gate's read timeout (readTimeoutFor). A read or write that does not
+// answer within it found no quorum (a write is then maybe-written, a read
+// judges nothing); a move not done within it failed (raft gives a transfer
+// one election timeout).
 func (s *splitBrain) clientBound() time.Duration {
-	return max(500*time.Millisecond, 5*s.c.Config().Etcd.Election())
+	return readTimeoutFor(s.c.Config().Etcd)
 }
 
 // viewOfHost is h's member's own answer; a member whose etcd is not running
@@ -470,7 +472,7 @@ func (s *splitBrain) transferLeadership(t *rapid.T) {
 		if leader == "" || leader == to || v.Err != nil {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
+		ctx, cancel := context.WithTimeout(s.ctx, s.clientBound())
 		_, err := s.views[leader].MoveLeader(ctx, v.ID)
 		cancel()
 		s.c.Events().Record("", "fault", "move leader %s -> %s: %v", leader, to, err)
