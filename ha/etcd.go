@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -63,7 +64,8 @@ type EtcdMemberHealth struct {
 	// Alarms are the alarms raised by this member: its status errors and
 	// the cluster's alarms naming it (or why those could not be listed:
 	// alarms go through raft, so a member cut off from its quorum cannot
-	// list them).
+	// list them). A member that knows no leader is not asked for the
+	// cluster's alarms.
 	Alarms []string
 	// Err is why the member did not answer its status request; nil when it
 	// did.
@@ -132,9 +134,22 @@ func EtcdStorageAt(cpIP string) (EtcdStorage, error) {
 func (n *Node) EtcdMemberStatus(ctx context.Context, cpIP string) EtcdMemberHealth {
 	ep := EtcdEndpoint(cpIP)
 	m := EtcdMemberHealth{Endpoint: ep}
-	cli, err := n.etcdClient(ep)
+	// A refused connection ends the asking at once: the etcd client would
+	// dial the closed port again until the read timeout.
+	ctx, down := context.WithCancelCause(ctx)
+	defer down(nil)
+	cfg, err := n.etcdConfigDialing(func(err error) {
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			down(fmt.Errorf("%w: %w", errNothingListens, err))
+		}
+	}, ep)
 	if err != nil {
 		m.Err = err
+		return m
+	}
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		m.Err = fmt.Errorf("etcd client for %s: %w", ep, err)
 		return m
 	}
 	defer cli.Close()
@@ -142,11 +157,20 @@ func (n *Node) EtcdMemberStatus(ctx context.Context, cpIP string) EtcdMemberHeal
 	defer cancel()
 	st, err := cli.Status(rctx, ep)
 	if err != nil {
+		if cause := context.Cause(ctx); errors.Is(cause, errNothingListens) {
+			err = cause
+		}
 		m.Err = fmt.Errorf("%w of %s: %w", ErrEtcdNoStatus, ep, err)
 		return m
 	}
 	m.ID, m.Leader, m.IsLearner, m.Version = st.Header.GetMemberId(), st.Leader, st.IsLearner, st.Version
 	m.Alarms = append(m.Alarms, st.Errors...)
+	if m.Leader == 0 {
+		// Unhealthy whatever its alarms; and listing them is a raft request
+		// a member without a leader cannot serve: it would wait out the
+		// read timeout for nothing.
+		return m
+	}
 	actx, cancel2 := context.WithTimeout(ctx, n.readTimeout())
 	defer cancel2()
 	al, err := cli.AlarmList(actx)
@@ -163,6 +187,10 @@ func (n *Node) EtcdMemberStatus(ctx context.Context, cpIP string) EtcdMemberHeal
 	}
 	return m
 }
+
+// errNothingListens marks a member whose client port refused the
+// connection: no etcd runs there. EtcdMemberStatus reports it at once.
+var errNothingListens = errors.New("nothing listens on the member's client port (its etcd is not running)")
 
 // EtcdClusterHealthy is the package-level EtcdClusterHealthy on this node. The
 // members are asked concurrently; the error names every member that did not

@@ -239,6 +239,7 @@ func TestEtcdClusterHealthyReportsSplitLeadership(t *testing.T) {
 			sawSplit = true
 		}
 		t.Logf("%v", err)
+		time.Sleep(200 * time.Millisecond) // a leaderless member answers at once now
 	}
 	if !sawSplit {
 		t.Errorf("the minority was never reported as leaderless or following another leader")
@@ -253,6 +254,22 @@ func TestEtcdClusterHealthyReportsSplitLeadership(t *testing.T) {
 	if m := obs.EtcdMemberStatus(ctx, minority[1]); m.Healthy() || m.Err != nil {
 		t.Errorf("minority member status = %+v; want answering and not healthy", m)
 	}
+	// Once it knows no leader, its status is not held up by the alarm list
+	// (a raft request it cannot serve): with an hour's read timeout, under
+	// the test's own 20 s bound, it answers without "alarms unreadable".
+	leaderless := false
+	for deadline := time.Now().Add(10 * time.Second); !leaderless && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		leaderless = obs.EtcdMemberStatus(ctx, minority[1]).Leader == 0
+	}
+	if !leaderless {
+		t.Fatalf("minority member %s still names a leader 10 s into the partition", minority[1])
+	}
+	patient := ha.NewNode(ha.Env{Host: observer{c.Host("cp1").Handle()}, EtcdReadTimeout: time.Hour})
+	bounded, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if m := patient.EtcdMemberStatus(bounded, minority[1]); m.Err != nil || m.Leader != 0 || m.Healthy() || strings.Contains(fmt.Sprint(m.Alarms), "alarms unreadable") {
+		t.Errorf("leaderless minority member status = %+v; want answering, no leader, no alarm read", m)
+	}
 
 	// A stopped member: no status, named as not answering.
 	c.Heal()
@@ -263,6 +280,14 @@ func TestEtcdClusterHealthyReportsSplitLeadership(t *testing.T) {
 	err = obs.EtcdClusterHealthy(ctx, ips)
 	if err == nil || !strings.Contains(err.Error(), ha.EtcdEndpoint(ips[4])+" did not answer") {
 		t.Errorf("EtcdClusterHealthy with cp5 stopped = %v; want it named", err)
+	}
+	// Its refused port is reported as such, at once: with a read timeout of
+	// an hour, the etcd client would dial the closed port again until the
+	// test's own bound (20 s) ended it, with another error.
+	bounded, cancel = context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if m := patient.EtcdMemberStatus(bounded, ips[4]); !errors.Is(m.Err, ha.ErrEtcdNoStatus) || !strings.Contains(fmt.Sprint(m.Err), "nothing listens on the member's client port") {
+		t.Errorf("status of the stopped cp5 = %v; want ErrEtcdNoStatus saying nothing listens", m.Err)
 	}
 }
 

@@ -171,6 +171,12 @@ func (n *Node) etcdTLS() (*tls.Config, error) {
 // etcdConfig is the clientv3 configuration etcdClient builds, for the
 // libraries that take a configuration rather than a client.
 func (n *Node) etcdConfig(endpoints ...string) (clientv3.Config, error) {
+	return n.etcdConfigDialing(nil, endpoints...)
+}
+
+// etcdConfigDialing is etcdConfig whose dials also tell onDialErr, when set,
+// each error they meet.
+func (n *Node) etcdConfigDialing(onDialErr func(error), endpoints ...string) (clientv3.Config, error) {
 	tlsCfg, err := n.etcdTLS()
 	if err != nil {
 		return clientv3.Config{}, err
@@ -182,7 +188,11 @@ func (n *Node) etcdConfig(endpoints ...string) (clientv3.Config, error) {
 		DialTimeout: etcdDialTimeout,
 		Logger:      zap.NewNop(),
 		DialOptions: []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			return h.DialContext(ctx, "tcp", addr)
+			conn, err := h.DialContext(ctx, "tcp", addr)
+			if err != nil && onDialErr != nil {
+				onDialErr(err)
+			}
+			return conn, err
 		})},
 	}, nil
 }
