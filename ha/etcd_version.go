@@ -129,22 +129,26 @@ func (n *Node) checkEtcdVersionFits(ctx context.Context, etcdIPs []string, r ver
 // is raised soon after), and a new member that started below it would be
 // stopped then; one that started at the cluster's version keeps it there.
 func clusterVersionAhead(answers []memberVersions) (version, at string) {
-	newer := func(a, b string) bool {
-		amaj, amin, aok := parseMajorMinor(a)
-		bmaj, bmin, bok := parseMajorMinor(b)
-		return aok && (!bok || amaj > bmaj || amaj == bmaj && amin > bmin)
-	}
 	for _, a := range answers {
-		if _, _, ok := parseMajorMinor(a.server); ok && (version == "" || newer(version, a.server)) {
+		if _, _, ok := parseMajorMinor(a.server); ok && (version == "" || newerMinor(version, a.server)) {
 			version, at = a.server, a.ip
 		}
 	}
 	for _, a := range answers {
-		if newer(a.cluster, version) {
+		if newerMinor(a.cluster, version) {
 			version, at = a.cluster, a.ip
 		}
 	}
 	return version, at
+}
+
+// newerMinor reports whether etcd version a's major.minor is above b's. An
+// a that does not parse is never newer; a b that does not parse is below any
+// a that does.
+func newerMinor(a, b string) bool {
+	amaj, amin, aok := parseMajorMinor(a)
+	bmaj, bmin, bok := parseMajorMinor(b)
+	return aok && (!bok || amaj > bmaj || amaj == bmaj && amin > bmin)
 }
 
 // checkEtcdVersionSkew is etcd's own rule for a member joining a cluster
@@ -152,16 +156,12 @@ func clusterVersionAhead(answers []memberVersions) (version, at string) {
 // major.minor, may not be newer than the member's. A cluster whose version
 // is not known is not judged.
 func checkEtcdVersionSkew(local, cluster, at string, r versionRefusal) error {
-	lmaj, lmin, lok := parseMajorMinor(local)
-	cmaj, cmin, cok := parseMajorMinor(cluster)
-	if !lok || !cok {
+	if _, _, ok := parseMajorMinor(local); !ok || !newerMinor(cluster, local) {
 		return nil
 	}
-	if cmaj > lmaj || (cmaj == lmaj && cmin > lmin) {
-		return fmt.Errorf("%w: this node runs etcd %s and the cluster (member %s) is at etcd %d.%d; etcd would refuse to start this member after its add, leaving a learner that blocks every later join; %s: install the etcd the cluster runs (the stratum release that pins etcd %d.%d), then %s",
-			ErrEtcdVersionSkew, strings.TrimPrefix(local, "v"), at, cmaj, cmin, r.unchanged, cmaj, cmin, r.then)
-	}
-	return nil
+	cv := versionMajorMinor(cluster)
+	return fmt.Errorf("%w: this node runs etcd %s and the cluster (member %s) is at etcd %s; etcd would refuse to start this member after its add, leaving a learner that blocks every later join; %s: install the etcd the cluster runs (the stratum release that pins etcd %s), then %s",
+		ErrEtcdVersionSkew, strings.TrimPrefix(local, "v"), at, cv, r.unchanged, cv, r.then)
 }
 
 // parseMajorMinor reads "v3.7.3", "3.7.0" or "3.6" as its major and minor.

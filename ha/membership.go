@@ -483,6 +483,12 @@ func (n *Node) MemberClientIPsVia(ctx context.Context, cpIPs []string) ([]string
 	if err != nil {
 		return nil, err
 	}
+	return startedClientIPs(ms), nil
+}
+
+// startedClientIPs is the host of each member's first client URL; a member
+// that has not started has none and is left out.
+func startedClientIPs(ms []*etcdserverpb.Member) []string {
 	var ips []string
 	for _, m := range ms {
 		if len(m.ClientURLs) == 0 {
@@ -492,7 +498,7 @@ func (n *Node) MemberClientIPsVia(ctx context.Context, cpIPs []string) ([]string
 			ips = append(ips, h)
 		}
 	}
-	return ips, nil
+	return ips
 }
 
 // JoinState is the package-level JoinState on this node.

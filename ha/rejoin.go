@@ -288,13 +288,7 @@ func (n *Node) observeRejoin(ctx context.Context, st *nodestate.NodeState, cp1IP
 	if err != nil {
 		return o, fmt.Errorf("%w; nothing was changed", err)
 	}
-	for _, m := range ms {
-		if len(m.ClientURLs) > 0 {
-			if h := urlHost(m.ClientURLs[0]); h != "" {
-				o.SeedMemberIPs = append(o.SeedMemberIPs, h)
-			}
-		}
-	}
+	o.SeedMemberIPs = startedClientIPs(ms)
 	if m := memberByPeerURL(ms, st.Etcd.PeerURL); m != nil {
 		o.Self = seedUnstarted
 		if started(m) {
@@ -322,11 +316,10 @@ var rejoinVersionRefusal = versionRefusal{unchanged: "nothing was changed", then
 
 // checkRejoinEtcdVersion refuses, before anything changes, a rejoin whose
 // member would start new in the seed's cluster (it is to be added, or was
-// added and has not started)
-// on an etcd that cluster's version no longer admits: a snapshot restored
-// on a node with a newer etcd makes a cluster of that version, and this
-// node's older etcd would exit at its first start, after its data was wiped
-// and its learner added (checkEtcdVersionFits).
+// added and has not started) on an etcd that cluster's version no longer
+// admits: a snapshot restored on a node with a newer etcd makes a cluster of
+// that version, and this node's older etcd would exit at its first start,
+// after its data was wiped and its learner added (checkEtcdVersionFits).
 func (n *Node) checkRejoinEtcdVersion(ctx context.Context, o rejoinObservation, steps []rejoinStep) error {
 	if o.Self == seedStarted && !hasStep(steps, rejoinMemberAdd) {
 		return nil

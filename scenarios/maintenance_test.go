@@ -680,7 +680,7 @@ func (m *maintenance) olderJoiner(t *rapid.T) {
 	m.installEtcd(h, version.EtcdPrevious)
 	minter := drawHost(t, m.cps, "minter for "+h.Name())
 	args := m.printedJoin(minter)
-	if !olderEtcd(version.EtcdPrevious, m.clusterEtcd()) {
+	if !m.downgradable() {
 		m.run(h, cli.ExitOK, args...)
 		m.cps = append(m.cps, h)
 		m.check()

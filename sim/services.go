@@ -59,10 +59,7 @@ func (h *Host) serviceStatus(name string) (host.ServiceStatus, error) {
 	st := host.ServiceStatus{Name: name}
 	switch name {
 	case ServiceEtcd:
-		st.Version = h.etcdVersion
-		if st.Version == "" {
-			st.Version = version.Etcd // the embedded member is the pinned etcd
-		}
+		st.Version = h.etcdVersionLocked()
 		if h.etcd != nil {
 			select {
 			case <-h.etcd.exited():
@@ -247,8 +244,13 @@ func (h *Host) SetEtcdVersion(v string) {
 func (h *Host) EtcdVersion() string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	return h.etcdVersionLocked()
+}
+
+// etcdVersionLocked is EtcdVersion with h.mu held.
+func (h *Host) etcdVersionLocked() string {
 	if h.etcdVersion == "" {
-		return version.Etcd
+		return version.Etcd // the embedded member is the pinned etcd
 	}
 	return h.etcdVersion
 }
