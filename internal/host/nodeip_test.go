@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/netip"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"stratum.dev/stratum/internal/version"
 )
 
 func TestResolveNodeIPPrecedence(t *testing.T) {
@@ -198,6 +202,13 @@ func (testHost) ServiceStatus(context.Context, string) (ServiceStatus, error) {
 	return ServiceStatus{}, nil
 }
 
+// fullDisk is a host whose every write fails with ENOSPC.
+type fullDisk struct{ testHost }
+
+func (fullDisk) WriteFile(name string, _ []byte, _ fs.FileMode) error {
+	return &fs.PathError{Op: "write", Path: name, Err: syscall.ENOSPC}
+}
+
 func TestPrereqsAndDirs(t *testing.T) {
 	h := testHost{&Dir{Root: t.TempDir()}, addrsOnly{node: addrs("10.0.0.5")}}
 	if err := Dirs(h); err != nil {
@@ -210,6 +221,11 @@ func TestPrereqsAndDirs(t *testing.T) {
 		if err := Prereqs(h, o); !errors.Is(err, ErrPrereq) {
 			t.Fatalf("Prereqs(%+v) = %v, want ErrPrereq", o, err)
 		}
+	}
+	// A disk failure stays matchable through the refusal: callers and the
+	// disk-fault properties branch on the errno.
+	if err := Prereqs(fullDisk{h}, PrereqOptions{}); !errors.Is(err, ErrPrereq) || !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "cannot write "+version.StateDir) {
+		t.Fatalf("a full disk: %v, want ErrPrereq matching ENOSPC and naming %s", err, version.StateDir)
 	}
 	noAddr := testHost{h.Dir, addrsOnly{}}
 	if err := Prereqs(noAddr, PrereqOptions{}); !errors.Is(err, ErrPrereq) {

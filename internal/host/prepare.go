@@ -71,20 +71,34 @@ var ErrPrereq = errors.New("prerequisite not met")
 // addresses. The cis profile refuses a SELinux opt-out, which it exists to
 // forbid. Each failure names what to fix.
 func Prereqs(h Host, o PrereqOptions) error {
-	problems := ProfileProblems(o.Profile, o.SELinuxOptOut)
+	var problems []error
+	for _, p := range ProfileProblems(o.Profile, o.SELinuxOptOut) {
+		problems = append(problems, errors.New(p))
+	}
 	probe := path.Join(version.StateDir, ".prereq-probe")
 	if err := h.WriteFile(probe, []byte("ok"), 0o600); err != nil {
-		problems = append(problems, fmt.Sprintf("cannot write %s: %v", version.StateDir, err))
+		problems = append(problems, fmt.Errorf("cannot write %s: %w", version.StateDir, err))
 	} else {
 		_ = h.Remove(probe)
 	}
 	if addrs, err := h.Addresses(); err != nil || len(addrs) == 0 {
-		problems = append(problems, fmt.Sprintf("the host reports no address (%v)", err))
+		problems = append(problems, fmt.Errorf("the host reports no address (%v)", err))
 	}
-	if len(problems) > 0 {
-		return fmt.Errorf("%w: %s; nothing was changed", ErrPrereq, strings.Join(problems, "; "))
+	if len(problems) == 0 {
+		return nil
 	}
-	return nil
+	// Each problem stays matchable (errors.Is finds a disk's errno), joined
+	// as one line.
+	format := "%w: " + strings.Repeat("%w; ", len(problems)) + "nothing was changed"
+	return fmt.Errorf(format, append([]any{ErrPrereq}, anys(problems)...)...)
+}
+
+func anys(errs []error) []any {
+	out := make([]any, len(errs))
+	for i, e := range errs {
+		out[i] = e
+	}
+	return out
 }
 
 // TrustPodCIDRs opens the firewall to the cluster's pod ranges ("a,b" for
