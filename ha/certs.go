@@ -15,8 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/util/retry"
 
+	"stratum.dev/stratum/internal/apiretry"
 	"stratum.dev/stratum/internal/certbundle"
 	"stratum.dev/stratum/internal/kubeconfig"
 	"stratum.dev/stratum/internal/nodestate"
@@ -301,7 +301,7 @@ func (n *Node) publish(ctx context.Context, certKeyHex string, owner *metav1.Own
 	if err := n.GrantCertsReaderProbing(ctx, cs, o.apiservers); err != nil {
 		return fmt.Errorf("%s: %w; the Secret was not written", op, err)
 	}
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err = apiretry.Ensure(ctx, func() error {
 		s, exists, err := next()
 		if err != nil {
 			return err
@@ -591,7 +591,7 @@ func (n *Node) openAndWrite(ctx context.Context, s *corev1.Secret, entry string,
 
 // PruneExpiredGrants is the package-level PruneExpiredGrants on this node.
 func (n *Node) PruneExpiredGrants(ctx context.Context, cs kubernetes.Interface) error {
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err := apiretry.Ensure(ctx, func() error {
 		cur, err := cs.CoreV1().Secrets(certsNamespace).Get(ctx, certsSecret, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil

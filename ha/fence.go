@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 
+	"stratum.dev/stratum/internal/apiretry"
 	"stratum.dev/stratum/internal/token"
 )
 
@@ -55,7 +56,11 @@ func (n *Node) TakeFence(ctx context.Context, cs kubernetes.Interface, holder st
 	}
 	f := &Fence{cs: cs, holder: holder, duration: d, now: n.env.Host.Now}
 	leases := cs.CoordinationV1().Leases(certsNamespace)
-	for try := 0; try < 5; try++ {
+	// take is one judged take. A concurrent taker, or a create that lost
+	// the race, is a conflict; a write whose answer was lost may have been
+	// applied. Either way apiretry.Ensure runs it again on fresh state, where
+	// a take of ours that was applied reads as our own fence.
+	take := func() error {
 		now := metav1.NewMicroTime(f.now().Truncate(time.Microsecond))
 		secs := int32(d / time.Second)
 		cur, err := leases.Get(ctx, fenceLease, metav1.GetOptions{})
@@ -65,20 +70,17 @@ func (n *Node) TakeFence(ctx context.Context, cs kubernetes.Interface, holder st
 				Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &secs,
 					AcquireTime: &now, RenewTime: &now},
 			}, metav1.CreateOptions{})
-			if apierrors.IsAlreadyExists(err) {
-				continue
-			}
 			if err != nil {
-				return nil, fmt.Errorf("take maintenance fence: create Lease %s/%s: %w", certsNamespace, fenceLease, err)
+				return fmt.Errorf("create Lease %s/%s: %w", certsNamespace, fenceLease, raceAsConflict(err))
 			}
 			f.acquired, f.renewed = now.Time, now.Time
-			return f, nil
+			return nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("take maintenance fence: read Lease %s/%s: %w", certsNamespace, fenceLease, err)
+			return fmt.Errorf("read Lease %s/%s: %w", certsNamespace, fenceLease, err)
 		}
 		if other := leaseHolder(cur); other != "" && other != holder && !leaseRanOut(cur, now.Time) {
-			return nil, fmt.Errorf("take maintenance fence: %w by %q until %s; nothing was changed, retry once it is released", ErrFenceHeld, other, leaseEnd(cur).Format(time.RFC3339))
+			return fmt.Errorf("%w by %q until %s; nothing was changed, retry once it is released", ErrFenceHeld, other, leaseEnd(cur).Format(time.RFC3339))
 		}
 		transitions := int32(0)
 		if cur.Spec.LeaseTransitions != nil {
@@ -89,15 +91,19 @@ func (n *Node) TakeFence(ctx context.Context, cs kubernetes.Interface, holder st
 		}
 		cur.Spec.HolderIdentity, cur.Spec.LeaseDurationSeconds = &holder, &secs
 		cur.Spec.AcquireTime, cur.Spec.RenewTime, cur.Spec.LeaseTransitions = &now, &now, &transitions
-		if _, err := leases.Update(ctx, cur, metav1.UpdateOptions{}); apierrors.IsConflict(err) {
-			continue
-		} else if err != nil {
-			return nil, fmt.Errorf("take maintenance fence: update Lease %s/%s: %w", certsNamespace, fenceLease, err)
+		if _, err := leases.Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("update Lease %s/%s: %w", certsNamespace, fenceLease, err)
 		}
 		f.acquired, f.renewed = now.Time, now.Time
-		return f, nil
+		return nil
 	}
-	return nil, fmt.Errorf("take maintenance fence: Lease %s/%s kept changing under the take; nothing was taken, retry", certsNamespace, fenceLease)
+	if err := apiretry.Ensure(ctx, take); err != nil {
+		if apierrors.IsConflict(err) {
+			return nil, fmt.Errorf("take maintenance fence: Lease %s/%s kept changing under the take (%w); nothing was taken, retry", certsNamespace, fenceLease, err)
+		}
+		return nil, fmt.Errorf("take maintenance fence: %w", err)
+	}
+	return f, nil
 }
 
 // Holder is the identity the fence is held as.
@@ -111,6 +117,8 @@ func (f *Fence) Confirm(ctx context.Context) error {
 	return err
 }
 
+// confirmed is Confirm returning the Lease as read: with ErrFenceLost too,
+// when it was read.
 func (f *Fence) confirmed(ctx context.Context) (*coordinationv1.Lease, error) {
 	cur, err := f.cs.CoordinationV1().Leases(certsNamespace).Get(ctx, fenceLease, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -125,44 +133,64 @@ func (f *Fence) confirmed(ctx context.Context) (*coordinationv1.Lease, error) {
 	now := f.now()
 	switch {
 	case leaseHolder(cur) != f.holder:
-		return nil, fmt.Errorf("%w: held by %q now, not %q", ErrFenceLost, leaseHolder(cur), f.holder)
+		return cur, fmt.Errorf("%w: held by %q now, not %q", ErrFenceLost, leaseHolder(cur), f.holder)
 	case cur.Spec.AcquireTime == nil || !cur.Spec.AcquireTime.Time.Equal(acquired):
-		return nil, fmt.Errorf("%w: %q took it again since (a different acquisition)", ErrFenceLost, f.holder)
+		return cur, fmt.Errorf("%w: %q took it again since (a different acquisition)", ErrFenceLost, f.holder)
 	case leaseRanOut(cur, now):
-		return nil, fmt.Errorf("%w: its lease ran out at %s (now %s)", ErrFenceLost, leaseEnd(cur).Format(time.RFC3339), now.Format(time.RFC3339))
+		return cur, fmt.Errorf("%w: its lease ran out at %s (now %s)", ErrFenceLost, leaseEnd(cur).Format(time.RFC3339), now.Format(time.RFC3339))
 	}
 	return cur, nil
 }
 
 // Renew extends the fence by its duration from now, if it is still ours.
+// A renewal that conflicts or lost its answer is judged again on fresh
+// state: still ours, it is written again; taken or run out, it is
+// ErrFenceLost.
 func (f *Fence) Renew(ctx context.Context) error {
-	cur, err := f.confirmed(ctx)
+	err := apiretry.Ensure(ctx, func() error {
+		cur, err := f.confirmed(ctx)
+		if err != nil {
+			return err
+		}
+		now := metav1.NewMicroTime(f.now().Truncate(time.Microsecond))
+		cur.Spec.RenewTime = &now
+		if _, err := f.cs.CoordinationV1().Leases(certsNamespace).Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+		f.mu.Lock()
+		f.renewed = now.Time
+		f.mu.Unlock()
+		return nil
+	})
+	if apierrors.IsConflict(err) {
+		return fmt.Errorf("renew maintenance fence: %w: the Lease kept changing under the renewal (%w)", ErrFenceLost, err)
+	}
 	if err != nil {
 		return fmt.Errorf("renew maintenance fence: %w", err)
 	}
-	now := metav1.NewMicroTime(f.now().Truncate(time.Microsecond))
-	cur.Spec.RenewTime = &now
-	if _, err := f.cs.CoordinationV1().Leases(certsNamespace).Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
-		if apierrors.IsConflict(err) {
-			return fmt.Errorf("renew maintenance fence: %w: the Lease changed under the renewal", ErrFenceLost)
-		}
-		return fmt.Errorf("renew maintenance fence: %w", err)
-	}
-	f.mu.Lock()
-	f.renewed = now.Time
-	f.mu.Unlock()
 	return nil
 }
 
 // Release gives the fence up (clears the holder) if it is still ours. A
 // fence already lost is ErrFenceLost; the Lease is then left as it is.
+// A release whose answer was lost is judged again: a Lease found unheld then
+// was released by it.
 func (f *Fence) Release(ctx context.Context) error {
-	cur, err := f.confirmed(ctx)
+	sent := false
+	err := apiretry.Ensure(ctx, func() error {
+		cur, err := f.confirmed(ctx)
+		if sent && errors.Is(err, ErrFenceLost) && cur != nil && leaseHolder(cur) == "" {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		cur.Spec.HolderIdentity = nil
+		_, err = f.cs.CoordinationV1().Leases(certsNamespace).Update(ctx, cur, metav1.UpdateOptions{})
+		sent = sent || apiretry.LostConnection(err)
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("release maintenance fence: %w", err)
-	}
-	cur.Spec.HolderIdentity = nil
-	if _, err := f.cs.CoordinationV1().Leases(certsNamespace).Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("release maintenance fence: %w", err)
 	}
 	return nil
@@ -171,9 +199,12 @@ func (f *Fence) Release(ctx context.Context) error {
 // ensureFenceLease creates the fence Lease unheld when absent, so a
 // bootstrap-group holder, which RBAC lets update but not create it, can take it.
 func ensureFenceLease(ctx context.Context, cs kubernetes.Interface) error {
-	_, err := cs.CoordinationV1().Leases(certsNamespace).Create(ctx, &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Name: fenceLease, Namespace: certsNamespace},
-	}, metav1.CreateOptions{})
+	err := apiretry.Ensure(ctx, func() error {
+		_, err := cs.CoordinationV1().Leases(certsNamespace).Create(ctx, &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: fenceLease, Namespace: certsNamespace},
+		}, metav1.CreateOptions{})
+		return err
+	})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create fence Lease %s/%s: %w", certsNamespace, fenceLease, err)
 	}

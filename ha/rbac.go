@@ -19,9 +19,9 @@ import (
 	rbacv1ac "k8s.io/client-go/applyconfigurations/rbac/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/util/retry"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 
+	"stratum.dev/stratum/internal/apiretry"
 	"stratum.dev/stratum/internal/token"
 )
 
@@ -121,12 +121,21 @@ func (n *Node) GrantCertsReaderProbing(ctx context.Context, cs kubernetes.Interf
 	// list the API replaces whole (listType=atomic), so whatever rules it
 	// had are replaced by exactly these, while labels and annotations other
 	// managers set are kept.
-	if _, err := cs.RbacV1().Roles(certsNamespace).Apply(ctx, certsReaderRole(), metav1.ApplyOptions{FieldManager: fieldManager, Force: true}); err != nil {
+	err := apiretry.Ensure(ctx, func() error {
+		_, err := cs.RbacV1().Roles(certsNamespace).Apply(ctx, certsReaderRole(), metav1.ApplyOptions{FieldManager: fieldManager, Force: true})
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("grant certs reader: write Role %s/%s: %w", certsNamespace, certsReader, err)
 	}
 	// The binding is created, or repaired by NarrowCertsReaderBinding,
-	// which must read it first (see there), not applied.
-	_, err := cs.RbacV1().RoleBindings(certsNamespace).Create(ctx, certsReaderBinding(), metav1.CreateOptions{})
+	// which must read it first (see there), not applied. A create whose
+	// answer was lost is sent again: it exists then, judged by the repair,
+	// or it is created.
+	err = apiretry.Ensure(ctx, func() error {
+		_, err := cs.RbacV1().RoleBindings(certsNamespace).Create(ctx, certsReaderBinding(), metav1.CreateOptions{})
+		return err
+	})
 	if apierrors.IsAlreadyExists(err) {
 		return n.NarrowCertsReaderBinding(ctx, cs)
 	}
@@ -165,7 +174,7 @@ func certsReaderBinding() *rbacv1.RoleBinding {
 func (n *Node) NarrowCertsReaderBinding(ctx context.Context, cs kubernetes.Interface) error {
 	rbs := cs.RbacV1().RoleBindings(certsNamespace)
 	deleted := false
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err := apiretry.Ensure(ctx, func() error {
 		b, err := rbs.Get(ctx, certsReader, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			if deleted {
@@ -185,6 +194,11 @@ func (n *Node) NarrowCertsReaderBinding(ctx context.Context, cs kubernetes.Inter
 			if apierrors.IsNotFound(err) {
 				// Gone meanwhile: judge what is there now.
 				return apierrors.NewConflict(rbacv1.Resource("rolebindings"), certsReader, err)
+			}
+			if apiretry.LostConnection(err) {
+				// It may have been deleted: an absent binding is then ours
+				// to create, not one to leave absent.
+				deleted = true
 			}
 			if err != nil {
 				return err
@@ -318,7 +332,7 @@ func ptr[T any](v T) *T { return &v }
 func ensureJoinFencePolicy(ctx context.Context, cs kubernetes.Interface) error {
 	want := joinFencePolicyObject()
 	api := cs.AdmissionregistrationV1()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err := apiretry.Ensure(ctx, func() error {
 		cur, err := api.ValidatingAdmissionPolicies().Get(ctx, joinFencePolicy, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			_, err = api.ValidatingAdmissionPolicies().Create(ctx, want, metav1.CreateOptions{})
@@ -341,7 +355,7 @@ func ensureJoinFencePolicy(ctx context.Context, cs kubernetes.Interface) error {
 			ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny},
 		},
 	}
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err = apiretry.Ensure(ctx, func() error {
 		cur, err := api.ValidatingAdmissionPolicyBindings().Get(ctx, joinFencePolicy, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			_, err = api.ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{})
@@ -423,7 +437,7 @@ func waitFenceEnforced(ctx context.Context, probes []rest.Interface) error {
 }
 
 // raceAsConflict turns a create that lost a race (AlreadyExists) into a
-// conflict, so retry.RetryOnConflict re-reads and updates what the winner
+// conflict, so apiretry.Ensure re-reads and updates what the winner
 // wrote.
 func raceAsConflict(err error) error {
 	if apierrors.IsAlreadyExists(err) {

@@ -11,8 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/util/retry"
 
+	"stratum.dev/stratum/internal/apiretry"
 	"stratum.dev/stratum/internal/version"
 )
 
@@ -109,7 +109,7 @@ func (n *Node) repointCilium(ctx context.Context, w io.Writer, cs kubernetes.Int
 		}
 	}
 	if dsChanged {
-		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		err := apiretry.Ensure(ctx, func() error {
 			cur, err := apps.DaemonSets(ciliumNamespace).Get(ctx, ciliumAgent, metav1.GetOptions{})
 			if err != nil {
 				return err
@@ -126,7 +126,7 @@ func (n *Node) repointCilium(ctx context.Context, w io.Writer, cs kubernetes.Int
 		fmt.Fprintf(w, "daemonset %s/%s points at %s:%s\n", ciliumNamespace, ciliumAgent, vip, port)
 	}
 	if depChanged {
-		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		err := apiretry.Ensure(ctx, func() error {
 			cur, err := apps.Deployments(ciliumNamespace).Get(ctx, ciliumOperator, metav1.GetOptions{})
 			if err != nil {
 				return err

@@ -39,6 +39,18 @@ type vip struct {
 	mu     sync.Mutex
 	holder *Host
 	conns  map[net.Conn]struct{}
+	// bytes is what the forwarder has carried, both ways, since the start;
+	// answers counts the reads it has carried from apiservers to clients
+	// (a response is one or a few). An armed cut (CutVIPConnectionsAt,
+	// CutVIPAnswer) closes every connection when bytes reaches cutBytes, or
+	// instead of carrying answer cutAnswer; cut is closed then.
+	bytes     int64
+	answers   int64
+	cutBytes  int64
+	cutAnswer int64
+	cut       chan struct{}
+	// events records the cut.
+	events *EventLog
 }
 
 func (c *Cluster) startVIP() error {
@@ -47,6 +59,7 @@ func (c *Cluster) startVIP() error {
 		return err
 	}
 	c.vip.ln = ln
+	c.vip.events = c.events
 	c.vip.conns = map[net.Conn]struct{}{}
 	go c.vip.serve(c)
 	return nil
@@ -90,9 +103,64 @@ func (v *vip) forward(in net.Conn) {
 	defer v.track(out, false)
 	defer out.Close()
 	done := make(chan struct{}, 2)
-	go func() { _, _ = io.Copy(out, in); done <- struct{}{} }()
-	go func() { _, _ = io.Copy(in, out); done <- struct{}{} }()
+	go func() { v.carry(out, in, false); done <- struct{}{} }()
+	go func() { v.carry(in, out, true); done <- struct{}{} }()
 	<-done
+}
+
+// carry copies src to dst — an apiserver's answers to a client when
+// answers — counting against an armed cut: a write that reaches the cut's
+// byte is carried up to it, an answer that is the cut's is not carried at
+// all; then every connection is closed.
+func (v *vip) carry(dst io.Writer, src io.Reader, answers bool) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			v.mu.Lock()
+			send, cut := int64(n), false
+			if answers {
+				v.answers++
+				if v.answers == v.cutAnswer {
+					send, cut = 0, true
+				}
+			}
+			if v.cutBytes > 0 && v.bytes+send >= v.cutBytes {
+				send, cut = v.cutBytes-v.bytes, true
+			}
+			v.bytes += send
+			v.mu.Unlock()
+			if _, werr := dst.Write(buf[:send]); werr != nil {
+				return
+			}
+			if cut {
+				v.cutAll()
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// cutAll closes every connection through the VIP, once per arming, as a VIP
+// moving away would, and records it.
+func (v *vip) cutAll() {
+	v.mu.Lock()
+	if v.cut == nil {
+		v.mu.Unlock()
+		return
+	}
+	v.cutBytes, v.cutAnswer = 0, 0
+	for conn := range v.conns {
+		conn.Close()
+	}
+	close(v.cut)
+	v.cut = nil
+	n := len(v.conns) / 2
+	v.mu.Unlock()
+	v.events.Record("-", "fault", "cut every connection through the VIP (%d client connections), as a VIP moving mid-request does", n)
 }
 
 func (v *vip) setHolder(h *Host) (changed bool) {
@@ -131,6 +199,62 @@ func (v *vip) close() {
 		v.ln.Close()
 	}
 	v.setHolder(nil)
+}
+
+// VIPBytes is how many bytes the VIP has carried, both ways, since the
+// cluster started: a measure of traffic a test draws a cut point in.
+func (c *Cluster) VIPBytes() int64 {
+	c.vip.mu.Lock()
+	defer c.vip.mu.Unlock()
+	return c.vip.bytes
+}
+
+// VIPAnswers is how many reads the VIP has carried from apiservers to
+// clients since the cluster started: each is a response or part of one.
+func (c *Cluster) VIPAnswers() int64 {
+	c.vip.mu.Lock()
+	defer c.vip.mu.Unlock()
+	return c.vip.answers
+}
+
+// CutVIPConnectionsAt arms a cut of every connection through the VIP when
+// the VIP has carried n bytes (VIPBytes) — the byte that reaches n is
+// delivered, the rest of that write is not — as a VIP that moves to
+// another control plane mid-request closes them: a request half sent, or
+// one applied whose answer is lost. New connections go through afterwards.
+// The channel is closed once the cut is made; an n already passed cuts at
+// the next byte. Arming replaces a cut not yet made.
+func (c *Cluster) CutVIPConnectionsAt(n int64) <-chan struct{} {
+	v := &c.vip
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.cutBytes, v.cutAnswer, v.cut = max(n, v.bytes+1), 0, make(chan struct{})
+	return v.cut
+}
+
+// CutVIPAnswer arms a cut of every connection through the VIP in place of
+// carrying answer k (counted as VIPAnswers counts): the request it answers
+// was applied, and its client never hears so — the case a write that is
+// retried must judge. The channel is closed once the cut is made; a k
+// already passed cuts at the next answer. Arming replaces a cut not yet
+// made.
+func (c *Cluster) CutVIPAnswer(k int64) <-chan struct{} {
+	v := &c.vip
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.cutBytes, v.cutAnswer, v.cut = 0, max(k, v.answers+1), make(chan struct{})
+	return v.cut
+}
+
+// DisarmVIPCut drops a cut armed and not yet made, and reports whether there
+// was one.
+func (c *Cluster) DisarmVIPCut() bool {
+	v := &c.vip
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	armed := v.cut != nil
+	v.cutBytes, v.cutAnswer, v.cut = 0, 0, nil
+	return armed
 }
 
 // VIPHolder is the host that holds the VIP now, nil when none does.

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"stratum.dev/stratum/internal/apiretry"
 	"stratum.dev/stratum/internal/pki"
 )
 
@@ -162,8 +163,18 @@ func ClientCertOf(kubeconfig []byte) ([]byte, error) {
 	return auth.ClientCertificateData, nil
 }
 
+// The client-side rate limit of RESTConfig's clients.
+const (
+	clientQPS   = 50
+	clientBurst = 100
+)
+
 // RESTConfig is the client configuration of kubeconfig's current context,
-// for building clientsets.
+// for building clientsets. Its reads that lose their connection (a VIP
+// moving mid-request) are sent again (apiretry.RetryReads), and it allows
+// clientQPS requests a second (burst clientBurst), as kubectl does, not
+// client-go's 5: stratum's steps are short bursts of requests, not a
+// controller's steady stream.
 func RESTConfig(kubeconfig []byte) (*rest.Config, error) {
 	if _, _, err := current(kubeconfig); err != nil {
 		return nil, fmt.Errorf("kubeconfig REST config: %w", err)
@@ -172,6 +183,8 @@ func RESTConfig(kubeconfig []byte) (*rest.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig REST config: %w", err)
 	}
+	cfg.Wrap(apiretry.RetryReads)
+	cfg.QPS, cfg.Burst = clientQPS, clientBurst
 	return cfg, nil
 }
 

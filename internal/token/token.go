@@ -27,6 +27,7 @@ import (
 	bootstraputil "k8s.io/cluster-bootstrap/token/util"
 	bootstrapsecrets "k8s.io/cluster-bootstrap/util/secrets"
 
+	"stratum.dev/stratum/internal/apiretry"
 	"stratum.dev/stratum/internal/kubeconfig"
 	"stratum.dev/stratum/internal/pki"
 )
@@ -284,7 +285,7 @@ func clientSteps(cs kubernetes.Interface, description string) tokenSteps {
 				if err != nil {
 					return "", metav1.OwnerReference{}, err
 				}
-				got, err := cs.CoreV1().Secrets(Namespace).Create(ctx, s, metav1.CreateOptions{})
+				got, err := createOnce(ctx, cs, s, secret(tok))
 				if apierrors.IsAlreadyExists(err) && try < 3 {
 					continue
 				}
@@ -295,13 +296,50 @@ func clientSteps(cs kubernetes.Interface, description string) tokenSteps {
 			}
 		},
 		deleteToken: func(ctx context.Context, id string) error {
-			err := cs.CoreV1().Secrets(Namespace).Delete(ctx, SecretPrefix+id, metav1.DeleteOptions{})
+			// A delete whose answer was lost is sent again; gone is done.
+			err := apiretry.Ensure(ctx, func() error {
+				return cs.CoreV1().Secrets(Namespace).Delete(ctx, SecretPrefix+id, metav1.DeleteOptions{})
+			})
 			if apierrors.IsNotFound(err) {
 				return nil
 			}
 			return err
 		},
 	}
+}
+
+// createOnce creates the token Secret s, whose token secret is tokSecret,
+// exactly once: a create whose answer was lost is sent again, and the
+// AlreadyExists it may then meet is judged by the Secret there — ours (the
+// same token secret, which no other minter draws) is the create's own
+// success, anything else stays AlreadyExists. So a lost answer never leaves a
+// token behind that the mint does not know it made.
+func createOnce(ctx context.Context, cs kubernetes.Interface, s *corev1.Secret, tokSecret string) (*corev1.Secret, error) {
+	secrets := cs.CoreV1().Secrets(Namespace)
+	sent := false
+	var got *corev1.Secret
+	err := apiretry.Ensure(ctx, func() error {
+		var err error
+		got, err = secrets.Create(ctx, s, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) && sent {
+			cur, gerr := secrets.Get(ctx, s.Name, metav1.GetOptions{})
+			if gerr != nil {
+				return gerr
+			}
+			if string(cur.Data[keyTokenSecret]) == tokSecret {
+				got, err = cur, nil
+			}
+		}
+		sent = sent || apiretry.LostConnection(err)
+		return err
+	})
+	return got, err
+}
+
+// secret is a well-formed token's secret half.
+func secret(tok string) string {
+	_, s, _ := ParseToken(tok)
+	return s
 }
 
 // ExpiredOrGone reports whether a bootstrap-token Secret no longer grants
@@ -346,15 +384,25 @@ type Info struct {
 // ErrNoToken matches a Delete of a token that does not exist.
 var ErrNoToken = errors.New("no such bootstrap token")
 
-// List is every bootstrap token in the cluster, by ID, as seen at now.
-func List(ctx context.Context, cs kubernetes.Interface, now time.Time) ([]Info, error) {
-	secrets, err := cs.CoreV1().Secrets(Namespace).List(ctx, metav1.ListOptions{FieldSelector: "type=" + string(bootstrapapi.SecretTypeBootstrapToken)})
+// Secrets is every bootstrap-token Secret in the cluster, in one request
+// whatever their number.
+func Secrets(ctx context.Context, cs kubernetes.Interface) ([]corev1.Secret, error) {
+	list, err := cs.CoreV1().Secrets(Namespace).List(ctx, metav1.ListOptions{FieldSelector: "type=" + string(bootstrapapi.SecretTypeBootstrapToken)})
 	if err != nil {
 		return nil, fmt.Errorf("list bootstrap tokens: %w", err)
 	}
+	return list.Items, nil
+}
+
+// List is every bootstrap token in the cluster, by ID, as seen at now.
+func List(ctx context.Context, cs kubernetes.Interface, now time.Time) ([]Info, error) {
+	secrets, err := Secrets(ctx, cs)
+	if err != nil {
+		return nil, err
+	}
 	var out []Info
-	for i := range secrets.Items {
-		s := &secrets.Items[i]
+	for i := range secrets {
+		s := &secrets[i]
 		id := IDFromSecretName(s.Name)
 		if id == "" {
 			continue

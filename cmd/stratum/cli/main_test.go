@@ -25,7 +25,7 @@ import (
 )
 
 // runCLI runs the CLI in-process and returns its exit code and streams.
-func runCLI(t *testing.T, opts Options, args ...string) (code int, stdout, stderr string) {
+func runCLI(t testing.TB, opts Options, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
 	code = Run(context.Background(), args, &out, &errOut, opts)

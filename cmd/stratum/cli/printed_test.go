@@ -308,7 +308,7 @@ func TestUpAndJoinPrintTheirSteps(t *testing.T) {
 // brings it up as the first control plane of a cluster with a VIP, through
 // the CLI; it returns the cluster, the host and the options that run the CLI
 // on it.
-func upOneControlPlane(t *testing.T, spareHosts int) (*sim.Cluster, *sim.Host, Options) {
+func upOneControlPlane(t testing.TB, spareHosts int) (*sim.Cluster, *sim.Host, Options) {
 	t.Helper()
 	c := sim.Start(t, sim.Config{Fresh: true, SpareHosts: max(spareHosts, 1), APIServers: true, VIP: true})
 	cp1 := c.Hosts()[0]

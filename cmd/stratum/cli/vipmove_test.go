@@ -1,0 +1,198 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"stratum.dev/stratum/internal/certbundle"
+	"stratum.dev/stratum/internal/host"
+	"stratum.dev/stratum/internal/token"
+	"stratum.dev/stratum/sim"
+)
+
+// vipMoveByteCuts is at how many points spread over a mint's bytes the test
+// cuts.
+const vipMoveByteCuts = 6
+
+// vipMoveMeasures is how many uncut mints measure a mint's traffic, and
+// vipMoveAnswerSlack how far past the most answers one had the cuts run.
+const (
+	vipMoveMeasures    = 3
+	vipMoveAnswerSlack = 2
+)
+
+// TestTokenCreateSurvivesAVIPMove: `stratum token create --control-plane`
+// whose connections through the VIP are all cut at a point of its traffic —
+// a request half sent, or one applied whose answer is lost, as a VIP moving
+// to another control plane cuts them — still mints exactly one grant. Cut at
+// vipMoveByteCuts points spread over a mint's bytes, and in place of each of
+// its answers in turn, it exits 0 and prints a join command; the cluster, read by a client of its own, then
+// holds that token and no other new one, the grant's entry in
+// stratum-certs, and the maintenance fence released, and the command warned
+// of nothing. The join command one
+// cut mint printed, run as printed on a spare host, makes it a control plane
+// that serves with only the cluster CA.
+func TestTokenCreateSurvivesAVIPMove(t *testing.T) {
+	c, cp1, opts := upOneControlPlane(t, 2) // cp1, and cp2 to join
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	// The cluster is read through cp1's own apiserver, not the VIP the
+	// test cuts.
+	cs, err := cp1.Admin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mint := func(what string) (id, join string) {
+		t.Helper()
+		code, out, errOut := runCLI(t, opts, "token", "create", "--control-plane")
+		if code != ExitOK {
+			t.Fatalf("token create %s: exit %d\n%s", what, code, errOut)
+		}
+		if strings.Contains(errOut, "level=WARN") {
+			// A retried step must judge what its lost write did, not
+			// warn of a failure that did not happen (a release found
+			// done, say).
+			t.Fatalf("token create %s succeeded with warnings:\n%s", what, errOut)
+		}
+		lines := printedCommandLines(out)
+		if len(lines) == 0 {
+			t.Fatalf("token create %s printed no join command:\n%s", what, out)
+		}
+		return mintedID(out), lines[0]
+	}
+
+	// An uncut mint measures the traffic a mint carries through the VIP.
+	// Each mint's grant is revoked again, so every mint meets the same
+	// cluster and carries the same traffic as the measured one: the grants'
+	// Secret does not grow from one to the next.
+	revoke := func(id string) {
+		t.Helper()
+		if code, _, errOut := runCLI(t, opts, "token", "delete", id); code != ExitOK {
+			t.Fatalf("token delete %s: exit %d\n%s", id, code, errOut)
+		}
+	}
+	// Uncut mints measure the traffic a mint carries: its bytes, and its
+	// answers, whose count varies by a few (its clients' connections
+	// interleave) — fewest and most of vipMoveMeasures mints.
+	var span, fewest, most int64
+	for i := 0; i < vipMoveMeasures; i++ {
+		bytes, answers := c.VIPBytes(), c.VIPAnswers()
+		id, _ := mint("uncut")
+		bytes, answers = c.VIPBytes()-bytes, c.VIPAnswers()-answers
+		revoke(id)
+		span = bytes
+		if i == 0 || answers < fewest {
+			fewest = answers
+		}
+		most = max(most, answers)
+	}
+	t.Logf("a mint carries %d bytes through the VIP, %d to %d answers", span, fewest, most)
+
+	// The cuts: at points spread over the mint's bytes (mostly requests
+	// half sent), then in place of each of its answers in turn (requests
+	// applied, answers lost).
+	type cutAt struct {
+		what string
+		arm  func() <-chan struct{}
+		tail bool // past the fewest answers a mint had: it may not come
+	}
+	var cuts []cutAt
+	for i := int64(1); i <= vipMoveByteCuts; i++ {
+		at := span * i / (vipMoveByteCuts + 1)
+		cuts = append(cuts, cutAt{fmt.Sprintf("cut at byte %d of %d", at, span), func() <-chan struct{} { return c.CutVIPConnectionsAt(c.VIPBytes() + at) }, false})
+	}
+	// A cut past the fewest answers may come after the mint ended, and is
+	// then dropped; the count runs to the most (and vipMoveAnswerSlack
+	// past), so the last answers — the fence's release — are cut in some
+	// run of that tail.
+	for k := int64(1); k <= most+vipMoveAnswerSlack; k++ {
+		cuts = append(cuts, cutAt{fmt.Sprintf("cut in place of answer %d (a mint has %d to %d)", k, fewest, most), func() <-chan struct{} { return c.CutVIPAnswer(c.VIPAnswers() + k) }, k > fewest})
+	}
+	var cutJoin string
+	for i, cut := range cuts {
+		tokens := bootstrapTokens(ctx, t, cs)
+		made := cut.arm()
+		began := time.Now()
+		id, join := mint(cut.what)
+		t.Logf("token create %s: %s", cut.what, time.Since(began).Round(time.Millisecond))
+		select {
+		case <-made:
+		default:
+			if !cut.tail {
+				t.Fatalf("token create %s: the cut never came", cut.what)
+			}
+			c.DisarmVIPCut()
+			t.Logf("token create %s: the mint ended first", cut.what)
+		}
+		if want := append(tokens, id); !slices.Equal(sorted(bootstrapTokens(ctx, t, cs)), sorted(want)) {
+			t.Fatalf("token create %s: bootstrap tokens %v, want those before (%v) and the printed %s only", cut.what, bootstrapTokens(ctx, t, cs), tokens, id)
+		}
+		certs, err := cs.CoreV1().Secrets("kube-system").Get(ctx, "stratum-certs", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := certs.Data[certbundle.GrantEntryPrefix+id]; !ok {
+			t.Fatalf("token create %s: no grant entry for %s in stratum-certs", cut.what, id)
+		}
+		fence, err := cs.CoordinationV1().Leases("kube-system").Get(ctx, "stratum-maintenance", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h := fence.Spec.HolderIdentity; h != nil && *h != "" {
+			t.Fatalf("token create %s: the maintenance fence is still held by %q", cut.what, *h)
+		}
+		if i == len(cuts)/2 {
+			cutJoin = join // kept, for the join below
+		} else {
+			revoke(id)
+		}
+	}
+
+	cp2 := c.Hosts()[1]
+	d2 := cp2.Handle()
+	on2 := Options{Host: func() (host.Host, error) { return d2, nil }, Checkpoint: d2.Checkpoint}
+	if code, out, errOut := runCLI(t, on2, strings.Fields(cutJoin)[1:]...); code != ExitOK {
+		t.Fatalf("%s (printed by a cut mint), run on %s: exit %d\n%s\n%s", cutJoin, cp2.Name(), code, out, errOut)
+	}
+	servesWithClusterCA(ctx, t, cp2)
+}
+
+// bootstrapTokens is the IDs of the cluster's bootstrap tokens.
+func bootstrapTokens(ctx context.Context, t *testing.T, cs kubernetes.Interface) []string {
+	t.Helper()
+	list, err := token.List(ctx, cs, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, i := range list {
+		ids = append(ids, i.ID)
+	}
+	return ids
+}
+
+func sorted(s []string) []string { s = slices.Clone(s); slices.Sort(s); return s }
+
+// servesWithClusterCA checks h's own apiserver answers /readyz to a client
+// that trusts only the cluster CA, as a user's would.
+func servesWithClusterCA(ctx context.Context, t *testing.T, h *sim.Host) {
+	t.Helper()
+	cfg, err := h.AdminConfig() // the kubeconfig's CA: the cluster CA only
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx); err != nil {
+		t.Fatalf("%s's apiserver /readyz with only the cluster CA: %v (%s)", h.Name(), err, body)
+	}
+}

@@ -1,0 +1,183 @@
+// Package apiretry runs a Kubernetes API step again when it lost its
+// connection mid-request or conflicted with a concurrent writer.
+//
+// Clients reach the control planes through the VIP, and a VIP that moves to
+// another control plane (its holder lost the lease: an etcd restart under its
+// apiserver, a busy host) closes every connection through it. client-go
+// retries a GET that lost its connection, never a write: the write may or
+// may not have been applied. A step that reads what is there before it
+// writes, and so converges when run again, can be re-run instead, as kubeadm
+// retries its API writes: a failover then costs the step a pause, not the
+// operator a re-run.
+package apiretry
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"syscall"
+	"time"
+
+	"golang.org/x/net/http2"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+)
+
+// LostConnection reports whether err is a request that lost its way to the
+// apiserver: the connection was refused, reset, closed before the response
+// (EOF), its HTTP/2 connection or stream was lost, its answer's body was
+// cut, or the dial timed out or found no route. The request may or may not
+// have been applied; the address is likely served again once a VIP failover
+// ends. An answer the apiserver gave (any status) is not a lost connection.
+func LostConnection(err error) bool {
+	if err == nil {
+		return false
+	}
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		return false
+	}
+	if utilnet.IsProbableEOF(err) || utilnet.IsConnectionReset(err) || utilnet.IsConnectionRefused(err) || utilnet.IsHTTP2ConnectionLost(err) {
+		return true
+	}
+	// A response whose body was cut: client-go wraps the read's error.
+	var stream http2.StreamError
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.As(err, &stream) {
+		return true
+	}
+	if errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) {
+		return true
+	}
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial" && op.Timeout()
+}
+
+// Timing of Ensure's retries.
+const (
+	// LostWait bounds how long Ensure keeps re-running a step whose
+	// connection is lost, counted from the first loss: above a VIP failover
+	// (kube-vip's 5 s lease runs out, the next holder takes it and
+	// announces the address), far below an operation's own timeouts.
+	LostWait = 30 * time.Second
+	// lostFirstPause is the pause after the first lost connection; it
+	// doubles up to lostMaxPause.
+	lostFirstPause = 100 * time.Millisecond
+	lostMaxPause   = 2 * time.Second
+	// conflictTries is how often a step that keeps conflicting runs, as
+	// retry.RetryOnConflict's retry.DefaultRetry.
+	conflictTries = 5
+	conflictPause = 10 * time.Millisecond
+)
+
+// Ensure runs step until it succeeds or fails with what a re-run cannot
+// mend. step must read what is there before it writes, so that running it
+// again converges whether or not its last write was applied. A conflict
+// (another writer came first; a create that lost a race reports one) runs it
+// again at once, up to conflictTries times in all; a lost connection runs it
+// again after a pause, until LostWait has passed since the first loss. The
+// last error is returned as step returned it; a ctx that ends stops the
+// retries and returns the error that made the last one.
+func Ensure(ctx context.Context, step func() error) error {
+	conflicts := 0
+	var lost lostBackoff
+	for {
+		err := step()
+		var wait time.Duration
+		switch {
+		case err == nil:
+			return nil
+		case apierrors.IsConflict(err):
+			conflicts++
+			if conflicts >= conflictTries {
+				return err
+			}
+			wait = conflictPause
+		case LostConnection(err):
+			var again bool
+			if wait, again = lost.next(); !again {
+				return err
+			}
+		default:
+			return err
+		}
+		if !sleep(ctx, wait) {
+			return err
+		}
+	}
+}
+
+// lostBackoff paces the re-runs after lost connections: lostFirstPause,
+// doubling to lostMaxPause, until LostWait has passed since the first.
+type lostBackoff struct {
+	since time.Time
+	pause time.Duration
+}
+
+// next is the pause before the next run, and false once LostWait has passed.
+func (b *lostBackoff) next() (time.Duration, bool) {
+	now := time.Now()
+	if b.since.IsZero() {
+		b.since, b.pause = now, lostFirstPause
+	}
+	left := LostWait - now.Sub(b.since)
+	if left <= 0 {
+		return 0, false
+	}
+	wait := min(b.pause, left)
+	b.pause = min(2*b.pause, lostMaxPause)
+	return wait, true
+}
+
+// sleep waits d, and reports false if ctx ended first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// RetryReads wraps rt so that a read — a GET, not a watch, a followed log or
+// an upgrade — that lost its connection, before its answer or while its body
+// was read, is sent again, paced as Ensure paces lost connections, until
+// LostWait has passed or the request's context ends. The answer's body is
+// read whole before it is handed on, so a body cut midway is retried here
+// rather than returned. Writes pass through untouched: whether one that lost
+// its answer was applied is for the step that made it to judge (Ensure).
+// It fits rest.Config's Wrap.
+func RetryReads(rt http.RoundTripper) http.RoundTripper { return readRetrier{rt} }
+
+type readRetrier struct{ rt http.RoundTripper }
+
+func (r readRetrier) RoundTrip(req *http.Request) (*http.Response, error) {
+	q := req.URL.Query()
+	if req.Method != http.MethodGet || q.Get("watch") == "true" || q.Get("follow") == "true" || req.Header.Get("Upgrade") != "" {
+		return r.rt.RoundTrip(req)
+	}
+	var lost lostBackoff
+	for {
+		resp, err := r.rt.RoundTrip(req.Clone(req.Context()))
+		if err == nil {
+			var body []byte
+			body, err = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err == nil {
+				resp.Body, resp.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+				return resp, nil
+			}
+		}
+		if !LostConnection(err) {
+			return nil, err
+		}
+		wait, again := lost.next()
+		if !again || !sleep(req.Context(), wait) {
+			return nil, err
+		}
+	}
+}

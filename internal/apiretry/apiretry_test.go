@@ -1,0 +1,150 @@
+package apiretry
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// update sends a ConfigMap Update, the kind of write client-go never
+// retries itself, to the server at addr and returns its error.
+func update(t *testing.T, addr string) error {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(&rest.Config{Host: "http://" + addr, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "default", ResourceVersion: "1"}}
+	_, err = cs.CoreV1().ConfigMaps("default").Update(context.Background(), cm, metav1.UpdateOptions{})
+	return err
+}
+
+// serve accepts connections on a fresh loopback listener and hands each to
+// handle, until the test ends.
+func serve(t *testing.T, handle func(net.Conn)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go handle(c)
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func TestLostConnection(t *testing.T) {
+	closedMidRequest := serve(t, func(c net.Conn) {
+		// Read the request, as an apiserver behind a moving VIP would,
+		// then lose the connection before any answer.
+		_, _ = http.ReadRequest(bufio.NewReader(c))
+		c.Close()
+	})
+	reset := serve(t, func(c net.Conn) {
+		_, _ = http.ReadRequest(bufio.NewReader(c))
+		c.(*net.TCPConn).SetLinger(0)
+		c.Close()
+	})
+	answered := serve(t, func(c net.Conn) {
+		_, _ = http.ReadRequest(bufio.NewReader(c))
+		body := `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Conflict","code":409,"message":"the object has been modified"}`
+		fmt.Fprintf(c, "HTTP/1.1 409 Conflict\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
+		c.Close()
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := ln.Addr().String()
+	ln.Close()
+
+	for _, tc := range []struct {
+		name string
+		addr string
+		lost bool
+	}{
+		{"closed before the answer", closedMidRequest, true},
+		{"reset before the answer", reset, true},
+		{"nothing listens", refused, true},
+		{"the apiserver answered 409", answered, false},
+	} {
+		err := update(t, tc.addr)
+		if err == nil {
+			t.Fatalf("%s: the update succeeded", tc.name)
+		}
+		if got := LostConnection(err); got != tc.lost {
+			t.Errorf("%s: LostConnection(%v) = %v, want %v", tc.name, err, got, tc.lost)
+		}
+		if wrapped := fmt.Errorf("write ConfigMap: %w", err); LostConnection(wrapped) != tc.lost {
+			t.Errorf("%s: wrapped, LostConnection(%v) = %v, want %v", tc.name, wrapped, !tc.lost, tc.lost)
+		}
+	}
+	if LostConnection(nil) || LostConnection(errors.New("unexpected EOF")) {
+		t.Error("nil, or a message that merely reads like a lost connection, counted as one")
+	}
+}
+
+func TestEnsure(t *testing.T) {
+	closed := serve(t, func(c net.Conn) { c.Close() })
+	lost := update(t, closed)
+	if !LostConnection(lost) {
+		t.Fatalf("setup: %v is not a lost connection", lost)
+	}
+	conflict := apierrors.NewConflict(schema.GroupResource{Resource: "configmaps"}, "c", errors.New("modified"))
+	refusal := apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, "c", errors.New("no"))
+	ctx := context.Background()
+
+	runs := 0
+	err := Ensure(ctx, func() error {
+		runs++
+		if runs < 3 {
+			return lost
+		}
+		return nil
+	})
+	if err != nil || runs != 3 {
+		t.Errorf("two lost connections then success: err %v after %d runs, want nil after 3", err, runs)
+	}
+
+	runs = 0
+	err = Ensure(ctx, func() error { runs++; return conflict })
+	if !apierrors.IsConflict(err) || runs != conflictTries {
+		t.Errorf("a step that keeps conflicting: err %v after %d runs, want the conflict after %d", err, runs, conflictTries)
+	}
+
+	runs = 0
+	err = Ensure(ctx, func() error { runs++; return refusal })
+	if !apierrors.IsForbidden(err) || runs != 1 {
+		t.Errorf("a refusal: err %v after %d runs, want it after 1", err, runs)
+	}
+
+	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	runs = 0
+	err = Ensure(cctx, func() error { runs++; return lost })
+	if !LostConnection(err) || cctx.Err() == nil {
+		t.Errorf("a connection lost until ctx ends: err %v (ctx %v), want the lost connection after ctx ended", err, cctx.Err())
+	}
+	if runs < 2 {
+		t.Errorf("a lost connection ran %d times before ctx ended, want it run again", runs)
+	}
+}
