@@ -9,7 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -69,21 +68,25 @@ func grantEntries(data map[string][]byte) []string {
 }
 
 // expiredGrantEntries are the grant entries of data whose bootstrap token is
-// gone or expired by now (stratum's own clock), sorted. A token that cannot be
-// read for another reason is an error: it is not shown to be gone.
+// gone or expired by now (stratum's own clock), sorted. The tokens are read in
+// one list, so a mint costs the same with one live grant or hundreds; a list
+// that fails is an error: no token is shown to be gone.
 func expiredGrantEntries(ctx context.Context, cs kubernetes.Interface, data map[string][]byte, now time.Time) ([]string, error) {
+	entries := grantEntries(data)
+	if len(entries) == 0 {
+		return nil, nil
+	}
+	secrets, err := token.Secrets(ctx, cs)
+	if err != nil {
+		return nil, fmt.Errorf("judge %d grant(s): %w", len(entries), err)
+	}
+	byName := make(map[string]*corev1.Secret, len(secrets))
+	for i := range secrets {
+		byName[secrets[i].Name] = &secrets[i]
+	}
 	var out []string
-	for _, e := range grantEntries(data) {
-		id := grantTokenID(e)
-		s, err := cs.CoreV1().Secrets(token.Namespace).Get(ctx, token.SecretPrefix+id, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			out = append(out, e)
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("read bootstrap token %s of grant %s: %w", id, e, err)
-		}
-		if token.ExpiredOrGone(s, now) {
+	for _, e := range entries {
+		if token.ExpiredOrGone(byName[token.SecretPrefix+grantTokenID(e)], now) {
 			out = append(out, e)
 		}
 	}
