@@ -77,12 +77,14 @@ func TestExpiredGrant(t *testing.T) {
 		t.Logf("ExpiredGrant: joins refused %d, live joins %d, joins with a retired key %d, joins refused for the joiner's clock %d, prunes that dropped %d, no-op prunes %d, tokens deleted %d, waited out %d, rekeys %d, re-uploads %d",
 			st.refusedJoins, st.liveJoins, st.retiredJoins, st.skewedJoins, st.prunesDropping, st.prunesNoop, st.deletes, st.expiries, st.rekeys, st.reuploads)
 	})
-	explored.require("ExpiredGrant", "rekey", "reupload")
+	explored.require("ExpiredGrant", "mint", "rekey", "reupload", "skewedJoin", "setClock", "prune")
 	property(t, func(rt *rapid.T) {
 		s := &expired{world: newWorld(rt, 1), stats: st}
 		s.prober = s.c.Host("cp2")
+		explored.ran("mint")
 		s.mint(rt)
 		s.retireTour(rt)
+		s.clockTour(rt)
 		rt.Repeat(explored.actions(map[string]func(*rapid.T){
 			"mint":        s.mint,
 			"deleteToken": s.deleteToken,
@@ -211,7 +213,7 @@ func (s *expired) byID(id string) *grant {
 // tokenClient is a client authenticating with g's token.
 func (s *expired) tokenClient(g *grant) kubernetes.Interface {
 	cs, err := kubernetes.NewForConfig(&rest.Config{Host: s.cp1.APIServerURL(), BearerToken: g.Token,
-		TLSClientConfig: rest.TLSClientConfig{CAData: s.ca}})
+		TLSClientConfig: rest.TLSClientConfig{CAData: s.ca}, Timeout: apiCallBound})
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -309,6 +311,13 @@ func (s *expired) join(t *rapid.T) {
 // joinWith is join with grant g; it returns why no verdict on g can be
 // checked now ("" when it was checked).
 func (s *expired) joinWith(t *rapid.T, g *grant) (skip string) {
+	// The joiner's own clock, drawn: within the certificates' backdating
+	// the verdicts stand; beyond it the join refuses at discovery.
+	return s.joinAt(t, g, drawDuration(t, "joiner clock offset", "0s", "0s", "2m", "-2m", "2h", "-3h"))
+}
+
+// joinAt is joinWith from a joiner whose clock is skew off.
+func (s *expired) joinAt(t *rapid.T, g *grant, skew time.Duration) (skip string) {
 	now := time.Now()
 	refused := deadAt(g, now)
 	if refused && !g.LastAuth.IsZero() && now.Sub(g.LastAuth) < apiserverTokenCache+margin {
@@ -323,16 +332,13 @@ func (s *expired) joinWith(t *rapid.T, g *grant) (skip string) {
 		return "grant near its expiry, or live with its entry dropped by stratum's clock"
 	}
 	h := s.prober
-	// The joiner's own clock, drawn: within the certificates' backdating
-	// the verdicts stand; beyond it the join refuses at discovery.
-	skew := drawDuration(t, "joiner clock offset", "0s", "0s", "2m", "-2m", "2h", "-3h")
 	h.SetClockOffset(skew)
 	defer h.SetClockOffset(0)
 	downloads := len(s.hostEvents(h, "checkpoint", ha.CheckpointAfterDownload))
 	discoveries := len(s.hostEvents(h, "checkpoint", ha.CheckpointAfterDiscovery))
 	s.c.FailAt(h.Name(), ha.CheckpointBeforeIntent, errStopBeforeIntent)
 	defer s.c.Disarm(h.Name(), ha.CheckpointBeforeIntent)
-	_, err := nodeOn(h).PrepareControlPlaneJoin(s.ctx, g.JoinOptions)
+	err := joinOn(t, s.ctx, h, g.JoinOptions)
 	if skew > maxJoinerSkew || skew < -maxJoinerSkew {
 		explored.invariant("a joiner whose clock is off refuses at discovery")
 		if !errors.Is(err, ha.ErrClockSkew) || !ha.IsRefusal(err) {
@@ -398,6 +404,23 @@ func (s *expired) retireTour(t *rapid.T) {
 		s.joinWith(t, g)
 		s.mint(t)
 	}
+}
+
+// clockTour runs, in every check, what a skewed clock does to grants: a
+// join from a host whose clock is beyond the certificates' backdating
+// (refused at discovery, nothing read), then stratum's clock on cp1 skewed
+// by a drawn offset and a prune by it (only grants expired by that clock
+// go). Drawn among the other actions too, each could miss a short run.
+func (s *expired) clockTour(t *rapid.T) {
+	explored.ran("skewedJoin")
+	g := s.grants[len(s.grants)-1]
+	if skip := s.joinAt(t, g, drawDuration(t, "tour joiner clock offset", "2h", "-3h")); skip != "" {
+		t.Fatalf("the clock tour's join with the newest grant %s was not judged: %s", g.ID, skip)
+	}
+	explored.ran("setClock")
+	s.setClock(t)
+	explored.ran("prune")
+	s.prune(t)
 }
 
 // rekey rekeys the shared certificates on cp1 under the maintenance fence
@@ -490,11 +513,10 @@ func (s *expired) converge() {
 		live = s.world.mint(time.Hour)
 		s.grants = append(s.grants, live)
 	}
-	n := nodeOn(s.prober)
-	if _, err := n.PrepareControlPlaneJoin(s.ctx, live.JoinOptions); err != nil {
+	if err := joinOn(t, s.ctx, s.prober, live.JoinOptions); err != nil {
 		t.Fatalf("the join with live grant %s: %v", live.ID, err)
 	}
-	if _, err := n.StartControlPlane(s.ctx); err != nil {
+	if err := upOn(t, s.ctx, s.prober); err != nil {
 		t.Fatalf("stratum up after the join: %v", err)
 	}
 	s.world.converge([]*sim.Host{s.prober})

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -35,6 +36,11 @@ import (
 const (
 	ciChecks = 2
 	ciSteps  = 8
+	// shrinkBound bounds rapid's shrinking of a failing case
+	// (-rapid.shrinktime, also when a flag sets the counts): rapid checks
+	// it between its replays of shrunk cases, so a failing property ends
+	// within it and one more check, then reports (property).
+	shrinkBound = 30 * time.Second
 )
 
 func TestMain(m *testing.M) {
@@ -46,6 +52,14 @@ func TestMain(m *testing.M) {
 	}
 	if !set["rapid.steps"] && os.Getenv("RAPID_STEPS") == "" {
 		_ = flag.Set("rapid.steps", fmt.Sprint(ciSteps))
+	}
+	if !set["rapid.shrinktime"] && os.Getenv("RAPID_SHRINKTIME") == "" {
+		_ = flag.Set("rapid.shrinktime", shrinkBound.String())
+	}
+	// A seed drawn here rather than by rapid is one the harness knows, so
+	// a failing check's picture can print the command that replays it.
+	if !set["rapid.seed"] && os.Getenv("RAPID_SEED") == "" {
+		_ = flag.Set("rapid.seed", fmt.Sprint(rand.Uint64()))
 	}
 	code := m.Run()
 	if testing.Verbose() {
@@ -218,10 +232,23 @@ func replayCommand(test string, start time.Time) string {
 		}
 	}
 	if newest == "" {
-		return fmt.Sprintf("go test ./scenarios -run '^%s$' -rapid.failfile=<the failfile rapid named above> (or -rapid.seed=<the seed rapid printed above>)", test)
+		return fmt.Sprintf("go test ./scenarios -run '^%s$' -rapid.failfile=<the failfile rapid named above> (or %s)", test, seedReplay(test))
 	}
-	return fmt.Sprintf("go test ./scenarios -run '^%s$' -rapid.failfile='%s' (or -rapid.seed=<the seed rapid printed above>); commit the file as a regression",
-		test, newest)
+	return fmt.Sprintf("go test ./scenarios -run '^%s$' -rapid.failfile='%s' (or %s); commit the file as a regression",
+		test, newest, seedReplay(test))
+}
+
+// seedReplay is the command that runs test again from this run's seed and
+// counts: the same checks in the same order, the failing one among them.
+func seedReplay(test string) string {
+	flagValue := func(name string) string {
+		if f := flag.Lookup(name); f != nil {
+			return f.Value.String()
+		}
+		return "?"
+	}
+	return fmt.Sprintf("go test ./scenarios -run '^%s$' -rapid.seed=%s -rapid.checks=%s -rapid.steps=%s",
+		test, flagValue("rapid.seed"), flagValue("rapid.checks"), flagValue("rapid.steps"))
 }
 
 // startCluster is sim.Start for a rapid check: the cluster closes when the
@@ -251,13 +278,57 @@ func writeFailurePicture(t *rapid.T, c *sim.Cluster) {
 	jsonPath, htmlPath, err := timeline.WriteFiles(dir, test, c.Events().Events(), timeline.Options{
 		Title:   test + ": a failing check",
 		Failure: lastFailure(),
-		Replay:  fmt.Sprintf("go test ./scenarios -run '^%s$' -rapid.failfile=<the failfile rapid names>", test),
+		Replay:  seedReplay(test) + " (or the failfile the run's report names)",
 	})
 	if err != nil {
 		t.Logf("the check's timeline could not be written: %v", err)
 		return
 	}
 	t.Logf("this check's event log: %s; its timeline (open in a browser): %s", jsonPath, htmlPath)
+}
+
+// Bounds of one call in the join properties: a call that has not returned
+// within its bound fails the check naming it (a hang is an answer), rather
+// than waiting out the check's context or go test's timeout.
+const (
+	// apiCallBound bounds one request of the properties' own API clients
+	// (their rest.Config Timeout): above apiretry's 30 s of riding out a
+	// lost connection.
+	apiCallBound = time.Minute
+	// opBound bounds one stratum operation run in a property (a join, a
+	// `stratum up`: an etcd member and a kube-apiserver started), as
+	// cliBound bounds one run through the CLI.
+	opBound = 3 * time.Minute
+	// boundGrace is how long past its context's end an operation may take
+	// to return before it counts as ignoring its context.
+	boundGrace = 15 * time.Second
+)
+
+// bounded runs op under a context that ends after d, and fails t naming
+// what when op has not returned boundGrace after that: an operation that
+// hangs, or ignores its context, is found and named in the check that
+// met it.
+func bounded[T any](t *rapid.T, ctx context.Context, d time.Duration, what string, op func(context.Context) (T, error)) (T, error) {
+	t.Helper()
+	octx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := op(octx)
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-time.After(d + boundGrace):
+		t.Fatalf("%s did not return within %s: an operator would hang on it", what, d+boundGrace)
+		var zero T
+		return zero, nil
+	}
 }
 
 // checkCtx is a context bounded for one check, ending before go test's

@@ -176,7 +176,7 @@ func (s *interrupted) reboot(t *rapid.T) {
 
 func (s *interrupted) rebootHost(t *rapid.T, h *sim.Host) {
 	state, intent := hasFile(h, nodestate.Path), hasFile(h, ha.JoinIntentPath())
-	_, err := nodeOn(h).StartControlPlane(s.ctx)
+	err := upOn(t, s.ctx, h)
 	switch {
 	case state:
 		if err != nil {
@@ -207,11 +207,10 @@ func (s *interrupted) rejoin(t *rapid.T) {
 	if s.learnerBesides(h) {
 		t.Skip("another host's learner is pending: that join is finished first")
 	}
-	n := nodeOn(h)
-	if _, err := n.PrepareControlPlaneJoin(s.ctx, s.g.JoinOptions); err != nil {
+	if err := joinOn(t, s.ctx, h, s.g.JoinOptions); err != nil {
 		t.Fatalf("re-run of the join on %s: %v", h.Name(), err)
 	}
-	if _, err := n.StartControlPlane(s.ctx); err != nil {
+	if err := upOn(t, s.ctx, h); err != nil {
 		t.Fatalf("stratum up after the join on %s: %v", h.Name(), err)
 	}
 }
@@ -248,13 +247,12 @@ func (s *interrupted) finish() {
 		return 0
 	})
 	for _, h := range order {
-		n := nodeOn(h)
 		if !hasFile(h, nodestate.Path) {
-			if _, err := n.PrepareControlPlaneJoin(s.ctx, s.g.JoinOptions); err != nil {
+			if err := joinOn(t, s.ctx, h, s.g.JoinOptions); err != nil {
 				t.Fatalf("finishing: the join on %s: %v", h.Name(), err)
 			}
 		}
-		if _, err := n.StartControlPlane(s.ctx); err != nil {
+		if err := upOn(t, s.ctx, h); err != nil {
 			t.Fatalf("finishing: stratum up on %s: %v", h.Name(), err)
 		}
 		s.check(t)

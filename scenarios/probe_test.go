@@ -25,7 +25,10 @@ import (
 type probe struct {
 	*sim.Handle
 	delay map[string]time.Duration // by dial address
-	truth func(addr string) memberView
+	// stalled maps a member's dial address to a listener that accepts
+	// and never answers: the member stalls (TestPlantedStall's fault).
+	stalled map[string]string
+	truth   func(addr string) memberView
 
 	// onClose, when set, is called with the number of connections closed so
 	// far each time the gate closes one.
@@ -54,6 +57,9 @@ func (p *probe) DialContext(ctx context.Context, network, address string) (net.C
 	}
 	b := &bracket{before: p.truth(address), closed: make(chan struct{})}
 	var d net.Dialer
+	if hole, ok := p.stalled[address]; ok {
+		return d.DialContext(ctx, network, hole)
+	}
 	conn, err := d.DialContext(ctx, network, address)
 	if err != nil {
 		return nil, err
@@ -145,8 +151,13 @@ func (s *splitBrain) probedGateHooked(slow *sim.Host, delay time.Duration, onClo
 	if slow != nil && delay > 0 {
 		p.delay[hostPort(slow.ClientURL())] = delay
 	}
+	p.stalled = s.plant.stalled
 	readTimeout := readTimeoutFor(s.c.Config().Etcd)
-	n := ha.NewNode(ha.Env{Host: p, Log: quiet, EtcdReadTimeout: readTimeout})
+	gateReadTimeout := readTimeout
+	if s.plant.readTimeout > 0 {
+		gateReadTimeout = s.plant.readTimeout
+	}
+	n := ha.NewNode(ha.Env{Host: p, Log: quiet, EtcdReadTimeout: gateReadTimeout})
 	type result struct {
 		answers []ha.EtcdMemberHealth
 		err     error

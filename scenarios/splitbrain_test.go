@@ -58,6 +58,16 @@ type splitBrain struct {
 	lastProbe *probe
 	// load is the clients' workload, checked for linearizability at the end.
 	load *workload
+	// plant is TestPlantedStall's fault and bug; zero in TestSplitBrain.
+	plant stallPlant
+}
+
+// stallPlant is a planted bug and the fault that shows it: the gate's
+// per-member read timeout replaced (a gate that waits on a member for ever)
+// and members whose dial reaches a listener that never answers.
+type stallPlant struct {
+	readTimeout time.Duration
+	stalled     map[string]string // member dial address -> black hole
 }
 
 func TestSplitBrain(t *testing.T) {

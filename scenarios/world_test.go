@@ -46,9 +46,7 @@ func newWorld(t *rapid.T, spares int) *world {
 	c := startCluster(t, sim.Config{ControlPlanes: 1, SpareHosts: spares, APIServers: true})
 	w := &world{t: t, ctx: checkCtx(t, 15*time.Minute), c: c, cp1: c.Host("cp1"), sentinels: map[string]string{}}
 	var err error
-	if w.admin, err = w.cp1.Admin(); err != nil {
-		t.Fatal(err)
-	}
+	w.admin = adminOf(t, w.cp1)
 	if w.ca, err = w.cp1.Files().ReadFile("/etc/stratum/pki/ca.crt"); err != nil {
 		t.Fatal(err)
 	}
@@ -61,6 +59,39 @@ func newWorld(t *rapid.T, spares int) *world {
 	w.writeSentinel("before")
 	w.loads = startWorkloads(t, w.ctx, c, "apiserver", w.admin, w.cp1, max(5*time.Second, 5*c.Config().Etcd.Election()))
 	return w
+}
+
+// adminOf is an admin client on h's own apiserver whose every request is
+// bounded by apiCallBound.
+func adminOf(t *rapid.T, h *sim.Host) kubernetes.Interface {
+	t.Helper()
+	cfg, err := h.AdminConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Timeout = apiCallBound
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// joinOn is the join (PrepareControlPlaneJoin) on h with o, bounded by
+// opBound.
+func joinOn(t *rapid.T, ctx context.Context, h *sim.Host, o ha.JoinOptions) error {
+	t.Helper()
+	_, err := bounded(t, ctx, opBound, "the join on "+h.Name(), func(ctx context.Context) (*nodestate.NodeState, error) {
+		return nodeOn(h).PrepareControlPlaneJoin(ctx, o)
+	})
+	return err
+}
+
+// upOn is `stratum up` (StartControlPlane) on h, bounded by opBound.
+func upOn(t *rapid.T, ctx context.Context, h *sim.Host) error {
+	t.Helper()
+	_, err := bounded(t, ctx, opBound, "stratum up on "+h.Name(), nodeOn(h).StartControlPlane)
+	return err
 }
 
 // grant is a minted control-plane join grant.
@@ -124,7 +155,7 @@ func (w *world) checkWorkerRefused() {
 	w.t.Helper()
 	explored.invariant("a worker token is refused the bundle")
 	cs, err := kubernetes.NewForConfig(&rest.Config{Host: w.cp1.APIServerURL(), BearerToken: w.worker,
-		TLSClientConfig: rest.TLSClientConfig{CAData: w.ca}})
+		TLSClientConfig: rest.TLSClientConfig{CAData: w.ca}, Timeout: apiCallBound})
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -271,11 +302,7 @@ func (w *world) converge(joined []*sim.Host) {
 	}
 	w.checkOneCluster()
 	for _, h := range want {
-		cs, err := h.Admin()
-		if err != nil {
-			t.Fatal(err)
-		}
-		w.checkSentinels(cs, h.Name())
+		w.checkSentinels(adminOf(t, h), h.Name())
 	}
 	checkHistories(t, w.ctx, w.loads, w.cp1)
 }
