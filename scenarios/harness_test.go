@@ -61,6 +61,7 @@ func TestMain(m *testing.M) {
 	if !set["rapid.seed"] && os.Getenv("RAPID_SEED") == "" {
 		_ = flag.Set("rapid.seed", fmt.Sprint(rand.Uint64()))
 	}
+	runChecks = flag.Lookup("rapid.checks").Value.String()
 	code := m.Run()
 	if testing.Verbose() {
 		explored.write(os.Stdout)
@@ -238,6 +239,10 @@ func replayCommand(test string, start time.Time) string {
 		test, newest, seedReplay(test))
 }
 
+// runChecks is the run's -rapid.checks as given (a property may run a
+// share of it: shareChecks).
+var runChecks string
+
 // seedReplay is the command that runs test again from this run's seed and
 // counts: the same checks in the same order, the failing one among them.
 func seedReplay(test string) string {
@@ -248,7 +253,7 @@ func seedReplay(test string) string {
 		return "?"
 	}
 	return fmt.Sprintf("go test ./scenarios -run '^%s$' -rapid.seed=%s -rapid.checks=%s -rapid.steps=%s",
-		test, flagValue("rapid.seed"), flagValue("rapid.checks"), flagValue("rapid.steps"))
+		test, flagValue("rapid.seed"), runChecks, flagValue("rapid.steps"))
 }
 
 // startCluster is sim.Start for a rapid check: the cluster closes when the

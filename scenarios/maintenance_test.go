@@ -59,7 +59,7 @@ type maintenance struct {
 }
 
 func TestMaintenance(t *testing.T) {
-	explored.require("Maintenance", "restore", "downgrade", "olderJoiner", "diskJoin")
+	explored.require("Maintenance", "restore", "downgrade", "olderJoiner", "diskJoin", "diskRejoin")
 	shareChecks(t, maintCheckShare)
 	property(t, func(rt *rapid.T) {
 		c := startCluster(rt, sim.Config{Fresh: true, SpareHosts: 5, APIServers: true, VIP: true})
@@ -78,11 +78,17 @@ func TestMaintenance(t *testing.T) {
 			"olderJoiner": m.olderJoiner,
 			"diskJoin":    m.diskJoin,
 		}
-		// Every action once, in a drawn order, except that the older
-		// joiner comes before the downgrade (after it, the older etcd is
-		// the cluster's and no refusal is due); then drawn ones among
-		// those that apply, about one per four of rapid's steps.
+		// Every action once, in a drawn order, except that the restore
+		// comes after a join (with three control planes or more, its
+		// first rejoin is refused without --force and runs forced, on a
+		// failing disk) and the older joiner before the downgrade (after
+		// it, the older etcd is the cluster's and no refusal is due);
+		// then drawn ones among those that apply, about one per four of
+		// rapid's steps.
 		tour := rapid.Permutation(slices.Sorted(maps.Keys(actions))).Draw(rt, "maintenance order")
+		if r, j := slices.Index(tour, "restore"), min(slices.Index(tour, "diskJoin"), slices.Index(tour, "olderJoiner")); r < j {
+			tour[r], tour[j] = tour[j], tour[r]
+		}
 		if o, d := slices.Index(tour, "olderJoiner"), slices.Index(tour, "downgrade"); o > d {
 			tour[o], tour[d] = tour[d], tour[o]
 		}
@@ -403,6 +409,7 @@ func (m *maintenance) restore(t *rapid.T) {
 	old := len(m.cps)
 	others := slices.DeleteFunc(slices.Clone(m.cps), func(h *sim.Host) bool { return h == seed })
 	order := rapid.Permutation(names(others)).Draw(t, "rejoin order")
+	diskFaulted := false
 	for i, name := range order {
 		h := m.c.Host(name)
 		// The old cluster's members still on it: this one and those after.
@@ -435,6 +442,12 @@ func (m *maintenance) restore(t *rapid.T) {
 		args := []string{"etcd", "rejoin", "--server", seed.IP().String(), "--force"}
 		if cp := rapid.SampledFrom(append([]string{"none"}, rejoinCrashPoints...)).Draw(t, "crash the rejoin of "+name+" at"); cp != "none" {
 			m.crashedRun(h, cp, args)
+		}
+		// The first forced rejoin of every restore runs on a failing disk.
+		if !diskFaulted {
+			diskFaulted = true
+			m.diskFaultedRejoin(t, h, args)
+			continue
 		}
 		m.run(h, cli.ExitOK, args...)
 	}
@@ -715,6 +728,58 @@ func (m *maintenance) olderJoiner(t *rapid.T) {
 // files a crash could no longer change.
 func (m *maintenance) diskJoin(t *rapid.T) {
 	h := m.takeSpare(t, "joiner with a failing disk")
+	args := m.printedJoin(drawHost(t, m.cps, "minter for "+h.Name()))
+	code := m.diskFaulted(t, h, "join", args)
+	explored.invariant("after a disk fault on a join no member is an orphan")
+	m.checkNoOrphanOn(h)
+	// `stratum up` where the join saved node state, the join again where not.
+	m.finishAfterDiskFault(t, h, "join", code == cli.ExitOK || hasFile(h, nodestate.Path), args)
+	m.cps = append(m.cps, h)
+	m.check()
+}
+
+// diskFaultedRejoin is a forced rejoin (args) on h whose disk fails, as
+// diskFaulted draws it, then what the operator does next: `stratum up`
+// after a rejoin that finished (its node state records the seed's
+// cluster), the same rejoin again after one that failed.
+func (m *maintenance) diskFaultedRejoin(t *rapid.T, h *sim.Host, args []string) {
+	explored.ran("diskRejoin")
+	code := m.diskFaulted(t, h, "rejoin", args)
+	// Whatever the rejoin reached, the node keeps a node state: it is
+	// what `stratum up` starts from and what a re-run plans from.
+	explored.invariant("after a disk fault on a rejoin the node keeps its node state")
+	if !hasFile(h, nodestate.Path) {
+		t.Fatalf("after the rejoin on %s (exit %d), the node has no node state", h.Name(), code)
+	}
+	m.finishAfterDiskFault(t, h, "rejoin", code == cli.ExitOK, args)
+}
+
+// finishAfterDiskFault is the operator's next step after a disk-faulted op
+// (args) on h: nothing when it finished and h still runs, `stratum up` when
+// upFrom (what op saved lets h start), the same command again otherwise.
+// Then op has finished, and nothing a crash could lose may be left.
+func (m *maintenance) finishAfterDiskFault(t *rapid.T, h *sim.Host, op string, upFrom bool, args []string) {
+	switch {
+	case upFrom && h.EtcdRunning() && h.APIServerRunning():
+	case upFrom:
+		m.run(h, cli.ExitOK, "up")
+	default:
+		m.run(h, cli.ExitOK, args...)
+	}
+	explored.invariant("a finished " + op + " leaves nothing a crash could lose")
+	if u := h.UnsyncedFiles(); len(u) > 0 {
+		t.Fatalf("the %s on %s finished, but a crash now would lose %v", op, h.Name(), u)
+	}
+}
+
+// diskFaulted runs `stratum args...` (the op) on h with a drawn disk fault
+// on its stratum files: an operation (create, write, fsync, rename,
+// directory fsync, mkdir), the directory it hits, from its nth time, once
+// or from then on, EIO or ENOSPC. Then, drawn, h crashes losing what was
+// not fsync'd. The command either finishes or fails naming the errno;
+// after it every node file parses or is absent. It returns the command's
+// exit code.
+func (m *maintenance) diskFaulted(t *rapid.T, h *sim.Host, op string, args []string) int {
 	ops := []faultfs.Op{faultfs.OpCreate, faultfs.OpWrite, faultfs.OpSync, faultfs.OpRename, faultfs.OpSyncDir, faultfs.OpMkdir}
 	rule := &faultfs.Rule{
 		Ops:    []faultfs.Op{rapid.SampledFrom(ops).Draw(t, "failing disk operation")},
@@ -723,38 +788,25 @@ func (m *maintenance) diskJoin(t *rapid.T) {
 		Sticky: rapid.Bool().Draw(t, "failing from then on"),
 		Errno:  rapid.SampledFrom([]syscall.Errno{syscall.EIO, syscall.ENOSPC}).Draw(t, "errno"),
 	}
-	args := m.printedJoin(drawHost(t, m.cps, "minter for "+h.Name()))
 	h.FailDisk(rule)
 	code, out, errOut := m.stratum(h, args...)
 	fired := rule.Fired() > 0
 	if code != cli.ExitOK {
-		explored.invariant("a join that a disk fault fails names the errno")
+		explored.invariant("a " + op + " that a disk fault fails names the errno")
 		if !fired || !strings.Contains(errOut, rule.Errno.Error()) {
-			t.Fatalf("the join on %s with %s armed (fired %v): exit %d, its error does not name %q\nstdout:\n%s\nstderr:\n%s", h.Name(), rule, fired, code, rule.Errno.Error(), out, errOut)
+			t.Fatalf("the %s on %s with %s armed (fired %v): exit %d, its error does not name %q\nstdout:\n%s\nstderr:\n%s", op, h.Name(), rule, fired, code, rule.Errno.Error(), out, errOut)
 		}
 	}
 	h.DisarmDisk()
+	m.c.Events().Record(h.Name(), "action", "the %s with %s armed: exit %d, fired %v", op, rule, code, fired)
 	if rapid.Bool().Draw(t, "crash losing unsynced data") {
 		h.CrashLosingUnsynced()
 	}
-	explored.invariant("after a disk fault every node file parses or is absent, and no member is an orphan")
+	explored.invariant("after a disk fault every node file parses or is absent")
 	if err := sim.CheckNodeFiles(h.Files()); err != nil {
-		t.Fatalf("after the join on %s with %s (exit %d): %v\nstderr:\n%s", h.Name(), rule, code, err, errOut)
+		t.Fatalf("after the %s on %s with %s (exit %d): %v\nstderr:\n%s", op, h.Name(), rule, code, err, errOut)
 	}
-	m.checkNoOrphanOn(h)
-	switch {
-	case code == cli.ExitOK && h.EtcdRunning():
-	case hasFile(h, nodestate.Path):
-		m.run(h, cli.ExitOK, "up")
-	default:
-		m.run(h, cli.ExitOK, args...)
-	}
-	explored.invariant("a finished join leaves nothing a crash could lose")
-	if u := h.UnsyncedFiles(); len(u) > 0 {
-		t.Fatalf("the join on %s finished, but a crash now would lose %v", h.Name(), u)
-	}
-	m.cps = append(m.cps, h)
-	m.check()
+	return code
 }
 
 // checkNoOrphanOn: a member with h's peer URL exists only while h holds the
