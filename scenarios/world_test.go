@@ -36,14 +36,14 @@ type world struct {
 	worker string
 	// sentinels are ConfigMaps written through cp1: they must survive.
 	sentinels map[string]string
-	// loads are the clients' workloads (through cp1's apiserver, and etcd
-	// on every host's client endpoint), checked for linearizability when
-	// the check converges.
+	// loads are the clients' workloads (through the VIP, and etcd on every
+	// host's client endpoint), checked for linearizability when the check
+	// converges.
 	loads []loadOn
 }
 
 func newWorld(t *rapid.T, spares int) *world {
-	c := startCluster(t, sim.Config{ControlPlanes: 1, SpareHosts: spares, APIServers: true})
+	c := startCluster(t, sim.Config{ControlPlanes: 1, SpareHosts: spares, APIServers: true, VIP: true})
 	w := &world{t: t, ctx: checkCtx(t, 15*time.Minute), c: c, cp1: c.Host("cp1"), sentinels: map[string]string{}}
 	var err error
 	w.admin = adminOf(t, w.cp1)
@@ -57,7 +57,19 @@ func newWorld(t *rapid.T, spares int) *world {
 	}
 	w.worker = m.Token
 	w.writeSentinel("before")
-	w.loads = startWorkloads(t, w.ctx, c, "apiserver", w.admin, w.cp1, max(5*time.Second, 5*c.Config().Etcd.Election()))
+	// The apiserver workload goes through the VIP, as a client of the
+	// cluster does, with the cluster CA only: joiners that come up take
+	// their turn at holding it, and a crash of the holder moves it.
+	vcfg, err := c.VIPConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	vcfg.Timeout = apiCallBound
+	vip, err := kubernetes.NewForConfig(vcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.loads = startWorkloads(t, w.ctx, c, "vip", vip, w.cp1, max(5*time.Second, 5*c.Config().Etcd.Election()))
 	return w
 }
 
