@@ -276,28 +276,10 @@ func checkWritableFile(p string) error {
 	return os.Remove(f.Name())
 }
 
-// writeFileAtomic writes data to p through a temporary file in its directory,
-// renamed into place, so a reader never sees half a file.
+// writeFileAtomic writes data to p as a node's files are written
+// (host.Dir: a temporary file beside it, fsync'd, renamed into place, the
+// directory fsync'd), so a reader never sees half a file and a crash leaves
+// the old file or the new one.
 func writeFileAtomic(p string, data []byte, perm os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(p), "."+filepath.Base(p)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if err := f.Chmod(perm); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), p)
+	return (&host.Dir{Root: filepath.Dir(p)}).WriteFile("/"+filepath.Base(p), data, perm)
 }
