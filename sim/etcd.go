@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -277,65 +276,9 @@ func (m *embeddedEtcd) stop(hard bool) {
 		if hard {
 			m.e.Server.HardStop()
 		}
-		closed := make(chan struct{})
-		go func() {
-			defer close(closed)
-			m.e.Close()
-		}()
-		m.awaitReleased(closed)
+		m.e.Close()
 	})
 	m.once.Do(func() { close(m.done) })
-}
-
-// releasePoll is how often a stopping member's ports are tried for being
-// free.
-const releasePoll = 5 * time.Millisecond
-
-// awaitReleased returns once the stopping member is gone for every purpose
-// (its server stopped, so its data and WAL are closed; its client and peer
-// ports free to bind again) or once closed (etcd's Close returned), whichever
-// comes first. etcd's Close then waits up to 1 s more for its peer
-// connections to go idle, and one that served a request just before stays
-// "active" for up to the peer listener's 5 s read timeout: net/http aborts a
-// finished request's pending read by setting a read deadline in the past,
-// and etcd's timeoutConn sets a new one on its next Read. Every stop and
-// crash paid that second; the rest of Close now ends in the background.
-func (m *embeddedEtcd) awaitReleased(closed <-chan struct{}) {
-	select {
-	case <-m.e.Server.StopNotify():
-	case <-closed:
-		return
-	}
-	// The root listeners: etcd closes the peer one only after its
-	// Shutdown's wait, and the client ones after the client servers'.
-	var addrs []string
-	for _, p := range m.e.Peers {
-		addrs = append(addrs, p.Listener.Addr().String())
-		p.Listener.Close()
-	}
-	for _, l := range m.e.Clients {
-		addrs = append(addrs, l.Addr().String())
-		l.Close()
-	}
-	for _, a := range addrs {
-		for !portFree(a) {
-			select {
-			case <-closed:
-				return
-			case <-time.After(releasePoll):
-			}
-		}
-	}
-}
-
-// portFree reports whether addr can be listened on.
-func portFree(addr string) bool {
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return false
-	}
-	l.Close()
-	return true
 }
 
 // mendForStop resumes every peer the network has cut and keeps the ticks
