@@ -60,16 +60,7 @@ func newWorld(t *rapid.T, spares int) *world {
 	// The apiserver workload goes through the VIP, as a client of the
 	// cluster does, with the cluster CA only: joiners that come up take
 	// their turn at holding it, and a crash of the holder moves it.
-	vcfg, err := c.VIPConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	vcfg.Timeout = apiCallBound
-	vip, err := kubernetes.NewForConfig(vcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.loads = startWorkloads(t, w.ctx, c, "vip", vip, w.cp1, max(5*time.Second, 5*c.Config().Etcd.Election()))
+	w.loads = startWorkloads(t, w.ctx, c, "vip", boundedClient(t, c.VIPConfig), w.cp1, max(5*time.Second, 5*c.Config().Etcd.Election()))
 	return w
 }
 
@@ -77,7 +68,14 @@ func newWorld(t *rapid.T, spares int) *world {
 // bounded by apiCallBound.
 func adminOf(t *rapid.T, h *sim.Host) kubernetes.Interface {
 	t.Helper()
-	cfg, err := h.AdminConfig()
+	return boundedClient(t, h.AdminConfig)
+}
+
+// boundedClient is a client for the rest.Config config makes, every request
+// bounded by apiCallBound.
+func boundedClient(t *rapid.T, config func() (*rest.Config, error)) kubernetes.Interface {
+	t.Helper()
+	cfg, err := config()
 	if err != nil {
 		t.Fatal(err)
 	}
