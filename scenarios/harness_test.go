@@ -113,6 +113,13 @@ func property(t *testing.T, prop func(*rapid.T), need ...string) {
 			// rapid fails a check by panicking; note what it said,
 			// then let the panic go on to rapid.
 			if r := recover(); r != nil {
+				if !isSkip(r) && budgetSpent() {
+					// Cut short by the run's budget (checkCtx), the
+					// check judged nothing: dropped as an invalid case,
+					// so rapid neither reports nor shrinks it.
+					fmt.Fprintf(os.Stderr, "%s: a check failed after go test's -timeout (less %s) ran out; dropped as cut short: %v\n", t.Name(), deadlineMargin, r)
+					rt.Skip("cut short by go test's -timeout")
+				}
 				if rt.Failed() || !isSkip(r) {
 					fails.note(fmt.Sprint(r))
 				}
@@ -131,6 +138,14 @@ const deadlineMargin = 2 * time.Minute
 // testDeadline is go test's deadline for the running property, when it has
 // one: checks end before it (checkCtx).
 var testDeadline atomic.Value
+
+// budgetSpent reports whether the running property's time is up: go test's
+// deadline less deadlineMargin has passed, so every check's context has
+// ended (checkCtx).
+func budgetSpent() bool {
+	deadline, ok := testDeadline.Load().(time.Time)
+	return ok && time.Until(deadline) <= deadlineMargin
+}
 
 // runningFailures is the running property's failures, for the files a
 // failing check writes.
@@ -342,6 +357,12 @@ func bounded[T any](t *rapid.T, ctx context.Context, d time.Duration, what strin
 func checkCtx(t *rapid.T, d time.Duration) context.Context {
 	if deadline, ok := testDeadline.Load().(time.Time); ok {
 		d = max(0, min(d, time.Until(deadline)-deadlineMargin))
+	}
+	if d == 0 {
+		// Rapid's replays of a failure (to reproduce it, to shrink it,
+		// to print it) run after the budget too: they would fail at
+		// their first call and be taken for the failure.
+		t.Skip("go test's -timeout leaves this check no time")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)

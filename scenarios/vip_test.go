@@ -37,6 +37,12 @@ const (
 	// cliBound bounds one stratum command run through cli.Run (a join starts
 	// an etcd member and a kube-apiserver).
 	cliBound = 3 * time.Minute
+	// hopelessStartBound bounds a restart whose member cannot make a
+	// quorum (its host isolated, or too few peers running): it can never
+	// serve, and `up` would wait out its two minutes for etcd to serve
+	// (the simulator's start waits on its context alone). The operator's
+	// Ctrl-C after a while; the run then goes on with that host down.
+	hopelessStartBound = 10 * time.Second
 	// vipSentinel is the ConfigMap the clients read through the VIP.
 	vipSentinel = "vip-sentinel"
 )
@@ -134,9 +140,16 @@ func (b *syncBuffer) String() string {
 // cliBound fails the check: a hang is an answer too.
 func (w *vipWorld) stratum(h *sim.Host, args ...string) (int, string, string) {
 	w.t.Helper()
+	return w.stratumWithin(cliBound, h, args...)
+}
+
+// stratumWithin is stratum with the command's context bounded by bound: a
+// command still running then is interrupted, as an operator's Ctrl-C.
+func (w *vipWorld) stratumWithin(bound time.Duration, h *sim.Host, args ...string) (int, string, string) {
+	w.t.Helper()
 	d := h.Handle()
 	o := cli.Options{Host: func() (host.Host, error) { return d, nil }, Checkpoint: d.Checkpoint}
-	ctx, cancel := context.WithTimeout(w.ctx, cliBound)
+	ctx, cancel := context.WithTimeout(w.ctx, bound)
 	defer cancel()
 	var out, errOut syncBuffer
 	done := make(chan int, 1)
@@ -146,10 +159,10 @@ func (w *vipWorld) stratum(h *sim.Host, args ...string) (int, string, string) {
 	case code := <-done:
 		w.c.Events().Record(h.Name(), "action", "stratum %s: exit %d in %s", strings.Join(args[:min(2, len(args))], " "), code, time.Since(start).Round(time.Millisecond))
 		return code, out.String(), errOut.String()
-	case <-time.After(cliBound + 15*time.Second):
+	case <-time.After(bound + 15*time.Second):
 		// `stratum server` answers signals, not its context: a join that
 		// hangs outlives its bound.
-		w.t.Fatalf("stratum %s on %s did not return within %s; stdout:\n%s\nstderr:\n%s", strings.Join(args, " "), h.Name(), cliBound+15*time.Second, out.String(), errOut.String())
+		w.t.Fatalf("stratum %s on %s did not return within %s; stdout:\n%s\nstderr:\n%s", strings.Join(args, " "), h.Name(), bound+15*time.Second, out.String(), errOut.String())
 		return 0, "", ""
 	}
 }
@@ -475,13 +488,17 @@ func (w *vipWorld) restart(t *rapid.T) {
 	}
 	mustStart := w.connected(h) && running+1 > len(w.cps)/2
 	how := "stratum up"
+	bound := cliBound
+	if !mustStart {
+		bound = hopelessStartBound
+	}
 	var err error
 	if !h.EtcdRunning() && rapid.Bool().Draw(t, "reboot through the simulator") {
 		how = "sim reboot"
-		ctx, cancel := context.WithTimeout(w.ctx, cliBound)
+		ctx, cancel := context.WithTimeout(w.ctx, bound)
 		err = h.Reboot(ctx)
 		cancel()
-	} else if code, _, errOut := w.stratum(h, "up"); code != cli.ExitOK {
+	} else if code, _, errOut := w.stratumWithin(bound, h, "up"); code != cli.ExitOK {
 		err = fmt.Errorf("exit %d: %s", code, strings.TrimSpace(errOut))
 	}
 	if err != nil && mustStart {
