@@ -106,10 +106,11 @@ func TestSplitBrain(t *testing.T) {
 
 func newSplitBrain(t *rapid.T) *splitBrain {
 	n := rapid.SampledFrom([]int{3, 5}).Draw(t, "members")
-	// etcd's integration-test timing (100 ms elections): the property is
-	// about the order of answers, not their pace, and checks five times
-	// faster; the join properties keep the simulator's default timing.
-	c := startCluster(t, sim.Config{ControlPlanes: n, Etcd: sim.FastEtcdTiming})
+	// 50 ms elections (half etcd's integration-test timing): the property
+	// is about the order of answers, not their pace, and each step waits
+	// out an election; the join properties keep the simulator's default
+	// timing.
+	c := startCluster(t, sim.Config{ControlPlanes: n, Etcd: sim.LoopbackEtcdTiming})
 	s := &splitBrain{t: t, ctx: checkCtx(t, 10*time.Minute), c: c, hosts: c.Hosts(), views: map[string]*clientv3.Client{},
 		written: map[string]string{}, maybe: map[string]string{}}
 	s.ips = ipsOf(s.hosts...)
@@ -298,32 +299,64 @@ func (s *splitBrain) stopped() []string {
 
 // check is the invariant after every action: the gate sampled over a window
 // long enough to span an election (the election timeout, randomized up to
-// twice that, and a fifth more), and every sentinel a member reads has the
-// value written.
+// twice that, and a fifth more), and, read meanwhile, every sentinel a
+// member reads has the value written.
 func (s *splitBrain) check(t *rapid.T) {
-	end := time.Now().Add(s.c.Config().Etcd.Election() * 12 / 5)
+	window := s.c.Config().Etcd.Election() * 12 / 5
+	// The sentinel read runs beside the gate's samples, bounded by the
+	// window: a healthy read answers within a heartbeat round trip, and
+	// one that finds no quorum judges nothing whenever it gives up.
+	rctx, cancel := context.WithTimeout(s.ctx, window)
+	defer cancel()
+	type answer struct {
+		got map[string]string
+		err error
+	}
+	read := make(chan answer, 1)
+	go func() {
+		got, err := s.readSentinels(rctx)
+		read <- answer{got, err}
+	}()
+	end := time.Now().Add(window)
 	for time.Now().Before(end) {
 		if f := s.gate(nil, 0); f != "" {
 			t.Fatal(f)
 		}
 	}
-	s.read()
+	if a := <-read; a.err == nil {
+		s.judgeSentinels(a.got)
+	}
 }
 
-// read reads the sentinels with a linearizable get; one that answers must
-// return what was written (a maybe-written key may be absent).
+// read reads the sentinels with a linearizable get, bounded like any
+// sentinel read; one that answers must return what was written (a
+// maybe-written key may be absent).
 func (s *splitBrain) read() {
 	rctx, cancel := context.WithTimeout(s.ctx, s.clientBound())
 	defer cancel()
-	resp, err := s.kv.Get(rctx, "sentinel/", clientv3.WithPrefix())
-	if err != nil {
-		return // no quorum reachable: nothing to judge
+	if got, err := s.readSentinels(rctx); err == nil {
+		s.judgeSentinels(got)
 	}
-	explored.invariant("acknowledged sentinels read back")
+	// An error is no quorum reachable: nothing to judge.
+}
+
+// readSentinels is a linearizable get of every sentinel.
+func (s *splitBrain) readSentinels(ctx context.Context) (map[string]string, error) {
+	resp, err := s.kv.Get(ctx, "sentinel/", clientv3.WithPrefix())
+	if err != nil {
+		return nil, err
+	}
 	got := map[string]string{}
 	for _, kv := range resp.Kvs {
 		got[string(kv.Key)] = string(kv.Value)
 	}
+	return got, nil
+}
+
+// judgeSentinels fails the check unless a read that answered holds every
+// acknowledged sentinel and nothing never written.
+func (s *splitBrain) judgeSentinels(got map[string]string) {
+	explored.invariant("acknowledged sentinels read back")
 	for k, v := range s.written {
 		if got[k] != v {
 			s.t.Fatalf("sentinel %s: read %q, want %q (written earlier, acknowledged)", k, got[k], v)
@@ -429,14 +462,39 @@ func (s *splitBrain) restartMember(t *rapid.T) {
 
 func (s *splitBrain) startMember(h *sim.Host) {
 	// A member restarted inside a minority cannot become ready until healed;
-	// its start is bounded (ten election timeouts, at least 1 s: one in the
-	// majority is ready within a few) and its failure is not the property's.
-	ctx, cancel := context.WithTimeout(s.ctx, max(time.Second, 10*s.c.Config().Etcd.Election()))
+	// its start is bounded (ten election timeouts, at least 300 ms: one in
+	// the majority is ready within a few) and its failure is not the
+	// property's: the member is stopped again, and the run goes on.
+	s.startMemberWithin(h, max(300*time.Millisecond, 10*s.c.Config().Etcd.Election()))
+}
+
+// startMemberWithin starts h's member, bounded by d; a start that does not
+// become ready within it is stopped again.
+func (s *splitBrain) startMemberWithin(h *sim.Host, d time.Duration) {
+	ctx, cancel := context.WithTimeout(s.ctx, d)
 	defer cancel()
 	if err := h.StartEtcd(ctx); err != nil {
 		s.c.Events().Record(h.Name(), "action", "etcd start did not become ready: %v", err)
 	}
 }
+
+// startTogether starts the named members at once, each bounded by
+// convergeStartBound: members of which too few run for a quorum become
+// ready only together (each start waits for a leader), as machines that
+// come back on their own do. One after another, each start would give up
+// and stop before the next began.
+func (s *splitBrain) startTogether(names []string) {
+	var wg sync.WaitGroup
+	for _, name := range names {
+		wg.Go(func() { s.startMemberWithin(s.c.Host(name), convergeStartBound) })
+	}
+	wg.Wait()
+}
+
+// convergeStartBound bounds each member's start in converge: every member
+// is connected then, so a start that is not ready within it is a failure
+// the cluster's health check goes on to name.
+const convergeStartBound = 10 * time.Second
 
 func (s *splitBrain) startStopped(t *rapid.T) {
 	down := s.stopped()
@@ -564,14 +622,10 @@ func (s *splitBrain) converge() string {
 	t := s.t
 	explored.invariant("converges: one healthy cluster, node state agrees")
 	s.c.Heal()
-	for _, name := range s.stopped() {
-		s.startMember(s.c.Host(name))
-	}
+	s.startTogether(s.stopped())
 	if ok, last := eventually(s.ctx, 60*time.Second, func() (bool, string) {
 		if down := s.stopped(); len(down) > 0 {
-			for _, name := range down {
-				s.startMember(s.c.Host(name))
-			}
+			s.startTogether(down)
 			return false, fmt.Sprintf("etcd not running on %v", down)
 		}
 		err := s.obs.EtcdClusterHealthy(s.ctx, s.ips)

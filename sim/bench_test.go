@@ -48,3 +48,48 @@ func BenchmarkCluster3WithAPIServers(b *testing.B) {
 	b.ReportMetric(simRSS, "MiB-apiserver-rss-sim")
 	b.ReportMetric(rawRSS, "MiB-apiserver-rss-raw")
 }
+
+// BenchmarkMemberCrashRestart measures a member of a 3-member cluster
+// crashed and started again from its data, ready (Host.CrashEtcd, then
+// Host.StartEtcd), against the same with the crash made as etcd's own
+// embed does it (HardStop, then Close to its end), in the same cluster and
+// run: the simulator resets the stopped member's connections as a process's
+// exit does, so Close does not wait for peer connections to go idle, which a
+// connection that served a request just before holds for up to 1 s
+// (docs/performance.md).
+func BenchmarkMemberCrashRestart(b *testing.B) {
+	const memberSettle = 5 * time.Second
+	c := Start(b, Config{ControlPlanes: 3, Etcd: FastEtcdTiming})
+	h := c.Hosts()[1]
+	restart := func(crash func()) time.Duration {
+		b.Helper()
+		// A member that has run a while: the leader's cluster-version
+		// monitor (every 4 s) has asked its peer port for /version.
+		b.StopTimer()
+		time.Sleep(memberSettle)
+		b.StartTimer()
+		start := time.Now()
+		crash()
+		if err := h.StartEtcd(b.Context()); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	var ours, raw time.Duration
+	for i := 0; i < b.N; i++ {
+		ours += restart(h.CrashEtcd)
+		raw += restart(func() {
+			m := h.embedded()
+			m.stopOnce.Do(func() {
+				m.stopping.Store(true)
+				m.mendForStop()
+				m.e.Server.HardStop()
+				m.e.Close()
+			})
+			h.CrashEtcd() // the simulator's bookkeeping; the member is already closed
+		})
+	}
+	b.ReportMetric(float64(ours.Milliseconds())/float64(b.N), "ours-ms/op")
+	b.ReportMetric(float64(raw.Milliseconds())/float64(b.N), "raw-ms/op")
+	b.ReportMetric(ours.Seconds()/raw.Seconds(), "ours/raw")
+}

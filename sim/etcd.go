@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -16,11 +17,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/client/pkg/v3/types"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"stratum.dev/stratum/internal/assets"
 	"stratum.dev/stratum/internal/nodestate"
@@ -44,6 +47,11 @@ var (
 	// heartbeats, 100 ms elections), for clusters on loopback that run no
 	// apiserver: elections five times faster than the default.
 	FastEtcdTiming = EtcdTiming{HeartbeatMs: 10, ElectionMs: 100}
+	// LoopbackEtcdTiming is half of that (5 ms heartbeats, 50 ms
+	// elections): for etcd-only clusters whose properties wait on
+	// elections at every step (TestSplitBrain), where the election
+	// timeout sets the pace. etcd's floor is five heartbeats an election.
+	LoopbackEtcdTiming = EtcdTiming{HeartbeatMs: 5, ElectionMs: 50}
 	// ProductionEtcdTiming is etcd's defaults, which real hosts run.
 	ProductionEtcdTiming = EtcdTiming{HeartbeatMs: 100, ElectionMs: 1000}
 )
@@ -276,10 +284,87 @@ func (m *embeddedEtcd) stop(hard bool) {
 		if hard {
 			m.e.Server.HardStop()
 		}
-		m.e.Close()
+		closed := make(chan struct{})
+		go func() {
+			defer close(closed)
+			m.e.Close()
+		}()
+		m.dropConnectionsOnStop(closed)
+		<-closed
 	})
 	m.once.Do(func() { close(m.done) })
 }
+
+// dropConnectionsOnStop does to the stopping member's connections what a
+// process's exit does to its sockets, once its server has stopped (its data
+// and WAL closed) and unless etcd's Close has returned first: it closes the
+// client and peer listeners and resets every connection they accepted.
+// etcd's Close otherwise waits up to 1 s more, and leaves connections open
+// after it: net/http aborts a finished request's pending read by setting a
+// read deadline in the past, etcd's peer timeoutConn sets a new 5 s one on
+// its next Read, and a peer's keep-alive connection that sends its next
+// request within those 5 s (the leader's version monitor asks every 4 s) is
+// served by the stopped server for good, after the member has started again
+// on the same port. With the connections reset, Close returns within
+// milliseconds. Resetting them needs CAP_NET_ADMIN (the sock_diag destroy
+// the `ss -K` command uses): without it a stop waits for Close as before.
+func (m *embeddedEtcd) dropConnectionsOnStop(closed <-chan struct{}) {
+	select {
+	case <-m.e.Server.StopNotify():
+	case <-closed:
+		return
+	}
+	var addrs []string
+	for _, p := range m.e.Peers {
+		addrs = append(addrs, p.Listener.Addr().String())
+		p.Listener.Close()
+	}
+	for _, l := range m.e.Clients {
+		addrs = append(addrs, l.Addr().String())
+		l.Close()
+	}
+	if err := resetAccepted(addrs); err != nil && !resetRefusedLogged.Swap(true) {
+		m.e.GetLogger().Info("cannot reset a stopped member's connections; stops wait for etcd's Close", zap.Error(err))
+	}
+}
+
+// resetRefusedLogged: a refused reset is logged once per process.
+var resetRefusedLogged atomic.Bool
+
+// resetAccepted resets every open TCP connection whose local address is one
+// of listeners (the connections those listeners accepted), as the kernel
+// does for a process that exits.
+func resetAccepted(listeners []string) error {
+	want := map[string]bool{}
+	for _, a := range listeners {
+		want[a] = true
+	}
+	socks, err := netlink.SocketDiagTCP(unix.AF_INET)
+	if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
+		return fmt.Errorf("list TCP sockets: %w", err)
+	}
+	for _, sk := range socks {
+		if sk.State != tcpEstablished && sk.State != tcpCloseWait {
+			continue
+		}
+		local := &net.TCPAddr{IP: sk.ID.Source, Port: int(sk.ID.SourcePort)}
+		if !want[local.String()] {
+			continue
+		}
+		remote := &net.TCPAddr{IP: sk.ID.Destination, Port: int(sk.ID.DestinationPort)}
+		if err := netlink.SocketDestroy(local, remote); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("reset %s -> %s: %w", local, remote, err)
+		}
+	}
+	return nil
+}
+
+// TCP states (include/net/tcp_states.h) of a connection a process still
+// owns: one it can read or write.
+const (
+	tcpEstablished = 1
+	tcpCloseWait   = 8
+)
 
 // mendForStop resumes every peer the network has cut and keeps the ticks
 // from cutting again: etcd's transport stop closes each bootstrap remote's

@@ -2,7 +2,10 @@ package sim
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -227,5 +230,63 @@ func TestEtcdLogCause(t *testing.T) {
 	}
 	if got := etcdLogCause("a\nb\n"); got != "ends: a | b" {
 		t.Errorf("etcdLogCause without a fatal entry = %q, want its last lines", got)
+	}
+}
+
+// TestStoppedMemberConnectionsDie: a member's stop, crash or graceful, ends
+// every connection its ports accepted, as a process's exit does, and the
+// member starts again on the same ports. etcd's own Close waits 1 s for its
+// peer server's active connections and then returns, leaving them open: one
+// mid-request stays open until the peer listener's 5 s read timeout, and one
+// whose finished request raced net/http's abort of its next read (etcd's
+// timeoutConn sets a new deadline on every Read) is served by the stopped
+// server for as long as a peer's keep-alive requests come within 5 s of
+// each other (docs/performance.md).
+func TestStoppedMemberConnectionsDie(t *testing.T) {
+	c := Start(t, Config{ControlPlanes: 3})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, tc := range []struct {
+		host string
+		stop func(*Host)
+	}{
+		{"cp2", (*Host).CrashEtcd},
+		{"cp3", (*Host).StopEtcd},
+	} {
+		h := c.Host(tc.host)
+		tlsCfg, err := h.etcdClientTLS()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A peer's request, its headers not finished yet: the server
+		// counts the connection active.
+		conn, err := tls.Dial("tcp", strings.TrimPrefix(h.PeerURL(), "https://"), tlsCfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if _, err := io.WriteString(conn, "GET /version HTTP/1.1\r\nHost: "+h.IP().String()+"\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		tc.stop(h)
+		conn.SetReadDeadline(time.Now().Add(3 * time.Second))
+		_, err = conn.Read(make([]byte, 1))
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			t.Fatalf("%s: a connection its peer port accepted is still open 3 s after the stop, as a dead process's never is", tc.host)
+		}
+		if err == nil {
+			t.Fatalf("%s: a connection its peer port accepted was answered after the stop", tc.host)
+		}
+		if err := h.StartEtcd(ctx); err != nil {
+			t.Fatalf("%s: start again on the same ports: %v", tc.host, err)
+		}
+	}
+	cli, err := c.Host("cp1").EtcdClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	if _, err := cli.Put(ctx, "/after-restarts", "x"); err != nil {
+		t.Fatalf("the cluster after both restarts: %v", err)
 	}
 }
