@@ -412,6 +412,16 @@ func ipsOf(hosts ...*sim.Host) []string {
 	return out
 }
 
+// clientURLsOf are the hosts' etcd client URLs, as an application's etcd
+// client names every member.
+func clientURLsOf(hosts ...*sim.Host) []string {
+	out := make([]string, len(hosts))
+	for i, h := range hosts {
+		out[i] = h.ClientURL()
+	}
+	return out
+}
+
 // eventually polls cond until it holds or within passes; it returns the last
 // detail on timeout. Polling is how a bound is checked, never a sleep standing
 // in for an assertion.

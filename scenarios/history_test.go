@@ -480,10 +480,7 @@ func startWorkloads(t *rapid.T, ctx context.Context, c *sim.Cluster, apiName str
 		t.Fatalf("through %s: %v", apiName, err)
 	}
 	apiLoad := startWorkload(t, ctx, c.Events(), apiName, bound, configMapKV{api}, configMapKV{api})
-	var urls []string
-	for _, h := range c.Hosts() {
-		urls = append(urls, h.ClientURL())
-	}
+	urls := clientURLsOf(c.Hosts()...)
 	stores := make([]kvStore, 2)
 	for i := range stores {
 		cli, err := directEtcd(from, urls...)

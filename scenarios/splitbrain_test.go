@@ -38,11 +38,9 @@ type splitBrain struct {
 	hosts []*sim.Host
 	ips   []string
 	obs   *ha.Node
-	// views are direct clients per member (ground truth), kv one on all
-	// (urls, every member's client URL).
+	// views are direct clients per member (ground truth), kv one on all.
 	views map[string]*clientv3.Client
 	kv    *clientv3.Client
-	urls  []string
 	// written are sentinel keys whose put succeeded; maybe are keys whose
 	// put failed (written or not, never another value).
 	written, maybe map[string]string
@@ -117,7 +115,6 @@ func newSplitBrain(t *rapid.T) *splitBrain {
 		written: map[string]string{}, maybe: map[string]string{}}
 	s.ips = ipsOf(s.hosts...)
 	s.obs = observerOn(s.hosts[0], c.Config().Etcd)
-	var urls []string
 	for _, h := range s.hosts {
 		cli, err := directEtcd(h)
 		if err != nil {
@@ -125,14 +122,8 @@ func newSplitBrain(t *rapid.T) *splitBrain {
 		}
 		t.Cleanup(func() { cli.Close() })
 		s.views[h.Name()] = cli
-		urls = append(urls, h.ClientURL())
 	}
-	kv, err := directEtcd(s.hosts[0], urls...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { kv.Close() })
-	s.kv, s.urls = kv, urls
+	s.kv = s.clientOnAll()
 	if ok, last := eventually(s.ctx, 30*time.Second, func() (bool, string) {
 		err := s.obs.EtcdClusterHealthy(s.ctx, s.ips)
 		return err == nil, fmt.Sprint(err)
@@ -144,15 +135,21 @@ func newSplitBrain(t *rapid.T) *splitBrain {
 	// talking to whichever side its connection reaches.
 	stores := make([]kvStore, 3)
 	for i := range stores {
-		cli, err := directEtcd(s.hosts[0], urls...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cli.Close() })
-		stores[i] = etcdKV{cli: cli, prefix: workloadPrefix}
+		stores[i] = etcdKV{cli: s.clientOnAll(), prefix: workloadPrefix}
 	}
 	s.load = startWorkload(t, s.ctx, c.Events(), "etcd", s.clientBound(), stores...)
 	return s
+}
+
+// clientOnAll is an etcd client on every member's endpoint, dialing
+// directly, closed when the check ends.
+func (s *splitBrain) clientOnAll() *clientv3.Client {
+	cli, err := directEtcd(s.hosts[0], clientURLsOf(s.hosts...)...)
+	if err != nil {
+		s.t.Fatalf("etcd client on every member: %v", err)
+	}
+	s.t.Cleanup(func() { cli.Close() })
+	return cli
 }
 
 // workloadPrefix is where the etcd workload's keys live.
@@ -639,12 +636,7 @@ func (s *splitBrain) converge() string {
 	// can sit in gRPC's reconnect backoff (growing towards two minutes)
 	// past the bounds below: the checks after convergence use a fresh
 	// client, as an operator's etcdctl would.
-	fresh, err := directEtcd(s.hosts[0], s.urls...)
-	if err != nil {
-		t.Fatalf("etcd client after convergence: %v", err)
-	}
-	t.Cleanup(func() { fresh.Close() })
-	s.kv = fresh
+	s.kv = s.clientOnAll()
 	views := s.truth()
 	var cluster uint64
 	for name, v := range views {
