@@ -56,6 +56,15 @@ type splitBrain struct {
 	// lastGate is the last gate call's error and probe, for the event log.
 	lastGate  error
 	lastProbe *probe
+	// lastAgreed says the last gate call's truth samples, before and after
+	// it, both had every member answering and naming one leader.
+	lastAgreed bool
+	// changedAt is when the last action that may have changed the cluster
+	// ended (the cluster's start, at first).
+	changedAt time.Time
+	// agreedEarly counts checks that ended at their first sample on a
+	// whole cluster whose members agreed.
+	agreedEarly int
 	// load is the clients' workload, checked for linearizability at the end.
 	load *workload
 	// plant is TestPlantedStall's fault and bug; zero in TestSplitBrain.
@@ -72,10 +81,10 @@ type stallPlant struct {
 
 func TestSplitBrain(t *testing.T) {
 	var mu sync.Mutex
-	var samples, refused, splits, heardSplits int
+	var samples, refused, splits, heardSplits, agreedEarly int
 	var histories []string
 	t.Cleanup(func() {
-		t.Logf("SplitBrain: %d gate samples, %d refused, %d with the members' own answers split or silent, %d refused on answers known to disagree", samples, refused, splits, heardSplits)
+		t.Logf("SplitBrain: %d gate samples, %d refused, %d with the members' own answers split or silent, %d refused on answers known to disagree; %d checks ended at their first sample on a whole cluster that agreed", samples, refused, splits, heardSplits, agreedEarly)
 		for _, h := range histories {
 			t.Logf("SplitBrain: %s", h)
 		}
@@ -83,22 +92,22 @@ func TestSplitBrain(t *testing.T) {
 	property(t, func(rt *rapid.T) {
 		s := newSplitBrain(rt)
 		// Every check reads the gate once across a leadership change.
-		s.skewedGate(rt)
+		s.changes(s.skewedGate)(rt)
 		rt.Repeat(explored.actions(map[string]func(*rapid.T){
-			"partitionLeaderMinority": s.partitionLeaderMinority,
-			"partitionDrawn":          s.partitionDrawn,
-			"isolate":                 s.isolate,
-			"restartMember":           s.restartMember,
-			"startStopped":            s.startStopped,
-			"transferLeadership":      s.transferLeadership,
-			"skewedGate":              s.skewedGate,
-			"heal":                    s.heal,
+			"partitionLeaderMinority": s.changes(s.partitionLeaderMinority),
+			"partitionDrawn":          s.changes(s.partitionDrawn),
+			"isolate":                 s.changes(s.isolate),
+			"restartMember":           s.changes(s.restartMember),
+			"startStopped":            s.changes(s.startStopped),
+			"transferLeadership":      s.changes(s.transferLeadership),
+			"skewedGate":              s.changes(s.skewedGate),
+			"heal":                    s.changes(s.heal),
 			"write":                   s.write,
 			"":                        s.check,
 		}))
 		summary := s.converge()
 		mu.Lock()
-		samples, refused, splits, heardSplits = samples+s.samples, refused+s.refused, splits+s.splits, heardSplits+s.heardSplits
+		samples, refused, splits, heardSplits, agreedEarly = samples+s.samples, refused+s.refused, splits+s.splits, heardSplits+s.heardSplits, agreedEarly+s.agreedEarly
 		histories = append(histories, summary)
 		mu.Unlock()
 	})
@@ -138,6 +147,7 @@ func newSplitBrain(t *rapid.T) *splitBrain {
 		stores[i] = etcdKV{cli: s.clientOnAll(), prefix: workloadPrefix}
 	}
 	s.load = startWorkload(t, s.ctx, c.Events(), "etcd", s.clientBound(), stores...)
+	s.changedAt = time.Now()
 	return s
 }
 
@@ -252,6 +262,7 @@ func (s *splitBrain) gateHooked(slow *sim.Host, delay time.Duration, onClose fun
 	downAfter := s.stopped()
 	s.samples++
 	d := disagreement(before)
+	s.lastAgreed = d == "" && disagreement(after) == ""
 	if d != "" {
 		s.splits++
 	}
@@ -296,16 +307,29 @@ func (s *splitBrain) stopped() []string {
 	return out
 }
 
-// check is the invariant after every action: the gate sampled over a window
+// check is the invariant after every action: the gate sampled until a window
 // long enough to span an election (the election timeout, randomized up to
-// twice that, and a fifth more), and, read meanwhile, every sentinel a
-// member reads has the value written.
+// twice that, and a fifth more) has passed since the last action that
+// changed the cluster, at least once, and, read meanwhile, every sentinel a
+// member reads has the value written. After an action that changed nothing
+// (a write) whose cluster was sampled over a whole window already, one
+// sample is the check.
+//
+// On a whole cluster (no partition in force, every member running) whose
+// members agree, before and after its first sample, on one leader, that
+// sample is the check too: with no fault in force no election is pending (a
+// follower hears the leader every heartbeat, and a member that was cut off
+// and has not yet heard it shows as knowing no leader or naming another),
+// so the rest of the window would sample the same agreement. A cluster with
+// a fault in force, or one caught disagreeing, is sampled over the window.
 func (s *splitBrain) check(t *rapid.T) {
-	window := s.c.Config().Etcd.Election() * 12 / 5
-	// The sentinel read runs beside the gate's samples, bounded by the
-	// window: a healthy read answers within a heartbeat round trip, and
-	// one that finds no quorum judges nothing whenever it gives up.
-	rctx, cancel := context.WithTimeout(s.ctx, window)
+	end := s.changedAt.Add(s.window())
+	whole := !s.faulted && len(s.stopped()) == 0
+	// The sentinel read runs beside the gate's samples, bounded by their
+	// end (at least sentinelReadFloor): a healthy read answers within a
+	// round trip to the leader, and one that finds no quorum judges nothing
+	// whenever it gives up.
+	rctx, cancel := context.WithTimeout(s.ctx, max(time.Until(end), sentinelReadFloor))
 	defer cancel()
 	type answer struct {
 		got map[string]string
@@ -316,14 +340,36 @@ func (s *splitBrain) check(t *rapid.T) {
 		got, err := s.readSentinels(rctx)
 		read <- answer{got, err}
 	}()
-	end := time.Now().Add(window)
-	for time.Now().Before(end) {
+	for first := true; first || time.Now().Before(end); first = false {
 		if f := s.gate(nil, 0); f != "" {
 			t.Fatal(f)
+		}
+		if time.Now().Before(end) && whole && s.lastAgreed && s.lastGate == nil {
+			s.agreedEarly++
+			break
 		}
 	}
 	if a := <-read; a.err == nil {
 		s.judgeSentinels(a.got)
+	}
+}
+
+// sentinelReadFloor bounds a check's sentinel read from below: a
+// linearizable read on loopback takes a round trip to the leader, a
+// millisecond or two.
+const sentinelReadFloor = 30 * time.Millisecond
+
+// window is how long the gate is sampled after a change: the election
+// timeout, randomized up to twice that, and a fifth more.
+func (s *splitBrain) window() time.Duration { return s.c.Config().Etcd.Election() * 12 / 5 }
+
+// changes marks the end of an action that may change the cluster (its
+// topology, its members' running, its leader): the check after it samples
+// the gate over a whole window from then.
+func (s *splitBrain) changes(action func(*rapid.T)) func(*rapid.T) {
+	return func(t *rapid.T) {
+		defer func() { s.changedAt = time.Now() }()
+		action(t)
 	}
 }
 
