@@ -97,25 +97,44 @@ func TestTokenCreateSurvivesAVIPMove(t *testing.T) {
 
 	// The cuts: at points spread over the mint's bytes (mostly requests
 	// half sent), then in place of each of its answers in turn (requests
-	// applied, answers lost).
+	// applied, answers lost). Each cut counts from where it was armed; reached
+	// says whether the mint's traffic got to its point.
 	type cutAt struct {
-		what string
-		arm  func() <-chan struct{}
-		tail bool // past the fewest answers a mint had: it may not come
+		what    string
+		arm     func() <-chan struct{}
+		reached func() (bool, int64)
+		answer  int64 // the answer a cut in place of one is at; 0 for a byte cut
 	}
 	var cuts []cutAt
 	for i := int64(1); i <= vipMoveByteCuts; i++ {
 		at := span * i / (vipMoveByteCuts + 1)
-		cuts = append(cuts, cutAt{fmt.Sprintf("cut at byte %d of %d", at, span), func() <-chan struct{} { return c.CutVIPConnectionsAt(c.VIPBytes() + at) }, false})
+		var from int64
+		cuts = append(cuts, cutAt{
+			what:    fmt.Sprintf("cut at byte %d of %d", at, span),
+			arm:     func() <-chan struct{} { from = c.VIPBytes(); return c.CutVIPConnectionsAt(from + at) },
+			reached: func() (bool, int64) { n := c.VIPBytes() - from; return n >= at, n },
+		})
 	}
-	// A cut past the fewest answers may come after the mint ended, and is
-	// then dropped; the count runs to the most (and vipMoveAnswerSlack
-	// past), so the last answers — the fence's release — are cut in some
-	// run of that tail.
+	// Answers are the forwarder's reads, so their count varies from mint to
+	// mint by more than a few measured mints show: a cut in place of an
+	// answer past a mint's last comes after it ended, and is then dropped.
+	// The count runs to the most measured, and vipMoveAnswerSlack past, so
+	// the last answers — the fence's release — are cut in some run.
 	for k := int64(1); k <= most+vipMoveAnswerSlack; k++ {
-		cuts = append(cuts, cutAt{fmt.Sprintf("cut in place of answer %d (a mint has %d to %d)", k, fewest, most), func() <-chan struct{} { return c.CutVIPAnswer(c.VIPAnswers() + k) }, k > fewest})
+		var from int64
+		cuts = append(cuts, cutAt{
+			what:    fmt.Sprintf("cut in place of answer %d (a mint has %d to %d)", k, fewest, most),
+			arm:     func() <-chan struct{} { from = c.VIPAnswers(); return c.CutVIPAnswer(from + k) },
+			reached: func() (bool, int64) { n := c.VIPAnswers() - from; return n >= k, n },
+			answer:  k,
+		})
 	}
+	// lastCut is the furthest answer a cut was made in place of, and
+	// shortest the fewest answers an uncut mint carried (measured, or one
+	// that ended before its cut): some mint had an answer at or past the
+	// shortest mint's last one cut.
 	var cutJoin string
+	lastCut, shortest := int64(0), fewest
 	for i, cut := range cuts {
 		tokens := bootstrapTokens(ctx, t, cs)
 		made := cut.arm()
@@ -124,12 +143,18 @@ func TestTokenCreateSurvivesAVIPMove(t *testing.T) {
 		t.Logf("token create %s: %s", cut.what, time.Since(began).Round(time.Millisecond))
 		select {
 		case <-made:
+			lastCut = max(lastCut, cut.answer)
 		default:
-			if !cut.tail {
-				t.Fatalf("token create %s: the cut never came", cut.what)
-			}
 			c.DisarmVIPCut()
-			t.Logf("token create %s: the mint ended first", cut.what)
+			reached, carried := cut.reached()
+			switch {
+			case reached:
+				t.Fatalf("token create %s: the mint carried %d and the cut never came", cut.what, carried)
+			case cut.answer == 0:
+				t.Fatalf("token create %s: the mint carried only %d bytes, a measured one %d", cut.what, carried, span)
+			}
+			shortest = min(shortest, carried)
+			t.Logf("token create %s: the mint ended first, after %d answers", cut.what, carried)
 		}
 		if want := append(tokens, id); !slices.Equal(sorted(bootstrapTokens(ctx, t, cs)), sorted(want)) {
 			t.Fatalf("token create %s: bootstrap tokens %v, want those before (%v) and the printed %s only", cut.what, bootstrapTokens(ctx, t, cs), tokens, id)
@@ -153,6 +178,10 @@ func TestTokenCreateSurvivesAVIPMove(t *testing.T) {
 		} else {
 			revoke(id)
 		}
+	}
+
+	if lastCut < shortest {
+		t.Fatalf("the furthest cut was in place of answer %d, short of the %d answers the shortest mint carried: no mint's last answers were cut", lastCut, shortest)
 	}
 
 	cp2 := c.Hosts()[1]
