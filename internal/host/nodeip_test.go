@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"net"
 	"net/netip"
+	"path"
 	"strings"
 	"syscall"
 	"testing"
@@ -209,6 +210,17 @@ func (fullDisk) WriteFile(name string, _ []byte, _ fs.FileMode) error {
 	return &fs.PathError{Op: "write", Path: name, Err: syscall.ENOSPC}
 }
 
+// failingRemove is a host whose removals fail with EIO after removing, as a
+// removal whose directory fsync fails does.
+type failingRemove struct{ testHost }
+
+func (h failingRemove) Remove(name string) error {
+	if err := h.testHost.Remove(name); err != nil {
+		return err
+	}
+	return &fs.PathError{Op: "fsync-dir", Path: path.Dir(name), Err: syscall.EIO}
+}
+
 func TestPrereqsAndDirs(t *testing.T) {
 	h := testHost{&Dir{Root: t.TempDir()}, addrsOnly{node: addrs("10.0.0.5")}}
 	if err := Dirs(h); err != nil {
@@ -226,6 +238,12 @@ func TestPrereqsAndDirs(t *testing.T) {
 	// disk-fault properties branch on the errno.
 	if err := Prereqs(fullDisk{h}, PrereqOptions{}); !errors.Is(err, ErrPrereq) || !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "cannot write "+version.StateDir) {
 		t.Fatalf("a full disk: %v, want ErrPrereq matching ENOSPC and naming %s", err, version.StateDir)
+	}
+	// So does one that fails only the probe's removal: an fsync error is
+	// reported once, and a bring-up that ignored it would go on on a disk
+	// that may have lost writes.
+	if err := Prereqs(failingRemove{h}, PrereqOptions{}); !errors.Is(err, ErrPrereq) || !errors.Is(err, syscall.EIO) || !strings.Contains(err.Error(), "fsync-dir "+version.StateDir) {
+		t.Fatalf("a disk failing the probe's removal: %v, want ErrPrereq matching EIO and naming the fsync of %s", err, version.StateDir)
 	}
 	noAddr := testHost{h.Dir, addrsOnly{}}
 	if err := Prereqs(noAddr, PrereqOptions{}); !errors.Is(err, ErrPrereq) {

@@ -67,7 +67,8 @@ func ProfileProblems(profile string, selinuxOptOut bool) []string {
 var ErrPrereq = errors.New("prerequisite not met")
 
 // Prereqs checks what a control plane needs of its host before anything is
-// written: a known profile, a writable state directory, and the node's own
+// written: a known profile, a writable state directory (a probe file written,
+// fsync'd and removed again, each step's failure a problem), and the node's own
 // addresses. The cis profile refuses a SELinux opt-out, which it exists to
 // forbid. Each failure names what to fix.
 func Prereqs(h Host, o PrereqOptions) error {
@@ -78,8 +79,11 @@ func Prereqs(h Host, o PrereqOptions) error {
 	probe := path.Join(version.StateDir, ".prereq-probe")
 	if err := h.WriteFile(probe, []byte("ok"), 0o600); err != nil {
 		problems = append(problems, fmt.Errorf("cannot write %s: %w", version.StateDir, err))
-	} else {
-		_ = h.Remove(probe)
+	} else if err := h.Remove(probe); err != nil {
+		// A disk that fails the probe's removal (its directory's fsync,
+		// say) is failing: an fsync error is reported once, so going on
+		// would build on writes it may already have lost.
+		problems = append(problems, fmt.Errorf("cannot write %s (the probe file %s could not be removed again; it is harmless if left): %w", version.StateDir, probe, err))
 	}
 	if addrs, err := h.Addresses(); err != nil || len(addrs) == 0 {
 		problems = append(problems, fmt.Errorf("the host reports no address (%v)", err))
