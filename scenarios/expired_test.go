@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"pgregory.net/rapid"
@@ -77,7 +78,7 @@ func TestExpiredGrant(t *testing.T) {
 		t.Logf("ExpiredGrant: joins refused %d, live joins %d, joins with a retired key %d, joins refused for the joiner's clock %d, prunes that dropped %d, no-op prunes %d, tokens deleted %d, waited out %d, rekeys %d, re-uploads %d",
 			st.refusedJoins, st.liveJoins, st.retiredJoins, st.skewedJoins, st.prunesDropping, st.prunesNoop, st.deletes, st.expiries, st.rekeys, st.reuploads)
 	})
-	explored.require("ExpiredGrant", "mint", "rekey", "reupload", "skewedJoin", "setClock", "prune")
+	explored.require("ExpiredGrant", "mint", "rekey", "reupload", "skewedJoin", "setClock", "prune", "deleteToken")
 	property(t, func(rt *rapid.T) {
 		s := &expired{world: newWorld(rt, 1), stats: st}
 		s.prober = s.c.Host("cp2")
@@ -85,6 +86,7 @@ func TestExpiredGrant(t *testing.T) {
 		s.mint(rt)
 		s.retireTour(rt)
 		s.clockTour(rt)
+		s.refusalTour(rt)
 		rt.Repeat(explored.actions(map[string]func(*rapid.T){
 			"mint":        s.mint,
 			"deleteToken": s.deleteToken,
@@ -221,14 +223,36 @@ func (s *expired) tokenClient(g *grant) kubernetes.Interface {
 }
 
 // deleteToken deletes a drawn grant's bootstrap-token Secret and waits until
-// the apiserver no longer accepts the token (its authenticator reads Secrets
-// through an informer).
+// the apiserver no longer accepts the token.
 func (s *expired) deleteToken(t *rapid.T) {
-	g := s.pick(t, func(g *grant) bool { return !g.Deleted }, "token to delete")
-	if err := s.admin.CoreV1().Secrets(token.Namespace).Delete(s.ctx, token.SecretPrefix+g.ID, metav1.DeleteOptions{}); err != nil {
+	s.deleteGrantToken(t, s.pick(t, func(g *grant) bool { return !g.Deleted }, "token to delete"))
+}
+
+// deleteGrantToken deletes g's bootstrap-token Secret and waits until the
+// apiserver no longer accepts the token. Its authenticator reads Secrets
+// through an informer and caches a success for apiserverTokenCache, so a
+// probe that lands before the informer has seen the deletion keeps the
+// token accepted that long: the probes start once a watch through the same
+// apiserver has delivered the deletion.
+func (s *expired) deleteGrantToken(t *rapid.T, g *grant) {
+	name := token.SecretPrefix + g.ID
+	w, err := s.admin.CoreV1().Secrets(token.Namespace).Watch(s.ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+	if err != nil {
+		t.Fatalf("watch token %s: %v", g.ID, err)
+	}
+	defer w.Stop()
+	if err := s.admin.CoreV1().Secrets(token.Namespace).Delete(s.ctx, name, metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("delete token %s: %v", g.ID, err)
 	}
 	g.Deleted = true
+	for seen, bound := false, time.After(5*time.Second); !seen; {
+		select {
+		case e, ok := <-w.ResultChan():
+			seen = !ok || e.Type == watch.Deleted
+		case <-bound:
+			seen = true // the probes below still wait for the refusal
+		}
+	}
 	s.count(func(st *expiredStats) { st.deletes++ })
 	s.c.Events().Record("cp1", "fault", "bootstrap token %s deleted", g.ID)
 	cs := s.tokenClient(g)
@@ -421,6 +445,22 @@ func (s *expired) clockTour(t *rapid.T) {
 	s.setClock(t)
 	explored.ran("prune")
 	s.prune(t)
+}
+
+// refusalTour runs, in every check, the verdict the property is named for:
+// a join with a grant whose token is gone is refused before the bundle is
+// read. A fresh grant is minted and its token deleted — never used, so the
+// apiserver holds no cached success for it and refuses it at once — and a
+// join with it tried. Drawn among the other actions, such a join can miss a
+// short run: at the CI budget (3 checks, steps=8, seed 1) none was drawn.
+func (s *expired) refusalTour(t *rapid.T) {
+	s.mint(t)
+	g := s.grants[len(s.grants)-1]
+	explored.ran("deleteToken")
+	s.deleteGrantToken(t, g)
+	if skip := s.joinAt(t, g, 0); skip != "" {
+		t.Fatalf("the refusal tour's join with deleted grant %s was not judged: %s", g.ID, skip)
+	}
 }
 
 // rekey rekeys the shared certificates on cp1 under the maintenance fence
