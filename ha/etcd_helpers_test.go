@@ -3,12 +3,15 @@ package ha_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/nodestate"
@@ -133,6 +136,44 @@ func isLearner(t testing.TB, h *sim.Host, peerURL string) (found, learner bool) 
 		}
 	}
 	return false, false
+}
+
+// membershipViews describes, for a failure message, each host's view of
+// the membership: its member list read serializably (its own applied
+// state) and linearizably, and its raft and applied indexes.
+func membershipViews(hosts []*sim.Host) string {
+	var b strings.Builder
+	for _, h := range hosts {
+		fmt.Fprintf(&b, "\n  %s:", h.Name())
+		cli, err := h.EtcdClient()
+		if err != nil {
+			fmt.Fprintf(&b, " no client: %v", err)
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if st, err := cli.Status(ctx, h.ClientURL()); err == nil {
+			fmt.Fprintf(&b, " raft index %d, applied %d, leader %x;", st.RaftIndex, st.RaftAppliedIndex, st.Leader)
+		}
+		for _, lin := range []bool{false, true} {
+			var opts []clientv3.OpOption
+			if !lin {
+				opts = append(opts, clientv3.WithSerializable())
+			}
+			ml, err := cli.MemberList(ctx, opts...)
+			if err != nil {
+				fmt.Fprintf(&b, " list (linearizable %t): %v;", lin, err)
+				continue
+			}
+			fmt.Fprintf(&b, " list (linearizable %t):", lin)
+			for _, m := range ml.Members {
+				fmt.Fprintf(&b, " %s learner=%t", m.Name, m.IsLearner)
+			}
+			b.WriteString(";")
+		}
+		cancel()
+		cli.Close()
+	}
+	return b.String()
 }
 
 // leaderHost is the host whose member leads, waiting up to 5 s for one.

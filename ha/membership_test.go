@@ -141,7 +141,7 @@ func TestMemberAddLearnerLifecycle(t *testing.T) {
 		t.Fatalf("PromoteWhenCaughtUp: %v", err)
 	}
 	if found, learner := isLearner(t, c.Host("cp1"), spare.PeerURL()); !found || learner {
-		t.Fatalf("promoted member: found %t learner %t; want a voter", found, learner)
+		t.Fatalf("promoted member: found %t learner %t; want a voter; each member's view:%s", found, learner, membershipViews(c.Hosts()))
 	}
 	if err := n.PromoteWhenCaughtUp(ctx, ips, spare.PeerURL()); err != nil {
 		t.Errorf("PromoteWhenCaughtUp of a voter: %v, want success", err)
