@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -106,6 +107,17 @@ func property(t *testing.T, prop func(*rapid.T), need ...string) {
 			t.Logf("%s", fails.report(t.Name(), start))
 		}
 	})
+	if warmingEnabled() {
+		planned := plannedChecks(t.Name())
+		// Another check comes after the planned ones only when one
+		// failed: rapid then shrinks it, replaying smaller cases.
+		w := newWarmer(func() bool { return checks.Load() < planned || fails.failed() })
+		runningWarmer = w
+		defer func() {
+			runningWarmer = nil
+			w.close()
+		}()
+	}
 	rapid.Check(t, func(rt *rapid.T) {
 		checks.Add(1)
 		defer explored.timed(short+": whole check", time.Now())
@@ -128,6 +140,19 @@ func property(t *testing.T, prop func(*rapid.T), need ...string) {
 		}()
 		prop(rt)
 	})
+}
+
+// plannedChecks is how many checks rapid runs of test when none fails: the
+// failfile named by -rapid.failfile and those committed under
+// testdata/rapid/<test>/ replay first, then -rapid.checks new ones (less any
+// invalid ones it replaces).
+func plannedChecks(test string) int64 {
+	n, _ := strconv.ParseInt(flag.Lookup("rapid.checks").Value.String(), 10, 64)
+	if flag.Lookup("rapid.failfile").Value.String() != "" {
+		n++
+	}
+	committed, _ := filepath.Glob(filepath.Join("testdata", "rapid", test, test+"-*.fail"))
+	return n + int64(len(committed))
 }
 
 // deadlineMargin is how long before go test's -timeout the harness reports
@@ -174,6 +199,13 @@ type failures struct {
 	mu          sync.Mutex
 	first, last string
 	n           int
+}
+
+// failed reports whether a check has failed.
+func (f *failures) failed() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.n > 0
 }
 
 func (f *failures) note(msg string) {
@@ -278,7 +310,12 @@ func startCluster(t *rapid.T, cfg sim.Config) *sim.Cluster {
 	if os.Getenv("SCENARIO_EVENTS") != "" {
 		cfg.EventsTo = os.Stderr
 	}
-	c := sim.Start(t, cfg)
+	var c *sim.Cluster
+	if w := runningWarmer; w != nil {
+		c = w.cluster(t, cfg)
+	} else {
+		c = sim.Start(t, cfg)
+	}
 	t.Cleanup(func() { explored.events(c.Events().Events()) })
 	t.Cleanup(func() {
 		if t.Failed() {
