@@ -18,6 +18,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"syscall"
 	"time"
 
@@ -28,8 +29,10 @@ import (
 
 // LostConnection reports whether err is a request that lost its way to the
 // apiserver: the connection was refused, reset, closed before the response
-// (EOF), its HTTP/2 connection or stream was lost, its answer's body was
-// cut, or the dial timed out or found no route. The request may or may not
+// (EOF) or before the request was written (a broken pipe, or an HTTP/2
+// connection closed before its first request), its HTTP/2 connection or
+// stream was lost, its answer's body was cut, or the dial timed out or
+// found no route. The request may or may not
 // have been applied; the address is likely served again once a VIP failover
 // ends. An answer the apiserver gave (any status) is not a lost connection.
 func LostConnection(err error) bool {
@@ -48,12 +51,24 @@ func LostConnection(err error) bool {
 	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.As(err, &stream) {
 		return true
 	}
+	// A write on a connection the other side already closed, and a new
+	// HTTP/2 connection closed before its first request went out (the
+	// transport's error is unexported, in golang.org/x/net and in
+	// net/http's copy alike, so its text is matched, as apimachinery
+	// matches its GOAWAY).
+	if errors.Is(err, syscall.EPIPE) || strings.Contains(err.Error(), http2NotEstablished) {
+		return true
+	}
 	if errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) {
 		return true
 	}
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial" && op.Timeout()
 }
+
+// http2NotEstablished is the HTTP/2 transport's error for a connection that
+// closed before its first request was sent.
+const http2NotEstablished = "http2: client conn could not be established"
 
 // Timing of Ensure's retries.
 const (

@@ -3,10 +3,17 @@ package apiretry
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -101,6 +108,63 @@ func TestLostConnection(t *testing.T) {
 	if LostConnection(nil) || LostConnection(errors.New("unexpected EOF")) {
 		t.Error("nil, or a message that merely reads like a lost connection, counted as one")
 	}
+}
+
+// TestLostConnectionAfterTheHandshake: a connection the VIP's forwarder cuts
+// right after its TLS handshake (HTTP/2 agreed, the client's first request
+// not yet answered) is lost, whichever way the client meets it: the
+// HTTP/2 transport's "client conn could not be established" (the connection
+// closed before the request went out), a write on it that finds the pipe
+// broken, or the answer's unexpected EOF. Which one comes is a race, so the
+// update runs many times; a clean-clone CI run met the first in `stratum
+// token create` and gave up.
+func TestLostConnectionAfterTheHandshake(t *testing.T) {
+	srv := httptest.NewUnstartedServer(http.NotFoundHandler())
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	cut := serve(t, func(c net.Conn) {
+		tc := tls.Server(c, &tls.Config{Certificates: srv.TLS.Certificates, NextProtos: []string{"h2"}})
+		_ = tc.Handshake()
+		tc.Close()
+	})
+	cfg := &rest.Config{Host: "https://" + cut, Timeout: 5 * time.Second,
+		TLSClientConfig: rest.TLSClientConfig{CAData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})}}
+	seen := map[string]int{}
+	for range 30 {
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "default", ResourceVersion: "1"}}
+		_, err = cs.CoreV1().ConfigMaps("default").Update(context.Background(), cm, metav1.UpdateOptions{})
+		if err == nil {
+			t.Fatal("an update through a connection cut after its handshake succeeded")
+		}
+		if !LostConnection(err) {
+			t.Errorf("LostConnection(%v) = false, want true", err)
+		}
+		seen[errorKind(err)]++
+	}
+	t.Logf("errors met: %v", seen)
+	// Each way, as the client reports it, whether or not this run met it.
+	for _, err := range []error{
+		&url.Error{Op: "Put", URL: "https://" + cut, Err: errors.New("http2: client conn could not be established")},
+		&url.Error{Op: "Put", URL: "https://" + cut, Err: &net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("write", syscall.EPIPE)}},
+	} {
+		if !LostConnection(err) {
+			t.Errorf("LostConnection(%v) = false, want true", err)
+		}
+	}
+}
+
+// errorKind is the last part of a client error's message, for the log.
+func errorKind(err error) string {
+	msg := err.Error()
+	if i := strings.LastIndex(msg, ": "); i >= 0 {
+		msg = msg[i+2:]
+	}
+	return msg
 }
 
 func TestEnsure(t *testing.T) {
