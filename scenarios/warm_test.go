@@ -6,7 +6,6 @@ import (
 	"os"
 	"reflect"
 	"sync"
-	"time"
 
 	"pgregory.net/rapid"
 
@@ -66,12 +65,7 @@ func (w *warmer) cluster(t *rapid.T, cfg sim.Config) *sim.Cluster {
 	if c == nil {
 		c = sim.Start(t, cfg)
 	} else {
-		t.Cleanup(func() {
-			if t.Failed() {
-				t.Logf("simulation event log:\n%s", c.Events().String())
-			}
-			c.Close()
-		})
+		sim.Adopt(t, c)
 	}
 	if worthWarming(cfg) && w.more() {
 		w.launch(cfg)
@@ -110,7 +104,7 @@ func (w *warmer) launch(cfg sim.Config) {
 	w.mu.Unlock()
 	go func() {
 		defer close(n.done)
-		ctx, cancel := context.WithTimeout(w.ctx, 3*time.Minute)
+		ctx, cancel := context.WithTimeout(w.ctx, sim.StartTimeout)
 		defer cancel()
 		n.c, n.err = sim.New(ctx, cfg)
 		if n.err != nil {
