@@ -163,6 +163,13 @@ func (c *coverage) timed(row string, start time.Time) {
 	c.add(secTime, row, int(time.Since(start).Milliseconds()))
 }
 
+// part runs a part of a check that is not a drawn action (a prologue, a
+// final convergence) and adds its time to the row "<property>: row".
+func (c *coverage) part(row string, f func()) {
+	defer c.timed(currentProperty()+": "+row, time.Now())
+	f()
+}
+
 // events tallies a finished check's event log: checkpoints reached, and
 // where an armed crash, fault or pause fired; faults by kind.
 func (c *coverage) events(evs []sim.Event) {

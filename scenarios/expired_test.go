@@ -82,20 +82,16 @@ func TestExpiredGrant(t *testing.T) {
 	property(t, func(rt *rapid.T) {
 		// Each part of a check that is not a drawn action is a row of
 		// the coverage table's time section too.
-		timed := func(row string, part func()) {
-			defer explored.timed("ExpiredGrant: "+row, time.Now())
-			part()
-		}
 		var s *expired
-		timed("prologue: the world", func() { s = &expired{world: newWorld(rt, 1), stats: st} })
+		explored.part("prologue: the world", func() { s = &expired{world: newWorld(rt, 1), stats: st} })
 		s.prober = s.c.Host("cp2")
 		explored.ran("mint")
-		timed("prologue: retire tour", func() {
+		explored.part("prologue: retire tour", func() {
 			s.mint(rt)
 			s.retireTour(rt)
 		})
-		timed("prologue: clock tour", func() { s.clockTour(rt) })
-		timed("prologue: refusal tour", func() { s.refusalTour(rt) })
+		explored.part("prologue: clock tour", func() { s.clockTour(rt) })
+		explored.part("prologue: refusal tour", func() { s.refusalTour(rt) })
 		rt.Repeat(explored.actions(map[string]func(*rapid.T){
 			"mint":        s.mint,
 			"deleteToken": s.deleteToken,
@@ -107,7 +103,7 @@ func TestExpiredGrant(t *testing.T) {
 			"reupload":    s.reupload,
 			"":            s.check,
 		}))
-		timed("converge", s.converge)
+		explored.part("converge", s.converge)
 	})
 }
 

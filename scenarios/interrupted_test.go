@@ -49,11 +49,14 @@ func TestInterruptedMemberAdd(t *testing.T) {
 		}
 	})
 	property(t, func(rt *rapid.T) {
-		s := &interrupted{world: newWorld(rt, 2), drawn: map[string]int{}}
-		s.spares = s.c.Hosts()[1:]
-		s.g = s.mint(time.Hour)
+		var s *interrupted
+		explored.part("prologue: the world", func() {
+			s = &interrupted{world: newWorld(rt, 2), drawn: map[string]int{}}
+			s.spares = s.c.Hosts()[1:]
+			s.g = s.mint(time.Hour)
+		})
 		s.offset = rapid.IntRange(0, len(ha.JoinCheckpoints)-1).Draw(rt, "checkpoint offset")
-		s.crashChain(rt)
+		explored.part("prologue: crash chain", func() { s.crashChain(rt) })
 		rt.Repeat(explored.actions(map[string]func(*rapid.T){
 			"crashJoin": s.crashJoin,
 			"reboot":    s.reboot,
@@ -61,7 +64,7 @@ func TestInterruptedMemberAdd(t *testing.T) {
 			"write":     func(t *rapid.T) { s.writeSentinel(fmt.Sprintf("step %d", len(s.sentinels))) },
 			"":          s.check,
 		}))
-		s.finish()
+		explored.part("finish", s.finish)
 		mu.Lock()
 		checks++
 		for k, v := range s.drawn {
