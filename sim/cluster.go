@@ -121,7 +121,8 @@ type Cluster struct {
 // New builds and starts a simulated cluster: hosts on a free loopback /24, one
 // cluster's PKI, the first ControlPlanes hosts laid out as `stratum up` lays
 // out a control plane (shared CAs, leaves, kubeconfigs, node state) and their
-// services started. On error everything started is stopped.
+// services started; with VIP, it returns once a control plane holds the VIP.
+// On error everything started is stopped.
 func New(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
@@ -222,12 +223,21 @@ func New(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 			return nil, fmt.Errorf("sim: %w", err)
 		}
 	}
-	if cfg.VIP {
+	if cfg.VIP && len(cps) > 0 {
 		for _, h := range cps {
 			if err := h.StartVIPCandidate(); err != nil {
 				return nil, err
 			}
 		}
+		// A cluster with a VIP is started once the VIP answers: until a
+		// candidate wins the lease the forwarder closes every connection,
+		// and a client's first request (a POST, which client-go does not
+		// retry) would meet a reset.
+		holder, err := c.WaitVIP(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("sim: VIP %s: %w", c.vip.addr, err)
+		}
+		c.events.Record("", "action", "VIP %s held by %s %s after start", c.vip.addr, holder.name, time.Since(start).Round(time.Millisecond))
 	}
 	if cfg.ControllerManager {
 		if err := cps[0].StartControllerManager(ctx); err != nil {
