@@ -49,7 +49,10 @@ func TestSecretAcrossHostsAndVIPFailover(t *testing.T) {
 		t.Fatalf("read through cp2: %v %v", got, err)
 	}
 
-	holder := c.VIPHolder()
+	holder, err := c.WaitVIP(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	readVIP := func() error {
 		got, err := vipCS.CoreV1().Secrets("default").Get(ctx, "sentinel", metav1.GetOptions{})
 		if err == nil && string(got.Data["k"]) != "written-through-cp1" {
