@@ -43,9 +43,6 @@ func BenchmarkJoin(b *testing.B) {
 				b.Fatal(err)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-			if _, err := c.WaitVIP(ctx); err != nil {
-				b.Fatal(err)
-			}
 			o, err := mintOptions(ctx, c, joinNodeOn(c.Host("cp1")), time.Hour)
 			if err != nil {
 				b.Fatal(err)

@@ -55,9 +55,6 @@ func joinDiskOps(t *testing.T) []diskOp {
 		t.Fatalf("start simulated cluster: %v", err)
 	}
 	defer c.Close()
-	if _, err := c.WaitVIP(ctx); err != nil {
-		t.Fatal(err)
-	}
 	o, err := mintOptions(ctx, c, joinNodeOn(c.Host("cp1")), time.Hour)
 	if err != nil {
 		t.Fatal(err)
@@ -189,9 +186,6 @@ func startDiskCase(rt sim.TB) *diskCase {
 	c := sim.Start(rt, sim.Config{ControlPlanes: 1, SpareHosts: 1, APIServers: true, VIP: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	rt.Cleanup(cancel)
-	if _, err := c.WaitVIP(ctx); err != nil {
-		rt.Fatalf("%v", err)
-	}
 	cs, err := c.Host("cp1").Admin()
 	if err != nil {
 		rt.Fatalf("%v", err)

@@ -78,11 +78,6 @@ func TestNodeRepoint(t *testing.T) {
 	other := sim.Start(t, sim.Config{ControlPlanes: 1, APIServers: true, VIP: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	for _, cl := range []*sim.Cluster{c, other} {
-		if _, err := cl.WaitVIP(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
 	cp1 := c.Host("cp1")
 	pointAt(t, cp1, cp1.APIServerURL())
 	before := confFiles(t, cp1)
@@ -269,9 +264,6 @@ func TestRepointCilium(t *testing.T) {
 	c := sim.Start(t, sim.Config{ControlPlanes: 1, APIServers: true, VIP: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if _, err := c.WaitVIP(ctx); err != nil {
-		t.Fatal(err)
-	}
 	cp1 := c.Host("cp1")
 	admin, err := cp1.Admin()
 	if err != nil {
