@@ -33,3 +33,10 @@ func ClusterVersionAhead(ms []MemberVersions) (string, string) {
 	}
 	return clusterVersionAhead(answers)
 }
+
+// RemoveOwnMember exposes a join's rollback removal: the member with id, or,
+// with no id (an add whose answer was lost), only an unstarted learner with
+// peerURL.
+func (n *Node) RemoveOwnMember(ctx context.Context, cpIPs []string, id uint64, peerURL string) error {
+	return n.removeOwnMember(ctx, cpIPs, id, peerURL)
+}

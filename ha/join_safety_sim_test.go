@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -321,10 +322,14 @@ func TestResumedJournalIsKeptUntilTheStateIsSaved(t *testing.T) {
 
 // TestUpPromotesALearnerLeftBetweenEtcdStartAndPromotion: a joined node that
 // crashed after its etcd started, before the promotion, is promoted by the
-// next `stratum up`; so is one that crashed at any later start checkpoint.
+// next `stratum up`. Until then its member is a started learner, which only
+// its own node may take up: a member-add with its peer URL (a machine
+// re-imaged under the same address) is refused, not taken as that add, and a
+// rollback that lost its add's answer (no member ID) leaves it, while it does
+// remove an unstarted learner with its peer URL.
 func TestUpPromotesALearnerLeftBetweenEtcdStartAndPromotion(t *testing.T) {
 	t.Parallel() // its own simulated cluster
-	j := startJoinCluster(t, 1)
+	j := startJoinCluster(t, 2)
 	o := j.mint(time.Hour)
 	h := j.c.Host("cp2")
 	if _, err := joinNodeOn(h).PrepareControlPlaneJoin(j.ctx, o); err != nil {
@@ -337,6 +342,23 @@ func TestUpPromotesALearnerLeftBetweenEtcdStartAndPromotion(t *testing.T) {
 	if got := strings.Join(j.members(), " "); got != "cp1:voter cp2:learner" {
 		t.Fatalf("members after the crash: %s", got)
 	}
+
+	st, err := nodestate.Load(h.Files())
+	if err != nil {
+		t.Fatal(err)
+	}
+	etcdIPs := []string{j.c.Host("cp1").IP().String()}
+	_, err = j.cp1.MemberAdd(j.ctx, etcdIPs, "cp2-reimaged", st.Etcd.PeerURL)
+	if err == nil || !strings.Contains(err.Error(), "already has that peer URL") || !strings.Contains(err.Error(), "nothing was added") {
+		t.Fatalf("a member-add with the started learner's peer URL: %v", err)
+	}
+	if err := j.cp1.RemoveOwnMember(j.ctx, etcdIPs, 0, st.Etcd.PeerURL); err != nil {
+		t.Fatalf("a rollback without a member ID: %v", err)
+	}
+	if got := strings.Join(j.members(), " "); got != "cp1:voter cp2:learner" {
+		t.Fatalf("members after the add and the rollback with cp2's peer URL: %s", got)
+	}
+
 	if _, err := joinNodeOn(h).Up(j.ctx, ha.BootstrapOptions{}); err != nil {
 		t.Fatalf("stratum up after the crash: %v", err)
 	}
@@ -345,6 +367,20 @@ func TestUpPromotesALearnerLeftBetweenEtcdStartAndPromotion(t *testing.T) {
 	}
 	if hasFile(h, ha.JoinIntentPath()) {
 		t.Fatal("the journal survives the start that promoted the member")
+	}
+
+	cp3URL := "https://" + net.JoinHostPort(j.c.Host("cp3").IP().String(), strconv.Itoa(version.EtcdPeerPort))
+	if _, err := j.cp1.MemberAdd(j.ctx, etcdIPs, "cp3", cp3URL); err != nil {
+		t.Fatalf("add an unstarted learner: %v", err)
+	}
+	if got := strings.Join(j.members(), " "); got != ":learner cp1:voter cp2:voter" {
+		t.Fatalf("members after the learner's add: %s", got)
+	}
+	if err := j.cp1.RemoveOwnMember(j.ctx, etcdIPs, 0, cp3URL); err != nil {
+		t.Fatalf("a rollback without a member ID of an unstarted learner: %v", err)
+	}
+	if got := strings.Join(j.members(), " "); got != "cp1:voter cp2:voter" {
+		t.Fatalf("members after the rollback of the unstarted learner: %s", got)
 	}
 }
 

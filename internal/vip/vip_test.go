@@ -202,8 +202,9 @@ func leaseHolder(t *testing.T, cs kubernetes.Interface, lease string) string {
 var errNoCert = errors.New("the apiserver certificate does not cover the VIP")
 
 // TestElection runs VIP candidates against a real kube-apiserver: one holds
-// at a time, a stopped holder hands over at once, a refused win never takes
-// the address and frees the lease, and a failed Hold is retried.
+// at a time, a stopped holder hands over at once, a holder whose lease is
+// taken from it lets the address go, a refused win never takes the address
+// and frees the lease, and a failed Hold is retried.
 func TestElection(t *testing.T) {
 	cs := startAPIServer(t)
 	takeover := 4 * testLeaseDuration
@@ -249,6 +250,36 @@ func TestElection(t *testing.T) {
 		}
 		if len(b.overlap) > 0 {
 			t.Fatalf("two holders at once: %v", b.overlap)
+		}
+	})
+
+	t.Run("lease lost", func(t *testing.T) {
+		// What a holder cut off from the apiservers meets when it can
+		// reach them again: another node renewed the lease meanwhile.
+		// Its renewals fail, and it must stop answering for the VIP
+		// within its renew deadline, not keep it beside the new holder.
+		r := newBoard().recorder("cut-off")
+		startCandidate(t, cs, "lost", "cut-off", r, nil)
+		eventually(t, 30*time.Second, "the candidate holds the VIP", r.holds)
+		ctx := context.Background()
+		l, err := cs.CoordinationV1().Leases(LeaseNamespace).Get(ctx, "lost", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		other, hour := "elsewhere", int32(3600)
+		now := metav1.NewMicroTime(time.Now())
+		l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds = &other, &hour
+		l.Spec.AcquireTime, l.Spec.RenewTime = &now, &now
+		if _, err := cs.CoordinationV1().Leases(LeaseNamespace).Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+			t.Fatalf("take the lease for another holder: %v", err)
+		}
+		eventually(t, testRenewDeadline+4*testRetryPeriod+time.Second, "the holder whose lease was taken releases the VIP", func() bool { return !r.holds() })
+		if h := r.history(); h[len(h)-1] != "release" {
+			t.Fatalf("calls %v: the lost lease did not end in a Release", h)
+		}
+		time.Sleep(2 * testLeaseDuration)
+		if r.holds() || leaseHolder(t, cs, "lost") != other {
+			t.Fatalf("after two lease durations: the candidate holds %v, the lease names %q", r.holds(), leaseHolder(t, cs, "lost"))
 		}
 	})
 
