@@ -813,7 +813,8 @@ func TestCertsAtRestKeyProofAndKeySetAt(t *testing.T) {
 }
 
 // TestMaintenanceFence: the fence is exclusive until it runs out by stratum's
-// clock; a lost fence fails its confirm, renewal and release.
+// clock; a lost fence fails its confirm, renewal and release; a take its own
+// holder took again is lost too.
 func TestMaintenanceFence(t *testing.T) {
 	t.Parallel() // its own simulated cluster
 	e := startCerts(t, sim.Config{ControlPlanes: 1, SpareHosts: 1, APIServers: true})
@@ -850,8 +851,22 @@ func TestMaintenanceFence(t *testing.T) {
 		t.Errorf("confirm after release: %v", err)
 	}
 	// Released, it is free for anyone.
-	if _, err := e.node.TakeFence(ctx, e.admin, "join@cp1", 30*time.Second); err != nil {
+	h, err := e.node.TakeFence(ctx, e.admin, "join@cp1", 30*time.Second)
+	if err != nil {
 		t.Fatalf("take after release: %v", err)
+	}
+	// The same holder taking it again (a join re-run with the same token,
+	// or run with it on a second machine) takes it at once, and the first
+	// take is lost: it must not go on beside the second.
+	h2, err := other.TakeFence(ctx, e.admin, "join@cp1", 30*time.Second)
+	if err != nil {
+		t.Fatalf("the same holder's second take: %v", err)
+	}
+	if err := h.Confirm(ctx); !errors.Is(err, ha.ErrFenceLost) || !strings.Contains(err.Error(), "a different acquisition") {
+		t.Errorf("confirm of a take the same holder took again: %v, want ErrFenceLost naming the new acquisition", err)
+	}
+	if err := h2.Confirm(ctx); err != nil {
+		t.Errorf("confirm of the second take: %v", err)
 	}
 }
 
