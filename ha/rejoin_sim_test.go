@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -118,10 +119,7 @@ func (r *restoreCluster) restore() {
 // members lists the members of the cluster of host's etcd as name:voter|learner.
 func (r *restoreCluster) members(host string) []string {
 	r.t.Helper()
-	cli, err := r.c.Host(host).EtcdClient(r.c.Host(host).ClientURL())
-	if err != nil {
-		r.t.Fatal(err)
-	}
+	cli := r.memberClient(host)
 	defer cli.Close()
 	ml, err := cli.MemberList(r.ctx)
 	if err != nil {
@@ -144,13 +142,9 @@ func (r *restoreCluster) members(host string) []string {
 
 func (r *restoreCluster) clusterID(host string) uint64 {
 	r.t.Helper()
-	h := r.c.Host(host)
-	cli, err := h.EtcdClient(h.ClientURL())
-	if err != nil {
-		r.t.Fatal(err)
-	}
+	cli := r.memberClient(host)
 	defer cli.Close()
-	st, err := cli.Status(r.ctx, h.ClientURL())
+	st, err := cli.Status(r.ctx, r.c.Host(host).ClientURL())
 	if err != nil {
 		r.t.Fatalf("status of %s: %v", host, err)
 	}
@@ -161,11 +155,7 @@ func (r *restoreCluster) clusterID(host string) uint64 {
 // written before the snapshot, not the one after.
 func (r *restoreCluster) checkHoldsSnapshot(host string) {
 	r.t.Helper()
-	h := r.c.Host(host)
-	cli, err := h.EtcdClient(h.ClientURL())
-	if err != nil {
-		r.t.Fatal(err)
-	}
+	cli := r.memberClient(host)
 	defer cli.Close()
 	for key, want := range map[string]int64{keyBefore: 1, keyAfter: 0} {
 		resp, err := cli.Get(r.ctx, key)
@@ -191,13 +181,88 @@ func reportingNodeOn(h *sim.Host, w io.Writer) *ha.Node {
 	return ha.NewNode(ha.Env{Host: d, Checkpoint: d.Checkpoint, Progress: func(line string) { fmt.Fprintln(w, line) }})
 }
 
+// memberClient is an etcd client of host's own member alone; the caller
+// closes it.
+func (r *restoreCluster) memberClient(host string) *clientv3.Client {
+	r.t.Helper()
+	h := r.c.Host(host)
+	cli, err := h.EtcdClient(h.ClientURL())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return cli
+}
+
+// revision is the etcd revision host's member answers a read with.
+func (r *restoreCluster) revision(host string) int64 {
+	r.t.Helper()
+	cli := r.memberClient(host)
+	defer cli.Close()
+	resp, err := cli.Get(r.ctx, keyBefore)
+	if err != nil {
+		r.t.Fatalf("get %s through %s: %v", keyBefore, host, err)
+	}
+	return resp.Header.Revision
+}
+
+// restoreRefusesDamagedSnapshot runs a restore of the snapshot with one byte
+// of its checksum changed (its data no longer matches it): refused, with
+// cp1's control plane running and its cluster as it was.
+func (r *restoreCluster) restoreRefusesDamagedSnapshot() {
+	r.t.Helper()
+	db, err := os.ReadFile(r.snap)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	db[len(db)-1] ^= 0xff
+	damaged := filepath.Join(r.t.TempDir(), "damaged.db")
+	if err := os.WriteFile(damaged, db, 0o600); err != nil {
+		r.t.Fatal(err)
+	}
+	var out syncBuffer
+	err = reportingNodeOn(r.c.Host("cp1"), &out).SnapshotRestore(r.ctx, &out, damaged)
+	if !errors.Is(err, ha.ErrRefused) || !strings.Contains(err.Error(), "nothing was changed") {
+		r.t.Fatalf("restore of a snapshot whose data does not match its checksum: %v, want a refusal\n%s", err, out.String())
+	}
+	cp1 := r.c.Host("cp1")
+	if !cp1.EtcdRunning() || !cp1.APIServerRunning() {
+		r.t.Fatalf("a refused restore stopped cp1's control plane: etcd running %v, apiserver running %v", cp1.EtcdRunning(), cp1.APIServerRunning())
+	}
+	if got := strings.Join(r.members("cp1"), " "); got != "cp1:voter cp2:voter cp3:voter" {
+		r.t.Fatalf("members after a refused restore: %s", got)
+	}
+}
+
+// TestSnapshotRestoreThenRejoin: a damaged snapshot is refused before
+// anything stops; a good one makes cp1 the seed of a new cluster whose
+// revisions go on past every revision the old one reached (watchers never
+// see it go backwards, and one from before is told it was compacted); a
+// rejoin is refused while the old cluster may hold a quorum or on an older
+// etcd, and otherwise brings the others into the seed's cluster.
 func TestSnapshotRestoreThenRejoin(t *testing.T) {
 	t.Parallel() // its own simulated cluster
 	r := startRestoreCluster(t)
 	c := r.c
 	cp1IP := c.Host("cp1").IP().String()
+	r.restoreRefusesDamagedSnapshot()
+	before := r.revision("cp1")
 	r.restore()
 	r.checkHoldsSnapshot("cp1")
+	// The old cluster may have gone on long after the snapshot; the test's
+	// went on only a few revisions, and cp1's apiserver writes more than
+	// that once restarted. So the bar is set above anything the restarted
+	// apiserver writes in seconds: only a bump puts the restored cluster
+	// past it.
+	const farPastTheOldCluster = 100_000
+	if after := r.revision("cp1"); after <= before+farPastTheOldCluster {
+		t.Fatalf("the restored cluster's revision is %d, not far past the old cluster's %d: watchers of a cluster that went on after the snapshot would see it go backwards", after, before)
+	}
+	cli := r.memberClient("cp1")
+	_, err := cli.Get(r.ctx, keyBefore, clientv3.WithRev(before))
+	cli.Close()
+	if err == nil || !strings.Contains(err.Error(), "compacted") {
+		t.Fatalf("a read at the old cluster's revision %d after the restore: %v, want it refused as compacted (so a watcher from before relists)", before, err)
+	}
 
 	// cp2 and cp3 still make a quorum of the old cluster: a rejoin without
 	// force is refused and changes nothing.
