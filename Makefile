@@ -20,7 +20,7 @@ CHECKS ?= 200
 # Joins per side in `make bench`'s BenchmarkJoin (its median and spread).
 JOIN_SAMPLES ?= 10
 
-.PHONY: all build assets demo-assets tools-mod dist vet fmt-check test e2e e2e-deps timeline-deps demo bench explore clean help
+.PHONY: all build assets demo-assets tools-mod dist vet fmt-check test e2e e2e-deps timeline-deps demo bench explore mutate clean help
 
 all: build
 
@@ -172,6 +172,10 @@ bench: assets
 ## explore: run the scenarios with many checks per property (CHECKS=$(CHECKS), STEPS=30, SEED= for a random one, RUN= to pick properties); each logs its checks per minute
 explore: assets
 	$(GO) test ./scenarios -v -count=1 -timeout 0 -run '$(or $(RUN),.)' -rapid.checks=$(CHECKS) -rapid.steps=$(or $(STEPS),30) $(if $(SEED),-rapid.seed=$(SEED))
+
+## mutate: plant each bug of internal/mutate's list in a scratch worktree, run the tests meant to catch it, and report any that none caught (RUN= to pick mutants by name; about 35 min for all)
+mutate: assets
+	$(GO) run ./internal/mutate $(if $(RUN),-run '$(RUN)')
 
 ## clean: remove bin/ and dist/ (the asset cache is kept: see docs/assets.md)
 clean:

@@ -1,0 +1,305 @@
+package main
+
+// mutants are the planted bugs `make mutate` runs: each a check of stratum's
+// that a test should notice missing, with the tests meant to notice it. They
+// are written against the code as it is; TestEveryMutantAppliesToTheTree
+// fails when the code moves away from one. docs/faults.md ("What the
+// properties catch") records what each one's failure said.
+var mutants = []mutant{
+	{
+		Name: "prune-keeps-recently-expired",
+		File: "internal/token/token.go",
+		Old:  "return bootstrapsecrets.HasExpired(s, now)",
+		New:  "return bootstrapsecrets.HasExpired(s, now.Add(-time.Hour))",
+		Tests: [][]string{
+			{"./internal/token"},
+			{"./ha", "-run", "TestPruneExpiredGrants|TestCerts"},
+			{"./scenarios", "-run", "TestExpiredGrant$", "-rapid.checks=2", "-rapid.steps=8"},
+		},
+	},
+	{
+		Name: "rollback-removes-started-learner",
+		File: "ha/membership.go",
+		Old:  "x.IsLearner && !started(x) {",
+		New:  "x.IsLearner {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestUpPromotesALearnerLeftBetweenEtcdStartAndPromotion|TestJoinFailureAfterMemberAddRollsBack|TestJoinCrashAtEveryCheckpointConverges|TestJoinSignalAtEveryStepBoundary|TestMemberAdd"},
+			{"./scenarios", "-run", "TestInterruptedMemberAdd$", "-rapid.checks=2", "-rapid.steps=8"},
+		},
+	},
+	{
+		Name: "writefile-no-file-fsync",
+		File: "internal/host/dir.go",
+		Old:  "if err := tmp.Sync(); err != nil {",
+		New:  "if err := error(nil); err != nil {",
+		Tests: [][]string{
+			{"./internal/host/..."},
+			{"./ha", "-run", "TestJoinCrashLosingUnsyncedConverges|TestJoinDiskFault"},
+			{"./scenarios", "-run", "TestInterruptedMemberAdd$", "-rapid.checks=2", "-rapid.steps=8"},
+		},
+	},
+	{
+		Name: "writefile-no-dir-fsync",
+		File: "internal/host/dir.go",
+		Old:  "if err := fsys.SyncDir(dir); err != nil {",
+		New:  "if err := error(nil); err != nil {",
+		Tests: [][]string{
+			{"./internal/host/..."},
+			{"./ha", "-run", "TestJoinCrashLosingUnsyncedConverges|TestJoinDiskFault"},
+			{"./scenarios", "-run", "TestInterruptedMemberAdd$", "-rapid.checks=2", "-rapid.steps=8"},
+		},
+	},
+	{
+		Name: "add-takes-started-learner",
+		File: "ha/membership.go",
+		Old:  "if started(m) || !m.IsLearner {",
+		New:  "if !m.IsLearner {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestUpPromotesALearnerLeftBetweenEtcdStartAndPromotion|TestMemberAdd|TestJoinOnAnotherMembersAddressNeverHarmsIt|TestJoinRefusalsChangeNothing|TestJoinCrashAtEveryCheckpointConverges"},
+			{"./scenarios", "-run", "TestInterruptedMemberAdd$", "-rapid.checks=2", "-rapid.steps=8"},
+		},
+	},
+	{
+		Name: "no-clock-skew-check",
+		File: "ha/join.go",
+		Old:  "if skew <= maxClockSkew && skew >= -maxClockSkew {",
+		New:  "if true {",
+		Tests: [][]string{
+			{"./ha", "-run", "Skew|Clock|TestJoinRefusalsChangeNothing"},
+			{"./scenarios", "-run", "TestExpiredGrant$", "-rapid.checks=2", "-rapid.steps=8"},
+		},
+	},
+	{
+		Name: "fence-ignores-reacquire",
+		File: "ha/fence.go",
+		Old:  "case cur.Spec.AcquireTime == nil || !cur.Spec.AcquireTime.Time.Equal(acquired):",
+		New:  "case cur.Spec.AcquireTime == nil || (false && !cur.Spec.AcquireTime.Time.Equal(acquired)):",
+		Tests: [][]string{
+			{"./ha", "-run", "Fence"},
+			{"./scenarios", "-run", "TestMaintenance$", "-rapid.checks=2", "-rapid.steps=8"},
+		},
+	},
+	{
+		Name: "fence-never-runs-out",
+		File: "ha/fence.go",
+		Old:  "return !now.Before(leaseEnd(l))",
+		New:  "return false",
+		Tests: [][]string{
+			{"./ha", "-run", "Fence"},
+			{"./scenarios", "-run", "TestMaintenance$", "-rapid.checks=2", "-rapid.steps=8"},
+		},
+	},
+	{
+		Name: "vip-kept-after-lease-lost",
+		File: "internal/vip/vip.go",
+		Old:  "OnStoppedLeading: t.end,",
+		New:  "OnStoppedLeading: func() {},",
+		Tests: [][]string{
+			{"./internal/vip"},
+			{"./sim", "-run", "VIP|Vip"},
+			{"./scenarios", "-run", "TestClientsThroughVIP$", "-rapid.checks=2", "-rapid.steps=8"},
+		},
+	},
+	{
+		Name: "resumed-run-clears-journal",
+		File: "ha/join.go",
+		Old:  "\tif r.resumed {\n\t\treturn fmt.Errorf(\"control-plane join stopped before the etcd member-add",
+		New:  "\tif false {\n\t\treturn fmt.Errorf(\"control-plane join stopped before the etcd member-add",
+		Tests: [][]string{
+			{"./ha", "-run", "TestResumedJournal|TestJoinCrashAtEveryCheckpointConverges|TestJoinSignalAtEveryStepBoundary|TestJoinIntent|TestJoinCrashLosingUnsynced"},
+			{"./scenarios", "-run", "TestInterruptedMemberAdd$", "-rapid.checks=2", "-rapid.steps=8"},
+		},
+	},
+	{
+		Name: "promote-only-via-initial-peers",
+		File: "ha/up.go",
+		Old:  "\t\tpeers = append(peers, own)\n",
+		New:  "\t\t_ = own\n",
+		Tests: [][]string{
+			{"./ha", "-run", "TestUp"},
+			{"./scenarios", "-run", "TestInterruptedMemberAdd$", "-rapid.checks=2", "-rapid.steps=8"},
+			{"./scenarios", "-run", "TestMaintenance$", "-rapid.checks=2", "-rapid.steps=8"},
+		},
+	},
+	{
+		Name: "join-ignores-bundle-vip",
+		File: "ha/join.go",
+		Old:  "if st.VIP.Address == \"\" && g.VIP != \"\" {",
+		New:  "if false && g.VIP != \"\" {",
+		Tests: [][]string{
+			{"./ha", "-run", "VIP|TestJoinTwoControlPlanes|TestSingleControlPlaneGrowsIntoHA"},
+			{"./scenarios", "-run", "TestClientsThroughVIP$", "-rapid.checks=2", "-rapid.steps=8"},
+		},
+	},
+	{
+		Name: "covers-any-ip",
+		File: "internal/pki/pki.go",
+		Old:  "\t\tif have.Equal(ip) {\n\t\t\treturn nil",
+		New:  "\t\tif have.Equal(ip) || true {\n\t\t\treturn nil",
+		Tests: [][]string{
+			{"./internal/pki"},
+			{"./ha", "-run", "VIP|TestSingleControlPlaneGrowsIntoHA"},
+			{"./scenarios", "-run", "TestClientsThroughVIP$", "-rapid.checks=2", "-rapid.steps=8"},
+		},
+	},
+	{
+		Name: "rejoin-ignores-silent-majority",
+		File: "ha/rejoin.go",
+		Old:  "if len(silent) >= len(ips)/2+1 {",
+		New:  "if len(silent) > len(ips) {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestRejoinRefusedWhileOldPeersMayHoldQuorum|TestPlanRejoin"},
+			{"./cmd/stratum/cli", "-run", "Rejoin"},
+			{"./scenarios", "-run", "TestMaintenance$", "-rapid.checks=2", "-rapid.steps=8"},
+		},
+	},
+	{
+		Name: "rejoin-ignores-old-leader",
+		File: "ha/rejoin.go",
+		Old:  "\t\tcase s.Leader != 0:",
+		New:  "\t\tcase false && s.Leader != 0:",
+		Tests: [][]string{
+			{"./ha", "-run", "TestRejoinRefusedWhileOldPeersMayHoldQuorum|TestPlanRejoin"},
+			{"./cmd/stratum/cli", "-run", "Rejoin"},
+			{"./scenarios", "-run", "TestMaintenance$", "-rapid.checks=2", "-rapid.steps=8"},
+		},
+	},
+	{
+		Name: "vipserves-skips-verify",
+		File: "ha/repoint.go",
+		Old:  "TLSClientConfig:   &tls.Config{RootCAs: pool, ServerName: ip.String(), MinVersion: tls.VersionTLS12},",
+		New:  "TLSClientConfig:   &tls.Config{RootCAs: pool, ServerName: ip.String(), MinVersion: tls.VersionTLS12, InsecureSkipVerify: true},",
+		Tests: [][]string{
+			{"./ha", "-run", "Repoint"},
+			{"./cmd/stratum/cli", "-run", "Repoint"},
+			{"./scenarios", "-run", "TestMaintenance$", "-rapid.checks=2", "-rapid.steps=8"},
+		},
+	},
+	{
+		Name: "gate-ignores-alarms",
+		File: "ha/etcd.go",
+		Old:  "if m.Err == nil && len(m.Alarms) > 0 {",
+		New:  "if false && m.Err == nil && len(m.Alarms) > 0 {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestEtcdClusterVerdict|TestEtcdClusterHealthy|TestJoinRefusedWhileClusterUnhealthy"},
+			{"./scenarios", "-run", "TestSplitBrain$", "-rapid.checks=2", "-rapid.steps=8"},
+		},
+	},
+	{
+		Name: "discovery-skips-ca-hash",
+		File: "internal/discovery/discovery.go",
+		Old:  "if err := pki.CheckCAHash(caPEM, caHash); err != nil {",
+		New:  "if err := pki.CheckCAHash(caPEM, caHash); false && err != nil {",
+		Tests: [][]string{
+			{"./internal/discovery"},
+			{"./ha", "-run", "TestJoinRefusalsChangeNothing"},
+		},
+	},
+	{
+		Name: "certs-reader-reads-every-secret",
+		File: "ha/rbac.go",
+		Old:  "WithResources(\"secrets\").WithResourceNames(certsSecret).WithVerbs(\"get\"),",
+		New:  "WithResources(\"secrets\").WithVerbs(\"get\"),",
+		Tests: [][]string{
+			{"./ha", "-run", "TestCertsAuthorizationMatrix|TestGrantAppliesCertsReaderRole|TestNarrowCertsReaderBinding"},
+			{"./scenarios", "-run", "TestExpiredGrant$", "-rapid.checks=2", "-rapid.steps=8"},
+		},
+	},
+	{
+		Name: "join-ignores-retained-data",
+		File: "ha/join.go",
+		Old:  "\tif len(entries) > 0 {\n\t\treturn fmt.Errorf(\"%w in %s; nothing was changed",
+		New:  "\tif len(entries) > 1000 {\n\t\treturn fmt.Errorf(\"%w in %s; nothing was changed",
+		Tests: [][]string{
+			{"./ha", "-run", "TestJoinRefusalsChangeNothing|TestRetainedData"},
+			{"./cmd/stratum/cli", "-run", "Join|Server"},
+			{"./scenarios", "-run", "TestMaintenance$", "-rapid.checks=2", "-rapid.steps=8"},
+		},
+	},
+	{
+		Name: "restore-skips-hash-check",
+		File: "ha/snapshot.go",
+		Old:  "\t\tMarkCompacted:       true,\n\t}); err != nil {",
+		New:  "\t\tMarkCompacted:       true,\n\t\tSkipHashCheck:       true,\n\t}); err != nil {",
+		Tests: [][]string{
+			{"./ha", "-run", "Snapshot|Restore"},
+			{"./cmd/stratum/cli", "-run", "Snapshot|Restore"},
+			{"./scenarios", "-run", "TestMaintenance$", "-rapid.checks=2", "-rapid.steps=8"},
+		},
+	},
+	{
+		Name: "restore-no-revision-bump",
+		File: "ha/snapshot.go",
+		Old:  "\t\tRevisionBump:        restoreRevisionBump,\n\t\tMarkCompacted:       true,\n",
+		New:  "",
+		Tests: [][]string{
+			{"./ha", "-run", "Snapshot|Restore"},
+			{"./cmd/stratum/cli", "-run", "Snapshot|Restore"},
+			{"./scenarios", "-run", "TestMaintenance$", "-rapid.checks=2", "-rapid.steps=8"},
+		},
+	},
+	{
+		Name: "restore-bump-zero",
+		File: "ha/snapshot.go",
+		Old:  "\t\tRevisionBump:        restoreRevisionBump,\n",
+		New:  "\t\tRevisionBump:        0,\n",
+		Tests: [][]string{
+			{"./ha", "-run", "Snapshot|Restore"},
+		},
+	},
+	{
+		Name: "token-expiry-a-year-late",
+		File: "internal/token/token.go",
+		Old:  "keyExpiration:  expires.UTC().Format(time.RFC3339),",
+		New:  "keyExpiration:  expires.AddDate(1, 0, 0).UTC().Format(time.RFC3339),",
+		Tests: [][]string{
+			{"./internal/token"},
+			{"./ha", "-run", "TestPruneExpiredGrants|TestCerts"},
+			{"./scenarios", "-run", "TestExpiredGrant$", "-rapid.checks=2", "-rapid.steps=8"},
+		},
+	},
+	{
+		Name: "restore-not-marked-compacted",
+		File: "ha/snapshot.go",
+		Old:  "\t\tMarkCompacted:       true,\n",
+		New:  "",
+		Tests: [][]string{
+			{"./ha", "-run", "Snapshot|Restore"},
+			{"./cmd/stratum/cli", "-run", "Snapshot|Restore"},
+			{"./scenarios", "-run", "TestMaintenance$", "-rapid.checks=2", "-rapid.steps=8"},
+		},
+	},
+	{
+		Name: "midway-reported-as-refusal",
+		File: "ha/refusal.go",
+		Old:  "\tcase *changed:\n\t\t*errp = Midway(*errp)",
+		New:  "\tcase false && *changed:\n\t\t*errp = Midway(*errp)",
+		Tests: [][]string{
+			{"./ha", "-run", "Refus|Midway|TestPlan"},
+			{"./cmd/stratum/cli"},
+			{"./scenarios", "-run", "TestMaintenance$", "-rapid.checks=2", "-rapid.steps=8"},
+		},
+	},
+	{
+		Name: "renew-drops-vip-san",
+		File: "ha/renew.go",
+		Old:  "sans, err := apiSANs(st.VIP.Address, netc)",
+		New:  "sans, err := apiSANs(\"\", netc)",
+		Tests: [][]string{
+			{"./ha", "-run", "Renew|Certs"},
+			{"./cmd/stratum/cli", "-run", "Renew|Certs"},
+			{"./scenarios", "-run", "TestMaintenance$", "-rapid.checks=2", "-rapid.steps=8"},
+		},
+	},
+	{
+		Name: "renew-restarts-nothing",
+		File: "ha/renew.go",
+		Old:  "\tfor _, s := range renewRestartOrder {",
+		New:  "\tfor _, s := range renewRestartOrder[:0] {",
+		Tests: [][]string{
+			{"./ha", "-run", "Renew|Certs"},
+			{"./cmd/stratum/cli", "-run", "Renew|Certs"},
+			{"./scenarios", "-run", "TestMaintenance$", "-rapid.checks=2", "-rapid.steps=8"},
+		},
+	},
+}
