@@ -30,6 +30,24 @@ func main() {
 	run := flag.String("run", "", "run only the mutants whose names match this regular expression")
 	logs := flag.String("logs", "", "write each mutant's test output to DIR/<name>.log (default: a new directory under $TMPDIR)")
 	list := flag.Bool("list", false, "list the mutants and the tests meant to catch each, and exit")
+	flag.Usage = func() {
+		fmt.Fprint(flag.CommandLine.Output(), `Usage: go run ./internal/mutate [-run REGEXP] [-logs DIR] [-list]
+
+Plants each bug of internal/mutate's list in a scratch git worktree of the
+tree as it stands, runs the tests meant to catch it, and exits 1 naming any
+mutant none caught, or one that no longer applies or compiles.
+
+Examples:
+  # Every mutant (about 35 minutes on 2 cores), as make mutate runs it
+  go run ./internal/mutate
+
+  # Only the snapshot-restore mutants, their test output kept in ./mutate-logs
+  go run ./internal/mutate -run restore -logs mutate-logs
+
+Flags:
+`)
+		flag.PrintDefaults()
+	}
 	flag.Parse()
 	picked, err := pick(*run)
 	if err != nil {
@@ -39,7 +57,7 @@ func main() {
 		for _, m := range picked {
 			fmt.Printf("%s (%s)\n", m.Name, m.File)
 			for _, t := range m.Tests {
-				fmt.Printf("  go test %s\n", strings.Join(t, " "))
+				fmt.Printf("  %s\n", goTestLine(t))
 			}
 		}
 		return
@@ -170,7 +188,7 @@ func runMutant(ctx context.Context, wt string, m mutant, logPath string) (string
 	defer log.Close()
 	began := time.Now()
 	for _, args := range m.Tests {
-		cmdline := "go test -count=1 -p 1 " + strings.Join(args, " ")
+		cmdline := goTestLine(args)
 		out, err := goTest(ctx, wt, args)
 		fmt.Fprintf(log, "$ %s\n%s\n", cmdline, out)
 		if err == nil {
@@ -189,10 +207,21 @@ func runMutant(ctx context.Context, wt string, m mutant, logPath string) (string
 	return fmt.Sprintf("SURVIVED %d test runs (%s)", len(m.Tests), time.Since(began).Round(time.Second)), nil
 }
 
+// goTestArgs is the go command line a mutant's test arguments run as:
+// uncached, one package at a time.
+func goTestArgs(args []string) []string {
+	return append([]string{"test", "-count=1", "-p", "1"}, args...)
+}
+
+// goTestLine is goTestArgs as printed.
+func goTestLine(args []string) string {
+	return "go " + strings.Join(goTestArgs(args), " ")
+}
+
 // goTest runs go test in dir in a process group of its own, so an
 // interrupt stops the test binaries and the servers they started too.
 func goTest(ctx context.Context, dir string, args []string) (string, error) {
-	cmd := exec.CommandContext(ctx, "go", append([]string{"test", "-count=1", "-p", "1"}, args...)...)
+	cmd := exec.CommandContext(ctx, "go", goTestArgs(args)...)
 	cmd.Dir = dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
