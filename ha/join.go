@@ -281,6 +281,11 @@ type joinRun struct {
 	// fence is the maintenance fence the join holds from the health gate to
 	// the saved node state (nil once released).
 	fence *Fence
+	// addRefused records that the member-add step stopped before any add
+	// (the fence lost first, or etcd refused the add) and, the run not being
+	// a resumed one, cleared the journal it wrote: the run changed nothing
+	// in the cluster, so its failure is a refusal.
+	addRefused bool
 }
 
 // joinStep is one named step of a join.
@@ -304,7 +309,8 @@ var joinPhases = []joinStep{
 
 // prepareJoin runs joinPhases; reachedAdd reports whether the run got to
 // the member-add step (from there a failure may have changed the cluster,
-// however it was rolled back).
+// however it was rolled back), unless that step stopped before any add and
+// cleared its journal (addRefused).
 func (n *Node) prepareJoin(ctx context.Context, o JoinOptions) (st *nodestate.NodeState, reachedAdd bool, err error) {
 	r := &joinRun{n: n, o: o, name: n.env.Host.Name(), start: time.Now()}
 	defer func() {
@@ -321,7 +327,7 @@ func (n *Node) prepareJoin(ctx context.Context, o JoinOptions) (st *nodestate.No
 			if r.st != nil && r.st.Etcd.InitialCluster != "" {
 				return r.st, reachedAdd, err // saved: the caller starts from the state
 			}
-			return nil, reachedAdd, err
+			return nil, reachedAdd && !r.addRefused, err
 		}
 		n.stepDone(s.name, time.Since(began))
 	}
@@ -606,6 +612,7 @@ func (r *joinRun) addMemberAndSave(ctx context.Context) error {
 	if err := r.fence.Confirm(wctx); err != nil {
 		if !r.resumed {
 			r.clearIntent(wctx)
+			r.addRefused = true
 		}
 		return fmt.Errorf("control-plane join of %s: the maintenance fence was lost before the member-add: %w; nothing was added to etcd: %s", r.name, err, joinHint)
 	}
@@ -618,6 +625,7 @@ func (r *joinRun) addMemberAndSave(ctx context.Context) error {
 			r.rollback(wctx, 0)
 		} else if !r.resumed {
 			r.clearIntent(wctx)
+			r.addRefused = true
 		}
 		return fmt.Errorf("control-plane join of %s: %w", r.name, err)
 	}

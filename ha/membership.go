@@ -178,11 +178,26 @@ func memberByPeerURL(members []*etcdserverpb.Member, peerURL string) *etcdserver
 func started(m *etcdserverpb.Member) bool { return m.Name != "" || len(m.ClientURLs) > 0 }
 
 // errMemberStarted is MemberAdd's refusal of a peer URL a member other than
-// an unstarted learner has.
+// an unstarted learner has. A join meets it on a machine that was a control
+// plane before under the same address and lost its state (re-imaged, a disk
+// replaced): its old member must be removed from a running control plane
+// first. It names the member as `stratum etcd member remove` takes it.
 func errMemberStarted(m *etcdserverpb.Member, peerURL string) error {
-	return fmt.Errorf("etcd member add of %s: member %q (ID %x, client URLs %v, started %t, learner %t) already has that peer URL; nothing was added, and it is not reused. "+
-		"A node rejoining under the same address must first have its old member removed (MemberRemove) and its etcd data wiped",
-		peerURL, m.Name, m.ID, m.ClientURLs, started(m), m.IsLearner)
+	role := "voter"
+	switch {
+	case m.IsLearner:
+		role = "started learner"
+	case !started(m):
+		role = "voter, never started"
+	}
+	ref := m.Name
+	if ref == "" {
+		ref = peerURL
+	}
+	return fmt.Errorf("etcd member add of %s: member %q (ID %x, %s, client URLs %v) already has that peer URL, and it is not reused. "+
+		"This machine's address belonged to a control plane that lost its state (re-imaged, or its disk replaced), or another machine has it: "+
+		"if that control plane is gone for good, remove its old member on a running control plane (`stratum etcd member remove %s`), then re-run this join",
+		peerURL, m.Name, m.ID, role, m.ClientURLs, ref)
 }
 
 // addRefusedNothingAdded reports whether a member add's error is one of the
@@ -238,7 +253,10 @@ func (n *Node) memberAdd(ctx context.Context, cpIPs []string, newName, newPeerUR
 			notFound++
 		}
 		if !addRefusedNothingAdded(err) || notFound > memberNotFoundRetries {
-			if errors.Is(err, errMemberAddRefused) || addRefusedNothingAdded(err) || etcdErrIs(err, rpctypes.ErrPeerURLExist) {
+			switch {
+			case errors.Is(err, errMemberAddRefused):
+				return "", 0, err
+			case addRefusedNothingAdded(err) || etcdErrIs(err, rpctypes.ErrPeerURLExist):
 				return "", 0, fmt.Errorf("%w: %w", errMemberAddRefused, err)
 			}
 			return "", 0, err

@@ -364,6 +364,25 @@ func (h *Host) Crash() {
 	h.stopEtcd(true)
 }
 
+// Reimage is a machine replaced or re-installed under the same name and
+// address: the host crashes, then every file on it is removed (node state,
+// certificates, journals, etcd data), as on a new disk. The cluster's view of
+// it, its etcd member above all, is left as the crash left it.
+func (h *Host) Reimage() error {
+	h.Crash()
+	entries, err := h.files.ReadDir("/")
+	if err != nil {
+		return fmt.Errorf("re-image %s: %w", h.name, err)
+	}
+	for _, e := range entries {
+		if err := h.files.RemoveAll("/" + e.Name()); err != nil {
+			return fmt.Errorf("re-image %s: %w", h.name, err)
+		}
+	}
+	h.cluster.events.Record(h.name, "fault", "host re-imaged: every file removed")
+	return nil
+}
+
 // Reboot starts a crashed (or stopped) host's services again from what is on
 // its disk: etcd when it has node state, then its apiserver and VIP candidate
 // when the cluster runs them. A fresh Handle sees the new incarnation.

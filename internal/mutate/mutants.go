@@ -28,6 +28,15 @@ var mutants = []mutant{
 		},
 	},
 	{
+		Name: "refused-add-exits-midway",
+		File: "ha/join.go",
+		Old:  "return nil, reachedAdd && !r.addRefused, err",
+		New:  "return nil, reachedAdd, err",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestReplacingAControlPlanesMachine"},
+		},
+	},
+	{
 		Name: "writefile-no-file-fsync",
 		File: "internal/host/dir.go",
 		Old:  "if err := tmp.Sync(); err != nil {",

@@ -93,7 +93,11 @@ remaining voters' healthy members would be under quorum or when the member is th
 node's own; --force lifts those two refusals. Removing the last voter is always
 refused. --dry-run prints the plan and changes nothing.`,
 		Example: `  stratum etcd member remove cp3 --dry-run
-  stratum etcd member remove https://10.0.0.13:2380`,
+  stratum etcd member remove https://10.0.0.13:2380
+
+  # cp3's machine was re-imaged and its join refused on its old member:
+  # remove that member here, then run the same join command on cp3 again
+  stratum etcd member remove cp3`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			n, _, st, err := a.controlPlaneNode()

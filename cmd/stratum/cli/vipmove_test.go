@@ -10,6 +10,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"stratum.dev/stratum/internal/certbundle"
 	"stratum.dev/stratum/internal/host"
@@ -217,11 +218,18 @@ func servesWithClusterCA(ctx context.Context, t *testing.T, h *sim.Host) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	readyz(ctx, t, h.Name()+"'s apiserver", cfg)
+}
+
+// readyz checks that the apiserver cfg names answers /readyz to cfg's
+// client, one whose CA is the cluster CA only; where says which server.
+func readyz(ctx context.Context, t *testing.T, where string, cfg *rest.Config) {
+	t.Helper()
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if body, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx); err != nil {
-		t.Fatalf("%s's apiserver /readyz with only the cluster CA: %v (%s)", h.Name(), err, body)
+		t.Fatalf("%s: /readyz with only the cluster CA: %v (%s)", where, err, body)
 	}
 }
