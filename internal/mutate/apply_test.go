@@ -59,3 +59,20 @@ func TestFailuresPicksWhatFailed(t *testing.T) {
 		t.Fatalf("failures of a failed build = %q", got)
 	}
 }
+
+func TestRanATest(t *testing.T) {
+	for _, tc := range []struct {
+		out  string
+		want bool
+	}{
+		{"ok  \tstratum.dev/stratum/ha\t12.3s\n", true},
+		{"ok  \tstratum.dev/stratum/ha\t0.03s [no tests to run]\n", false},
+		{"?   \tstratum.dev/stratum/internal/host/x\t[no test files]\nok  \tstratum.dev/stratum/internal/host\t1.2s\n", true},
+		{"?   \tstratum.dev/stratum/internal/host/x\t[no test files]\n", false},
+		{"", false},
+	} {
+		if got := ranATest(tc.out); got != tc.want {
+			t.Errorf("ranATest(%q) = %t, want %t", tc.out, got, tc.want)
+		}
+	}
+}

@@ -1,11 +1,11 @@
 // Command mutate measures what stratum's tests catch: it plants each bug of
 // its list (mutants.go) in a scratch git worktree of the tree as it stands
-// (uncommitted changes included), runs the tests meant to catch it in
-// order, and stops at the first that fails. A mutant no test caught
+// (uncommitted changes and untracked files included), runs the tests meant
+// to catch it in order, and stops at the first that fails. A mutant no test caught
 // "survived": some check of stratum's is not tested, and a test that builds
 // the state it guards belongs beside it (docs/faults.md, "What the
 // properties catch"). `make mutate` runs it; it exits 1 when a mutant
-// survived or no longer applies.
+// survived, no longer applies, or its test command ran no test.
 //
 // Usage: go run ./internal/mutate [-run REGEXP] [-logs DIR] [-list]
 package main
@@ -34,8 +34,9 @@ func main() {
 		fmt.Fprint(flag.CommandLine.Output(), `Usage: go run ./internal/mutate [-run REGEXP] [-logs DIR] [-list]
 
 Plants each bug of internal/mutate's list in a scratch git worktree of the
-tree as it stands, runs the tests meant to catch it, and exits 1 naming any
-mutant none caught, or one that no longer applies or compiles.
+tree as it stands (uncommitted changes and untracked files included), runs
+the tests meant to catch it, and exits 1 naming any mutant none caught, one
+that no longer applies or compiles, or one whose test command ran no test.
 
 Examples:
   # Every mutant (about 35 minutes on 2 cores), as make mutate runs it
@@ -105,7 +106,12 @@ func sweep(ctx context.Context, ms []mutant, logs string) (bad int, err error) {
 		return 0, fmt.Errorf("find the repository: %w", err)
 	}
 	// The tree as it stands: a stash commit holds uncommitted changes to
-	// tracked files; with none, HEAD.
+	// tracked files; with none, HEAD. Untracked files git does not ignore
+	// (a new test not yet committed) are copied in after each reset.
+	untracked, err := gitOut(ctx, root, "ls-files", "--others", "--exclude-standard")
+	if err != nil {
+		return 0, fmt.Errorf("list the untracked files: %w", err)
+	}
 	base, err := gitOut(ctx, root, "stash", "create")
 	if err != nil {
 		return 0, fmt.Errorf("record the working tree: %w", err)
@@ -139,7 +145,7 @@ func sweep(ctx context.Context, ms []mutant, logs string) (bad int, err error) {
 	fmt.Printf("mutate: %d mutants on %.12s in %s; test output in %s\n", len(ms), base, wt, logs)
 	var survivors []string
 	for i, m := range ms {
-		verdict, err := runMutant(ctx, wt, m, filepath.Join(logs, m.Name+".log"))
+		verdict, err := runMutant(ctx, scratchTree{root, wt, strings.Fields(untracked)}, m, filepath.Join(logs, m.Name+".log"))
 		if ctx.Err() != nil {
 			return 0, fmt.Errorf("interrupted at mutant %s", m.Name)
 		}
@@ -159,16 +165,49 @@ func sweep(ctx context.Context, ms []mutant, logs string) (bad int, err error) {
 	return len(survivors), nil
 }
 
+// scratchTree is the worktree the mutants run in (wt), and the untracked
+// files of the repository at root it gets a copy of.
+type scratchTree struct {
+	root, wt  string
+	untracked []string
+}
+
+// reset puts the worktree back to the tree as it stood: tracked files as
+// recorded, nothing else, then the untracked files copied in.
+func (s scratchTree) reset(ctx context.Context) error {
+	if _, err := gitOut(ctx, s.wt, "checkout", "-q", "--", "."); err != nil {
+		return err
+	}
+	if _, err := gitOut(ctx, s.wt, "clean", "-q", "-f", "-d"); err != nil {
+		return err
+	}
+	for _, f := range s.untracked {
+		b, err := os.ReadFile(filepath.Join(s.root, f))
+		if err != nil {
+			return fmt.Errorf("copy the untracked %s: %w", f, err)
+		}
+		dst := filepath.Join(s.wt, f)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(dst, b, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // runMutant resets the worktree, plants m and runs its tests in order, and
 // returns its verdict: which test command caught it and what it said, or
-// that none did. An error means the mutant could not be planted.
-func runMutant(ctx context.Context, wt string, m mutant, logPath string) (string, error) {
-	if _, err := gitOut(ctx, wt, "checkout", "-q", "--", "."); err != nil {
+// that none did. An error means the mutant could not be planted, or one of
+// its test commands ran no test (a test it names is gone or renamed): such
+// a mutant would otherwise pass as a survivor that nothing was asked to
+// catch.
+func runMutant(ctx context.Context, tree scratchTree, m mutant, logPath string) (string, error) {
+	if err := tree.reset(ctx); err != nil {
 		return "", err
 	}
-	if _, err := gitOut(ctx, wt, "clean", "-q", "-f", "-d"); err != nil {
-		return "", err
-	}
+	wt := tree.wt
 	path := filepath.Join(wt, m.File)
 	src, err := os.ReadFile(path)
 	if err != nil {
@@ -192,6 +231,9 @@ func runMutant(ctx context.Context, wt string, m mutant, logPath string) (string
 		out, err := goTest(ctx, wt, args)
 		fmt.Fprintf(log, "$ %s\n%s\n", cmdline, out)
 		if err == nil {
+			if !ranATest(out) {
+				return "", fmt.Errorf("%s ran no test: a test its -run names is gone, renamed or not in the tree", cmdline)
+			}
 			continue
 		}
 		var exit *exec.ExitError
@@ -205,6 +247,18 @@ func runMutant(ctx context.Context, wt string, m mutant, logPath string) (string
 		return fmt.Sprintf("caught in %s by %s: %s", time.Since(began).Round(time.Second), cmdline, strings.Join(said, " | ")), nil
 	}
 	return fmt.Sprintf("SURVIVED %d test runs (%s)", len(m.Tests), time.Since(began).Round(time.Second)), nil
+}
+
+// ranATest reports whether a passing go test run's output shows a package
+// that ran a test: an "ok" line not marked "[no tests to run]" or "[no test
+// files]".
+func ranATest(out string) bool {
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "ok ") && !strings.Contains(l, "[no test") {
+			return true
+		}
+	}
+	return false
 }
 
 // goTestArgs is the go command line a mutant's test arguments run as:
