@@ -47,7 +47,8 @@ func (l *logBuffer) String() string {
 func loggedNodeOn(h *sim.Host) (*ha.Node, *logBuffer) {
 	lb := &logBuffer{}
 	return ha.NewNode(ha.Env{Host: h.Handle(), Checkpoint: h.Handle().Checkpoint,
-		Log: slog.New(slog.NewTextHandler(lb, &slog.HandlerOptions{Level: slog.LevelDebug}))}), lb
+		Log:      slog.New(slog.NewTextHandler(lb, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Progress: func(line string) { fmt.Fprintf(lb, "progress: %s\n", line) }}), lb
 }
 
 // observer is a host's handle whose dialer ignores the simulated network's

@@ -733,7 +733,13 @@ func (r *joinRun) dropFence(ctx context.Context) {
 	if r.fence == nil {
 		return
 	}
-	if err := r.fence.Release(context.WithoutCancel(ctx)); err != nil {
+	switch err := r.fence.Release(context.WithoutCancel(ctx)); {
+	case errors.Is(err, ErrFenceLost):
+		// Taken again since, by this token's holder on another machine
+		// (the same join command run twice at once) or anyone after it ran
+		// out: the fence is no longer this run's to release.
+		r.n.log.Info("the maintenance fence is no longer this join's; left to its holder", "err", err)
+	case err != nil:
 		r.n.log.Warn("the maintenance fence could not be released; it runs out on its own", "err", err)
 	}
 	r.fence = nil

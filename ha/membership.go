@@ -213,6 +213,19 @@ func addRefusedNothingAdded(err error) bool {
 		etcdErrIs(err, rpctypes.ErrMemberNotFound)
 }
 
+// addRefusalReason says why etcd refused an add that addRefusedNothingAdded
+// retries, in the terms of what the caller waits for.
+func addRefusalReason(err error) string {
+	switch {
+	case etcdErrIs(err, rpctypes.ErrTooManyLearners):
+		return "another member is still a learner, and etcd allows one at a time: another join is in flight"
+	case etcdErrIs(err, rpctypes.ErrUnhealthy):
+		return "etcd refuses a new member until enough voters have been connected to its leader for 5 s"
+	default:
+		return fmt.Sprintf("etcd: %v", err)
+	}
+}
+
 // MemberAdd is the package-level MemberAdd on this node.
 func (n *Node) MemberAdd(ctx context.Context, cpIPs []string, newName, newPeerURL string) (string, error) {
 	ic, _, err := n.memberAdd(ctx, cpIPs, newName, newPeerURL)
@@ -243,6 +256,7 @@ func (n *Node) memberAdd(ctx context.Context, cpIPs []string, newName, newPeerUR
 	deadline := time.Now().Add(memberAddRetryFor)
 	backoff := 100 * time.Millisecond
 	notFound := 0
+	report := waitReporter{n: n}
 	for attempt := 1; ; attempt++ {
 		n.log.Debug("etcd member add attempt", "member", newName, "peerURL", newPeerURL, "attempt", attempt)
 		ic, id, err := n.memberAddOnce(ctx, cpIPs, newName, newPeerURL)
@@ -266,6 +280,7 @@ func (n *Node) memberAdd(ctx context.Context, cpIPs []string, newName, newPeerUR
 				newName, newPeerURL, attempt, memberAddRetryFor, errMemberAddRefused, err)
 		}
 		n.log.Info("etcd refused the member add; nothing was added, retrying", "member", newName, "peerURL", newPeerURL, "attempt", attempt, "in", backoff, "err", err)
+		report.waiting("etcd to accept the member add of %s (%s; nothing was added yet)", newName, addRefusalReason(err))
 		select {
 		case <-ctx.Done():
 			return "", 0, fmt.Errorf("etcd member add of %s: %w (last refusal: %v); %w", newName, ctx.Err(), err, errMemberAddRefused)

@@ -191,6 +191,9 @@ func TestMemberAddRetriesUnhealthyRefusalAfterRestart(t *testing.T) {
 	if !strings.Contains(logs.String(), "unhealthy cluster") {
 		t.Errorf("MemberAdd right after a restart was never refused as unhealthy; logs:\n%s", logs)
 	}
+	if want := "progress: waiting for etcd to accept the member add of cp4 (etcd refuses a new member until enough voters"; !strings.Contains(logs.String(), want) {
+		t.Errorf("the wait for a healthy cluster was not reported as %q; logs:\n%s", want, logs)
+	}
 	if !strings.Contains(ic, "cp4="+c.Host("cp4").PeerURL()) {
 		t.Errorf("initial cluster %q lacks cp4", ic)
 	}
@@ -317,6 +320,9 @@ func TestMemberAddRetriesTooManyLearners(t *testing.T) {
 	}
 	if time.Since(start) < time.Second || !strings.Contains(logs.String(), "too many learner members") {
 		t.Errorf("the second add was not refused and retried (took %s); logs:\n%s", time.Since(start), logs)
+	}
+	if want := "progress: waiting for etcd to accept the member add of cp5 (another member is still a learner"; strings.Count(logs.String(), want) != 1 {
+		t.Errorf("the wait for the learner was not reported once, as %q; logs:\n%s", want, logs)
 	}
 	if strings.Contains(ic, c.Host("cp4").PeerURL()) || !strings.Contains(ic, "cp5="+c.Host("cp5").PeerURL()) {
 		t.Errorf("initial cluster %q: want cp5 and not the removed cp4", ic)

@@ -273,10 +273,6 @@ func docSection(doc, path string) string {
 // simulated hosts, print a line per step with its duration.
 func TestUpAndJoinPrintTheirSteps(t *testing.T) {
 	c := sim.Start(t, sim.Config{Fresh: true, SpareHosts: 2, APIServers: true, VIP: true})
-	on := func(h *sim.Host) Options {
-		d := h.Handle()
-		return Options{Host: func() (host.Host, error) { return d, nil }, Checkpoint: d.Checkpoint}
-	}
 	cp1, cp2 := c.Hosts()[0], c.Hosts()[1]
 	code, out, errOut := runCLI(t, on(cp1), "up", "--vip", c.VIPAddress().String())
 	if code != ExitOK {

@@ -27,20 +27,8 @@ import (
 //     control plane, then the same join again, bring the cluster back to
 //     three started voters with the new machine serving.
 func TestReplacingAControlPlanesMachine(t *testing.T) {
-	c := sim.Start(t, sim.Config{Fresh: true, SpareHosts: 3, APIServers: true, VIP: true})
-	on := func(h *sim.Host) Options {
-		d := h.Handle()
-		return Options{Host: func() (host.Host, error) { return d, nil }, Checkpoint: d.Checkpoint}
-	}
+	c, join := upWithPrintedJoin(t, 3)
 	cp1, cp2, cp3 := c.Hosts()[0], c.Hosts()[1], c.Hosts()[2]
-	if code, out, errOut := runCLI(t, on(cp1), "up", "--vip", c.VIPAddress().String()); code != ExitOK {
-		t.Fatalf("up: exit %d\n%s\n%s", code, out, errOut)
-	}
-	code, out, errOut := runCLI(t, on(cp1), "token", "create", "--control-plane")
-	if code != ExitOK {
-		t.Fatalf("token create: exit %d\n%s", code, errOut)
-	}
-	join := strings.Fields(printedCommandLines(out)[0])[1:]
 	if code, out, errOut := runCLI(t, on(cp2), join...); code != ExitOK {
 		t.Fatalf("join on cp2: exit %d\n%s\n%s", code, out, errOut)
 	}
@@ -78,7 +66,7 @@ func TestReplacingAControlPlanesMachine(t *testing.T) {
 	// cp3, a voter now, is re-imaged: the join meets its old member.
 	before := memberTable(ctx, t, cp1)
 	reimage(t, cp3)
-	code, out, errOut = runCLI(t, on(cp3), join...)
+	code, out, errOut := runCLI(t, on(cp3), join...)
 	if code != ExitRefused {
 		t.Fatalf("the join on cp3 re-imaged over its voter: exit %d, want %d (refused)\n%s\n%s", code, ExitRefused, out, errOut)
 	}
@@ -113,6 +101,30 @@ func TestReplacingAControlPlanesMachine(t *testing.T) {
 		t.Fatal(err)
 	}
 	readyz(ctx, t, "through the VIP", cfg)
+}
+
+// on is the CLI's options for running a command on h.
+func on(h *sim.Host) Options {
+	d := h.Handle()
+	return Options{Host: func() (host.Host, error) { return d, nil }, Checkpoint: d.Checkpoint}
+}
+
+// upWithPrintedJoin is a fresh simulated cluster of spare machines with
+// apiservers and a VIP: `stratum up --vip` run on the first, then the
+// control-plane join command `token create --control-plane` printed there,
+// as the arguments after "stratum".
+func upWithPrintedJoin(t *testing.T, machines int) (*sim.Cluster, []string) {
+	t.Helper()
+	c := sim.Start(t, sim.Config{Fresh: true, SpareHosts: machines, APIServers: true, VIP: true})
+	cp1 := c.Hosts()[0]
+	if code, out, errOut := runCLI(t, on(cp1), "up", "--vip", c.VIPAddress().String()); code != ExitOK {
+		t.Fatalf("up: exit %d\n%s\n%s", code, out, errOut)
+	}
+	code, out, errOut := runCLI(t, on(cp1), "token", "create", "--control-plane")
+	if code != ExitOK {
+		t.Fatalf("token create: exit %d\n%s", code, errOut)
+	}
+	return c, strings.Fields(printedCommandLines(out)[0])[1:]
 }
 
 // reimage replaces h's machine: a crash, then every file gone.
