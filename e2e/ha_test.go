@@ -32,7 +32,9 @@ import (
 // on the killed host brings it back as a voter. Last, a fourth machine's
 // joins with bad input (a wrong certificate key, a wrong CA hash, an
 // unreachable server, not root, a port in use, a missing binary) are refused
-// and change neither the member list nor its files.
+// and change neither the member list nor its files, and `stratum reset`
+// takes cp2 out while its supervisor runs: two voters left, its binaries
+// kept, nothing else of a control plane.
 func TestHAControlPlaneOnThreeHosts(t *testing.T) {
 	tools := buildTools(t)
 	nw := newNetwork(t, 4)
@@ -204,6 +206,34 @@ func TestHAControlPlaneOnThreeHosts(t *testing.T) {
 	}
 	t.Logf("missing binary refused: %s", firstLine(e))
 	checkUnchanged(ctx, t, tools, cp1, cp4, before, files, "missing binary")
+
+	// stratum reset on cp2 while its supervisor runs: etcdctl lists two
+	// voters without it, its etcd and apiserver are gone, nothing of a
+	// control plane is left but the installed binaries, and the supervisor
+	// is said to have nothing left to run; it then stops on SIGTERM.
+	reset := tools.run(ctx, t, cp2, "reset")
+	t.Logf("stratum reset on cp2 printed:\n%s", reset)
+	if !strings.Contains(reset, "reset done") || !strings.Contains(reset, "nothing left to run") {
+		t.Fatalf("stratum reset on cp2 printed:\n%s", reset)
+	}
+	if voters := waitVoters(ctx, t, tools, cp1, 2); slices.Contains(voters, "cp2") {
+		t.Fatalf("etcd voters after cp2's reset: %v", voters)
+	}
+	waitNoServers(t, cp2)
+	for f := range hostFiles(t, cp2) {
+		kept := slices.Contains(privateDirs, f) || f == binDir || strings.HasPrefix(f, binDir+"/") ||
+			strings.HasPrefix(f, "/run/stratum/") || strings.HasPrefix(f, "/var/log/stratum/")
+		if !kept {
+			t.Fatalf("cp2 after its reset still has %s", f)
+		}
+	}
+	for _, bin := range []string{"etcd", "kube-apiserver"} {
+		if _, err := os.Stat(cp2.MachinePath(filepath.Join(binDir, bin))); err != nil {
+			t.Fatalf("the reset removed the installed %s: %v", bin, err)
+		}
+	}
+	tools.etcdctl(ctx, t, cp1, "endpoint", "health", "--cluster")
+	signalStratum(t, cp2, syscall.SIGTERM)
 
 	// SIGTERM stops a control plane and everything it runs.
 	signalStratum(t, cp3, syscall.SIGTERM)

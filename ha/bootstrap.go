@@ -64,6 +64,9 @@ var UpCheckpoints = append(append([]string{CheckpointUpStart, CheckpointUpAfterC
 // so a first run that failed after saving its state is finished by the next.
 func (n *Node) Up(ctx context.Context, o BootstrapOptions) (*nodestate.NodeState, error) {
 	h := n.env.Host
+	if err := n.refuseResetUnderWay("stratum up"); err != nil {
+		return nil, err
+	}
 	var st *nodestate.NodeState
 	saved, err := nodestate.Load(h)
 	switch {

@@ -10,10 +10,12 @@ import (
 	"net/netip"
 	"net/url"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/client-go/kubernetes"
 
@@ -356,6 +358,9 @@ func (r *joinRun) refuse(ctx context.Context) error {
 		return err
 	}
 	r.release = release
+	if err := n.refuseResetUnderWay("control-plane join"); err != nil {
+		return err
+	}
 	if st, err := nodestate.Load(h); err == nil {
 		return fmt.Errorf("%w (%s, node state %s, etcd member %s); nothing was changed: start it with `stratum up`", ErrAlreadyJoined, r.name, nodestate.Path, st.Etcd.PeerURL)
 	} else if !errors.Is(err, nodestate.ErrNoState) {
@@ -530,6 +535,30 @@ func (r *joinRun) assemble(ctx context.Context) error {
 	return err
 }
 
+// currentMemberIPs are the client IPs of the etcd cluster's started members
+// now, as the first of published (the endpoints a join command carries, its
+// cluster as it was at the mint) that answers lists them. A join gates on,
+// adds through and rolls back through the cluster as it is: a control plane
+// reset or removed since the mint no longer answers, and is no longer a
+// member whose health matters.
+//
+// A member with this node's own peer URL is left out: an unstarted learner
+// has no client address, and a started one (this machine re-imaged under a
+// control plane's address) does not answer here, and the member-add refuses
+// it by name before anything is added.
+func (n *Node) currentMemberIPs(ctx context.Context, published []string, ownPeerURL string) ([]string, error) {
+	ms, err := n.members(ctx, published, "etcd member list")
+	if err != nil {
+		return nil, err
+	}
+	ms = slices.DeleteFunc(ms, func(m *etcdserverpb.Member) bool { return slices.Contains(m.PeerURLs, ownPeerURL) })
+	ips := startedClientIPs(ms)
+	if len(ips) == 0 {
+		return nil, fmt.Errorf("the member list names no started member")
+	}
+	return ips, nil
+}
+
 // preflight checks, before the journal and the member-add, everything that
 // would leave the new member unable to start: the services this control
 // plane runs (binaries, service manager, ports), the directories its etcd
@@ -548,6 +577,13 @@ func (r *joinRun) preflight(ctx context.Context) error {
 	if err := checkWritable(h, version.StateDir, path.Dir(version.EtcdDataDir)); err != nil {
 		return fmt.Errorf("control-plane join refused: %w; nothing was added to etcd: fix the directory, then %s", err, joinHint)
 	}
+	current, err := n.currentMemberIPs(ctx, r.etcdIPs, r.peerURL)
+	if err != nil {
+		return fmt.Errorf("%w: none of the etcd members this join command names (%s) answers with the member list: %v; nothing was added to etcd: "+
+			"if those control planes were reset or removed since the command was minted, mint a fresh one on a running control plane (`stratum token create --control-plane`); otherwise heal the cluster (`stratum etcd health`), then %s",
+			ErrClusterUnhealthy, strings.Join(r.etcdIPs, ", "), err, joinHint)
+	}
+	r.etcdIPs = current
 	if err := n.EtcdClusterHealthy(ctx, r.etcdIPs); err != nil {
 		return fmt.Errorf("%w: %v; nothing was added to etcd: heal the cluster (`stratum etcd health`), then %s", ErrClusterUnhealthy, err, joinHint)
 	}

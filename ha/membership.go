@@ -524,14 +524,20 @@ func (n *Node) MemberClientIPsVia(ctx context.Context, cpIPs []string) ([]string
 func startedClientIPs(ms []*etcdserverpb.Member) []string {
 	var ips []string
 	for _, m := range ms {
-		if len(m.ClientURLs) == 0 {
-			continue
-		}
-		if h := urlHost(m.ClientURLs[0]); h != "" {
+		if h := startedClientIP(m); h != "" {
 			ips = append(ips, h)
 		}
 	}
 	return ips
+}
+
+// startedClientIP is the IP of a started member's first client URL, "" for
+// a member that has not started.
+func startedClientIP(m *etcdserverpb.Member) string {
+	if len(m.ClientURLs) == 0 {
+		return ""
+	}
+	return urlHost(m.ClientURLs[0])
 }
 
 // JoinState is the package-level JoinState on this node.

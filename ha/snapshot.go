@@ -232,15 +232,9 @@ const serviceOperator = "stratum-operator"
 // warning, not a failure: what the caller needs is the service stopped.
 func (n *Node) stopControlPlane(ctx context.Context) error {
 	for _, s := range controlPlaneServices {
-		err := n.env.Host.StopService(ctx, s)
-		if err == nil || errors.Is(err, host.ErrUnknownService) {
-			continue
+		if err := n.stopService(ctx, s); err != nil {
+			return err
 		}
-		if ss, serr := n.env.Host.ServiceStatus(ctx, s); serr == nil && !ss.Running {
-			n.log.Warn("service stop reported an error, but the service is stopped", "service", s, "err", err)
-			continue
-		}
-		return fmt.Errorf("stop %s: %w", s, err)
 	}
 	return nil
 }

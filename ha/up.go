@@ -51,6 +51,9 @@ var StartCheckpoints = []string{CheckpointStartAfterEtcd, CheckpointStartAfterPr
 // journal records.
 func (n *Node) StartControlPlane(ctx context.Context) (*nodestate.NodeState, error) {
 	h := n.env.Host
+	if err := n.refuseResetUnderWay("starting this control plane"); err != nil {
+		return nil, err
+	}
 	st, err := nodestate.Load(h)
 	if errors.Is(err, nodestate.ErrNoState) {
 		if survives, ierr := n.JoinIntentSurvives(ctx); ierr != nil {

@@ -6,6 +6,7 @@ import (
 	"net"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -53,6 +54,21 @@ func (c *Cluster) VIPConfig() (*rest.Config, error) {
 	}
 	cfg.Host = c.VIPURL()
 	return cfg, nil
+}
+
+// EtcdMembers is the member list as etcdctl on this host gets it: through
+// EtcdClient, from the host's own member.
+func (h *Host) EtcdMembers(ctx context.Context) ([]*etcdserverpb.Member, error) {
+	cli, err := h.EtcdClient()
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	ml, err := cli.MemberList(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%s: etcd member list: %w", h.name, err)
+	}
+	return ml.Members, nil
 }
 
 // EtcdClient is an etcd client with the host's etcd client certificate, dialing

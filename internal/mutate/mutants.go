@@ -37,6 +37,24 @@ var mutants = []mutant{
 		},
 	},
 	{
+		Name: "reset-ignores-quorum",
+		File: "ha/reset.go",
+		Old:  "case o.role == \"voter\" && o.healthyAfter < rep.QuorumAfter:",
+		New:  "case o.role == \"voter\" && o.healthyAfter < 0:",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestResetTakesAControlPlaneOut"},
+		},
+	},
+	{
+		Name: "unfinished-reset-not-refused",
+		File: "ha/reset.go",
+		Old:  "_, err := n.env.Host.Stat(resetJournalPath)",
+		New:  "_, err := n.env.Host.Stat(resetJournalPath + \".elsewhere\")",
+		Tests: [][]string{
+			{"./ha", "-run", "TestResetConvergesAfterACrashAtEveryCheckpoint"},
+		},
+	},
+	{
 		Name: "writefile-no-file-fsync",
 		File: "internal/host/dir.go",
 		Old:  "if err := tmp.Sync(); err != nil {",

@@ -171,7 +171,7 @@ processes driven from one process) via "stratum sim", before it acts on real mac
 	}
 	root.PersistentFlags().StringVar(&a.logLevel, "log-level", "warn", "log level on stderr: debug, info, warn or error")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(a.upCmd(), a.serverCmd(), a.tokenCmd(), a.withRejoin(a.etcdCmd()), a.certsCmd(), a.grantsCmd(), a.simCmd(), a.versionCmd(), a.repointCmd(), a.snapshotCmd(), a.installCmd(), a.statusCmd(), a.operatorCmd(), a.mcpCmd())
+	root.AddCommand(a.upCmd(), a.serverCmd(), a.tokenCmd(), a.withRejoin(a.etcdCmd()), a.certsCmd(), a.grantsCmd(), a.simCmd(), a.versionCmd(), a.repointCmd(), a.snapshotCmd(), a.installCmd(), a.statusCmd(), a.operatorCmd(), a.mcpCmd(), a.resetCmd())
 	return root
 }
 

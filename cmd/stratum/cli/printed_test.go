@@ -365,6 +365,7 @@ func TestDocsNameEveryJSONField(t *testing.T) {
 		"grants list":           ha.GrantsReport{},
 		"status":                statusReport{},
 		"etcd rejoin --dry-run": ha.RejoinPlanReport{},
+		"reset --dry-run":       ha.ResetPlanReport{},
 		"sim_events":            simEventsOut{},
 	} {
 		check(reflect.TypeOf(v), report)

@@ -179,16 +179,11 @@ func memberTable(ctx context.Context, t *testing.T, from *sim.Host) string {
 // certificate, as etcdctl on that machine, gets from its member.
 func members(ctx context.Context, t *testing.T, from *sim.Host) []*etcdserverpb.Member {
 	t.Helper()
-	cli, err := from.EtcdClient()
+	ms, err := from.EtcdMembers(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cli.Close()
-	ml, err := cli.MemberList(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ml.Members
+	return ms
 }
 
 // onlyRuntime reports whether every file is under /run: the node's lock

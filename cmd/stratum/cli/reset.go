@@ -1,0 +1,132 @@
+package cli
+
+import (
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"stratum.dev/stratum/internal/supervisor"
+)
+
+// resetCmd is `stratum reset`: this control plane leaves its cluster and its
+// files go (ha.Node.ResetControlPlane).
+func (a *app) resetCmd() *cobra.Command {
+	var force, dryRun bool
+	var out *output
+	cmd := &cobra.Command{
+		Use:   "reset [--force] [--dry-run]",
+		Short: "Take this control plane out of its cluster and remove its files, to retire the machine or join it again",
+		Long: `Take this control plane out of its cluster, in this order: stop its VIP candidate and
+operator (the VIP moves to another control plane), stop its kube-apiserver, remove its
+etcd member from the cluster (handing etcd's leadership on first when it leads), stop
+etcd, and remove its files: the node state first, then a join's intent journal, the etcd
+data, and everything under /var/lib/stratum and /etc/stratum (certificates, keys,
+kubeconfigs). The machine can then be retired, or joined again with a join command.
+
+It holds the node's maintenance and etcd-data locks, and records itself in
+/var/lib/stratum/reset-intent.json until it is done: "stratum up" and a join refuse
+while that file is there, and a re-run after a crash or an interruption resumes from
+what it finds. A node whose join crashed after adding its etcd member is reset too:
+the member its journal records is removed.
+
+It refuses, with nothing changed, when the remaining voters' healthy members would be
+under quorum, when this node's member is the cluster's last voter (a reset there
+destroys the cluster), or when no etcd member answers (its member could not be
+removed). --force resets anyway: the last voter's cluster goes with its data, and a
+member that could not be removed is named with the command to remove it from a running
+control plane.
+
+--dry-run observes the same things and prints the steps a reset would run and the
+refusal it would meet; it takes no lock and changes nothing. With -o json (or yaml) it
+prints {member, peerURL, role, steps, votersAfter, healthyAfter, quorumAfter, refused,
+remaining}.
+
+Exits 0 once nothing of a control plane is left here (also when there was nothing), 3
+when refused with nothing changed, 1 when it failed after changing something (re-run
+it: it resumes), 2 on bad usage; a dry run exits 0 or 3 as the reset would.`,
+		Example: `  # What a reset of this control plane would do, changing nothing
+  stratum reset --dry-run
+  stratum reset --dry-run -o json
+
+  # Retire cp3: on cp3
+  stratum reset
+  systemctl disable --now stratum    # its supervisor has nothing left to run
+
+  # Join it again afterwards: the join command as "stratum token create" printed it
+  stratum server --server https://10.0.0.10:6443 --token abcdef.0123456789abcdef \
+    --ca-hash sha256:<64 hex digits> --certificate-key <64 hex digits>`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := out.check(); err != nil {
+				return err
+			}
+			if out.machine() && !dryRun {
+				return usagef("-o %s prints the plan of a --dry-run; the reset itself reports its steps as text", out.format)
+			}
+			if a.opts.Host == nil {
+				if err := requireRoot("stratum reset"); err != nil {
+					return err
+				}
+			}
+			n, _, err := a.localNode()
+			if err != nil {
+				return err
+			}
+			if dryRun {
+				rep, err := n.ResetPlanOf(cmd.Context())
+				if err != nil {
+					return err
+				}
+				if out.machine() {
+					if err := a.write(out, rep, nil); err != nil {
+						return err
+					}
+				} else {
+					fmt.Fprintf(a.stdout, "would run: %s\n", orNothing(rep.Steps))
+					if rep.Refused != "" {
+						fmt.Fprintf(a.stdout, "refused without --force: %s\n", rep.Refused)
+						if rep.Remaining != "" {
+							fmt.Fprintf(a.stdout, "with --force, afterwards: %s\n", rep.Remaining)
+						}
+					}
+				}
+				if rep.Refused != "" && !force {
+					return refusedf("reset refused: %s; nothing was changed (--force resets anyway)", rep.Refused)
+				}
+				return nil
+			}
+			if err := n.ResetControlPlane(cmd.Context(), a.stdout, force); err != nil {
+				return explainHost(err)
+			}
+			if a.opts.Host == nil && supervisorAnswers() {
+				fmt.Fprintf(a.stdout, "the stratum supervisor on this node has nothing left to run: stop it (`systemctl disable --now stratum`, or Ctrl-C the `stratum up` or `stratum server` running it)\n")
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&force, "force", false, "reset even when the remaining cluster would be under quorum, this node is its last voter, or its member cannot be removed")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the steps the reset would run (and a refusal it would meet), change nothing")
+	out = addOutput(cmd, "text")
+	return cmd
+}
+
+func orNothing(steps []string) string {
+	if len(steps) == 0 {
+		return "nothing (nothing of a control plane is left on this node)"
+	}
+	return strings.Join(steps, ", ")
+}
+
+// supervisorAnswers reports whether a stratum supervisor answers on this
+// machine's control socket.
+func supervisorAnswers() bool {
+	c, err := net.DialTimeout("unix", supervisor.SocketPath, time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}

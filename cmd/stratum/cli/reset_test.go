@@ -1,0 +1,194 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"stratum.dev/stratum/ha"
+	"stratum.dev/stratum/internal/version"
+)
+
+// TestResetTakesAControlPlaneOut is an operator retiring a control plane
+// with `stratum reset`, and joining the machine again with the join command
+// as printed, judged from outside (an etcd client as etcdctl, client-go
+// trusting only the cluster CA):
+//   - the reset is refused, with nothing changed, while another voter is
+//     down (the remaining voters would be under quorum);
+//   - cp1's reset (the VIP holder since its up), once the cluster is whole: its dry run names
+//     every step; the reset leaves two started voters, the VIP serving from
+//     another control plane, `etcd health` healthy, and nothing on the
+//     machine but the lock files; a second reset finds nothing to do;
+//   - the first join command, which names only cp1's etcd, is refused there
+//     saying to mint a fresh one; one minted while all three ran makes it a
+//     started voter again, serving with the cluster CA.
+func TestResetTakesAControlPlaneOut(t *testing.T) {
+	c, join := upWithPrintedJoin(t, 3)
+	hosts := c.Hosts()
+	for _, h := range hosts[1:] {
+		if code, out, errOut := runCLI(t, on(h), join...); code != ExitOK {
+			t.Fatalf("join on %s: exit %d\n%s\n%s", h.Name(), code, out, errOut)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	// A join command minted now carries all three members' etcd addresses;
+	// the first one (minted by up's cp1 alone) only cp1's.
+	code, out, errOut := runCLI(t, on(hosts[1]), "token", "create", "--control-plane")
+	if code != ExitOK {
+		t.Fatalf("token create on %s: exit %d\n%s", hosts[1].Name(), code, errOut)
+	}
+	later := strings.Fields(printedCommandLines(out)[0])[1:]
+	// cp1 leaves: the first control plane, the VIP holder since its up.
+	holder, others := hosts[0], hosts[1:]
+
+	// Another voter down: the holder's reset would leave one healthy voter
+	// of two.
+	others[1].StopEtcd()
+	before := memberTable(ctx, t, others[0])
+	filesBefore := configFiles(t, holder.Root())
+	code, out, errOut = runCLI(t, on(holder), "reset")
+	if code != ExitRefused || !strings.Contains(errOut, "under the quorum of 2") || !strings.Contains(errOut, "nothing was changed") {
+		t.Fatalf("reset with another voter down: exit %d, want a refusal (3) naming the quorum\n%s\n%s", code, out, errOut)
+	}
+	if after := memberTable(ctx, t, others[0]); after != before {
+		t.Fatalf("the refused reset changed the members:\nbefore %s\nafter  %s", before, after)
+	}
+	if after := configFiles(t, holder.Root()); !maps.Equal(filesBefore, after) {
+		t.Fatalf("the refused reset changed files on %s", holder.Name())
+	}
+	if err := others[1].StartEtcd(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// The cluster whole again: the plan, then the reset.
+	code, out, errOut = runCLI(t, on(holder), "reset", "--dry-run", "-o", "json")
+	if code != ExitOK {
+		t.Fatalf("reset --dry-run -o json: exit %d\n%s\n%s", code, out, errOut)
+	}
+	var plan ha.ResetPlanReport
+	if err := json.Unmarshal([]byte(out), &plan); err != nil {
+		t.Fatalf("reset --dry-run -o json printed %q: %v", out, err)
+	}
+	if got, want := strings.Join(plan.Steps, ","), "stop-vip,stop-apiserver,member-remove,stop-etcd,wipe"; got != want || plan.Role != "voter" || plan.PeerURL != holder.PeerURL() {
+		t.Fatalf("the plan: %+v, want steps %s of the voter %s", plan, want, holder.PeerURL())
+	}
+	cfg, err := c.VIPConfig() // cp1's admin kubeconfig, read before cp1 may go
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = runCLI(t, on(holder), "reset")
+	if code != ExitOK {
+		t.Fatalf("reset of %s, the VIP holder: exit %d\n%s\n%s", holder.Name(), code, out, errOut)
+	}
+	t.Logf("reset of %s printed:\n%s%s", holder.Name(), out, errOut)
+	got := memberTable(ctx, t, others[0])
+	want := fmt.Sprintf("%s voter started; %s voter started", others[0].PeerURL(), others[1].PeerURL())
+	if got != want {
+		t.Fatalf("members after the reset: %s\nwant %s", got, want)
+	}
+	readyzWithin(ctx, t, "through the VIP after its holder's reset", cfg, 20*time.Second)
+	if h := c.VIPHolder(); h == holder {
+		t.Fatalf("%s still holds the VIP after its reset", holder.Name())
+	}
+	if code, out, errOut := runCLI(t, on(others[0]), "etcd", "health"); code != ExitOK {
+		t.Fatalf("etcd health on %s after the reset: exit %d\n%s\n%s", others[0].Name(), code, out, errOut)
+	}
+	if left := filesUnder(t, holder.Root()); !onlyRuntimeAndLogs(left) {
+		t.Fatalf("the reset left files on %s: %v", holder.Name(), keysOf(left))
+	}
+	if code, out, errOut := runCLI(t, on(holder), "reset"); code != ExitOK || !strings.Contains(out, "nothing to reset") {
+		t.Fatalf("a second reset: exit %d, want 0 saying there is nothing to reset\n%s\n%s", code, out, errOut)
+	}
+
+	// The machine joins again. The first join command names only cp1's
+	// etcd, which is gone: refused, naming what to do. The later one joins
+	// through the members that remain.
+	code, out, errOut = runCLI(t, on(holder), join...)
+	if code != ExitRefused || !strings.Contains(errOut, "mint a fresh one on a running control plane") {
+		t.Fatalf("the first join command, naming only the reset cp1's etcd: exit %d, want a refusal (3) saying to mint a fresh one\n%s\n%s", code, out, errOut)
+	}
+	if code, out, errOut := runCLI(t, on(holder), later...); code != ExitOK {
+		t.Fatalf("the join command minted before the reset, on %s after it: exit %d\n%s\n%s", holder.Name(), code, out, errOut)
+	}
+	if got := memberTable(ctx, t, others[0]); strings.Count(got, "voter started") != 3 || !strings.Contains(got, holder.PeerURL()+" voter started") {
+		t.Fatalf("members after the join again: %s", got)
+	}
+	servesWithClusterCA(ctx, t, holder)
+}
+
+// TestResetRefusesTheLastVoter: a reset of a cluster's only control plane
+// would destroy the cluster: refused, with nothing changed, unless --force,
+// which leaves nothing behind.
+func TestResetRefusesTheLastVoter(t *testing.T) {
+	c, _ := upWithPrintedJoin(t, 1)
+	cp1 := c.Hosts()[0]
+	filesBefore := configFiles(t, cp1.Root())
+	code, out, errOut := runCLI(t, on(cp1), "reset", "--dry-run")
+	if code != ExitRefused || !strings.Contains(out, "the cluster's last voter") {
+		t.Fatalf("reset --dry-run of the last voter: exit %d, want 3 naming the last voter\n%s\n%s", code, out, errOut)
+	}
+	code, out, errOut = runCLI(t, on(cp1), "reset")
+	if code != ExitRefused || !strings.Contains(errOut, "the cluster's last voter") {
+		t.Fatalf("reset of the last voter: exit %d, want 3\n%s\n%s", code, out, errOut)
+	}
+	if after := configFiles(t, cp1.Root()); !maps.Equal(filesBefore, after) {
+		t.Fatal("the refused reset changed files")
+	}
+	servesWithClusterCA(context.Background(), t, cp1)
+	if code, out, errOut := runCLI(t, on(cp1), "reset", "--force"); code != ExitOK {
+		t.Fatalf("reset --force of the last voter: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if left := filesUnder(t, cp1.Root()); !onlyRuntimeAndLogs(left) {
+		t.Fatalf("reset --force left files: %v", keysOf(left))
+	}
+}
+
+// onlyRuntimeAndLogs reports whether files are only lock files under /run
+// and logs under /var/log, which a reset keeps for a post-mortem.
+func onlyRuntimeAndLogs(files map[string]string) bool {
+	for p := range files {
+		if !strings.HasPrefix(p, "/run/") && !strings.HasPrefix(p, "/var/log/") {
+			return false
+		}
+	}
+	return true
+}
+
+// configFiles are the files under root (path to contents) but etcd's data,
+// which a running member rewrites as the apiservers write.
+func configFiles(t *testing.T, root string) map[string]string {
+	t.Helper()
+	files := filesUnder(t, root)
+	maps.DeleteFunc(files, func(p, _ string) bool { return strings.HasPrefix(p, version.EtcdDataDir+"/") })
+	return files
+}
+
+// readyzWithin is readyz asked until it answers or within passes.
+func readyzWithin(ctx context.Context, t *testing.T, where string, cfg *rest.Config, within time.Duration) {
+	t.Helper()
+	cfg = rest.CopyConfig(cfg)
+	cfg.Timeout = 2 * time.Second
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(within)
+	for {
+		body, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: /readyz with only the cluster CA did not answer within %s: %v (%s)", where, within, err, body)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}

@@ -1,0 +1,505 @@
+package ha
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"slices"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"stratum.dev/stratum/internal/controlplane"
+	"stratum.dev/stratum/internal/host"
+	"stratum.dev/stratum/internal/nodelock"
+	"stratum.dev/stratum/internal/nodestate"
+	"stratum.dev/stratum/internal/version"
+)
+
+// Checkpoints of a reset (ResetControlPlane), in the order a reset reaches
+// them. A crash at any of them leaves a node that a re-run of the same
+// command converges: it plans the remaining steps from what it observes.
+const (
+	// CheckpointResetStart: refusals passed, locks held, the reset journal
+	// written; nothing else changed.
+	CheckpointResetStart = "reset-start"
+	// CheckpointResetAfterStopVIP: the VIP candidate and the operator are
+	// stopped, so the VIP has moved to another control plane.
+	CheckpointResetAfterStopVIP = "reset-after-stop-vip"
+	// CheckpointResetAfterStopAPIServer: the local apiserver is stopped.
+	CheckpointResetAfterStopAPIServer = "reset-after-stop-apiserver"
+	// CheckpointResetAfterMemberRemove: this node's etcd member is gone from
+	// the cluster; its etcd may still run.
+	CheckpointResetAfterMemberRemove = "reset-after-member-remove"
+	// CheckpointResetAfterStopEtcd: the local etcd is stopped.
+	CheckpointResetAfterStopEtcd = "reset-after-stop-etcd"
+	// CheckpointResetAfterWipe: the control plane's files are gone but the
+	// reset journal.
+	CheckpointResetAfterWipe = "reset-after-wipe"
+)
+
+// ResetCheckpoints are the reset's checkpoints in order.
+var ResetCheckpoints = []string{
+	CheckpointResetStart, CheckpointResetAfterStopVIP, CheckpointResetAfterStopAPIServer,
+	CheckpointResetAfterMemberRemove, CheckpointResetAfterStopEtcd, CheckpointResetAfterWipe,
+}
+
+// ErrResetUnderWay: a reset of this node began and has not finished. `stratum
+// up` and a join refuse while its journal is there: the node state may name a
+// member the reset already removed, and etcd started from it would exit.
+var ErrResetUnderWay = errors.New("a reset of this node is under way")
+
+// resetJournalPath records a reset from its first change to its last: its
+// presence alone is the record, its contents say which member it removes.
+var resetJournalPath = path.Join(version.StateDir, "reset-intent.json")
+
+// ResetJournalPath is where a reset under way is recorded.
+func ResetJournalPath() string { return resetJournalPath }
+
+type resetJournal struct {
+	Name    string    `json:"name,omitempty"`
+	PeerURL string    `json:"peerURL,omitempty"`
+	Started time.Time `json:"started"`
+}
+
+// resetStep is one step of a reset, named as a plan prints it.
+type resetStep string
+
+const (
+	resetStopVIP       resetStep = "stop-vip"
+	resetStopAPIServer resetStep = "stop-apiserver"
+	resetMemberRemove  resetStep = "member-remove"
+	resetStopEtcd      resetStep = "stop-etcd"
+	resetWipe          resetStep = "wipe"
+)
+
+// ResetPlanReport is what a reset would do on this node, as ResetPlanOf
+// observes it. The JSON names are stable (docs/cli.md, `reset --dry-run -o
+// json`).
+type ResetPlanReport struct {
+	// Member is this node's etcd member name and PeerURL its peer URL, from
+	// the node state or a join's intent journal; empty when neither records
+	// one.
+	Member  string `json:"member,omitempty"`
+	PeerURL string `json:"peerURL,omitempty"`
+	// Role is the member's role in the cluster: "voter", "learner", or
+	// "absent" (not a member), "unknown" when no member answered.
+	Role string `json:"role,omitempty"`
+	// Steps are the steps a reset would run, in order (stop-vip,
+	// stop-apiserver, member-remove, stop-etcd, wipe); none when nothing of
+	// a control plane is left here.
+	Steps []string `json:"steps"`
+	// VotersAfter, HealthyAfter and QuorumAfter describe the cluster
+	// without this node's voter.
+	VotersAfter  int `json:"votersAfter"`
+	HealthyAfter int `json:"healthyAfter"`
+	QuorumAfter  int `json:"quorumAfter"`
+	// Refused is why the reset would be refused without force ("" for
+	// not): the remaining voters under quorum, the cluster's last voter, or
+	// no member of the cluster answering.
+	Refused string `json:"refused,omitempty"`
+	// Remaining is what the operator still has to do elsewhere after a
+	// forced reset that could not remove the member ("" for nothing).
+	Remaining string `json:"remaining,omitempty"`
+}
+
+// resetObservation is what a reset plans from.
+type resetObservation struct {
+	name, peerURL string
+	// asked are the etcd client IPs the member list and the removal go
+	// through: the other members first, this node's own last.
+	asked []string
+	// role: "voter", "learner", "absent" or "unknown".
+	role                       string
+	votersAfter, healthyAfter  int
+	running                    map[string]bool
+	filesLeft, journalUnderWay bool
+}
+
+// ResetControlPlane is `stratum reset`: it takes this control plane out of
+// its cluster and removes what made it one, so the machine can be retired or
+// joined again. Steps, each skipped when already done (so a re-run after a
+// crash resumes): the VIP candidate and the operator stop (the VIP moves to
+// another control plane), the apiserver stops, this node's etcd member is
+// removed from the cluster through the other members (leadership moved away
+// first), etcd stops, and the files go: the node state first (so a reboot
+// never restarts a removed member), the join journal, the etcd data, the
+// certificates, keys and kubeconfigs, the reset journal last.
+//
+// Refusals first, nothing changed: the node's locks; then, unless force, a
+// removal that would leave the remaining voters' healthy members under
+// quorum, this node's member being the cluster's last voter (a reset there
+// destroys the cluster), or no member answering (the member could not be
+// removed). force wipes anyway; a member it could not remove is named, with
+// the command to remove it from a running control plane. The plan and each
+// step are reported through w.
+func (n *Node) ResetControlPlane(ctx context.Context, w io.Writer, force bool) error {
+	release, err := nodelock.AcquireBoth(n.env.Host, "stratum reset")
+	if err != nil {
+		return Refusal(err)
+	}
+	defer release()
+	obs, err := n.observeReset(ctx)
+	if err != nil {
+		return Refusal(err)
+	}
+	rep := planReset(obs)
+	if len(rep.Steps) == 0 {
+		fmt.Fprintf(w, "nothing of a control plane is left on this node; nothing to reset\n")
+		return nil
+	}
+	fmt.Fprintf(w, "resetting %s: %s\n", describeMember(rep), strings.Join(rep.Steps, ", "))
+	if rep.Refused != "" && !force {
+		return Refusal(fmt.Errorf("reset refused: %s; nothing was changed (--force resets anyway)", rep.Refused))
+	}
+	if err := n.writeResetJournal(obs); err != nil {
+		return Refusal(err)
+	}
+	if err := n.checkpoint(ctx, CheckpointResetStart); err != nil {
+		return err
+	}
+	for _, s := range rep.Steps {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("reset stopped before %s: %w; re-run `stratum reset` to finish", s, err)
+		}
+		began := time.Now()
+		if err := n.resetStep(ctx, w, resetStep(s), obs); err != nil {
+			return err
+		}
+		n.stepDone(s, time.Since(began))
+	}
+	if rep.Remaining != "" {
+		fmt.Fprintf(w, "reset done, but %s\n", rep.Remaining)
+		return nil
+	}
+	fmt.Fprintf(w, "reset done: this node is no longer a control plane\n")
+	return nil
+}
+
+// ResetPlanOf is the observation of ResetControlPlane without its locks:
+// the steps a reset would run and the refusal it would meet without force.
+// It changes nothing.
+func (n *Node) ResetPlanOf(ctx context.Context) (ResetPlanReport, error) {
+	obs, err := n.observeReset(ctx)
+	if err != nil {
+		return ResetPlanReport{Steps: []string{}}, Refusal(err)
+	}
+	return planReset(obs), nil
+}
+
+func describeMember(rep ResetPlanReport) string {
+	if rep.Member == "" && rep.PeerURL == "" {
+		return "this node (no etcd member recorded)"
+	}
+	return fmt.Sprintf("etcd member %s (%s, %s)", rep.Member, rep.PeerURL, rep.Role)
+}
+
+// planReset decides the steps and the refusal from an observation.
+func planReset(o resetObservation) ResetPlanReport {
+	rep := ResetPlanReport{Member: o.name, PeerURL: o.peerURL, Role: o.role, Steps: []string{},
+		VotersAfter: o.votersAfter, HealthyAfter: o.healthyAfter, QuorumAfter: o.votersAfter/2 + 1}
+	add := func(s resetStep) { rep.Steps = append(rep.Steps, string(s)) }
+	if o.running[ServiceVIP] || o.running[serviceOperator] {
+		add(resetStopVIP)
+	}
+	if o.running[ServiceAPIServer] {
+		add(resetStopAPIServer)
+	}
+	removeHint := fmt.Sprintf("remove its etcd member from a running control plane: `stratum etcd member remove %s`", memberRef(o.name, o.peerURL))
+	switch {
+	case o.role == "unknown":
+		rep.Refused = fmt.Sprintf("no etcd member answered (asked %s), so this node's member %s cannot be removed", strings.Join(o.asked, ", "), memberRef(o.name, o.peerURL))
+		rep.Remaining = removeHint
+	case o.role == "voter" && o.votersAfter == 0:
+		rep.Refused = fmt.Sprintf("this node's member %s is the cluster's last voter: a reset removes its data, and the cluster with it", memberRef(o.name, o.peerURL))
+	case o.role == "voter" && o.healthyAfter < rep.QuorumAfter:
+		rep.Refused = fmt.Sprintf("without this node %d of the %d remaining voters are healthy, under the quorum of %d: the cluster would stop accepting writes", o.healthyAfter, o.votersAfter, rep.QuorumAfter)
+		add(resetMemberRemove)
+	case o.role == "voter" || o.role == "learner":
+		add(resetMemberRemove)
+	}
+	if o.running[ServiceEtcd] {
+		add(resetStopEtcd)
+	}
+	if o.filesLeft || o.journalUnderWay {
+		add(resetWipe)
+	}
+	return rep
+}
+
+func memberRef(name, peerURL string) string {
+	if name != "" {
+		return name
+	}
+	return peerURL
+}
+
+// observeReset reads what planReset plans from. A node state or a join's
+// journal that cannot be read is an error: the member it records would be
+// left behind.
+func (n *Node) observeReset(ctx context.Context) (resetObservation, error) {
+	h := n.env.Host
+	o := resetObservation{running: map[string]bool{}, role: "absent"}
+	var own string
+	recorded := true // the node state or a join's journal records the member
+	st, err := nodestate.Load(h)
+	switch {
+	case err == nil:
+		o.name, o.peerURL = st.Etcd.Name, st.Etcd.PeerURL
+		own = urlHostOf(st.Etcd.ClientURL)
+		o.asked = peerIPs(st.Etcd.InitialCluster, st.Etcd.PeerURL)
+	case errors.Is(err, nodestate.ErrNoState):
+		in, ierr := n.readJoinIntent()
+		switch {
+		case ierr == nil:
+			o.name, o.peerURL = in.Name, in.PeerURL
+			for _, ep := range in.Endpoints {
+				if ip := urlHostOf(ep); ip != "" && !strings.HasPrefix(in.PeerURL, "https://"+ip+":") {
+					o.asked = append(o.asked, ip)
+				}
+			}
+		case errors.Is(ierr, errNoIntent):
+			recorded = false
+		default:
+			return o, fmt.Errorf("reset: %w", ierr)
+		}
+	default:
+		return o, fmt.Errorf("reset: %w; nothing was changed", err)
+	}
+	if data, err := h.ReadFile(resetJournalPath); err == nil {
+		o.journalUnderWay = true
+		var j resetJournal
+		if json.Unmarshal(data, &j) == nil && o.peerURL == "" {
+			o.name, o.peerURL = j.Name, j.PeerURL
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return o, fmt.Errorf("reset: read %s: %w; nothing was changed", resetJournalPath, err)
+	}
+	if own == "" && o.peerURL != "" {
+		own = urlHostOf(o.peerURL)
+	}
+	if own != "" && !slices.Contains(o.asked, own) {
+		o.asked = append(o.asked, own)
+	}
+	for _, s := range controlPlaneServices {
+		if ss, err := h.ServiceStatus(ctx, s); err == nil && ss.Running {
+			o.running[s] = true
+		}
+	}
+	left, err := controlPlaneFilesLeft(h)
+	if err != nil {
+		return o, fmt.Errorf("reset: %w; nothing was changed", err)
+	}
+	o.filesLeft = len(left) > 0
+	// A reset journal without the node state or a join's journal means a
+	// wipe began, which the wipe removes first; the member's steps ran
+	// before it, and the certificates etcd would be asked with may be gone.
+	if o.peerURL == "" || !recorded {
+		return o, nil
+	}
+	ms, err := n.members(ctx, o.asked, "reset")
+	if err != nil {
+		o.role = "unknown"
+		return o, nil
+	}
+	// The removal goes through the other started members first: this
+	// node's own stops serving the moment it applies its removal.
+	asked := []string{}
+	for _, m := range ms {
+		if ip := startedClientIP(m); ip != "" && !slices.Contains(m.PeerURLs, o.peerURL) {
+			asked = append(asked, ip)
+		}
+	}
+	o.asked = append(asked, own)
+	self := memberByPeerURL(ms, o.peerURL)
+	switch {
+	case self == nil:
+		return o, nil
+	case self.IsLearner:
+		o.role = "learner"
+	default:
+		o.role = "voter"
+	}
+	o.votersAfter, o.healthyAfter = n.remainingVoters(ctx, ms, self)
+	return o, nil
+}
+
+// remainingVoters counts the voters other than self, and those of them that
+// answer with a leader and no alarm.
+func (n *Node) remainingVoters(ctx context.Context, ms []*etcdserverpb.Member, self *etcdserverpb.Member) (voters, healthy int) {
+	for _, m := range ms {
+		if m.ID == self.ID || m.IsLearner {
+			continue
+		}
+		voters++
+		ip := startedClientIP(m)
+		if ip == "" {
+			continue
+		}
+		if st := n.EtcdMemberStatus(ctx, ip); st.Err == nil && st.Leader != 0 && len(st.Alarms) == 0 {
+			healthy++
+		}
+	}
+	return voters, healthy
+}
+
+// controlPlaneFilesLeft are the entries of the state and configuration
+// directories a reset removes: all but the reset journal and the installed
+// control-plane binaries, which a join on this machine needs again.
+func controlPlaneFilesLeft(h host.Files) ([]string, error) {
+	var left []string
+	for _, dir := range []string{version.StateDir, version.K8sConfDir} {
+		entries, err := h.ReadDir(dir)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", dir, err)
+		}
+		for _, e := range entries {
+			if p := path.Join(dir, e.Name()); p != resetJournalPath && p != controlplane.DefaultBinDir {
+				left = append(left, p)
+			}
+		}
+	}
+	return left, nil
+}
+
+// refuseResetUnderWay refuses, naming the journal, an operation that would
+// start or make a control plane on a node whose reset has not finished.
+func (n *Node) refuseResetUnderWay(op string) error {
+	_, err := n.env.Host.Stat(resetJournalPath)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return Refusal(fmt.Errorf("%s: check the reset journal %s: %w; nothing was changed", op, resetJournalPath, err))
+	}
+	return Refusal(fmt.Errorf("%s refused: %w (%s): its etcd member may be removed already; nothing was changed: run `stratum reset` to finish it first", op, ErrResetUnderWay, resetJournalPath))
+}
+
+func (n *Node) writeResetJournal(o resetObservation) error {
+	data, err := json.Marshal(resetJournal{Name: o.name, PeerURL: o.peerURL, Started: n.env.Host.Now().UTC()})
+	if err != nil {
+		return err
+	}
+	if err := n.env.Host.WriteFile(resetJournalPath, data, 0o600); err != nil {
+		return fmt.Errorf("reset: write the reset journal %s: %w; nothing was changed", resetJournalPath, err)
+	}
+	return nil
+}
+
+// resetStep runs one step of a reset, followed by its checkpoint.
+func (n *Node) resetStep(ctx context.Context, w io.Writer, s resetStep, o resetObservation) error {
+	h := n.env.Host
+	const again = "re-run `stratum reset` to finish"
+	switch s {
+	case resetStopVIP:
+		for _, svc := range []string{ServiceVIP, serviceOperator} {
+			if err := n.stopService(ctx, svc); err != nil {
+				return fmt.Errorf("reset: %w; %s", err, again)
+			}
+		}
+		fmt.Fprintf(w, "VIP candidate and operator stopped\n")
+		return n.checkpoint(ctx, CheckpointResetAfterStopVIP)
+	case resetStopAPIServer:
+		if err := n.stopService(ctx, ServiceAPIServer); err != nil {
+			return fmt.Errorf("reset: %w; %s", err, again)
+		}
+		fmt.Fprintf(w, "kube-apiserver stopped\n")
+		return n.checkpoint(ctx, CheckpointResetAfterStopAPIServer)
+	case resetMemberRemove:
+		n.moveLeaderAway(ctx, o)
+		if err := n.MemberRemove(ctx, o.asked, o.peerURL); err != nil {
+			return fmt.Errorf("reset: remove this node's etcd member: %w; %s", err, again)
+		}
+		fmt.Fprintf(w, "etcd member %s removed from the cluster\n", memberRef(o.name, o.peerURL))
+		return n.checkpoint(ctx, CheckpointResetAfterMemberRemove)
+	case resetStopEtcd:
+		if err := n.stopService(ctx, ServiceEtcd); err != nil {
+			return fmt.Errorf("reset: %w; %s", err, again)
+		}
+		fmt.Fprintf(w, "etcd stopped\n")
+		return n.checkpoint(ctx, CheckpointResetAfterStopEtcd)
+	case resetWipe:
+		// The node state first: once it is gone nothing restarts the
+		// removed member. The reset journal last: until then `up` and a
+		// join refuse.
+		left, err := controlPlaneFilesLeft(h)
+		if err != nil {
+			return fmt.Errorf("reset: %w; %s", err, again)
+		}
+		for _, p := range append([]string{nodestate.Path, joinIntentPath, version.EtcdDataDir}, left...) {
+			if err := h.RemoveAll(p); err != nil {
+				return fmt.Errorf("reset: remove %s: %w; %s", p, err, again)
+			}
+		}
+		fmt.Fprintf(w, "control-plane files removed (%s, %s; the binaries in %s stay)\n", version.StateDir, version.K8sConfDir, controlplane.DefaultBinDir)
+		if err := n.checkpoint(ctx, CheckpointResetAfterWipe); err != nil {
+			return err
+		}
+		if err := h.Remove(resetJournalPath); err != nil {
+			return fmt.Errorf("reset: remove the reset journal %s: %w; %s", resetJournalPath, err, again)
+		}
+		if empty, err := dirEmpty(h, version.StateDir); err == nil && empty {
+			_ = h.Remove(version.StateDir)
+		}
+	}
+	return nil
+}
+
+// stopService stops one service; one this host does not know is not
+// running, and a stop that reports an error but leaves the service stopped
+// is a warning (see stopControlPlane).
+func (n *Node) stopService(ctx context.Context, s string) error {
+	err := n.env.Host.StopService(ctx, s)
+	if err == nil || errors.Is(err, host.ErrUnknownService) {
+		return nil
+	}
+	if ss, serr := n.env.Host.ServiceStatus(ctx, s); serr == nil && !ss.Running {
+		n.log.Warn("service stop reported an error, but the service is stopped", "service", s, "err", err)
+		return nil
+	}
+	return fmt.Errorf("stop %s: %w", s, err)
+}
+
+// moveLeaderAway hands etcd's leadership to another started voter when this
+// node's member leads, so its removal does not leave the cluster without a
+// leader for an election timeout. It is best effort: a removed leader steps
+// down by itself.
+func (n *Node) moveLeaderAway(ctx context.Context, o resetObservation) {
+	if len(o.asked) == 0 {
+		return
+	}
+	own := o.asked[len(o.asked)-1]
+	cli, err := n.etcdClient(EtcdEndpoint(own))
+	if err != nil {
+		return
+	}
+	defer cli.Close()
+	rctx, cancel := context.WithTimeout(ctx, n.readTimeout())
+	defer cancel()
+	st, err := cli.Status(rctx, EtcdEndpoint(own))
+	if err != nil || st.Leader != st.Header.MemberId {
+		return
+	}
+	ml, err := n.memberList(rctx, cli)
+	if err != nil {
+		return
+	}
+	for _, m := range ml.Members {
+		if m.ID != st.Header.MemberId && !m.IsLearner && started(m) {
+			if _, err := cli.MoveLeader(rctx, m.ID); err != nil {
+				n.log.Info("etcd leadership not moved before this node's removal; the cluster elects a leader after it", "to", m.Name, "err", err)
+				return
+			}
+			n.log.Info("etcd leadership moved before this node's removal", "to", m.Name)
+			return
+		}
+	}
+}

@@ -1,0 +1,122 @@
+package ha_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"stratum.dev/stratum/ha"
+	"stratum.dev/stratum/internal/assets/assetstest"
+	"stratum.dev/stratum/internal/version"
+	"stratum.dev/stratum/sim"
+)
+
+// TestResetConvergesAfterACrashAtEveryCheckpoint: a reset of cp3 (a voter
+// with its apiserver and VIP candidate running) crashes at each of its
+// checkpoints in turn. Until it is re-run, `stratum up` there refuses,
+// naming the unfinished reset; the re-run then finishes it: cp3's member is
+// gone, the two others are healthy started voters, and nothing of a control
+// plane is left on cp3.
+func TestResetConvergesAfterACrashAtEveryCheckpoint(t *testing.T) {
+	assetstest.Require(t)
+	for _, checkpoint := range ha.ResetCheckpoints {
+		t.Run(checkpoint, func(t *testing.T) {
+			c := sim.Start(t, sim.Config{ControlPlanes: 3, APIServers: true, VIP: true})
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cp3 := c.Host("cp3")
+			inc := cp3.Incarnation()
+			armed := c.CrashAt("cp3", checkpoint)
+			returned := make(chan error, 1)
+			go func() { returned <- joinNodeOn(cp3).ResetControlPlane(ctx, io.Discard, false) }()
+			select {
+			case <-armed.Reached():
+			case err := <-returned:
+				t.Fatalf("the reset returned (%v) without reaching %s", err, checkpoint)
+			case <-ctx.Done():
+				t.Fatalf("the reset never reached %s", checkpoint)
+			}
+			waitCrashed(t, cp3, inc)
+
+			if _, err := joinNodeOn(cp3).Up(ctx, ha.BootstrapOptions{}); !errors.Is(err, ha.ErrResetUnderWay) || !ha.IsRefusal(err) {
+				t.Fatalf("up after the reset crashed at %s: %v, want a refusal naming the reset under way", checkpoint, err)
+			}
+			if err := joinNodeOn(cp3).ResetControlPlane(ctx, io.Discard, false); err != nil {
+				t.Fatalf("the reset re-run after a crash at %s: %v", checkpoint, err)
+			}
+
+			ips := ipsOf(c, "cp1", "cp2")
+			ms, err := c.Host("cp1").EtcdMembers(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, m := range ms {
+				got = append(got, fmt.Sprintf("%s learner=%v started=%v", m.PeerURLs, m.IsLearner, m.Name != ""))
+			}
+			want := []string{fmt.Sprintf("[%s] learner=false started=true", c.Host("cp1").PeerURL()), fmt.Sprintf("[%s] learner=false started=true", c.Host("cp2").PeerURL())}
+			slices.Sort(got)
+			if !slices.Equal(got, want) {
+				t.Fatalf("members after the reset: %v, want %v", got, want)
+			}
+			if err := nodeOn(c.Host("cp1")).EtcdClusterHealthy(ctx, ips); err != nil {
+				t.Fatalf("the cluster after cp3's reset: %v", err)
+			}
+			for _, dir := range []string{version.StateDir, version.K8sConfDir} {
+				if entries, err := cp3.Files().ReadDir(dir); err == nil && len(entries) > 0 {
+					var names []string
+					for _, e := range entries {
+						names = append(names, e.Name())
+					}
+					t.Fatalf("cp3's %s after the reset: %s", dir, strings.Join(names, ", "))
+				}
+			}
+		})
+	}
+}
+
+// TestResetUndoesACrashedJoin: a join that crashed right after its member-add
+// left an unstarted learner that only its intent journal records. A reset
+// there removes that learner and every file, and the machine then joins
+// with the same join command.
+func TestResetUndoesACrashedJoin(t *testing.T) {
+	j := startJoinCluster(t, 1)
+	o := j.mint(time.Hour)
+	cp2 := j.c.Host("cp2")
+	inc := cp2.Incarnation()
+	armed := j.c.CrashAt("cp2", ha.CheckpointAfterMemberAdd)
+	go func() { _, _ = joinNodeOn(cp2).PrepareControlPlaneJoin(j.ctx, o) }()
+	select {
+	case <-armed.Reached():
+	case <-j.ctx.Done():
+		t.Fatal("the join never reached its member-add checkpoint")
+	}
+	waitCrashed(t, cp2, inc)
+	if got := j.members(); !slices.Equal(got, []string{":learner", "cp1:voter"}) {
+		t.Fatalf("members after the crashed join: %v, want cp1 and an unstarted learner", got)
+	}
+	rep, err := joinNodeOn(cp2).ResetPlanOf(j.ctx)
+	if err != nil || strings.Join(rep.Steps, ",") != "member-remove,wipe" || rep.Role != "learner" || rep.Refused != "" {
+		t.Fatalf("the reset's plan after the crashed join: %+v, %v; want member-remove and wipe of a learner", rep, err)
+	}
+	if err := joinNodeOn(cp2).ResetControlPlane(j.ctx, io.Discard, false); err != nil {
+		t.Fatalf("reset after the crashed join: %v", err)
+	}
+	if got := j.members(); !slices.Equal(got, []string{"cp1:voter"}) {
+		t.Fatalf("members after the reset: %v, want cp1 alone", got)
+	}
+	if survives, err := joinNodeOn(cp2).JoinIntentSurvives(j.ctx); err != nil || survives {
+		t.Fatalf("the join journal after the reset: survives %v, %v", survives, err)
+	}
+	if err := j.join("cp2", o); err != nil {
+		t.Fatalf("the same join after the reset: %v", err)
+	}
+	if got := j.members(); !slices.Equal(got, []string{"cp1:voter", "cp2:voter"}) {
+		t.Fatalf("members after the join: %v", got)
+	}
+}
