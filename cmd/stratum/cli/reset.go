@@ -24,7 +24,8 @@ operator (the VIP moves to another control plane), stop its kube-apiserver, remo
 etcd member from the cluster (handing etcd's leadership on first when it leads), stop
 etcd, and remove its files: the node state first, then a join's intent journal, the etcd
 data, and everything under /var/lib/stratum and /etc/stratum (certificates, keys,
-kubeconfigs). The machine can then be retired, or joined again with a join command.
+kubeconfigs) but the installed binaries in /var/lib/stratum/bin. Logs stay. The machine
+can then be retired, or joined again with a join command.
 
 It holds the node's maintenance and etcd-data locks, and records itself in
 /var/lib/stratum/reset-intent.json until it is done: "stratum up" and a join refuse
