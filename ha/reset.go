@@ -62,8 +62,13 @@ var resetJournalPath = path.Join(version.StateDir, "reset-intent.json")
 func ResetJournalPath() string { return resetJournalPath }
 
 type resetJournal struct {
-	Name    string    `json:"name,omitempty"`
-	PeerURL string    `json:"peerURL,omitempty"`
+	Name    string `json:"name,omitempty"`
+	PeerURL string `json:"peerURL,omitempty"`
+	// Asked are the client IPs of the cluster's members when the reset
+	// began: the node state's initial cluster is the membership at the
+	// join (or restore), so a re-run whose own etcd is down (a crash)
+	// finds the cluster through these.
+	Asked   []string  `json:"asked,omitempty"`
 	Started time.Time `json:"started"`
 }
 
@@ -214,6 +219,12 @@ func planReset(o resetObservation) ResetPlanReport {
 	switch {
 	case o.role == "unknown":
 		rep.Refused = fmt.Sprintf("no etcd member answered (asked %s), so this node's member %s cannot be removed", strings.Join(o.asked, ", "), memberRef(o.name, o.peerURL))
+		switch {
+		case o.journalUnderWay:
+			rep.Refused += ": bring those members back and re-run the reset"
+		case !o.running[ServiceEtcd]:
+			rep.Refused += ": this node's etcd is not running, and the others this node knows of did not answer; start it (`stratum up`) so the reset finds the cluster through it"
+		}
 		rep.Remaining = removeHint
 	case o.role == "voter" && o.votersAfter == 0:
 		rep.Refused = fmt.Sprintf("this node's member %s is the cluster's last voter: a reset removes its data, and the cluster with it", memberRef(o.name, o.peerURL))
@@ -274,8 +285,15 @@ func (n *Node) observeReset(ctx context.Context) (resetObservation, error) {
 	if data, err := h.ReadFile(resetJournalPath); err == nil {
 		o.journalUnderWay = true
 		var j resetJournal
-		if json.Unmarshal(data, &j) == nil && o.peerURL == "" {
-			o.name, o.peerURL = j.Name, j.PeerURL
+		if json.Unmarshal(data, &j) == nil {
+			if o.peerURL == "" {
+				o.name, o.peerURL = j.Name, j.PeerURL
+			}
+			for _, ip := range j.Asked {
+				if !slices.Contains(o.asked, ip) {
+					o.asked = append(o.asked, ip)
+				}
+			}
 		}
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return o, fmt.Errorf("reset: read %s: %w; nothing was changed", resetJournalPath, err)
@@ -283,8 +301,8 @@ func (n *Node) observeReset(ctx context.Context) (resetObservation, error) {
 	if own == "" && o.peerURL != "" {
 		own = urlHostOf(o.peerURL)
 	}
-	if own != "" && !slices.Contains(o.asked, own) {
-		o.asked = append(o.asked, own)
+	if own != "" {
+		o.asked = append(slices.DeleteFunc(o.asked, func(ip string) bool { return ip == own }), own)
 	}
 	for _, s := range controlPlaneServices {
 		if ss, err := h.ServiceStatus(ctx, s); err == nil && ss.Running {
@@ -384,7 +402,7 @@ func (n *Node) refuseResetUnderWay(op string) error {
 }
 
 func (n *Node) writeResetJournal(o resetObservation) error {
-	data, err := json.Marshal(resetJournal{Name: o.name, PeerURL: o.peerURL, Started: n.env.Host.Now().UTC()})
+	data, err := json.Marshal(resetJournal{Name: o.name, PeerURL: o.peerURL, Asked: o.asked, Started: n.env.Host.Now().UTC()})
 	if err != nil {
 		return err
 	}

@@ -46,7 +46,9 @@ const maintCheckShare = 3
 // order, with drawn parameters: a snapshot restored on one control plane and
 // rejoined by the others (crashed at drawn checkpoints), an etcd downgrade
 // with the members swapped one by one to the older etcd, a join on a host
-// whose etcd is the older release, and a join on a host whose disk fails.
+// whose etcd is the older release, a join on a host whose disk fails, and a
+// control plane's reset (crashed at a drawn checkpoint), joined again or
+// left a spare.
 type maintenance struct {
 	*vipWorld
 	// spares are the hosts not yet control planes.
@@ -59,7 +61,7 @@ type maintenance struct {
 }
 
 func TestMaintenance(t *testing.T) {
-	explored.require("Maintenance", "restore", "downgrade", "olderJoiner", "diskJoin", "diskRejoin")
+	explored.require("Maintenance", "restore", "downgrade", "olderJoiner", "diskJoin", "diskRejoin", "reset")
 	shareChecks(t, maintCheckShare)
 	property(t, func(rt *rapid.T) {
 		c := startCluster(rt, sim.Config{Fresh: true, SpareHosts: 5, APIServers: true, VIP: true})
@@ -77,6 +79,7 @@ func TestMaintenance(t *testing.T) {
 			"downgrade":   m.downgrade,
 			"olderJoiner": m.olderJoiner,
 			"diskJoin":    m.diskJoin,
+			"reset":       m.reset,
 		}
 		// Every action once, in a drawn order, except that the restore
 		// comes after a join (with three control planes or more, its
@@ -91,6 +94,11 @@ func TestMaintenance(t *testing.T) {
 		}
 		if o, d := slices.Index(tour, "olderJoiner"), slices.Index(tour, "downgrade"); o > d {
 			tour[o], tour[d] = tour[d], tour[o]
+		}
+		// The reset after the restore, so a reset that is not joined back
+		// does not take the restore's third control plane away.
+		if z, r := slices.Index(tour, "reset"), slices.Index(tour, "restore"); z < r {
+			tour = slices.Insert(slices.Delete(tour, z, z+1), r, "reset")
 		}
 		for _, name := range tour {
 			explored.ran(name)
@@ -123,11 +131,15 @@ func steps() int {
 	return n
 }
 
-// applicable are the maintenance actions that apply now: a restore always,
+// applicable are the maintenance actions that apply now: a restore always, a
+// reset while a control plane other than the first is left,
 // the downgrade while the cluster runs the current etcd (again, after a
 // restore on a node with it), the joins while a spare host is left.
 func (m *maintenance) applicable() []string {
 	out := []string{"restore"}
+	if len(m.cps) > 1 {
+		out = append(out, "reset")
+	}
 	if m.downgradable() {
 		out = append(out, "downgrade")
 	}
@@ -459,6 +471,48 @@ func (m *maintenance) restore(t *rapid.T) {
 		t.Fatal(err)
 	}
 	m.loads = startWorkloads(t, m.ctx, m.c, "vip", vcs, m.cps[0], vipProbeTimeout)
+}
+
+// reset: a control plane other than the first (whose credentials the
+// workloads hold) leaves with `stratum reset`, the operator having started
+// whatever was down. When drawn the reset crashes at a drawn checkpoint, and
+// `stratum up` there is refused, naming the unfinished reset, until the
+// reset is run again. Then the members are the remaining control planes,
+// the clients and data are served, and nothing of a control plane is left on
+// the host; when drawn it joins again with a join command as printed, else
+// it is a spare again.
+func (m *maintenance) reset(t *rapid.T) {
+	if len(m.cps) < 2 {
+		t.Skip("no control plane but the first to reset")
+	}
+	for _, h := range m.cps {
+		if !h.EtcdRunning() || !h.APIServerRunning() || !m.vipRunning(h) {
+			m.run(h, cli.ExitOK, "up")
+		}
+	}
+	h := drawHost(t, m.cps[1:], "control plane to reset")
+	if cp := rapid.SampledFrom(append([]string{"none"}, ha.ResetCheckpoints...)).Draw(t, "crash the reset of "+h.Name()+" at"); cp != "none" {
+		m.crashedRun(h, cp, []string{"reset"})
+		explored.invariant("a node whose reset is unfinished does not start")
+		if _, errOut := m.run(h, cli.ExitRefused, "up"); !strings.Contains(errOut, "reset of this node is under way") {
+			t.Fatalf("stratum up on %s after its reset crashed at %s was refused without naming the reset:\n%s", h.Name(), cp, errOut)
+		}
+	}
+	m.run(h, cli.ExitOK, "reset")
+	m.cps = slices.DeleteFunc(m.cps, func(c *sim.Host) bool { return c == h })
+	explored.invariant("a reset leaves nothing of a control plane")
+	data, _ := h.Files().ReadDir(version.EtcdDataDir)
+	if left := nodeFiles(t, h); len(left) > 0 || len(data) > 0 || hasFile(h, ha.ResetJournalPath()) {
+		t.Fatalf("after its reset %s still has %v, %d entries of etcd data, reset journal %v", h.Name(), slices.Sorted(maps.Keys(left)), len(data), hasFile(h, ha.ResetJournalPath()))
+	}
+	m.check()
+	if !rapid.Bool().Draw(t, "join "+h.Name()+" again") {
+		m.spares = append(m.spares, h)
+		return
+	}
+	m.run(h, cli.ExitOK, m.printedJoin(drawHost(t, m.cps, "minter for "+h.Name()))...)
+	m.cps = append(m.cps, h)
+	m.check()
 }
 
 // olderRejoinRefused: a rejoin of h, whose etcd is older than the one the

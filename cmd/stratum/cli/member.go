@@ -60,7 +60,7 @@ func planRemoval(rows []memberRow, target, selfPeerURL string) (removalPlan, err
 		p.Risks = append(p.Risks, fmt.Sprintf("without it %d of the %d remaining voters are healthy, under the quorum of %d: the cluster would stop accepting writes", healthy, voters, p.QuorumAfter))
 	}
 	if p.Target.PeerURL == selfPeerURL {
-		p.Risks = append(p.Risks, "it is this node's own member: its etcd stops and the supervisor cannot bring it back; remove it from another control plane")
+		p.Risks = append(p.Risks, "it is this node's own member: its etcd stops and the supervisor cannot bring it back; to take this node out of the cluster, run `stratum reset` here (it stops the services first and removes the member through the others)")
 	}
 	return p, nil
 }
