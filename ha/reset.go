@@ -270,7 +270,7 @@ func (n *Node) observeReset(ctx context.Context) (resetObservation, error) {
 		case ierr == nil:
 			o.name, o.peerURL = in.Name, in.PeerURL
 			for _, ep := range in.Endpoints {
-				if ip := urlHostOf(ep); ip != "" && !strings.HasPrefix(in.PeerURL, "https://"+ip+":") {
+				if ip := urlHostOf(ep); ip != "" {
 					o.asked = append(o.asked, ip)
 				}
 			}
@@ -412,25 +412,32 @@ func (n *Node) writeResetJournal(o resetObservation) error {
 	return nil
 }
 
+// resetStops are the reset's steps that stop services: which, what the
+// step reports, and the checkpoint after it.
+var resetStops = map[resetStep]struct {
+	services   []string
+	what       string
+	checkpoint string
+}{
+	resetStopVIP:       {[]string{ServiceVIP, serviceOperator}, "VIP candidate and operator", CheckpointResetAfterStopVIP},
+	resetStopAPIServer: {[]string{ServiceAPIServer}, "kube-apiserver", CheckpointResetAfterStopAPIServer},
+	resetStopEtcd:      {[]string{ServiceEtcd}, "etcd", CheckpointResetAfterStopEtcd},
+}
+
 // resetStep runs one step of a reset, followed by its checkpoint.
 func (n *Node) resetStep(ctx context.Context, w io.Writer, s resetStep, o resetObservation) error {
 	h := n.env.Host
 	const again = "re-run `stratum reset` to finish"
-	switch s {
-	case resetStopVIP:
-		for _, svc := range []string{ServiceVIP, serviceOperator} {
+	if stop, ok := resetStops[s]; ok {
+		for _, svc := range stop.services {
 			if err := n.stopService(ctx, svc); err != nil {
 				return fmt.Errorf("reset: %w; %s", err, again)
 			}
 		}
-		fmt.Fprintf(w, "VIP candidate and operator stopped\n")
-		return n.checkpoint(ctx, CheckpointResetAfterStopVIP)
-	case resetStopAPIServer:
-		if err := n.stopService(ctx, ServiceAPIServer); err != nil {
-			return fmt.Errorf("reset: %w; %s", err, again)
-		}
-		fmt.Fprintf(w, "kube-apiserver stopped\n")
-		return n.checkpoint(ctx, CheckpointResetAfterStopAPIServer)
+		fmt.Fprintf(w, "%s stopped\n", stop.what)
+		return n.checkpoint(ctx, stop.checkpoint)
+	}
+	switch s {
 	case resetMemberRemove:
 		n.moveLeaderAway(ctx, o)
 		if err := n.MemberRemove(ctx, o.asked, o.peerURL); err != nil {
@@ -438,12 +445,6 @@ func (n *Node) resetStep(ctx context.Context, w io.Writer, s resetStep, o resetO
 		}
 		fmt.Fprintf(w, "etcd member %s removed from the cluster\n", memberRef(o.name, o.peerURL))
 		return n.checkpoint(ctx, CheckpointResetAfterMemberRemove)
-	case resetStopEtcd:
-		if err := n.stopService(ctx, ServiceEtcd); err != nil {
-			return fmt.Errorf("reset: %w; %s", err, again)
-		}
-		fmt.Fprintf(w, "etcd stopped\n")
-		return n.checkpoint(ctx, CheckpointResetAfterStopEtcd)
 	case resetWipe:
 		// The node state first: once it is gone nothing restarts the
 		// removed member. The reset journal last: until then `up` and a
