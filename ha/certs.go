@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
-	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -101,6 +101,8 @@ func RekeySharedCerts(certKeyHex string, confirm func(context.Context) error) er
 
 // DownloadCerts fetches and decrypts this grant's shared certificates with the
 // bootstrap kubeconfig at the host path bootstrapKubeconfig and writes them.
+// The grant's EtcdEndpoints lead with the etcd client URLs the cluster
+// published last (etcdClientURLsAnnotation), then those of its mint.
 func DownloadCerts(bootstrapKubeconfig, certKeyHex string, check func(certbundle.Profile) error) (certbundle.Grant, error) {
 	n, err := local()
 	if err != nil {
@@ -380,6 +382,7 @@ func (n *Node) nextCertsSecret(ctx context.Context, cs kubernetes.Interface, cur
 	}
 	out.Annotations[keySetAtAnnotation] = now.UTC().Format(time.RFC3339)
 	out.Annotations[generationAnnotation] = strconv.FormatInt(b.Meta.Generation, 10)
+	out.Annotations[etcdClientURLsAnnotation] = strings.Join(b.Meta.EtcdEndpoints, ",")
 	return out, nil
 }
 
@@ -443,15 +446,7 @@ func (n *Node) etcdClientURLs(ctx context.Context, st *nodestate.NodeState) ([]s
 	if err != nil {
 		return nil, fmt.Errorf("list etcd members through %s: %w", ep, err)
 	}
-	var out []string
-	for _, m := range resp.Members {
-		for _, u := range m.ClientURLs {
-			if !slices.Contains(out, u) {
-				out = append(out, u)
-			}
-		}
-	}
-	slices.Sort(out)
+	out := clientURLsOf(resp.Members)
 	if len(out) == 0 {
 		return nil, fmt.Errorf("etcd at %s lists no member with a client URL", ep)
 	}
@@ -519,7 +514,12 @@ func (n *Node) DownloadCerts(ctx context.Context, bootstrapKubeconfig, certKeyHe
 	if _, ok := s.Data[entry]; !ok {
 		entry = certbundle.LegacyEntry
 	}
-	return n.openAndWrite(ctx, s, entry, key, check)
+	g, err := n.openAndWrite(ctx, s, entry, key, check)
+	if err != nil {
+		return g, err
+	}
+	g.EtcdEndpoints = withPublishedEtcdURLs(publishedEtcdURLs(s.Annotations[etcdClientURLsAnnotation]), g.EtcdEndpoints)
+	return g, nil
 }
 
 // DownloadCertsAdmin is the package-level DownloadCertsAdmin on this node.

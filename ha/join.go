@@ -536,11 +536,11 @@ func (r *joinRun) assemble(ctx context.Context) error {
 }
 
 // currentMemberIPs are the client IPs of the etcd cluster's started members
-// now, as the first of published (the endpoints a join command carries, its
-// cluster as it was at the mint) that answers lists them. A join gates on,
-// adds through and rolls back through the cluster as it is: a control plane
-// reset or removed since the mint no longer answers, and is no longer a
-// member whose health matters.
+// now, as the first of published (the members the cluster published last,
+// then those of the grant's mint: DownloadCerts) that answers lists them. A
+// join gates on, adds through and rolls back through the cluster as it is: a
+// control plane reset or removed since the mint no longer answers, and is no
+// longer a member whose health matters.
 //
 // A member with this node's own peer URL is left out: an unstarted learner
 // has no client address, and a started one (this machine re-imaged under a
@@ -579,8 +579,8 @@ func (r *joinRun) preflight(ctx context.Context) error {
 	}
 	current, err := n.currentMemberIPs(ctx, r.etcdIPs, r.peerURL)
 	if err != nil {
-		return fmt.Errorf("%w: none of the etcd members this join command names (%s) answers with the member list: %v; nothing was added to etcd: "+
-			"if those control planes were reset or removed since the command was minted, mint a fresh one on a running control plane (`stratum token create --control-plane`); otherwise heal the cluster (`stratum etcd health`), then %s",
+		return fmt.Errorf("%w: none of the etcd members the cluster published (%s: those it published last, then those at this command's mint) answers with the member list: %v; nothing was added to etcd: "+
+			"if those control planes were reset or removed since, mint a fresh join command on a running control plane (`stratum token create --control-plane`); otherwise heal the cluster (`stratum etcd health`), then %s",
 			ErrClusterUnhealthy, strings.Join(r.etcdIPs, ", "), err, joinHint)
 	}
 	r.etcdIPs = current

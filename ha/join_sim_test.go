@@ -1,6 +1,7 @@
 package ha_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -31,6 +32,8 @@ type joinCluster struct {
 	c   *sim.Cluster
 	ctx context.Context
 	cp1 *ha.Node
+	// etcdOn names the host whose etcd members() asks; "" is cp1.
+	etcdOn string
 }
 
 func startJoinCluster(t *testing.T, spares int) *joinCluster {
@@ -97,17 +100,13 @@ func (j *joinCluster) join(name string, o ha.JoinOptions) error {
 // voters lists the cluster's members as name:voter|learner, sorted.
 func (j *joinCluster) members() []string {
 	j.t.Helper()
-	cli, err := j.c.Host("cp1").EtcdClient()
-	if err != nil {
-		j.t.Fatal(err)
-	}
-	defer cli.Close()
-	ml, err := cli.MemberList(j.ctx)
+	on := cmp.Or(j.etcdOn, "cp1")
+	ms, err := j.c.Host(on).EtcdMembers(j.ctx)
 	if err != nil {
 		j.t.Fatal(err)
 	}
 	var out []string
-	for _, m := range ml.Members {
+	for _, m := range ms {
 		role := "voter"
 		if m.IsLearner {
 			role = "learner"

@@ -18,10 +18,12 @@ const operatorPromoteWithin = 5 * time.Second
 // OperatorPass is one pass of the stratum-operator on a control plane: it
 // promotes every etcd learner that has started (a joiner whose own start path
 // was interrupted between its start and its promotion is not stranded even
-// if that node never runs `stratum up` again), and drops the grants of
+// if that node never runs `stratum up` again), drops the grants of
 // bootstrap tokens that are gone or expired (PruneExpiredGrants), so expired
-// grants go even when no one mints. It reports what it did; errors of the two
-// halves are joined, one never stopping the other.
+// grants go even when no one mints, and publishes the etcd members for later
+// joins (etcdClientURLsAnnotation), so a membership change no start or reset
+// published still reaches them. It reports what it did; errors of the parts
+// are joined, one never stopping another.
 func (n *Node) OperatorPass(ctx context.Context, cs kubernetes.Interface) (promoted []string, err error) {
 	st, err := nodestate.Load(n.env.Host)
 	if err != nil {
@@ -50,6 +52,11 @@ func (n *Node) OperatorPass(ctx context.Context, cs kubernetes.Interface) (promo
 	if cs != nil {
 		if perr := n.PruneExpiredGrants(ctx, cs); perr != nil {
 			errs = append(errs, fmt.Errorf("operator pass: %w", perr))
+		}
+		if merr == nil {
+			if _, perr := n.publishEtcdMembers(ctx, cs, members); perr != nil {
+				errs = append(errs, fmt.Errorf("operator pass: %w", perr))
+			}
 		}
 	}
 	return promoted, errors.Join(errs...)

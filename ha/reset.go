@@ -444,6 +444,7 @@ func (n *Node) resetStep(ctx context.Context, w io.Writer, s resetStep, o resetO
 			return fmt.Errorf("reset: remove this node's etcd member: %w; %s", err, again)
 		}
 		fmt.Fprintf(w, "etcd member %s removed from the cluster\n", memberRef(o.name, o.peerURL))
+		n.publishRemaining(ctx, o)
 		return n.checkpoint(ctx, CheckpointResetAfterMemberRemove)
 	case resetWipe:
 		// The node state first: once it is gone nothing restarts the
@@ -470,6 +471,22 @@ func (n *Node) resetStep(ctx context.Context, w io.Writer, s resetStep, o resetO
 		}
 	}
 	return nil
+}
+
+// publishRemaining publishes the etcd members for later joins once this
+// node's member is removed, through the other members and their apiservers.
+// It is best effort: the operator's next pass publishes them too.
+func (n *Node) publishRemaining(ctx context.Context, o resetObservation) {
+	own := urlHostOf(o.peerURL)
+	others := slices.DeleteFunc(slices.Clone(o.asked), func(ip string) bool { return ip == own })
+	if len(others) == 0 {
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, publishEtcdMembersWithin)
+	defer cancel()
+	if err := n.publishEtcdMembersVia(pctx, others); err != nil {
+		n.log.Warn("the remaining etcd members were not published for later joins (the operator's next pass does it)", "err", err)
+	}
 }
 
 // stopService stops one service; one this host does not know is not

@@ -44,7 +44,8 @@ var StartCheckpoints = []string{CheckpointStartAfterEtcd, CheckpointStartAfterPr
 // strands a learner), clears the join's intent journal once the local member
 // is confirmed serving as a voter, makes sure the apiserver certificate covers
 // the cluster VIP (reissuing it when it does not), then starts the apiserver
-// and kube-vip.
+// and kube-vip. Last it publishes the etcd members for later joins
+// (publishOwnView), a step that never fails the start.
 //
 // A node with no state but a surviving join intent is refused: bootstrapping
 // there would make a second, single-member cluster over the membership the
@@ -77,6 +78,7 @@ func (n *Node) StartControlPlane(ctx context.Context) (*nodestate.NodeState, err
 		{CheckpointStartAfterConfirm, "member confirmation", n.confirmAndClearJournal},
 		{CheckpointStartAfterAPIServer, "kube-apiserver start", n.startAPIServer},
 		{"", "kube-vip start", n.startVIP},
+		{"", "etcd members published", n.publishOwnView},
 	} {
 		began := time.Now()
 		if err := step.run(ctx, st); err != nil {

@@ -37,6 +37,25 @@ var mutants = []mutant{
 		},
 	},
 	{
+		Name: "join-ignores-published-members",
+		File: "ha/certs.go",
+		Old:  "withPublishedEtcdURLs(publishedEtcdURLs(s.Annotations[etcdClientURLsAnnotation]), g.EtcdEndpoints)",
+		New:  "withPublishedEtcdURLs(nil, g.EtcdEndpoints)",
+		Tests: [][]string{
+			{"./ha", "-run", "TestJoinFindsTheMembersPublishedAfterItsMint"},
+			{"./cmd/stratum/cli", "-run", "TestResetTakesAControlPlaneOut"},
+		},
+	},
+	{
+		Name: "operator-does-not-publish-members",
+		File: "ha/operator.go",
+		Old:  "if _, perr := n.publishEtcdMembers(ctx, cs, members); perr != nil {",
+		New:  "if perr := error(nil); perr != nil {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestJoinFindsTheMembersPublishedAfterItsMint"},
+		},
+	},
+	{
 		Name: "reset-ignores-quorum",
 		File: "ha/reset.go",
 		Old:  "case o.role == \"voter\" && o.healthyAfter < rep.QuorumAfter:",

@@ -9,11 +9,13 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/version"
+	"stratum.dev/stratum/sim"
 )
 
 // TestResetTakesAControlPlaneOut is an operator retiring a control plane
@@ -26,9 +28,12 @@ import (
 //     every step; the reset leaves two started voters, the VIP serving from
 //     another control plane, `etcd health` healthy, and nothing on the
 //     machine but the lock files; a second reset finds nothing to do;
-//   - the first join command, which names only cp1's etcd, is refused there
-//     saying to mint a fresh one; one minted while all three ran makes it a
-//     started voter again, serving with the cluster CA.
+//   - the cluster publishes its etcd members beside the grants (read as
+//     kubectl reads the Secret): all three once they have started, the two
+//     left after the reset;
+//   - the first join command, whose grant names only cp1's etcd (minted by
+//     cp1 alone), makes the machine a started voter again through the
+//     members the cluster published, serving with the cluster CA.
 func TestResetTakesAControlPlaneOut(t *testing.T) {
 	c, join := upWithPrintedJoin(t, 3)
 	hosts := c.Hosts()
@@ -39,13 +44,14 @@ func TestResetTakesAControlPlaneOut(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	// A join command minted now carries all three members' etcd addresses;
-	// the first one (minted by up's cp1 alone) only cp1's.
-	code, out, errOut := runCLI(t, on(hosts[1]), "token", "create", "--control-plane")
-	if code != ExitOK {
-		t.Fatalf("token create on %s: exit %d\n%s", hosts[1].Name(), code, errOut)
+	cfg, err := c.VIPConfig() // cp1's admin kubeconfig, read before cp1 may go
+	if err != nil {
+		t.Fatal(err)
 	}
-	later := strings.Fields(printedCommandLines(out)[0])[1:]
+	published := publishedEtcdMembers(ctx, t, cfg)
+	if want := clientURLs(hosts...); published() != want {
+		t.Fatalf("etcd members published after the joins: %q, want %q", published(), want)
+	}
 	// cp1 leaves: the first control plane, the VIP holder since its up.
 	holder, others := hosts[0], hosts[1:]
 
@@ -54,7 +60,7 @@ func TestResetTakesAControlPlaneOut(t *testing.T) {
 	others[1].StopEtcd()
 	before := memberTable(ctx, t, others[0])
 	filesBefore := configFiles(t, holder.Root())
-	code, out, errOut = runCLI(t, on(holder), "reset")
+	code, out, errOut := runCLI(t, on(holder), "reset")
 	if code != ExitRefused || !strings.Contains(errOut, "under the quorum of 2") || !strings.Contains(errOut, "nothing was changed") {
 		t.Fatalf("reset with another voter down: exit %d, want a refusal (3) naming the quorum\n%s\n%s", code, out, errOut)
 	}
@@ -80,10 +86,6 @@ func TestResetTakesAControlPlaneOut(t *testing.T) {
 	if got, want := strings.Join(plan.Steps, ","), "stop-vip,stop-apiserver,member-remove,stop-etcd,wipe"; got != want || plan.Role != "voter" || plan.PeerURL != holder.PeerURL() {
 		t.Fatalf("the plan: %+v, want steps %s of the voter %s", plan, want, holder.PeerURL())
 	}
-	cfg, err := c.VIPConfig() // cp1's admin kubeconfig, read before cp1 may go
-	if err != nil {
-		t.Fatal(err)
-	}
 	code, out, errOut = runCLI(t, on(holder), "reset")
 	if code != ExitOK {
 		t.Fatalf("reset of %s, the VIP holder: exit %d\n%s\n%s", holder.Name(), code, out, errOut)
@@ -108,15 +110,15 @@ func TestResetTakesAControlPlaneOut(t *testing.T) {
 		t.Fatalf("a second reset: exit %d, want 0 saying there is nothing to reset\n%s\n%s", code, out, errOut)
 	}
 
-	// The machine joins again. The first join command names only cp1's
-	// etcd, which is gone: refused, naming what to do. The later one joins
-	// through the members that remain.
-	code, out, errOut = runCLI(t, on(holder), join...)
-	if code != ExitRefused || !strings.Contains(errOut, "mint a fresh one on a running control plane") {
-		t.Fatalf("the first join command, naming only the reset cp1's etcd: exit %d, want a refusal (3) saying to mint a fresh one\n%s\n%s", code, out, errOut)
+	if want := clientURLs(others...); published() != want {
+		t.Fatalf("etcd members published after the reset: %q, want %q", published(), want)
 	}
-	if code, out, errOut := runCLI(t, on(holder), later...); code != ExitOK {
-		t.Fatalf("the join command minted before the reset, on %s after it: exit %d\n%s\n%s", holder.Name(), code, out, errOut)
+
+	// The machine joins again with the first join command, whose grant
+	// names only cp1's etcd, gone: it finds the members the cluster
+	// published since.
+	if code, out, errOut := runCLI(t, on(holder), join...); code != ExitOK {
+		t.Fatalf("the first join command (its grant naming only cp1's etcd), on %s after its reset: exit %d\n%s\n%s", holder.Name(), code, out, errOut)
 	}
 	if got := memberTable(ctx, t, others[0]); strings.Count(got, "voter started") != 3 || !strings.Contains(got, holder.PeerURL()+" voter started") {
 		t.Fatalf("members after the join again: %s", got)
@@ -191,4 +193,30 @@ func readyzWithin(ctx context.Context, t *testing.T, where string, cfg *rest.Con
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+}
+
+// publishedEtcdMembers reads, as kubectl with cfg does, the etcd members the
+// cluster publishes for joins on the stratum-certs Secret.
+func publishedEtcdMembers(ctx context.Context, t *testing.T, cfg *rest.Config) func() string {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() string {
+		t.Helper()
+		s, err := cs.CoreV1().Secrets("kube-system").Get(ctx, "stratum-certs", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Annotations["stratum.dev/etcd-client-urls"]
+	}
+}
+
+// clientURLs are the hosts' etcd client URLs, sorted and comma-separated.
+func clientURLs(hosts ...*sim.Host) string {
+	var urls []string
+	for _, h := range hosts {
+		urls = append(urls, h.ClientURL())
+	}
+	return strings.Join(sorted(urls), ",")
 }

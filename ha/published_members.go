@@ -1,0 +1,172 @@
+package ha
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	etcdserverpb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"stratum.dev/stratum/internal/kubeconfig"
+	"stratum.dev/stratum/internal/nodestate"
+	"stratum.dev/stratum/internal/version"
+)
+
+// etcdClientURLsAnnotation on stratum-certs lists the client URLs of the
+// cluster's started etcd members, comma-separated, as the cluster last
+// published them: each mint (UploadCerts), each control plane's start, a
+// reset's member removal and every operator pass write it. A join reads it
+// with its grant (its bootstrap token may read the Secret), so a join
+// command outlives the control planes that were the members at its mint.
+// The list is neither secret nor authenticated, and needs to be neither: a
+// join trusts an etcd endpoint only through the bundle's etcd CA, and takes
+// the members it gates on and adds through from the member list an endpoint
+// answers with.
+const etcdClientURLsAnnotation = "stratum.dev/etcd-client-urls"
+
+// maxPublishedEtcdURLs bounds what a join takes from the annotation.
+const maxPublishedEtcdURLs = 16
+
+// publishEtcdMembersWithin bounds a control plane start's publication: it
+// is a courtesy to later joins, never a reason for `up` to wait.
+const publishEtcdMembersWithin = 5 * time.Second
+
+// publishedEtcdURLs are the https URLs with a host in an
+// etcdClientURLsAnnotation value, at most maxPublishedEtcdURLs; anything
+// else in it is skipped.
+func publishedEtcdURLs(value string) []string {
+	var out []string
+	for _, raw := range strings.Split(value, ",") {
+		u, err := url.Parse(strings.TrimSpace(raw))
+		if err != nil || u.Scheme != "https" || u.Hostname() == "" || slices.Contains(out, u.String()) {
+			continue
+		}
+		if out = append(out, u.String()); len(out) == maxPublishedEtcdURLs {
+			break
+		}
+	}
+	return out
+}
+
+// withPublishedEtcdURLs is the etcd endpoints a join asks for the member
+// list: those the cluster published last, then the grant's own (the
+// membership at the mint), each once. The freshest come first, so a join
+// asks a member that is gone only when no current one answers.
+func withPublishedEtcdURLs(published, granted []string) []string {
+	out := slices.Clone(published)
+	for _, u := range granted {
+		if !slices.Contains(out, u) {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// clientURLsOf are the client URLs of members, sorted, each once.
+func clientURLsOf(ms []*etcdserverpb.Member) []string {
+	var out []string
+	for _, m := range ms {
+		for _, u := range m.ClientURLs {
+			if !slices.Contains(out, u) {
+				out = append(out, u)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// publishEtcdMembers writes the client URLs of the etcd members ms (a member
+// list) to stratum-certs' etcdClientURLsAnnotation when they differ from what
+// it holds. A cluster that has no stratum-certs yet (nothing was minted) has
+// nothing to write to. It reports whether it wrote.
+func (n *Node) publishEtcdMembers(ctx context.Context, cs kubernetes.Interface, ms []*etcdserverpb.Member) (bool, error) {
+	urls := clientURLsOf(ms)
+	if len(urls) == 0 {
+		return false, fmt.Errorf("publish the etcd members: the member list names no member with a client URL")
+	}
+	value := strings.Join(urls, ",")
+	s, err := cs.CoreV1().Secrets(certsNamespace).Get(ctx, certsSecret, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("publish the etcd members: read Secret %s/%s: %w", certsNamespace, certsSecret, err)
+	case s.Annotations[etcdClientURLsAnnotation] == value:
+		return false, nil
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{etcdClientURLsAnnotation: value}}})
+	if err != nil {
+		return false, err
+	}
+	_, err = cs.CoreV1().Secrets(certsNamespace).Patch(ctx, certsSecret, types.MergePatchType, patch, metav1.PatchOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("publish the etcd members: annotate Secret %s/%s: %w", certsNamespace, certsSecret, err)
+	}
+	n.log.Info("published the etcd members for later joins", "clientURLs", value)
+	return true, nil
+}
+
+// publishEtcdMembersVia publishes the etcd members, as the members at ips
+// list them, through the first of the kube-apiservers at the same ips that
+// answers, with this node's admin credential: what a control plane whose
+// own apiserver may be stopped (a reset) or just started (`up`) can reach
+// without the VIP, which may not be held yet.
+func (n *Node) publishEtcdMembersVia(ctx context.Context, ips []string) error {
+	kc, err := n.env.Host.ReadFile(version.Kubeconfig(kubeconfig.Admin))
+	if err != nil {
+		return fmt.Errorf("publish the etcd members: read admin kubeconfig: %w", err)
+	}
+	ms, err := n.members(ctx, ips, "publish the etcd members")
+	if err != nil {
+		return err
+	}
+	var errs []string
+	for _, ip := range ips {
+		cfg, err := n.restConfig(kc)
+		if err != nil {
+			return fmt.Errorf("publish the etcd members: %w", err)
+		}
+		cfg.Host = "https://" + net.JoinHostPort(ip, fmt.Sprint(version.APIServerPort))
+		cfg.Timeout = publishEtcdMembersWithin
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return fmt.Errorf("publish the etcd members: %w", err)
+		}
+		if _, err := n.publishEtcdMembers(ctx, cs, ms); err != nil {
+			errs = append(errs, fmt.Sprintf("through %s: %v", cfg.Host, err))
+			continue
+		}
+		return nil
+	}
+	return fmt.Errorf("publish the etcd members: %s", strings.Join(errs, "; "))
+}
+
+// publishOwnView is a control plane start's last step: the members as this
+// node's started member lists them, published through its own apiserver,
+// so a join command minted before this node joined finds it. A failure is
+// logged, never `up`'s: the next start or operator pass publishes again.
+func (n *Node) publishOwnView(ctx context.Context, st *nodestate.NodeState) error {
+	own, _, _ := strings.Cut(st.NodeIP, ",")
+	if own == "" {
+		return nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, publishEtcdMembersWithin)
+	defer cancel()
+	if err := n.publishEtcdMembersVia(pctx, []string{own}); err != nil {
+		n.log.Warn("the etcd members were not published for later joins (the next start or operator pass does it)", "err", err)
+	}
+	return nil
+}
