@@ -4,13 +4,16 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"pgregory.net/rapid"
 
+	"stratum.dev/stratum/cmd/stratum/cli"
 	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/sim"
@@ -29,12 +32,14 @@ type interrupted struct {
 	offset, crashes int
 	// drawn records the checkpoints armed and reached, for coverage.
 	drawn map[string]int
+	// replaced counts the machines replaced (replaceMachine).
+	replaced int
 }
 
 func TestInterruptedMemberAdd(t *testing.T) {
 	var mu sync.Mutex
 	covered := map[string]int{}
-	checks := 0
+	checks, replaced := 0, 0
 	t.Cleanup(func() {
 		var missing []string
 		for _, cp := range ha.JoinCheckpoints {
@@ -42,7 +47,7 @@ func TestInterruptedMemberAdd(t *testing.T) {
 				missing = append(missing, cp)
 			}
 		}
-		t.Logf("InterruptedMemberAdd: crashes by checkpoint %v; never crashed at %v", covered, missing)
+		t.Logf("InterruptedMemberAdd: crashes by checkpoint %v; never crashed at %v; machines replaced: %d", covered, missing, replaced)
 		// Every check's crash chain crashes a join at every checkpoint.
 		if !t.Failed() && checks > 0 && len(missing) > 0 {
 			t.Errorf("%d checks never crashed a join at %v", checks, missing)
@@ -61,12 +66,14 @@ func TestInterruptedMemberAdd(t *testing.T) {
 			"crashJoin": s.crashJoin,
 			"reboot":    s.reboot,
 			"rejoin":    s.rejoin,
+			"replace":   s.replaceMachine,
 			"write":     func(t *rapid.T) { s.writeSentinel(fmt.Sprintf("step %d", len(s.sentinels))) },
 			"":          s.check,
 		}))
 		explored.part("finish", s.finish)
 		mu.Lock()
 		checks++
+		replaced += s.replaced
 		for k, v := range s.drawn {
 			covered[k] += v
 		}
@@ -215,6 +222,95 @@ func (s *interrupted) rejoin(t *rapid.T) {
 	}
 	if err := upOn(t, s.ctx, h); err != nil {
 		t.Fatalf("stratum up after the join on %s: %v", h.Name(), err)
+	}
+}
+
+// removeCommand is the command a join's refusal of a started member names.
+var removeCommand = regexp.MustCompile("`stratum (etcd member remove [^`]+)`")
+
+// replaceMachine replaces a drawn spare's machine (sim's Reimage: a crash,
+// then every file gone) and does what docs/cli.md tells an operator to: the
+// same join command on the new machine; when it is refused naming the old
+// machine's member (one that started), the command the refusal names run on
+// cp1, and the join again; then `stratum up`. The refusal must have changed
+// no member; a member the old machine added but never started is taken over
+// by the join itself, without a refusal.
+//
+// Skipped while another host's learner is pending (etcd holds one learner at
+// a time: that join is finished first), and when the old machine's voter
+// could not be removed with a quorum of the others (cp1 and it the only
+// voters: the cluster is lost with the machine, a restore's case). The other
+// voters are started first, as an operator heals the cluster before
+// replacing a member.
+func (s *interrupted) replaceMachine(t *rapid.T) {
+	h := s.c.Host(rapid.SampledFrom(s.spareNames()).Draw(t, "replaced machine"))
+	if s.learnerBesides(h) {
+		t.Skip("another host's learner is pending: that join is finished first")
+	}
+	var old *member
+	voters := 0
+	ms, _ := s.members()
+	for i, m := range ms {
+		if m.PeerURL == h.PeerURL() {
+			old = &ms[i]
+		}
+		if !m.Learner {
+			voters++
+		}
+	}
+	if old != nil && !old.Learner {
+		if voters-1 < voters/2+1 {
+			t.Skip(fmt.Sprintf("%s's voter is one of %d: without it there is no quorum to remove it", h.Name(), voters))
+		}
+		for _, o := range s.spares {
+			if o != h && hasFile(o, nodestate.Path) && !o.EtcdRunning() {
+				if err := upOn(t, s.ctx, o); err != nil {
+					t.Fatalf("stratum up on %s before replacing %s: %v", o.Name(), h.Name(), err)
+				}
+			}
+		}
+	}
+	if err := h.Reimage(); err != nil {
+		t.Fatal(err)
+	}
+	started := old != nil && old.Name != ""
+	err := joinOn(t, s.ctx, h, s.g.JoinOptions)
+	switch {
+	case err == nil && started:
+		t.Fatalf("the join on the replaced %s succeeded over its old started member %s (%s)", h.Name(), old.Name, old.PeerURL)
+	case err != nil && !started:
+		t.Fatalf("the join on the replaced %s (its old member %+v, unstarted or none): %v", h.Name(), old, err)
+	case err != nil:
+		if !ha.IsRefusal(err) {
+			t.Fatalf("the join on the replaced %s over its old member %s: %v, want a refusal", h.Name(), old.Name, err)
+		}
+		if after, _ := s.members(); !slices.Equal(after, ms) {
+			t.Fatalf("the refused join on the replaced %s changed the members: %v -> %v", h.Name(), ms, after)
+		}
+		cmd := removeCommand.FindStringSubmatch(err.Error())
+		if cmd == nil {
+			t.Fatalf("the refusal on the replaced %s names no `stratum etcd member remove`: %v", h.Name(), err)
+		}
+		if code, out, errOut := runStratum(t, s.ctx, s.c, opBound, s.cp1, strings.Fields(cmd[1])...); code != cli.ExitOK {
+			t.Fatalf("stratum %s on cp1, as the refusal on %s says: exit %d\n%s\n%s", cmd[1], h.Name(), code, out, errOut)
+		}
+		if err := joinOn(t, s.ctx, h, s.g.JoinOptions); err != nil {
+			t.Fatalf("the join on the replaced %s after its old member's removal: %v", h.Name(), err)
+		}
+	}
+	if err := upOn(t, s.ctx, h); err != nil {
+		t.Fatalf("stratum up after the join on the replaced %s: %v", h.Name(), err)
+	}
+	s.replaced++
+	switch {
+	case old == nil:
+		explored.ran("replace: no old member")
+	case !started:
+		explored.ran("replace: the old unstarted learner taken over")
+	case old.Learner:
+		explored.ran("replace: the old started learner refused, removed, joined again")
+	default:
+		explored.ran("replace: the old voter refused, removed, joined again")
 	}
 }
 

@@ -147,9 +147,18 @@ func (w *vipWorld) stratum(h *sim.Host, args ...string) (int, string, string) {
 // command still running then is interrupted, as an operator's Ctrl-C.
 func (w *vipWorld) stratumWithin(bound time.Duration, h *sim.Host, args ...string) (int, string, string) {
 	w.t.Helper()
+	return runStratum(w.t, w.ctx, w.c, bound, h, args...)
+}
+
+// runStratum runs `stratum args...` on h of c through cli.Run, bound to h's
+// current incarnation, with the command's context bounded by bound, and
+// records the exit in c's event log. A command that has not returned 15 s
+// after its bound fails the check: a hang is an answer too.
+func runStratum(t *rapid.T, ctx context.Context, c *sim.Cluster, bound time.Duration, h *sim.Host, args ...string) (int, string, string) {
+	t.Helper()
 	d := h.Handle()
 	o := cli.Options{Host: func() (host.Host, error) { return d, nil }, Checkpoint: d.Checkpoint}
-	ctx, cancel := context.WithTimeout(w.ctx, bound)
+	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	var out, errOut syncBuffer
 	done := make(chan int, 1)
@@ -157,12 +166,12 @@ func (w *vipWorld) stratumWithin(bound time.Duration, h *sim.Host, args ...strin
 	go func() { done <- cli.Run(ctx, args, &out, &errOut, o) }()
 	select {
 	case code := <-done:
-		w.c.Events().Record(h.Name(), "action", "stratum %s: exit %d in %s", strings.Join(args[:min(2, len(args))], " "), code, time.Since(start).Round(time.Millisecond))
+		c.Events().Record(h.Name(), "action", "stratum %s: exit %d in %s", strings.Join(args[:min(2, len(args))], " "), code, time.Since(start).Round(time.Millisecond))
 		return code, out.String(), errOut.String()
 	case <-time.After(bound + 15*time.Second):
 		// `stratum server` answers signals, not its context: a join that
 		// hangs outlives its bound.
-		w.t.Fatalf("stratum %s on %s did not return within %s; stdout:\n%s\nstderr:\n%s", strings.Join(args, " "), h.Name(), bound+15*time.Second, out.String(), errOut.String())
+		t.Fatalf("stratum %s on %s did not return within %s; stdout:\n%s\nstderr:\n%s", strings.Join(args, " "), h.Name(), bound+15*time.Second, out.String(), errOut.String())
 		return 0, "", ""
 	}
 }

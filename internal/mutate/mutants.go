@@ -106,6 +106,16 @@ var mutants = []mutant{
 		},
 	},
 	{
+		Name: "add-takes-started-voter",
+		File: "ha/membership.go",
+		Old:  "if started(m) || !m.IsLearner {",
+		New:  "if started(m) && m.IsLearner {",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestReplacingAControlPlanesMachine"},
+			{"./scenarios", "-run", "TestInterruptedMemberAdd$", "-rapid.checks=4", "-rapid.steps=12", "-rapid.seed=2"},
+		},
+	},
+	{
 		Name: "no-clock-skew-check",
 		File: "ha/join.go",
 		Old:  "if skew <= maxClockSkew && skew >= -maxClockSkew {",
