@@ -209,12 +209,20 @@ func TestHAControlPlaneOnThreeHosts(t *testing.T) {
 
 	// stratum reset on cp2 while its supervisor runs: etcdctl lists two
 	// voters without it, its etcd and apiserver are gone, nothing of a
-	// control plane is left but the installed binaries, and the supervisor
-	// is said to have nothing left to run; it then stops on SIGTERM.
+	// control plane is left but the installed binaries, and the supervisor,
+	// with nothing left to run, has exited 0, saying why.
 	reset := tools.run(ctx, t, cp2, "reset")
 	t.Logf("stratum reset on cp2 printed:\n%s", reset)
-	if !strings.Contains(reset, "reset done") || !strings.Contains(reset, "nothing left to run") {
+	if !strings.Contains(reset, "reset done") || !strings.Contains(reset, "supervisor on this node ended") {
 		t.Fatalf("stratum reset on cp2 printed:\n%s", reset)
+	}
+	select {
+	case <-up2.Done():
+		if err := up2.Wait(); err != nil || !strings.Contains(up2.Output(), "nothing is left to run on this node") {
+			t.Fatalf("cp2's supervisor after the reset: %v\n%s", err, up2.Tail(20))
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("cp2's supervisor still runs 30 s after the reset:\n%s", up2.Tail(20))
 	}
 	if voters := waitVoters(ctx, t, tools, cp1, 2); slices.Contains(voters, "cp2") {
 		t.Fatalf("etcd voters after cp2's reset: %v", voters)
@@ -233,7 +241,6 @@ func TestHAControlPlaneOnThreeHosts(t *testing.T) {
 		}
 	}
 	tools.etcdctl(ctx, t, cp1, "endpoint", "health", "--cluster")
-	signalStratum(t, cp2, syscall.SIGTERM)
 
 	// SIGTERM stops a control plane and everything it runs.
 	signalStratum(t, cp3, syscall.SIGTERM)

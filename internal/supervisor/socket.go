@@ -22,7 +22,7 @@ const SocketPath = "/run/stratum/supervisor.sock"
 
 // request is one control-socket call: one JSON object per connection.
 type request struct {
-	Op       string   `json:"op"` // start, stop, restart, status, check
+	Op       string   `json:"op"` // start, stop, restart, status, check, exit
 	Service  string   `json:"service,omitempty"`
 	Services []string `json:"services,omitempty"`
 }
@@ -105,6 +105,8 @@ func (s *Supervisor) answer(ctx context.Context, c net.Conn) {
 		}
 	case "check":
 		err = s.CheckServices(ctx, req.Services)
+	case "exit":
+		err = s.requestExit()
 	default:
 		err = fmt.Errorf("unknown operation %q", req.Op)
 	}
@@ -115,6 +117,8 @@ func (s *Supervisor) answer(ctx context.Context, c net.Conn) {
 			resp.Code = "unknown-service"
 		case errors.Is(err, host.ErrServicesUnavailable):
 			resp.Code = "unavailable"
+		case errors.Is(err, ErrServicesRunning):
+			resp.Code = "running"
 		}
 	}
 	_ = json.NewEncoder(c).Encode(resp)
@@ -187,6 +191,8 @@ func (c Client) call(ctx context.Context, req request) (response, error) {
 			err = fmt.Errorf("%w: %s", host.ErrUnknownService, resp.Error)
 		case "unavailable":
 			err = fmt.Errorf("%w: %s", host.ErrServicesUnavailable, resp.Error)
+		case "running":
+			err = fmt.Errorf("%w: %s", ErrServicesRunning, resp.Error)
 		}
 		return resp, err
 	}
@@ -221,6 +227,13 @@ func (c Client) ServiceStatus(ctx context.Context, name string) (host.ServiceSta
 
 func (c Client) CheckServices(ctx context.Context, names []string) error {
 	_, err := c.call(ctx, request{Op: "check", Services: names})
+	return err
+}
+
+// Exit asks the supervisor to end: refused (ErrServicesRunning) while it
+// runs any service. Its foreground returns once asked (ExitRequested).
+func (c Client) Exit(ctx context.Context) error {
+	_, err := c.call(ctx, request{Op: "exit"})
 	return err
 }
 

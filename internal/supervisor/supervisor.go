@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -91,7 +92,17 @@ type Supervisor struct {
 	mu    sync.Mutex
 	units map[string]*unit
 	order []string // start order, for Shutdown in reverse
+
+	// exit is closed once a control-socket caller asked an idle supervisor
+	// to end (Client.Exit).
+	exit     chan struct{}
+	exitOnce sync.Once
 }
+
+// ErrServicesRunning: an exit asked of a supervisor that still runs
+// services. The socket ends only an idle supervisor; a running control
+// plane is stopped by a signal, which stops its services in order.
+var ErrServicesRunning = errors.New("the stratum supervisor still runs services")
 
 // New returns a supervisor with nothing running.
 func New(cfg Config) (*Supervisor, error) {
@@ -99,7 +110,7 @@ func New(cfg Config) (*Supervisor, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Supervisor{logDir: cfg.LogDir, log: log, units: map[string]*unit{}}
+	s := &Supervisor{logDir: cfg.LogDir, log: log, units: map[string]*unit{}, exit: make(chan struct{})}
 	for _, sp := range cfg.Services {
 		if sp.Name == "" || (sp.Command == nil) == (sp.Run == nil) {
 			return nil, fmt.Errorf("supervisor: service %q needs a name and exactly one of Command and Run", sp.Name)
@@ -200,6 +211,35 @@ func (s *Supervisor) CheckServices(ctx context.Context, names []string) error {
 	if len(problems) > 0 {
 		return fmt.Errorf("%w: %s", host.ErrServicesUnavailable, strings.Join(problems, "; "))
 	}
+	return nil
+}
+
+// ExitRequested is closed once a control-socket caller asked the supervisor
+// to end while it ran nothing (Client.Exit): its node has nothing left to
+// run, as after `stratum reset`.
+func (s *Supervisor) ExitRequested() <-chan struct{} { return s.exit }
+
+// requestExit closes ExitRequested, refused (ErrServicesRunning, naming
+// them) while any service runs.
+func (s *Supervisor) requestExit() error {
+	s.mu.Lock()
+	names := make([]string, 0, len(s.units))
+	for name := range s.units {
+		names = append(names, name)
+	}
+	s.mu.Unlock()
+	slices.Sort(names)
+	var running []string
+	for _, name := range names {
+		if u, err := s.unit(name); err == nil && u.status().Running {
+			running = append(running, name)
+		}
+	}
+	if len(running) > 0 {
+		return fmt.Errorf("%w (%s); it was not ended: stop them first, or send it SIGTERM, which stops them in order", ErrServicesRunning, strings.Join(running, ", "))
+	}
+	s.exitOnce.Do(func() { close(s.exit) })
+	s.log.Info("asked to end through the control socket: nothing runs")
 	return nil
 }
 

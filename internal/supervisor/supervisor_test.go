@@ -216,6 +216,33 @@ func TestControlSocket(t *testing.T) {
 	if err := c.StartService(ctx, "etcdd"); !errors.Is(err, host.ErrUnknownService) {
 		t.Fatalf("unknown service through the socket = %v", err)
 	}
+	// An exit is refused while a service runs, naming it; once nothing
+	// runs, it ends the supervisor's foreground.
+	if err := c.StartService(ctx, "svc"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Exit(ctx); !errors.Is(err, ErrServicesRunning) || !strings.Contains(err.Error(), "svc") {
+		t.Fatalf("exit while svc runs = %v, want ErrServicesRunning naming svc", err)
+	}
+	select {
+	case <-s.ExitRequested():
+		t.Fatal("a refused exit ended the supervisor")
+	default:
+	}
+	if st, _ := c.ServiceStatus(ctx, "svc"); !st.Running {
+		t.Fatal("a refused exit stopped svc")
+	}
+	if err := c.StopService(ctx, "svc"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Exit(ctx); err != nil {
+		t.Fatalf("exit with nothing running = %v", err)
+	}
+	select {
+	case <-s.ExitRequested():
+	case <-time.After(5 * time.Second):
+		t.Fatal("an exit with nothing running did not end the supervisor")
+	}
 	gone := Client{Path: filepath.Join(t.TempDir(), "none.sock")}
 	if err := gone.StopService(ctx, "svc"); !errors.Is(err, ErrNotRunning) {
 		t.Fatalf("call with no supervisor = %v, want ErrNotRunning", err)

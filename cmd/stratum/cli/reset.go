@@ -1,13 +1,13 @@
 package cli
 
 import (
+	"context"
 	"fmt"
-	"net"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
+	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/supervisor"
 )
 
@@ -25,7 +25,10 @@ etcd member from the cluster (handing etcd's leadership on first when it leads),
 etcd, and remove its files: the node state first, then a join's intent journal, the etcd
 data, and everything under /var/lib/stratum and /etc/stratum (certificates, keys,
 kubeconfigs) but the installed binaries in /var/lib/stratum/bin. Logs stay. The machine
-can then be retired, or joined again with a join command.
+can then be retired, or joined again with a join command. On a real host the node's
+stratum supervisor (the "stratum up" or "stratum server" that ran the control plane) is
+then ended through its control socket: it has nothing left to run, and its systemd unit
+does not start it again without the node state.
 
 It holds the node's maintenance and etcd-data locks, and records itself in
 /var/lib/stratum/reset-intent.json until it is done: "stratum up" and a join refuse
@@ -53,8 +56,8 @@ it: it resumes), 2 on bad usage; a dry run exits 0 or 3 as the reset would.`,
   stratum reset --dry-run -o json
 
   # Retire cp3: on cp3
-  stratum reset
-  systemctl disable --now stratum    # its supervisor has nothing left to run
+  stratum reset                      # its supervisor ends too
+  systemctl disable stratum          # and stays off at boot
 
   # Join it again afterwards: the join command as "stratum token create" printed it
   stratum server --server https://10.0.0.10:6443 --token abcdef.0123456789abcdef \
@@ -102,8 +105,8 @@ it: it resumes), 2 on bad usage; a dry run exits 0 or 3 as the reset would.`,
 			if err := n.ResetControlPlane(cmd.Context(), a.stdout, force); err != nil {
 				return explainHost(err)
 			}
-			if a.opts.Host == nil && supervisorAnswers() {
-				fmt.Fprintf(a.stdout, "the stratum supervisor on this node has nothing left to run: stop it (`systemctl disable --now stratum`, or Ctrl-C the `stratum up` or `stratum server` running it)\n")
+			if a.opts.Host == nil {
+				a.endIdleSupervisor(cmd.Context())
 			}
 			return nil
 		},
@@ -121,13 +124,17 @@ func orNothing(steps []string) string {
 	return strings.Join(steps, ", ")
 }
 
-// supervisorAnswers reports whether a stratum supervisor answers on this
-// machine's control socket.
-func supervisorAnswers() bool {
-	c, err := net.DialTimeout("unix", supervisor.SocketPath, time.Second)
-	if err != nil {
-		return false
+// endIdleSupervisor ends the stratum supervisor of this machine, which a
+// finished reset left with nothing to run, and says so; one that refuses
+// (or none answering the socket) is left as it is, with what to do.
+func (a *app) endIdleSupervisor(ctx context.Context) {
+	c := supervisor.Client{Path: supervisor.SocketPath}
+	if !c.Running() {
+		return
 	}
-	c.Close()
-	return true
+	if err := c.Exit(ctx); err != nil {
+		fmt.Fprintf(a.stdout, "the stratum supervisor on this node was not ended (%v): stop it (`systemctl disable --now stratum`, or Ctrl-C the `stratum up` or `stratum server` running it)\n", err)
+		return
+	}
+	fmt.Fprintf(a.stdout, "the stratum supervisor on this node ended, with nothing left to run; its systemd unit does not start it again while %s is gone (`systemctl disable stratum` keeps it off at boot too)\n", nodestate.Path)
 }

@@ -332,7 +332,8 @@ func (f *superviseFlags) add(cmd *cobra.Command) {
 // missing or wrong), then prepare (ha's bring-up or join) with this process
 // as the node's supervisor, then the operator, then the foreground: the
 // control socket is served until ctx ends (SIGINT, SIGTERM), when every
-// service is stopped, newest first.
+// service is stopped, newest first, or until a caller of the socket asks an
+// idle supervisor to end (`stratum reset`, supervisor.Client.Exit).
 func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags, prepare func(context.Context, *ha.Node) (*nodestate.NodeState, error)) error {
 	if err := requireRoot(verb); err != nil {
 		return err
@@ -373,8 +374,12 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 	}
 	a.printState(done, st)
 	fmt.Fprintf(a.stdout, "supervising this control plane (logs in %s, control socket %s); SIGINT or SIGTERM stops it\n", controlplane.LogDir, supervisor.SocketPath)
-	<-ctx.Done()
-	fmt.Fprintln(a.stdout, "stopping the control plane")
+	select {
+	case <-ctx.Done():
+		fmt.Fprintln(a.stdout, "stopping the control plane")
+	case <-sup.ExitRequested():
+		fmt.Fprintln(a.stdout, "nothing is left to run on this node (its control plane was reset): the supervisor ends")
+	}
 	return nil
 }
 
