@@ -944,10 +944,11 @@ func (n *Node) writeKubeconfigs(server string) error {
 	return nil
 }
 
+// urlHostOf is urlHost, or raw itself when it names no host: for messages
+// that must show what they were given.
 func urlHostOf(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return raw
+	if h := urlHost(raw); h != "" {
+		return h
 	}
-	return u.Hostname()
+	return raw
 }

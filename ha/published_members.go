@@ -24,7 +24,8 @@ import (
 // etcdClientURLsAnnotation on stratum-certs lists the client URLs of the
 // cluster's started etcd members, comma-separated, as the cluster last
 // published them: each mint (UploadCerts), each control plane's start, a
-// reset's member removal and every operator pass write it. A join reads it
+// reset's member removal, `stratum etcd member remove` (PublishEtcdMembers)
+// and every operator pass write it. A join reads it
 // with its grant (its bootstrap token may read the Secret), so a join
 // command outlives the control planes that were the members at its mint.
 // The list is neither secret nor authenticated, and needs to be neither: a
@@ -154,18 +155,30 @@ func (n *Node) publishEtcdMembersVia(ctx context.Context, ips []string) error {
 	return fmt.Errorf("publish the etcd members: %s", strings.Join(errs, "; "))
 }
 
-// publishOwnView is a control plane start's last step: the members as this
-// node's started member lists them, published through its own apiserver,
-// so a join command minted before this node joined finds it. A failure is
-// logged, never `up`'s: the next start or operator pass publishes again.
-func (n *Node) publishOwnView(ctx context.Context, st *nodestate.NodeState) error {
+// PublishEtcdMembers publishes the etcd members, as this control plane's
+// member lists them, for later joins (etcdClientURLsAnnotation on
+// stratum-certs), through this node's own apiserver, within a few seconds.
+// `stratum etcd member remove` runs it after a removal; a control plane's
+// start runs it last (publishOwnView).
+func (n *Node) PublishEtcdMembers(ctx context.Context) error {
+	st, err := nodestate.Load(n.env.Host)
+	if err != nil {
+		return fmt.Errorf("publish the etcd members: %w", err)
+	}
 	own, _, _ := strings.Cut(st.NodeIP, ",")
 	if own == "" {
-		return nil
+		return fmt.Errorf("publish the etcd members: node state %s names no node IP", nodestate.Path)
 	}
 	pctx, cancel := context.WithTimeout(ctx, publishEtcdMembersWithin)
 	defer cancel()
-	if err := n.publishEtcdMembersVia(pctx, []string{own}); err != nil {
+	return n.publishEtcdMembersVia(pctx, []string{own})
+}
+
+// publishOwnView is a control plane start's last step, PublishEtcdMembers,
+// so a join command minted before this node joined finds it. A failure is
+// logged, never `up`'s: the next start or operator pass publishes again.
+func (n *Node) publishOwnView(ctx context.Context, _ *nodestate.NodeState) error {
+	if err := n.PublishEtcdMembers(ctx); err != nil {
 		n.log.Warn("the etcd members were not published for later joins (the next start or operator pass does it)", "err", err)
 	}
 	return nil

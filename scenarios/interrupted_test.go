@@ -63,12 +63,13 @@ func TestInterruptedMemberAdd(t *testing.T) {
 		s.offset = rapid.IntRange(0, len(ha.JoinCheckpoints)-1).Draw(rt, "checkpoint offset")
 		explored.part("prologue: crash chain", func() { s.crashChain(rt) })
 		rt.Repeat(explored.actions(map[string]func(*rapid.T){
-			"crashJoin": s.crashJoin,
-			"reboot":    s.reboot,
-			"rejoin":    s.rejoin,
-			"replace":   s.replaceMachine,
-			"write":     func(t *rapid.T) { s.writeSentinel(fmt.Sprintf("step %d", len(s.sentinels))) },
-			"":          s.check,
+			"crashJoin":  s.crashJoin,
+			"reboot":     s.reboot,
+			"rejoin":     s.rejoin,
+			"replace":    s.replaceMachine,
+			"crashStart": s.crashStart,
+			"write":      func(t *rapid.T) { s.writeSentinel(fmt.Sprintf("step %d", len(s.sentinels))) },
+			"":           s.check,
 		}))
 		explored.part("finish", s.finish)
 		mu.Lock()
@@ -95,6 +96,18 @@ func (s *interrupted) learnerBesides(h *sim.Host) bool {
 	ms, _ := s.members()
 	for _, m := range ms {
 		if m.Learner && m.PeerURL != h.PeerURL() {
+			return true
+		}
+	}
+	return false
+}
+
+// downMemberBesides reports whether a host other than h has a started etcd
+// member whose etcd does not run.
+func (s *interrupted) downMemberBesides(h *sim.Host) bool {
+	ms, _ := s.members()
+	for _, m := range ms {
+		if o := s.hostOfPeer(m.PeerURL); o != nil && o != h && o != s.cp1 && m.Name != "" && !o.EtcdRunning() {
 			return true
 		}
 	}
@@ -144,6 +157,13 @@ func (s *interrupted) crashJoin(t *rapid.T) {
 		// one first; here this join is crashed before its add.
 		cps = cps[:slices.Index(cps, ha.CheckpointAfterIntent)+1]
 	}
+	if s.downMemberBesides(h) {
+		// A started member whose etcd is down (a start crashed after etcd
+		// started) fails the join's health gate, before its intent: an
+		// operator brings it up first; here the join is crashed before
+		// the gate.
+		cps = cps[:slices.Index(cps, ha.CheckpointBeforeIntent)]
+	}
 	cp := cps[(s.offset+s.crashes)%len(cps)]
 	if rapid.Bool().Draw(t, "random checkpoint") {
 		cp = rapid.SampledFrom(cps).Draw(t, "checkpoint")
@@ -155,20 +175,53 @@ func (s *interrupted) crashJoin(t *rapid.T) {
 // crashJoinAt runs the join on h and crashes h at cp. The join must reach
 // it: every checkpoint is reachable.
 func (s *interrupted) crashJoinAt(t *rapid.T, h *sim.Host, cp string) {
+	s.crashRunAt(t, h, cp, "the join", func() error {
+		_, err := nodeOn(h).PrepareControlPlaneJoin(s.ctx, s.g.JoinOptions)
+		return err
+	})
+}
+
+// crashStart is `stratum up` on a drawn spare whose saved join left its
+// member an unpromoted learner, crashed right after its etcd started
+// (CheckpointStartAfterEtcd): the member is then a started learner whose
+// etcd is down, what a machine that dies between etcd's start and the
+// promotion leaves. A later `stratum up` must promote it; a replaced
+// machine's join must refuse it. Only a learner's start is crashed: a voter
+// down would take the quorum of cp1 and one voter with it.
+func (s *interrupted) crashStart(t *rapid.T) {
+	ms, _ := s.members()
+	var cands []string
+	for _, h := range s.spares {
+		for _, m := range ms {
+			if m.PeerURL == h.PeerURL() && m.Learner && hasFile(h, nodestate.Path) {
+				cands = append(cands, h.Name())
+			}
+		}
+	}
+	if len(cands) == 0 {
+		t.Skip("no spare with saved state has an unpromoted learner")
+	}
+	h := s.c.Host(rapid.SampledFrom(cands).Draw(t, "started learner"))
+	s.crashRunAt(t, h, ha.CheckpointStartAfterEtcd, "stratum up", func() error {
+		_, err := nodeOn(h).StartControlPlane(s.ctx)
+		return err
+	})
+}
+
+// crashRunAt runs what (a join or a start) on h and crashes h at cp, which
+// it must reach.
+func (s *interrupted) crashRunAt(t *rapid.T, h *sim.Host, cp, what string, run func() error) {
 	inc := h.Incarnation()
 	armed := s.c.CrashAt(h.Name(), cp)
 	returned := make(chan error, 1)
-	go func() {
-		_, err := nodeOn(h).PrepareControlPlaneJoin(s.ctx, s.g.JoinOptions)
-		returned <- err
-	}()
+	go func() { returned <- run() }()
 	select {
 	case <-armed.Reached():
 	case err := <-returned:
 		s.c.Disarm(h.Name(), cp)
-		t.Fatalf("the join on %s returned (%s) without reaching checkpoint %s", h.Name(), joinErr(err), cp)
+		t.Fatalf("%s on %s returned (error: %v) without reaching checkpoint %s", what, h.Name(), err, cp)
 	case <-time.After(3 * time.Minute):
-		t.Fatalf("the join on %s never reached checkpoint %s", h.Name(), cp)
+		t.Fatalf("%s on %s never reached checkpoint %s", what, h.Name(), cp)
 	}
 	if ok, _ := eventually(s.ctx, 30*time.Second, func() (bool, string) { return h.Incarnation() != inc, "" }); !ok {
 		t.Fatalf("%s did not crash at %s", h.Name(), cp)
@@ -236,13 +289,18 @@ var removeCommand = regexp.MustCompile("`stratum (etcd member remove [^`]+)`")
 // no member; a member the old machine added but never started is taken over
 // by the join itself, without a refusal.
 //
-// Skipped while another host's learner is pending (etcd holds one learner at
-// a time: that join is finished first), and when the old machine's voter
-// could not be removed with a quorum of the others (cp1 and it the only
-// voters: the cluster is lost with the machine, a restore's case). The other
-// voters are started first, as an operator heals the cluster before
-// replacing a member.
+// At most one machine is replaced a check. Skipped while another host's
+// learner is pending (etcd holds one learner at a time: that join is
+// finished first), and when the old machine's voter could not be removed
+// with a quorum of the others (cp1 and it the only voters: the cluster is
+// lost with the machine, a restore's case). The other voters are started
+// first, as an operator heals the cluster before replacing a member.
 func (s *interrupted) replaceMachine(t *rapid.T) {
+	if s.replaced > 0 {
+		// Each costs a join and an apiserver start (about 5 s): one a
+		// check keeps the property's rate.
+		t.Skip("a machine was replaced in this check already")
+	}
 	h := s.c.Host(rapid.SampledFrom(s.spareNames()).Draw(t, "replaced machine"))
 	if s.learnerBesides(h) {
 		t.Skip("another host's learner is pending: that join is finished first")

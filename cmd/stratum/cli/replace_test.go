@@ -24,8 +24,9 @@ import (
 //   - a machine re-imaged after it joined meets its old voter: the join
 //     refuses (exit 3) with nothing added and nothing left on the machine,
 //     and names the removal to run; that command as printed, on a running
-//     control plane, then the same join again, bring the cluster back to
-//     three started voters with the new machine serving.
+//     control plane (which publishes the members left, for later joins),
+//     then the same join again, bring the cluster back to three started
+//     voters with the new machine serving.
 func TestReplacingAControlPlanesMachine(t *testing.T) {
 	c, join := upWithPrintedJoin(t, 3)
 	cp1, cp2, cp3 := c.Hosts()[0], c.Hosts()[1], c.Hosts()[2]
@@ -87,6 +88,14 @@ func TestReplacingAControlPlanesMachine(t *testing.T) {
 	if code, out, errOut := runCLI(t, on(cp1), strings.Fields(removal[1])[1:]...); code != ExitOK {
 		t.Fatalf("%s on cp1, as the refusal printed it: exit %d\n%s\n%s", removal[1], code, out, errOut)
 	}
+	cfg, err := c.VIPConfig() // cp1's admin kubeconfig: the cluster CA only
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The removal published the members that remain, for later joins.
+	if got, want := publishedEtcdMembers(ctx, t, cfg)(), clientURLs(cp1, cp2); got != want {
+		t.Fatalf("etcd members published after the removal: %q, want %q", got, want)
+	}
 	if code, out, errOut := runCLI(t, on(cp3), join...); code != ExitOK {
 		t.Fatalf("the same join on cp3 after the removal: exit %d\n%s\n%s", code, out, errOut)
 	}
@@ -96,10 +105,6 @@ func TestReplacingAControlPlanesMachine(t *testing.T) {
 		t.Fatalf("members after the replacement: %s\nwant %s", got, want)
 	}
 	servesWithClusterCA(ctx, t, cp3)
-	cfg, err := c.VIPConfig() // cp1's admin kubeconfig: the cluster CA only
-	if err != nil {
-		t.Fatal(err)
-	}
 	readyz(ctx, t, "through the VIP", cfg)
 }
 
