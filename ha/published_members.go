@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"stratum.dev/stratum/internal/kubeconfig"
 	"stratum.dev/stratum/internal/nodestate"
@@ -134,12 +135,13 @@ func (n *Node) publishEtcdMembersVia(ctx context.Context, ips []string) error {
 	if err != nil {
 		return err
 	}
+	base, err := n.restConfig(kc)
+	if err != nil {
+		return fmt.Errorf("publish the etcd members: %w", err)
+	}
 	var errs []string
 	for _, ip := range ips {
-		cfg, err := n.restConfig(kc)
-		if err != nil {
-			return fmt.Errorf("publish the etcd members: %w", err)
-		}
+		cfg := rest.CopyConfig(base)
 		cfg.Host = "https://" + net.JoinHostPort(ip, fmt.Sprint(version.APIServerPort))
 		cfg.Timeout = publishEtcdMembersWithin
 		cs, err := kubernetes.NewForConfig(cfg)
