@@ -34,7 +34,9 @@ import (
 // unreachable server, not root, a port in use, a missing binary) are refused
 // and change neither the member list nor its files, and `stratum reset`
 // takes cp2 out while its supervisor runs: two voters left, its binaries
-// kept, nothing else of a control plane.
+// kept, nothing else of a control plane. Then cp1, where the join command
+// was minted, is reset too, and the same command joins cp2 again through
+// the VIP on cp3: a join command outlives the control planes its grant names.
 func TestHAControlPlaneOnThreeHosts(t *testing.T) {
 	tools := buildTools(t)
 	nw := newNetwork(t, 4)
@@ -162,6 +164,8 @@ func TestHAControlPlaneOnThreeHosts(t *testing.T) {
 	// The killed control plane comes back as a voter.
 	again := holder.Start(tools.stratum, "up")
 	waitSupervising(t, again, 3*time.Minute)
+	supervisor := map[*host]*proc{cp1: up1, cp2: up2, cp3: up3}
+	supervisor[holder] = again
 	waitVoters(ctx, t, tools, holder, 3)
 	tools.run(ctx, t, holder, "etcd", "health")
 
@@ -211,23 +215,10 @@ func TestHAControlPlaneOnThreeHosts(t *testing.T) {
 	// voters without it, its etcd and apiserver are gone, nothing of a
 	// control plane is left but the installed binaries, and the supervisor,
 	// with nothing left to run, has exited 0, saying why.
-	reset := tools.run(ctx, t, cp2, "reset")
-	t.Logf("stratum reset on cp2 printed:\n%s", reset)
-	if !strings.Contains(reset, "reset done") || !strings.Contains(reset, "supervisor on this node ended") {
-		t.Fatalf("stratum reset on cp2 printed:\n%s", reset)
-	}
-	select {
-	case <-up2.Done():
-		if err := up2.Wait(); err != nil || !strings.Contains(up2.Output(), "nothing is left to run on this node") {
-			t.Fatalf("cp2's supervisor after the reset: %v\n%s", err, up2.Tail(20))
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("cp2's supervisor still runs 30 s after the reset:\n%s", up2.Tail(20))
-	}
+	resetStratum(ctx, t, tools, cp2, supervisor[cp2])
 	if voters := waitVoters(ctx, t, tools, cp1, 2); slices.Contains(voters, "cp2") {
 		t.Fatalf("etcd voters after cp2's reset: %v", voters)
 	}
-	waitNoServers(t, cp2)
 	for f := range hostFiles(t, cp2) {
 		kept := slices.Contains(privateDirs, f) || f == binDir || strings.HasPrefix(f, binDir+"/") ||
 			strings.HasPrefix(f, "/run/stratum/") || strings.HasPrefix(f, "/var/log/stratum/")
@@ -242,12 +233,57 @@ func TestHAControlPlaneOnThreeHosts(t *testing.T) {
 	}
 	tools.etcdctl(ctx, t, cp1, "endpoint", "health", "--cluster")
 
-	// SIGTERM stops a control plane and everything it runs.
-	signalStratum(t, cp3, syscall.SIGTERM)
-	waitNoServers(t, cp3)
-	if !strings.Contains(up3.Output(), "stopping the control plane") {
-		t.Fatalf("cp3's stratum did not stop cleanly on SIGTERM:\n%s", up3.Tail(20))
+	// The join command outlives the control plane it was minted on: it was
+	// printed while cp1 ran alone, so its grant names only cp1's etcd. With
+	// cp1 reset too, cp2 runs the same command, verbatim, through the VIP
+	// (now cp3's), and joins the members the cluster published since.
+	resetStratum(ctx, t, tools, cp1, supervisor[cp1])
+	if voters := waitVoters(ctx, t, tools, cp3, 1); !slices.Equal(voters, []string{"cp3"}) {
+		t.Fatalf("etcd voters after cp1's reset: %v", voters)
 	}
+	waitFor(t, 30*time.Second, "the VIP on cp3, the last control plane", func() bool { return vipHolder(ctx, t, nw) == cp3 }, supervisor[cp3])
+	rejoin := cp2.Start(tools.shell(join)...)
+	waitSupervising(t, rejoin, 3*time.Minute)
+	if voters := waitVoters(ctx, t, tools, cp3, 2); !slices.Equal(voters, []string{"cp2", "cp3"}) {
+		t.Fatalf("etcd voters after cp2 ran the first join command again: %v", voters)
+	}
+	if got := tools.kubectl(ctx, t, cp2, "get", "--raw", "/readyz"); strings.TrimSpace(got) != "ok" {
+		t.Fatalf("kubectl on the rejoined cp2 through the VIP: /readyz = %q", got)
+	}
+	tools.etcdctl(ctx, t, cp2, "endpoint", "health", "--cluster")
+
+	// SIGTERM stops a control plane and everything it runs.
+	for _, c := range []struct {
+		h  *host
+		up *proc
+	}{{cp3, supervisor[cp3]}, {cp2, rejoin}} {
+		signalStratum(t, c.h, syscall.SIGTERM)
+		waitNoServers(t, c.h)
+		if !strings.Contains(c.up.Output(), "stopping the control plane") {
+			t.Fatalf("%s's stratum did not stop cleanly on SIGTERM:\n%s", c.h.Name(), c.up.Tail(20))
+		}
+	}
+}
+
+// resetStratum runs `stratum reset` on h while its supervisor (up) runs, and
+// checks what an operator sees: the reset says it is done and that it ended
+// the supervisor, which then exits 0 by itself, saying why.
+func resetStratum(ctx context.Context, t *testing.T, tl *tools, h *host, up *proc) {
+	t.Helper()
+	reset := tl.run(ctx, t, h, "reset")
+	t.Logf("stratum reset on %s printed:\n%s", h.Name(), reset)
+	if !strings.Contains(reset, "reset done") || !strings.Contains(reset, "supervisor on this node ended") {
+		t.Fatalf("stratum reset on %s printed:\n%s", h.Name(), reset)
+	}
+	select {
+	case <-up.Done():
+		if err := up.Wait(); err != nil || !strings.Contains(up.Output(), "nothing is left to run on this node") {
+			t.Fatalf("%s's supervisor after the reset: %v\n%s", h.Name(), err, up.Tail(20))
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s's supervisor still runs 30 s after the reset:\n%s", h.Name(), up.Tail(20))
+	}
+	waitNoServers(t, h)
 }
 
 // serverPid is the pid of the process named name (etcd, kube-apiserver)
