@@ -13,7 +13,6 @@ import (
 
 	"stratum.dev/stratum/internal/certbundle"
 	"stratum.dev/stratum/internal/host"
-	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/version"
 )
 
@@ -121,22 +120,12 @@ func (n *Node) RepublishPlan(ctx context.Context, w io.Writer, op string) error 
 // written. It takes no lock.
 func (n *Node) SnapshotRestorePlan(ctx context.Context, w io.Writer, dbPath string) error {
 	h := n.env.Host
-	st, err := nodestate.Load(h)
-	if err != nil {
-		return Refusal(fmt.Errorf("snapshot restore: %w", err))
-	}
-	if st.Role != nodestate.RoleControlPlane || st.Etcd.Name == "" || st.Etcd.PeerURL == "" {
-		return Refusal(fmt.Errorf("snapshot restore: node state %s is not a control plane's with an etcd member; nothing was changed", nodestate.Path))
-	}
-	ss, err := snapshotStatus(dbPath)
-	if err != nil {
-		return Refusal(fmt.Errorf("snapshot restore: %s is not a readable etcd snapshot (%v); nothing was changed", dbPath, err))
-	}
-	_, cleanup, err := restoreToScratch(st, dbPath)
+	rs, err := n.prepareRestore(ctx, dbPath)
 	if err != nil {
 		return Refusal(err)
 	}
-	cleanup()
+	rs.cleanup()
+	st, ss := rs.state, rs.status
 	fmt.Fprintf(w, "the snapshot %s restores (revision %d, %d keys, %d bytes; its hash verified)\n", dbPath, ss.Revision, ss.TotalKeys, ss.TotalSize)
 	if running := runningServices(ctx, h, controlPlaneServices); len(running) > 0 {
 		fmt.Fprintf(w, "would stop %s\n", strings.Join(running, ", "))

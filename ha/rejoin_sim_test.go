@@ -90,14 +90,7 @@ func startRestoreCluster(t *testing.T) *restoreCluster {
 
 func (r *restoreCluster) put(host, key string) {
 	r.t.Helper()
-	cli, err := r.c.Host(host).EtcdClient()
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	defer cli.Close()
-	if _, err := cli.Put(r.ctx, key, "x"); err != nil {
-		r.t.Fatalf("put %s through %s: %v", key, host, err)
-	}
+	put(r.t, r.ctx, r.c.Host(host), key)
 }
 
 func (r *restoreCluster) restore() {

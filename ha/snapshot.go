@@ -11,11 +11,15 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	clientsnapshot "go.etcd.io/etcd/client/v3/snapshot"
 	utlsnapshot "go.etcd.io/etcd/etcdutl/v3/snapshot"
+	"go.etcd.io/etcd/server/v3/storage/backend"
+	"go.etcd.io/etcd/server/v3/storage/datadir"
+	"go.etcd.io/etcd/server/v3/storage/schema"
 	"go.uber.org/zap"
 
 	"stratum.dev/stratum/internal/host"
@@ -122,27 +126,17 @@ func (n *Node) SnapshotRestore(ctx context.Context, w io.Writer, dbPath string) 
 		return err
 	}
 	defer release()
-	st, err := nodestate.Load(h)
-	if err != nil {
-		return fmt.Errorf("snapshot restore: %w", err)
-	}
-	if st.Role != nodestate.RoleControlPlane || st.Etcd.Name == "" || st.Etcd.PeerURL == "" {
-		return fmt.Errorf("snapshot restore: node state %s is not a control plane's with an etcd member; nothing was changed", nodestate.Path)
-	}
-	ss, err := snapshotStatus(dbPath)
-	if err != nil {
-		return fmt.Errorf("snapshot restore: %s is not a readable etcd snapshot (%v); nothing was changed", dbPath, err)
-	}
-	fmt.Fprintf(w, "restoring %s (revision %d, %d keys) as a new single-member cluster %s=%s\n", dbPath, ss.Revision, ss.TotalKeys, st.Etcd.Name, st.Etcd.PeerURL)
-
-	// Restore into scratch first: a snapshot that fails its hash check
-	// refuses here, with the control plane still running.
+	// Restore into scratch first: a snapshot that fails its hash check, or
+	// holds data this node's etcd would not start on, refuses here, with the
+	// control plane still running.
 	began := time.Now()
-	out, cleanup, err := restoreToScratch(st, dbPath)
+	rs, err := n.prepareRestore(ctx, dbPath)
 	if err != nil {
 		return err
 	}
-	defer cleanup()
+	defer rs.cleanup()
+	st, out := rs.state, rs.dataDir
+	fmt.Fprintf(w, "restoring %s (revision %d, %d keys) as a new single-member cluster %s=%s\n", dbPath, rs.status.Revision, rs.status.TotalKeys, st.Etcd.Name, st.Etcd.PeerURL)
 	n.stepDone("restore into scratch (hash verified)", time.Since(began))
 	initial := st.Etcd.Name + "=" + st.Etcd.PeerURL
 
@@ -185,6 +179,43 @@ func (n *Node) SnapshotRestore(ctx context.Context, w io.Writer, dbPath string) 
 	return nil
 }
 
+// preparedRestore is what a restore has checked and made before it changes
+// anything: the node state, the snapshot's status, and the snapshot restored
+// into a scratch data directory, which cleanup removes.
+type preparedRestore struct {
+	state   *nodestate.NodeState
+	status  SnapshotStatus
+	dataDir string
+	cleanup func()
+}
+
+// prepareRestore runs a restore's refusals (SnapshotRestore's and its dry
+// run's alike), each saying nothing was changed: the node is a control plane
+// with an etcd member, the snapshot at dbPath reads and restores with its
+// hash verified, and its data is of an etcd no newer than this node's.
+func (n *Node) prepareRestore(ctx context.Context, dbPath string) (preparedRestore, error) {
+	st, err := nodestate.Load(n.env.Host)
+	if err != nil {
+		return preparedRestore{}, fmt.Errorf("snapshot restore: %w", err)
+	}
+	if st.Role != nodestate.RoleControlPlane || st.Etcd.Name == "" || st.Etcd.PeerURL == "" {
+		return preparedRestore{}, fmt.Errorf("snapshot restore: node state %s is not a control plane's with an etcd member; nothing was changed", nodestate.Path)
+	}
+	ss, err := snapshotStatus(dbPath)
+	if err != nil {
+		return preparedRestore{}, fmt.Errorf("snapshot restore: %s is not a readable etcd snapshot (%v); nothing was changed", dbPath, err)
+	}
+	out, cleanup, err := restoreToScratch(st, dbPath)
+	if err != nil {
+		return preparedRestore{}, err
+	}
+	if err := checkRestoredDataFits(out, dbPath, n.localEtcdVersion(ctx)); err != nil {
+		cleanup()
+		return preparedRestore{}, err
+	}
+	return preparedRestore{state: st, status: ss, dataDir: out, cleanup: cleanup}, nil
+}
+
 // restoreToScratch restores the snapshot at dbPath with etcd's own restore
 // (which verifies its hash) as the new single-member cluster of st's member,
 // into a scratch directory on the machine running the command: the restored
@@ -216,6 +247,54 @@ func restoreToScratch(st *nodestate.NodeState, dbPath string) (string, func(), e
 		return "", nil, fmt.Errorf("snapshot restore of %s: %w; nothing was changed", dbPath, err)
 	}
 	return out, cleanup, nil
+}
+
+// ErrSnapshotNewerThanEtcd matches a restore refused because the snapshot
+// holds the data of a newer etcd than this node runs (a snapshot saved
+// before a downgrade, restored after it): etcd does not start on storage or
+// a cluster version newer than its own, and the restore would have replaced
+// the node's data with data its etcd cannot start on.
+var ErrSnapshotNewerThanEtcd = errors.New("the snapshot holds a newer etcd's data than this node runs")
+
+// checkRestoredDataFits refuses restored data (the data directory dataDir,
+// restored from the snapshot at dbPath) that etcd at version local would not
+// start on: a storage version (etcd's schema.Validate) or a cluster version
+// (etcd's downgrade check at recovery) whose major.minor is above local's.
+// It reads the restored backend, not the snapshot file, because that is the
+// data etcd will start on. A local version that does not parse is not judged.
+func checkRestoredDataFits(dataDir, dbPath, local string) error {
+	storage, cluster, err := restoredVersions(dataDir)
+	if err != nil {
+		return fmt.Errorf("snapshot restore: read the versions of the data restored from %s: %w; nothing was changed", dbPath, err)
+	}
+	for _, v := range []struct{ what, version string }{{"storage version", storage}, {"cluster version", cluster}} {
+		if !newerMinor(v.version, local) {
+			continue
+		}
+		vv, lv := versionMajorMinor(v.version), strings.TrimPrefix(local, "v")
+		return fmt.Errorf("snapshot restore: %w: %s holds data at etcd %s %s, and this node runs etcd %s, which does not start on a newer etcd's data (a snapshot saved before a downgrade); nothing was changed: restore a snapshot saved since the cluster runs etcd %s, or restore this one on a control plane running etcd %s (the stratum release that pins it)",
+			ErrSnapshotNewerThanEtcd, dbPath, v.what, vv, lv, versionMajorMinor(local), vv)
+	}
+	return nil
+}
+
+// restoredVersions reads the storage version and the cluster version that
+// the etcd data directory dataDir records ("" for one it does not record:
+// data of an etcd before 3.6 has no storage version).
+func restoredVersions(dataDir string) (storage, cluster string, err error) {
+	path := datadir.ToBackendFileName(dataDir)
+	if _, err := os.Stat(path); err != nil {
+		return "", "", err
+	}
+	be := backend.NewDefaultBackend(zap.NewNop(), path)
+	defer be.Close()
+	if v, err := schema.DetectSchemaVersion(zap.NewNop(), be.ReadTx()); err == nil {
+		storage = v.String()
+	}
+	if v := schema.NewMembershipBackend(zap.NewNop(), be).ClusterVersionFromBackend(); v != nil {
+		cluster = v.String()
+	}
+	return storage, cluster, nil
 }
 
 // controlPlaneServices are what stopControlPlane stops, in order: the

@@ -55,7 +55,8 @@ snapshot into a scratch directory (verifying its hash) and removes it again, and
 the steps the restore would run; it takes no lock and changes nothing.
 
 Exits 0 once restored and started, 3 when refused with nothing changed (another
-operation holds a lock, the snapshot does not restore), 1 when it failed after stopping
+operation holds a lock, the snapshot does not restore, or it holds the data of a newer
+etcd than this node runs: a snapshot saved before an etcd downgrade), 1 when it failed after stopping
 the control plane (re-run it), 2 on bad usage.`,
 		Example: `  stratum snapshot restore /root/etcd-backup.db --dry-run
   stratum snapshot restore /root/etcd-backup.db
