@@ -127,6 +127,7 @@ func (n *Node) SnapshotRestorePlan(ctx context.Context, w io.Writer, dbPath stri
 	rs.cleanup()
 	st, ss := rs.state, rs.status
 	fmt.Fprintf(w, "the snapshot %s restores (revision %d, %d keys, %d bytes; its hash verified)\n", dbPath, ss.Revision, ss.TotalKeys, ss.TotalSize)
+	fmt.Fprintln(w, rs.revisionLine())
 	if running := runningServices(ctx, h, controlPlaneServices); len(running) > 0 {
 		fmt.Fprintf(w, "would stop %s\n", strings.Join(running, ", "))
 	}

@@ -12,6 +12,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -46,11 +47,14 @@ func restoreClusterToken() (string, error) {
 }
 
 // restoreRevisionBump is how far a restore moves the restored keyspace's
-// revision past the snapshot's, and the restore marks the old revisions
-// compacted: a kube-apiserver (or any watcher) that saw revisions written
-// after the snapshot must never see the revision go backwards, which would
-// leave its watch caches silently stale (etcd's documented restore advice
-// for Kubernetes).
+// revision past the highest revision it knows the old cluster reached (the
+// snapshot's when no member of it answers), and the restore marks the old
+// revisions compacted: a kube-apiserver (or any watcher) that saw revisions
+// written after the snapshot must never see the revision go backwards, which
+// would leave its watch caches silently stale (etcd's documented restore
+// advice for Kubernetes). Past the snapshot's revision alone is not enough:
+// an older snapshot restored after a restore, or the same one restored
+// twice, moved the revision back by everything written since the first.
 const restoreRevisionBump = 1_000_000_000
 
 // SnapshotStatus describes a snapshot file, as etcdutl reads it.
@@ -137,6 +141,7 @@ func (n *Node) SnapshotRestore(ctx context.Context, w io.Writer, dbPath string) 
 	defer rs.cleanup()
 	st, out := rs.state, rs.dataDir
 	fmt.Fprintf(w, "restoring %s (revision %d, %d keys) as a new single-member cluster %s=%s\n", dbPath, rs.status.Revision, rs.status.TotalKeys, st.Etcd.Name, st.Etcd.PeerURL)
+	fmt.Fprintln(w, rs.revisionLine())
 	n.stepDone("restore into scratch (hash verified)", time.Since(began))
 	initial := st.Etcd.Name + "=" + st.Etcd.PeerURL
 
@@ -187,6 +192,20 @@ type preparedRestore struct {
 	status  SnapshotStatus
 	dataDir string
 	cleanup func()
+	// oldRevision is the highest revision a member of the old cluster
+	// reported, and oldAt that member's IP ("" when none answered);
+	// revision is the restored cluster's first.
+	oldRevision int64
+	oldAt       string
+	revision    int64
+}
+
+// revisionLine says where the restored cluster's revision starts and why.
+func (p preparedRestore) revisionLine() string {
+	if p.oldAt == "" {
+		return fmt.Sprintf("no member of the old cluster answered: the restored revisions start at %d, %d past the snapshot's", p.revision, restoreRevisionBump)
+	}
+	return fmt.Sprintf("the old cluster is at revision %d (member %s): the restored revisions start at %d, past anything its watchers saw", p.oldRevision, p.oldAt, p.revision)
 }
 
 // prepareRestore runs a restore's refusals (SnapshotRestore's and its dry
@@ -205,15 +224,61 @@ func (n *Node) prepareRestore(ctx context.Context, dbPath string) (preparedResto
 	if err != nil {
 		return preparedRestore{}, fmt.Errorf("snapshot restore: %s is not a readable etcd snapshot (%v); nothing was changed", dbPath, err)
 	}
-	out, cleanup, err := restoreToScratch(st, dbPath)
-	if err != nil {
+	p := preparedRestore{state: st, status: ss}
+	p.oldRevision, p.oldAt = n.oldClusterRevision(ctx, st)
+	bump := int64(restoreRevisionBump)
+	if p.oldRevision > ss.Revision {
+		bump += p.oldRevision - ss.Revision
+	}
+	p.revision = ss.Revision + bump
+	if p.dataDir, p.cleanup, err = restoreToScratch(st, dbPath, uint64(bump)); err != nil {
 		return preparedRestore{}, err
 	}
-	if err := checkRestoredDataFits(out, dbPath, n.localEtcdVersion(ctx)); err != nil {
-		cleanup()
+	if err := checkRestoredDataFits(p.dataDir, dbPath, n.localEtcdVersion(ctx)); err != nil {
+		p.cleanup()
 		return preparedRestore{}, err
 	}
-	return preparedRestore{state: st, status: ss, dataDir: out, cleanup: cleanup}, nil
+	return p, nil
+}
+
+// oldClusterRevision is the highest revision that a member of this node's
+// current cluster reports, and that member's IP: this node's own member, its
+// initial cluster's peers and the members its own member lists are asked,
+// each group at once, so a cluster that is down costs one read timeout. A
+// cluster none of whose members answers (the disaster a restore is for)
+// gives 0, "".
+func (n *Node) oldClusterRevision(ctx context.Context, st *nodestate.NodeState) (rev int64, at string) {
+	own := urlHostOf(st.Etcd.ClientURL)
+	var mu sync.Mutex
+	asked := map[string]bool{}
+	ask := func(ips []string) {
+		var wg sync.WaitGroup
+		for _, ip := range ips {
+			mu.Lock()
+			seen := asked[ip]
+			asked[ip] = true
+			mu.Unlock()
+			if seen {
+				continue
+			}
+			wg.Go(func() {
+				s, err := n.etcdStatus(ctx, ip)
+				mu.Lock()
+				defer mu.Unlock()
+				if err == nil && s.Header.Revision > rev {
+					rev, at = s.Header.Revision, ip
+				}
+			})
+		}
+		wg.Wait()
+	}
+	var listed []string
+	var wg sync.WaitGroup
+	wg.Go(func() { listed, _ = n.MemberClientIPsVia(ctx, []string{own}) })
+	ask(append([]string{own}, peerIPs(st.Etcd.InitialCluster, st.Etcd.PeerURL)...))
+	wg.Wait()
+	ask(listed)
+	return rev, at
 }
 
 // restoreToScratch restores the snapshot at dbPath with etcd's own restore
@@ -221,7 +286,7 @@ func (n *Node) prepareRestore(ctx context.Context, dbPath string) (preparedResto
 // into a scratch directory on the machine running the command: the restored
 // data directory, and the cleanup that removes it. Nothing of the node is
 // touched.
-func restoreToScratch(st *nodestate.NodeState, dbPath string) (string, func(), error) {
+func restoreToScratch(st *nodestate.NodeState, dbPath string, bump uint64) (string, func(), error) {
 	scratch, err := os.MkdirTemp("", "stratum-restore-")
 	if err != nil {
 		return "", nil, fmt.Errorf("snapshot restore: scratch directory: %w; nothing was changed", err)
@@ -240,7 +305,7 @@ func restoreToScratch(st *nodestate.NodeState, dbPath string) (string, func(), e
 		PeerURLs:            []string{st.Etcd.PeerURL},
 		InitialCluster:      st.Etcd.Name + "=" + st.Etcd.PeerURL,
 		InitialClusterToken: token,
-		RevisionBump:        restoreRevisionBump,
+		RevisionBump:        bump,
 		MarkCompacted:       true,
 	}); err != nil {
 		cleanup()

@@ -46,6 +46,15 @@ var mutants = []mutant{
 		},
 	},
 	{
+		Name: "restore-bumps-past-the-snapshot-only",
+		File: "ha/snapshot.go",
+		Old:  "bump += p.oldRevision - ss.Revision",
+		New:  "bump += 0",
+		Tests: [][]string{
+			{"./ha", "-run", "TestSnapshotRestoreNeverMovesTheRevisionBack"},
+		},
+	},
+	{
 		Name: "join-ignores-published-members",
 		File: "ha/certs.go",
 		Old:  "withPublishedEtcdURLs(publishedEtcdURLs(s.Annotations[etcdClientURLsAnnotation]), g.EtcdEndpoints)",
