@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	utlsnapshot "go.etcd.io/etcd/etcdutl/v3/snapshot"
+	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -58,6 +60,17 @@ type maintenance struct {
 	// present are ConfigMaps that must read back through the VIP; gone are
 	// ConfigMaps written after the snapshot a restore went back to.
 	present, gone []string
+	// snaps are the snapshots saved so far, oldest first: a restore may go
+	// back to any of them.
+	snaps []savedSnapshot
+}
+
+// savedSnapshot is a snapshot the operator saved: its file, the ConfigMaps
+// it holds, and the etcd version its data is at (etcdutl's status of it).
+type savedSnapshot struct {
+	file    string
+	holds   []string
+	storage string
 }
 
 func TestMaintenance(t *testing.T) {
@@ -242,6 +255,26 @@ func (m *maintenance) growFromOne(t *rapid.T) {
 	m.writeConfigMap(vcs, vipSentinel)
 	m.checkClients()
 	m.loads = startWorkloads(t, m.ctx, m.c, "vip", vcs, m.cps[0], vipProbeTimeout)
+	// The operator's first backup, once the cluster is HA: a restore may
+	// go back to it later, past joins, resets and a downgrade.
+	m.saveSnapshot(t, vcs)
+}
+
+// saveSnapshot: a ConfigMap written, `stratum snapshot save` on a drawn
+// control plane, another ConfigMap written; the snapshot is kept in snaps.
+func (m *maintenance) saveSnapshot(t *rapid.T, vcs kubernetes.Interface) savedSnapshot {
+	saver := drawHost(t, m.cps, "snapshot saved on")
+	m.writeConfigMap(vcs, fmt.Sprintf("before-snapshot-%d", len(m.snaps)))
+	file := filepath.Join(m.snapDir, fmt.Sprintf("etcd-%d.db", len(m.snaps)))
+	m.run(saver, cli.ExitOK, "snapshot", "save", file)
+	st, err := utlsnapshot.NewV3(zap.NewNop()).Status(file)
+	if err != nil {
+		t.Fatalf("etcdutl status of the snapshot saved on %s: %v", saver.Name(), err)
+	}
+	s := savedSnapshot{file: file, holds: slices.Clone(m.present), storage: st.Version}
+	m.snaps = append(m.snaps, s)
+	m.writeConfigMap(vcs, fmt.Sprintf("after-snapshot-%d", len(m.snaps)-1))
+	return s
 }
 
 // writeConfigMap writes ConfigMap default/name through cs; it must then
@@ -394,30 +427,46 @@ func (m *maintenance) checkCilium(vip string) {
 	}
 }
 
-// restore is disaster recovery: a snapshot saved on a drawn control plane
-// (ConfigMaps written before it and after it), restored on a drawn one (the
-// seed), and every other control plane rejoined in a drawn order, each
+// restore is disaster recovery: a snapshot (drawn: one saved earlier in the
+// check, or a new one saved on a drawn control plane, ConfigMaps written
+// before it and after it) restored on a drawn control plane (the seed); one
+// of a newer etcd's data than the seed runs (saved before the downgrade) is
+// refused first, changing nothing, and a new one is saved and restored. The
+// cluster's revision never goes back, and every other control plane is
+// rejoined in a drawn order, each
 // first without --force (refused, changing nothing, exactly while its old
 // cluster keeps a quorum), and each crashed at a drawn checkpoint of its
 // rejoin and re-run. The clients' histories are checked before the restore
 // (which rewinds the data by design) and start afresh after it.
 func (m *maintenance) restore(t *rapid.T) {
-	saver := drawHost(t, m.cps, "snapshot saved on")
 	seed := drawHost(t, m.cps, "snapshot restored on")
 	vcs, _, err := m.userClient(m.cps[0])
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.writeConfigMap(vcs, fmt.Sprintf("before-snapshot-%d", len(m.present)))
-	file := filepath.Join(m.snapDir, fmt.Sprintf("etcd-%d.db", len(m.present)))
-	m.run(saver, cli.ExitOK, "snapshot", "save", file)
-	after := fmt.Sprintf("after-snapshot-%d", len(m.present))
-	m.writeConfigMap(vcs, after)
-	m.present = slices.DeleteFunc(m.present, func(s string) bool { return s == after })
-	m.gone = append(m.gone, after)
+	var snap savedSnapshot
+	if len(m.snaps) > 0 && rapid.Bool().Draw(t, "restore an older snapshot") {
+		snap = m.snaps[rapid.IntRange(0, len(m.snaps)-1).Draw(t, "older snapshot")]
+		explored.ran("restore: a snapshot saved earlier")
+	} else {
+		snap = m.saveSnapshot(t, vcs)
+		explored.ran("restore: a snapshot saved just before")
+	}
+	if olderEtcd(seed.EtcdVersion(), snap.storage) {
+		m.newerSnapshotRefused(t, seed, snap)
+		explored.ran("restore: a newer etcd's snapshot refused, a new one saved")
+		snap = m.saveSnapshot(t, vcs)
+	}
 	checkHistories(t, m.ctx, m.loads, m.cps[0])
-
-	m.run(seed, cli.ExitOK, "snapshot", "restore", file)
+	before := m.clusterRevision(t)
+	m.run(seed, cli.ExitOK, "snapshot", "restore", snap.file)
+	explored.invariant("a restore never moves the cluster's revision back")
+	if after := m.clusterRevision(t); after <= before {
+		t.Fatalf("the restore of %s on %s moved the cluster's revision back from %d to %d", snap.file, seed.Name(), before, after)
+	}
+	written := append(slices.Clone(m.present), m.gone...)
+	m.present = slices.Clone(snap.holds)
+	m.gone = slices.DeleteFunc(written, func(s string) bool { return slices.Contains(snap.holds, s) })
 	old := len(m.cps)
 	others := slices.DeleteFunc(slices.Clone(m.cps), func(h *sim.Host) bool { return h == seed })
 	order := rapid.Permutation(names(others)).Draw(t, "rejoin order")
@@ -513,6 +562,46 @@ func (m *maintenance) reset(t *rapid.T) {
 	m.run(h, cli.ExitOK, m.printedJoin(drawHost(t, m.cps, "minter for "+h.Name()))...)
 	m.cps = append(m.cps, h)
 	m.check()
+}
+
+// newerSnapshotRefused: a restore on seed of a snapshot whose data is of a
+// newer etcd than seed runs (saved before the downgrade) is refused, naming
+// both versions, before it stops anything: seed's files, services and the
+// cluster's data are as they were.
+func (m *maintenance) newerSnapshotRefused(t *rapid.T, seed *sim.Host, snap savedSnapshot) {
+	explored.invariant("a snapshot of a newer etcd's data is refused before the restore stops anything")
+	before := nodeFiles(t, seed)
+	_, errOut := m.run(seed, cli.ExitRefused, "snapshot", "restore", snap.file)
+	if !strings.Contains(errOut, "newer etcd") || !strings.Contains(errOut, majorMinor(snap.storage)) {
+		t.Fatalf("the restore on %s (etcd %s) of %s (data at etcd %s) was refused without naming the versions:\n%s", seed.Name(), seed.EtcdVersion(), snap.file, snap.storage, errOut)
+	}
+	if after := nodeFiles(t, seed); !equalFiles(before, after) || !seed.EtcdRunning() || !seed.APIServerRunning() {
+		t.Fatalf("a refused restore changed %s: files changed %v, etcd running %v, apiserver running %v", seed.Name(), !equalFiles(before, after), seed.EtcdRunning(), seed.APIServerRunning())
+	}
+	m.checkData()
+}
+
+// clusterRevision is the highest revision the running control planes'
+// members report, as etcdctl endpoint status would show it.
+func (m *maintenance) clusterRevision(t *rapid.T) int64 {
+	var rev int64
+	for _, h := range m.cps {
+		if !h.EtcdRunning() {
+			continue
+		}
+		cli, err := h.EtcdClient()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(m.ctx, 10*time.Second)
+		st, err := cli.Status(ctx, cli.Endpoints()[0])
+		cancel()
+		cli.Close()
+		if err == nil && st.Header.Revision > rev {
+			rev = st.Header.Revision
+		}
+	}
+	return rev
 }
 
 // olderRejoinRefused: a rejoin of h, whose etcd is older than the one the
@@ -711,6 +800,12 @@ func versionMinor(v string) string {
 func etcdMinor(v string) (major, minor int) {
 	fmt.Sscanf(strings.TrimPrefix(v, "v"), "%d.%d", &major, &minor)
 	return major, minor
+}
+
+// majorMinor is etcd version v as major.minor.
+func majorMinor(v string) string {
+	major, minor := etcdMinor(v)
+	return fmt.Sprintf("%d.%d", major, minor)
 }
 
 // olderEtcd: etcd version a's major.minor is below b's.
