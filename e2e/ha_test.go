@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -29,7 +30,10 @@ import (
 // SIGKILLed (after a SIGKILLed etcd child was restarted by its supervisor):
 // the VIP moves, kubectl answers through it within 20 s,
 // `stratum etcd health` on a survivor names the dead member, and `stratum up`
-// on the killed host brings it back as a voter. Last, a fourth machine's
+// on the killed host brings it back as a voter. A snapshot saved on cp1 is
+// restored there and the others rejoin the new cluster with the command the
+// restore printed (refused without --force while they keep the old
+// cluster's quorum). Then a fourth machine's
 // joins with bad input (a wrong certificate key, a wrong CA hash, an
 // unreachable server, not root, a port in use, a missing binary) are refused
 // and change neither the member list nor its files, and `stratum reset`
@@ -166,6 +170,9 @@ func TestHAControlPlaneOnThreeHosts(t *testing.T) {
 	waitSupervising(t, again, 3*time.Minute)
 	supervisor := map[*host]*proc{cp1: up1, cp2: up2, cp3: up3}
 	supervisor[holder] = again
+
+	// Disaster recovery, as docs/rejoin.md tells it.
+	recoverFromSnapshot(ctx, t, tools, cp1, cp2, cp3)
 	waitVoters(ctx, t, tools, holder, 3)
 	tools.run(ctx, t, holder, "etcd", "health")
 
@@ -262,6 +269,55 @@ func TestHAControlPlaneOnThreeHosts(t *testing.T) {
 		if !strings.Contains(c.up.Output(), "stopping the control plane") {
 			t.Fatalf("%s's stratum did not stop cleanly on SIGTERM:\n%s", c.h.Name(), c.up.Tail(20))
 		}
+	}
+}
+
+// recoverFromSnapshot is disaster recovery on real machines, every control
+// plane's supervisor running: `stratum snapshot save` on the seed, a
+// ConfigMap written after it, `stratum snapshot restore` on the seed, then
+// the rejoin command the restore printed, verbatim, on the others: refused on
+// the first while it and the last keep the old cluster's quorum, then run
+// with --force; on the last, alone in the old cluster, it needs none.
+// etcdctl then lists three voters of the new cluster, and kubectl through the
+// VIP reads the ConfigMap written before the snapshot and not the one after.
+func recoverFromSnapshot(ctx context.Context, t *testing.T, tl *tools, seed, first, last *host) {
+	t.Helper()
+	tl.kubectl(ctx, t, seed, "create", "configmap", "before-snapshot")
+	snap := filepath.Join(t.TempDir(), "etcd-backup.db")
+	tl.run(ctx, t, seed, "snapshot", "save", snap)
+	tl.kubectl(ctx, t, seed, "create", "configmap", "after-snapshot")
+	oldIDs := memberIDs(ctx, t, tl, first)
+	out := tl.run(ctx, t, seed, "snapshot", "restore", snap)
+	t.Logf("stratum snapshot restore on %s printed:\n%s", seed.Name(), out)
+	m := regexp.MustCompile("`(stratum etcd rejoin --server [^`]+)`").FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("stratum snapshot restore printed no rejoin command:\n%s", out)
+	}
+	rejoin := m[1]
+	o, e, err := first.Run(ctx, tl.shell(rejoin)...)
+	if exitCode(err) != refusedExit || !strings.Contains(e, "quorum") {
+		t.Fatalf("%s on %s while it and %s keep the old cluster's quorum = %v, want exit %d naming the quorum\nstdout:\n%s\nstderr:\n%s", rejoin, first.Name(), last.Name(), err, refusedExit, o, e)
+	}
+	t.Logf("rejoin without --force refused: %s", firstLine(e))
+	if got := memberIDs(ctx, t, tl, first); !slices.Equal(got, oldIDs) {
+		t.Fatalf("a refused rejoin changed the old cluster's members: %v, were %v", got, oldIDs)
+	}
+	for _, c := range []struct {
+		h    *host
+		line string
+	}{{first, rejoin + " --force"}, {last, rejoin}} {
+		if o, e, err := c.h.Run(ctx, tl.shell(c.line)...); err != nil {
+			t.Fatalf("%s on %s: %v\nstdout:\n%s\nstderr:\n%s", c.line, c.h.Name(), err, o, e)
+		}
+	}
+	waitVoters(ctx, t, tl, seed, 3)
+	tl.etcdctl(ctx, t, last, "endpoint", "health", "--cluster")
+	for _, h := range []*host{seed, first, last} {
+		waitFor(t, 30*time.Second, "kubectl through the VIP on "+h.Name()+" reading the snapshot's data", func() bool {
+			_, _, errBefore := h.Run(ctx, tl.kubectlArgs("get", "configmap", "before-snapshot", "--request-timeout=2s")...)
+			_, eAfter, errAfter := h.Run(ctx, tl.kubectlArgs("get", "configmap", "after-snapshot", "--request-timeout=2s")...)
+			return errBefore == nil && errAfter != nil && strings.Contains(eAfter, "NotFound")
+		}, nil)
 	}
 }
 
