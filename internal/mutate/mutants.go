@@ -39,7 +39,7 @@ var mutants = []mutant{
 	{
 		Name: "restore-takes-a-newer-etcds-data",
 		File: "ha/snapshot.go",
-		Old:  "if err := checkRestoredDataFits(out, dbPath, n.localEtcdVersion(ctx)); err != nil {",
+		Old:  "if err := checkRestoredDataFits(p.dataDir, dbPath, n.localEtcdVersion(ctx)); err != nil {",
 		New:  "if err := error(nil); err != nil {",
 		Tests: [][]string{
 			{"./ha", "-run", "TestSnapshotRestoreRefusesANewerEtcdsData"},
@@ -304,7 +304,7 @@ var mutants = []mutant{
 	{
 		Name: "restore-no-revision-bump",
 		File: "ha/snapshot.go",
-		Old:  "\t\tRevisionBump:        restoreRevisionBump,\n\t\tMarkCompacted:       true,\n",
+		Old:  "\t\tRevisionBump:        bump,\n\t\tMarkCompacted:       true,\n",
 		New:  "",
 		Tests: [][]string{
 			{"./ha", "-run", "Snapshot|Restore"},
@@ -315,7 +315,7 @@ var mutants = []mutant{
 	{
 		Name: "restore-bump-zero",
 		File: "ha/snapshot.go",
-		Old:  "\t\tRevisionBump:        restoreRevisionBump,\n",
+		Old:  "\t\tRevisionBump:        bump,\n",
 		New:  "\t\tRevisionBump:        0,\n",
 		Tests: [][]string{
 			{"./ha", "-run", "Snapshot|Restore"},
