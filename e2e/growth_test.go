@@ -1,0 +1,164 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"stratum.dev/stratum/internal/nodestate"
+	"stratum.dev/stratum/internal/version"
+)
+
+// TestSingleControlPlaneGrowsIntoHA is the other way a cluster begins on
+// real machines: one control plane without a VIP (its clients on its own
+// address), a second joined with the command printed there, then the VIP
+// adopted and every node's clients moved onto it, as docs/cli.md tells it:
+// `stratum up --vip` is refused beside a running supervisor (nothing
+// changed), so each control plane's supervisor is stopped and started again
+// with `--vip` (its apiserver certificate reissued to cover the VIP), then
+// `stratum repoint --vip` runs through the running supervisor. A third joins
+// with a command minted after, through the VIP. Last, the VIP holder's
+// stratum is SIGKILLed and kubectl through the VIP answers from a survivor
+// within 20 s: the control planes that joined before the VIP existed serve
+// it with certificates that cover it, as clients nobody here wrote check.
+func TestSingleControlPlaneGrowsIntoHA(t *testing.T) {
+	t.Parallel() // its own machines; the other real-host test runs beside it
+	tools, nw := installedMachines(t, 3)
+	cp1, cp2, cp3 := nw.Host("cp1"), nw.Host("cp2"), nw.Host("cp3")
+	vip := nw.VIP().String()
+	vipURL := "https://" + vip + ":6443"
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+
+	// A single controller, and a second joined through its own address.
+	up1 := cp1.Start(tools.stratum, "up")
+	waitSupervising(t, up1, 3*time.Minute)
+	join, _ := joinCommands(t, tools.run(ctx, t, cp1, "token", "create", "--control-plane"))
+	if want := "--server https://" + cp1.IP().String() + ":6443"; !strings.Contains(join, want) {
+		t.Fatalf("the join command printed on a control plane without a VIP does not name its address (%s): %s", want, join)
+	}
+	up2 := cp2.Start(tools.shell(join)...)
+	waitSupervising(t, up2, 3*time.Minute)
+	if server := kubeconfigServer(ctx, t, tools, cp2); server == vipURL {
+		t.Fatalf("cp2's admin kubeconfig targets the VIP %s before any control plane adopted it", server)
+	}
+
+	// `up --vip` beside the running supervisor: refused, and neither the
+	// node state nor the apiserver certificate changed, the supervisor
+	// still running.
+	kept := []string{nodestate.Path, version.PKIFile("apiserver.crt")}
+	before := readMachineFiles(t, cp1, kept...)
+	o, e, err := cp1.Run(ctx, tools.stratum, "up", "--vip", vip)
+	if exitCode(err) != refusedExit || !strings.Contains(e, "supervisor already answers") {
+		t.Fatalf("stratum up --vip beside cp1's running supervisor = %v, want exit %d naming the supervisor\nstdout:\n%s\nstderr:\n%s", err, refusedExit, o, e)
+	}
+	if after := readMachineFiles(t, cp1, kept...); !maps.Equal(before, after) {
+		t.Fatalf("a refused stratum up --vip changed %v on cp1", kept)
+	}
+	select {
+	case <-up1.Done():
+		t.Fatalf("cp1's supervisor exited after a refused stratum up --vip:\n%s", up1.Tail(20))
+	default:
+	}
+
+	// The VIP adopted on each, one at a time, then the clients moved.
+	supervisor := map[*host]*proc{}
+	for _, h := range []*host{cp1, cp2} {
+		signalStratum(t, h, syscall.SIGTERM)
+		waitNoServers(t, h)
+		p := h.Start(tools.stratum, "up", "--vip", vip)
+		waitSupervising(t, p, 3*time.Minute)
+		supervisor[h] = p
+	}
+	for _, h := range []*host{cp1, cp2} {
+		out := tools.run(ctx, t, h, "repoint", "--vip", vip)
+		t.Logf("stratum repoint --vip on %s printed:\n%s", h.Name(), out)
+		if server := kubeconfigServer(ctx, t, tools, h); server != vipURL {
+			t.Fatalf("%s's admin kubeconfig after the repoint targets %q, want the VIP", h.Name(), server)
+		}
+	}
+
+	// A third control plane joins through the VIP.
+	join3, _ := joinCommands(t, tools.run(ctx, t, cp2, "token", "create", "--control-plane"))
+	if !strings.Contains(join3, "--server "+vipURL) {
+		t.Fatalf("the join command printed after the VIP was adopted does not name it: %s", join3)
+	}
+	supervisor[cp3] = cp3.Start(tools.shell(join3)...)
+	waitSupervising(t, supervisor[cp3], 3*time.Minute)
+	waitVoters(ctx, t, tools, cp1, 3)
+	tools.etcdctl(ctx, t, cp3, "endpoint", "health", "--cluster")
+	for _, h := range []*host{cp1, cp2, cp3} {
+		if got := tools.kubectl(ctx, t, h, "get", "--raw", "/readyz"); strings.TrimSpace(got) != "ok" {
+			t.Fatalf("kubectl on %s through the VIP: /readyz = %q", h.Name(), got)
+		}
+	}
+
+	// The first failover: whichever control plane held the VIP dies, and
+	// the VIP answers from another, TLS verified against the cluster CA.
+	holder := vipHolder(ctx, t, nw)
+	t.Logf("%s holds the VIP; SIGKILL its stratum", holder.Name())
+	killed := time.Now()
+	signalStratum(t, holder, syscall.SIGKILL)
+	waitNoServers(t, holder)
+	survivor := cp1
+	if holder == cp1 {
+		survivor = cp2
+	}
+	waitVIPAnswersAfter(ctx, t, tools, nw, survivor, killed)
+	for h, p := range supervisor {
+		if h == holder {
+			continue
+		}
+		signalStratum(t, h, syscall.SIGTERM)
+		waitNoServers(t, h)
+		if !strings.Contains(p.Output(), "stopping the control plane") {
+			t.Fatalf("%s's stratum did not stop cleanly on SIGTERM:\n%s", h.Name(), p.Tail(20))
+		}
+	}
+}
+
+// waitVIPAnswersAfter waits until kubectl on survivor reads /readyz through
+// the VIP, and fails t unless it does within 20 s of killed, the moment the
+// VIP holder died.
+func waitVIPAnswersAfter(ctx context.Context, t *testing.T, tl *tools, nw *network, survivor *host, killed time.Time) {
+	t.Helper()
+	var last string
+	for {
+		o, _, err := survivor.Run(ctx, tl.kubectlArgs("get", "--raw", "/readyz", "--request-timeout=2s")...)
+		if err == nil && strings.TrimSpace(o) == "ok" {
+			break
+		}
+		last = fmt.Sprint(o, err)
+		if time.Since(killed) > 20*time.Second {
+			t.Fatalf("kubectl through the VIP from %s did not answer within 20 s of the holder's death (last: %s)", survivor.Name(), last)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Logf("kubectl through the VIP answered %s after the holder died; holder now %s", time.Since(killed).Round(100*time.Millisecond), vipHolder(ctx, t, nw).Name())
+}
+
+// readMachineFiles reads each of paths on h's machine.
+func readMachineFiles(t *testing.T, h *host, paths ...string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, p := range paths {
+		b, err := os.ReadFile(h.MachinePath(p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[p] = string(b)
+	}
+	return out
+}
+
+// kubeconfigServer is the server h's admin kubeconfig targets, as kubectl
+// reads it.
+func kubeconfigServer(ctx context.Context, t *testing.T, tl *tools, h *host) string {
+	t.Helper()
+	return strings.TrimSpace(tl.kubectl(ctx, t, h, "config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}"))
+}
