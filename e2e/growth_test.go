@@ -54,9 +54,10 @@ func TestSingleControlPlaneGrowsIntoHA(t *testing.T) {
 	kept := []string{nodestate.Path, version.PKIFile("apiserver.crt")}
 	before := readMachineFiles(t, cp1, kept...)
 	o, e, err := cp1.Run(ctx, tools.stratum, "up", "--vip", vip)
-	if exitCode(err) != refusedExit || !strings.Contains(e, "supervisor already answers") {
-		t.Fatalf("stratum up --vip beside cp1's running supervisor = %v, want exit %d naming the supervisor\nstdout:\n%s\nstderr:\n%s", err, refusedExit, o, e)
+	if exitCode(err) != refusedExit || !strings.Contains(e, "supervisor already answers") || !strings.Contains(e, "to adopt the VIP "+vip) {
+		t.Fatalf("stratum up --vip beside cp1's running supervisor = %v, want exit %d naming the supervisor and how to adopt the VIP\nstdout:\n%s\nstderr:\n%s", err, refusedExit, o, e)
 	}
+	t.Logf("stratum up --vip beside the supervisor refused: %s", firstLine(e))
 	if after := readMachineFiles(t, cp1, kept...); !maps.Equal(before, after) {
 		t.Fatalf("a refused stratum up --vip changed %v on cp1", kept)
 	}

@@ -45,7 +45,7 @@ func Listen(path string) (net.Listener, error) {
 	}
 	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
 		c.Close()
-		return nil, fmt.Errorf("a stratum supervisor already answers on %s: this node's control plane is running; stop it first", path)
+		return nil, fmt.Errorf("%w on %s: this node's control plane is running; stop it first", ErrAlreadyRunning, path)
 	}
 	_ = os.Remove(path)
 	ln, err := net.Listen("unix", path)
@@ -155,6 +155,10 @@ type Client struct {
 // ErrNotRunning matches a call through a socket nobody answers on: no
 // stratum supervisor runs on this node.
 var ErrNotRunning = errors.New("no stratum supervisor is running on this node")
+
+// ErrAlreadyRunning matches a Listen refused because a live supervisor
+// answers on the socket: one node runs one supervisor.
+var ErrAlreadyRunning = errors.New("a stratum supervisor already answers")
 
 // Running reports whether a supervisor answers on the socket.
 func (c Client) Running() bool {

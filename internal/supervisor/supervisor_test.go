@@ -190,8 +190,8 @@ func TestControlSocket(t *testing.T) {
 	if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("socket mode = %v, %v; want 0600", fi.Mode().Perm(), err)
 	}
-	if _, err := Listen(sock); err == nil {
-		t.Fatal("a second supervisor could listen on a live socket")
+	if _, err := Listen(sock); !errors.Is(err, ErrAlreadyRunning) {
+		t.Fatalf("a second supervisor listening on a live socket: %v, want ErrAlreadyRunning", err)
 	}
 	c := Client{Path: sock}
 	if !c.Running() {

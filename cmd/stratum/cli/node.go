@@ -126,7 +126,9 @@ them all. Other stratum commands reach it through /run/stratum/supervisor.sock;
   # Restart a control plane from its saved state
   stratum up
 
-  # A single control plane growing into HA: adopt a VIP, then move its clients onto it
+  # A single control plane growing into HA: adopt a VIP (its running supervisor
+  # stopped first), then move its clients onto it
+  systemctl stop stratum
   stratum up --vip 10.0.0.10
   stratum repoint --vip 10.0.0.10`,
 		Args: usageArgs(cobra.NoArgs),
@@ -148,9 +150,14 @@ them all. Other stratum commands reach it through /run/stratum/supervisor.sock;
 				return err
 			}
 			if a.opts.Host == nil {
-				return a.supervise(cmd.Context(), "stratum up", "control plane up", f.superviseFlags, func(ctx context.Context, n *ha.Node) (*nodestate.NodeState, error) {
+				err := a.supervise(cmd.Context(), "stratum up", "control plane up", f.superviseFlags, func(ctx context.Context, n *ha.Node) (*nodestate.NodeState, error) {
 					return n.Up(ctx, o)
 				})
+				if o.VIP.Address != "" && errors.Is(err, supervisor.ErrAlreadyRunning) {
+					// Most likely a single control plane growing into HA.
+					return refusedf("%w; to adopt the VIP %s on this running control plane, stop its supervisor (`systemctl stop stratum`, or SIGTERM to the running `stratum up`), then run `stratum up --vip %s` again: the node state keeps the VIP for every later start", err, o.VIP.Address, o.VIP.Address)
+				}
+				return err
 			}
 			n, _, err := a.localNode()
 			if err != nil {
