@@ -189,13 +189,7 @@ func (r *restoreCluster) memberClient(host string) *clientv3.Client {
 // revision is the etcd revision host's member answers a read with.
 func (r *restoreCluster) revision(host string) int64 {
 	r.t.Helper()
-	cli := r.memberClient(host)
-	defer cli.Close()
-	resp, err := cli.Get(r.ctx, keyBefore)
-	if err != nil {
-		r.t.Fatalf("get %s through %s: %v", keyBefore, host, err)
-	}
-	return resp.Header.Revision
+	return revision(r.t, r.ctx, r.c.Host(host))
 }
 
 // restoreRefusesDamagedSnapshot runs a restore of the snapshot with one byte

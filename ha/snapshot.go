@@ -254,13 +254,10 @@ func (n *Node) oldClusterRevision(ctx context.Context, st *nodestate.NodeState) 
 	ask := func(ips []string) {
 		var wg sync.WaitGroup
 		for _, ip := range ips {
-			mu.Lock()
-			seen := asked[ip]
-			asked[ip] = true
-			mu.Unlock()
-			if seen {
+			if asked[ip] {
 				continue
 			}
+			asked[ip] = true
 			wg.Go(func() {
 				s, err := n.etcdStatus(ctx, ip)
 				mu.Lock()
