@@ -15,11 +15,13 @@ import (
 	"sync"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	clientsnapshot "go.etcd.io/etcd/client/v3/snapshot"
 	utlsnapshot "go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.etcd.io/etcd/server/v3/storage/backend"
 	"go.etcd.io/etcd/server/v3/storage/datadir"
+	"go.etcd.io/etcd/server/v3/storage/mvcc"
 	"go.etcd.io/etcd/server/v3/storage/schema"
 	"go.uber.org/zap"
 
@@ -47,8 +49,9 @@ func restoreClusterToken() (string, error) {
 }
 
 // restoreRevisionBump is how far a restore moves the restored keyspace's
-// revision past the highest revision it knows the old cluster reached (the
-// snapshot's when no member of it answers), and the restore marks the old
+// revision past the highest revision it knows the old cluster reached (when
+// no member of it answers, this node's own data's, read offline; the
+// snapshot's when that cannot be read either), and the restore marks the old
 // revisions compacted: a kube-apiserver (or any watcher) that saw revisions
 // written after the snapshot must never see the revision go backwards, which
 // would leave its watch caches silently stale (etcd's documented restore
@@ -193,19 +196,29 @@ type preparedRestore struct {
 	dataDir string
 	cleanup func()
 	// oldRevision is the highest revision a member of the old cluster
-	// reported, and oldAt that member's IP ("" when none answered);
-	// revision is the restored cluster's first.
-	oldRevision int64
-	oldAt       string
-	revision    int64
+	// reported, and oldAt that member's IP ("" when none answered). When
+	// none answered, localRevision is the revision of this node's own etcd
+	// data read offline, or localErr why it could not be read. revision is
+	// the restored cluster's first.
+	oldRevision   int64
+	oldAt         string
+	localRevision int64
+	localErr      error
+	revision      int64
 }
 
 // revisionLine says where the restored cluster's revision starts and why.
 func (p preparedRestore) revisionLine() string {
-	if p.oldAt == "" {
-		return fmt.Sprintf("no member of the old cluster answered: the restored revisions start at %d, %d past the snapshot's", p.revision, restoreRevisionBump)
+	switch {
+	case p.oldAt != "":
+		return fmt.Sprintf("the old cluster is at revision %d (member %s): the restored revisions start at %d, past anything its watchers saw", p.oldRevision, p.oldAt, p.revision)
+	case p.localErr == nil:
+		return fmt.Sprintf("no member of the old cluster answered; this node's own etcd data, read offline, is at revision %d: the restored revisions start at %d, past it", p.localRevision, p.revision)
+	case errors.Is(p.localErr, fs.ErrNotExist):
+		return fmt.Sprintf("no member of the old cluster answered, and this node holds no etcd data of it: the restored revisions start at %d, %d past the snapshot's", p.revision, restoreRevisionBump)
+	default:
+		return fmt.Sprintf("no member of the old cluster answered, and this node's own etcd data could not be read (%v): the restored revisions start at %d, %d past the snapshot's", p.localErr, p.revision, restoreRevisionBump)
 	}
-	return fmt.Sprintf("the old cluster is at revision %d (member %s): the restored revisions start at %d, past anything its watchers saw", p.oldRevision, p.oldAt, p.revision)
 }
 
 // prepareRestore runs a restore's refusals (SnapshotRestore's and its dry
@@ -226,6 +239,13 @@ func (n *Node) prepareRestore(ctx context.Context, dbPath string) (preparedResto
 	}
 	p := preparedRestore{state: st, status: ss}
 	p.oldRevision, p.oldAt = n.oldClusterRevision(ctx, st)
+	if p.oldAt == "" {
+		// The disaster a restore is for: this member's own data is as far
+		// as anything its watchers saw, bar the last writes still only in
+		// its WAL, which the bump dwarfs.
+		p.localRevision, p.localErr = n.localDataRevision()
+		p.oldRevision = p.localRevision
+	}
 	bump := int64(restoreRevisionBump)
 	if p.oldRevision > ss.Revision {
 		bump += p.oldRevision - ss.Revision
@@ -277,6 +297,73 @@ func (n *Node) oldClusterRevision(ctx context.Context, st *nodestate.NodeState) 
 	ask(listed)
 	return rev, at
 }
+
+// localDataRevision is the revision of this node's own etcd data, read
+// offline: its backend is streamed out of the host (host.Files' Open) into a
+// scratch file and read there, so an etcd that is hung but still holds the
+// file's lock neither blocks the read nor is disturbed by it. A node with no
+// etcd data gives an error matching fs.ErrNotExist.
+func (n *Node) localDataRevision() (int64, error) {
+	src := datadir.ToBackendFileName(version.EtcdDataDir)
+	r, err := n.env.Host.Open(src)
+	if err != nil {
+		return 0, err
+	}
+	defer r.Close()
+	n.log.Info("no member of the old cluster answered: reading this node's etcd data offline", "path", src)
+	scratch, err := os.CreateTemp("", "stratum-old-etcd-*.db")
+	if err != nil {
+		return 0, fmt.Errorf("scratch file: %w", err)
+	}
+	defer os.Remove(scratch.Name())
+	_, err = io.Copy(scratch, r)
+	if cerr := scratch.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return 0, fmt.Errorf("copy %s: %w", src, err)
+	}
+	rev, err := backendRevision(scratch.Name())
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", src, err)
+	}
+	return rev, nil
+}
+
+// backendRevision is the revision an etcd starting on the backend file p
+// would be at: its newest key's, or its finished compaction's when that is
+// later (as etcd's mvcc store restores it; a restore marked compacted past
+// its keys is such a backend). A damaged file is an error, not a crash.
+func backendRevision(p string) (rev int64, err error) {
+	db, err := bolt.Open(p, 0o400, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+	if err != nil {
+		return 0, err
+	}
+	defer db.Close()
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("damaged etcd backend: %v", r)
+		}
+	}()
+	err = db.View(func(tx *bolt.Tx) error {
+		if b := tx.Bucket(schema.Key.Name()); b != nil {
+			if k, _ := b.Cursor().Last(); len(k) >= revBytesLen {
+				rev = mvcc.BytesToRev(k).Main
+			}
+		}
+		if b := tx.Bucket(schema.Meta.Name()); b != nil {
+			if v := b.Get(schema.FinishedCompactKeyName); len(v) >= revBytesLen {
+				rev = max(rev, mvcc.BytesToRev(v).Main)
+			}
+		}
+		return nil
+	})
+	return rev, err
+}
+
+// revBytesLen is the length of an etcd revision as its backend keys it:
+// the main and sub revisions (8 bytes each) with a '_' between them.
+const revBytesLen = 17
 
 // restoreToScratch restores the snapshot at dbPath with etcd's own restore
 // (which verifies its hash) as the new single-member cluster of st's member,

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"stratum.dev/stratum/internal/version"
 	"stratum.dev/stratum/sim"
 )
 
@@ -57,14 +58,31 @@ func TestSnapshotRestoreNeverMovesTheRevisionBack(t *testing.T) {
 		putMany(t, ctx, cp1, fmt.Sprint("restored-", round), 200)
 	}
 
-	// No member answers: the restore goes past the snapshot's revision, and
-	// says it could not ask.
+	// No member answers (the disaster a restore is for): the restore reads
+	// this node's own etcd data offline and goes past its revision, which is
+	// a restore's 1e9 past the snapshot's and more, and says so.
+	before := revision(t, ctx, cp1)
 	cp1.StopEtcd()
-	if out := restore(); !strings.Contains(out, "no member of the old cluster answered") {
-		t.Fatalf("a restore with its etcd down did not say that no member answered:\n%s", out)
+	out := restore()
+	if !strings.Contains(out, "no member of the old cluster answered; this node's own etcd data, read offline, is at revision") {
+		t.Fatalf("a restore with its etcd down did not say it read the node's own data offline:\n%s", out)
+	}
+	if after := revision(t, ctx, cp1); after <= before {
+		t.Fatalf("a restore with no member answering: the revision went from %d back to %d\n%s", before, after, out)
+	}
+
+	// A node without etcd data (a new machine restoring the backup): past
+	// the snapshot's revision, saying why no further.
+	cp1.StopEtcd()
+	if err := cp1.Handle().RemoveAll(version.EtcdDataDir); err != nil {
+		t.Fatal(err)
+	}
+	out = restore()
+	if !strings.Contains(out, "no member of the old cluster answered, and this node holds no etcd data of it") {
+		t.Fatalf("a restore on a node without etcd data did not say so:\n%s", out)
 	}
 	if after := revision(t, ctx, cp1); after <= ss.Revision {
-		t.Fatalf("a restore with no member answering starts at revision %d, not past the snapshot's %d", after, ss.Revision)
+		t.Fatalf("a restore on a node without etcd data starts at revision %d, not past the snapshot's %d", after, ss.Revision)
 	}
 }
 

@@ -137,6 +137,13 @@ func (d *Handle) ReadFile(p string) ([]byte, error) {
 	return d.h.files.ReadFile(p)
 }
 
+func (d *Handle) Open(p string) (io.ReadCloser, error) {
+	if err := d.live(); err != nil {
+		return nil, err
+	}
+	return d.h.files.Open(p)
+}
+
 func (d *Handle) WriteFile(p string, data []byte, perm fs.FileMode) error {
 	if err := d.live(); err != nil {
 		return err

@@ -50,6 +50,8 @@ func (d *Dir) fs() FS {
 
 func (d *Dir) ReadFile(p string) ([]byte, error) { return d.fs().ReadFile(d.Path(p)) }
 
+func (d *Dir) Open(p string) (io.ReadCloser, error) { return d.fs().Open(d.Path(p)) }
+
 func (d *Dir) Stat(p string) (fs.FileInfo, error) { return d.fs().Stat(d.Path(p)) }
 
 func (d *Dir) ReadDir(p string) ([]fs.DirEntry, error) { return d.fs().ReadDir(d.Path(p)) }

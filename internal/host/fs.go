@@ -16,6 +16,8 @@ import (
 // directory (a tmpfs on a real host), which a Dir takes directly.
 type FS interface {
 	ReadFile(name string) ([]byte, error)
+	// Open opens a file for reading.
+	Open(name string) (io.ReadCloser, error)
 	Stat(name string) (fs.FileInfo, error)
 	ReadDir(name string) ([]fs.DirEntry, error)
 	// Mkdir creates one directory; its parent must exist.
@@ -53,6 +55,7 @@ var OS FS = osFS{}
 type osFS struct{}
 
 func (osFS) ReadFile(name string) ([]byte, error)       { return os.ReadFile(name) }
+func (osFS) Open(name string) (io.ReadCloser, error)    { return os.Open(name) }
 func (osFS) Stat(name string) (fs.FileInfo, error)      { return os.Stat(name) }
 func (osFS) ReadDir(name string) ([]fs.DirEntry, error) { return os.ReadDir(name) }
 func (osFS) Mkdir(name string, perm fs.FileMode) error  { return os.Mkdir(name, perm) }

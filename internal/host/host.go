@@ -35,6 +35,10 @@ type Host interface {
 type Files interface {
 	// ReadFile reads a whole file. A missing file is an error matching fs.ErrNotExist.
 	ReadFile(path string) ([]byte, error)
+	// Open opens a file for reading, streamed: a file of any size (an etcd
+	// database of gigabytes) is read without holding it in memory. A
+	// missing file is an error matching fs.ErrNotExist.
+	Open(path string) (io.ReadCloser, error)
 	// WriteFile replaces path atomically: the data is written to a temporary
 	// file in the same directory, fsync'd, renamed over path, and the directory
 	// fsync'd, so a crash leaves either the old contents or the new, never a

@@ -189,6 +189,7 @@ func (f *FS) fail(op Op, real string) error {
 }
 
 func (f *FS) ReadFile(name string) ([]byte, error)       { return f.inner.ReadFile(name) }
+func (f *FS) Open(name string) (io.ReadCloser, error)    { return f.inner.Open(name) }
 func (f *FS) Stat(name string) (fs.FileInfo, error)      { return f.inner.Stat(name) }
 func (f *FS) ReadDir(name string) ([]fs.DirEntry, error) { return f.inner.ReadDir(name) }
 
