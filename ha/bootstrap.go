@@ -240,9 +240,9 @@ func (r *bootstrapRun) assemble(ctx context.Context) error {
 			if o.VIP.Address != "" && o.VIP.Address == st.NodeIP {
 				return fmt.Errorf("stratum up refused: the VIP %s is this node's own address; nothing was changed: pick an unused address on the node's network for --vip", o.VIP.Address)
 			}
-			st.Server = "https://" + net.JoinHostPort(st.NodeIP, fmt.Sprint(version.APIServerPort))
+			st.Server = apiServerURL(st.NodeIP)
 			if o.VIP.Address != "" {
-				st.Server = "https://" + net.JoinHostPort(o.VIP.Address, fmt.Sprint(version.APIServerPort))
+				st.Server = apiServerURL(o.VIP.Address)
 			}
 			return nil
 		},

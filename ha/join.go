@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -451,11 +452,17 @@ func checkClockSkew(now, serverTime time.Time, server string) error {
 // profile and runtime configs. The cluster's VIP rides in with the bundle
 // and lands in the node state before any certificate is issued, so the
 // apiserver certificate covers it whether or not --vip was given.
+//
+// The server this node's kubeconfigs target (the node state's Server) is
+// bring-up's rule, not the join URL: the VIP when the cluster has one, else
+// this node's own apiserver, known once the node IP is. A control plane
+// joined through cp1's address must not lose its clients with cp1 (kubeadm,
+// too, targets the local endpoint when there is no control-plane endpoint).
 func (r *joinRun) assemble(ctx context.Context) error {
 	n, h, o := r.n, r.n.env.Host, r.o
-	server := o.Server
+	var server string
 	if o.VIP.Address != "" {
-		server = "https://" + net.JoinHostPort(o.VIP.Address, fmt.Sprint(version.APIServerPort))
+		server = apiServerURL(o.VIP.Address)
 	}
 	st := &nodestate.NodeState{Role: nodestate.RoleControlPlane, NodeName: r.name, Server: server, VIP: o.VIP, Profile: o.Profile}
 	profile := o.Profile
@@ -484,7 +491,7 @@ func (r *joinRun) assemble(ctx context.Context) error {
 			st.PodCIDR, st.ServiceCIDR, st.ClusterDomain, st.Cilium = netc.PodCIDR, netc.ServiceCIDR, netc.ClusterDomain, g.Profile.Cilium
 			if st.VIP.Address == "" && g.VIP != "" {
 				st.VIP = nodestate.VIP{Address: g.VIP}
-				st.Server = "https://" + net.JoinHostPort(g.VIP, fmt.Sprint(version.APIServerPort))
+				st.Server = apiServerURL(g.VIP)
 			}
 			return netc, n.checkpoint(ctx, CheckpointAfterDownload)
 		},
@@ -501,6 +508,9 @@ func (r *joinRun) assemble(ctx context.Context) error {
 				return fmt.Errorf("control-plane join refused: node IP %s (from %s): %w; nothing was added to etcd: pass --node-ip with an address of this host", r.nodeIP, c.Source, err)
 			}
 			st.NodeIP = r.nodeIP
+			if st.VIP.Address == "" {
+				st.Server = apiServerURL(r.nodeIP)
+			}
 			r.peerURL = "https://" + net.JoinHostPort(r.nodeIP, fmt.Sprint(version.EtcdPeerPort))
 			n.log.Info("node IP", "ip", c.IP, "source", c.Source)
 			if r.intent.PeerURL != "" && r.intent.PeerURL != r.peerURL {
@@ -942,6 +952,11 @@ func (n *Node) writeKubeconfigs(server string) error {
 		}
 	}
 	return nil
+}
+
+// apiServerURL is the kube-apiserver URL at ip (a node's address or the VIP).
+func apiServerURL(ip string) string {
+	return "https://" + net.JoinHostPort(ip, strconv.Itoa(version.APIServerPort))
 }
 
 // urlHostOf is urlHost, or raw itself when it names no host: for messages

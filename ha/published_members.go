@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/url"
 	"slices"
 	"strings"
@@ -142,7 +141,7 @@ func (n *Node) publishEtcdMembersVia(ctx context.Context, ips []string) error {
 	var errs []string
 	for _, ip := range ips {
 		cfg := rest.CopyConfig(base)
-		cfg.Host = "https://" + net.JoinHostPort(ip, fmt.Sprint(version.APIServerPort))
+		cfg.Host = apiServerURL(ip)
 		cfg.Timeout = publishEtcdMembersWithin
 		cs, err := kubernetes.NewForConfig(cfg)
 		if err != nil {

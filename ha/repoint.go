@@ -222,7 +222,7 @@ func (n *Node) nodeRepoint(ctx context.Context, w io.Writer, vip string, serves 
 	if err := n.coverVIP(ctx, w, vip); err != nil {
 		return nil, err
 	}
-	server := "https://" + net.JoinHostPort(vip, strconv.Itoa(version.APIServerPort))
+	server := apiServerURL(vip)
 	if err := n.RepointKubeconfigs(server); err != nil {
 		return nil, err
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"path"
 	"strconv"
 	"strings"
@@ -33,7 +32,7 @@ func (n *Node) RepointPlan(ctx context.Context, w io.Writer, cs kubernetes.Inter
 	}
 	fmt.Fprintf(w, "the VIP %s serves this cluster's apiserver\n", vip)
 	h := n.env.Host
-	server := "https://" + net.JoinHostPort(vip, strconv.Itoa(version.APIServerPort))
+	server := apiServerURL(vip)
 	st, err := nodestate.Load(h)
 	switch {
 	case errors.Is(err, nodestate.ErrNoState):

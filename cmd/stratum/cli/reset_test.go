@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"stratum.dev/stratum/ha"
+	"stratum.dev/stratum/internal/kubeconfig"
 	"stratum.dev/stratum/internal/version"
 	"stratum.dev/stratum/sim"
 )
@@ -124,6 +125,62 @@ func TestResetTakesAControlPlaneOut(t *testing.T) {
 		t.Fatalf("members after the join again: %s", got)
 	}
 	servesWithClusterCA(ctx, t, holder)
+}
+
+// TestJoinedControlPlaneOutlivesItsJoinServer: in a cluster without a VIP,
+// a control plane joined through cp1's address keeps its clients when cp1
+// is retired. Its kubeconfigs target its own apiserver (bring-up's rule, and
+// kubeadm's local endpoint), never the join URL. Judged as a user would:
+// cp2's admin kubeconfig exactly as written (kubectl's view, the cluster CA
+// only) after cp1's reset, then a join command minted on cp2, which names
+// cp2, run on the retired machine.
+func TestJoinedControlPlaneOutlivesItsJoinServer(t *testing.T) {
+	c := sim.Start(t, sim.Config{Fresh: true, SpareHosts: 2, APIServers: true})
+	cp1, cp2 := c.Hosts()[0], c.Hosts()[1]
+	if code, out, errOut := runCLI(t, on(cp1), "up"); code != ExitOK {
+		t.Fatalf("up on cp1: exit %d\n%s\n%s", code, out, errOut)
+	}
+	code, out, errOut := runCLI(t, on(cp1), "token", "create", "--control-plane")
+	if code != ExitOK {
+		t.Fatalf("token create on cp1: exit %d\n%s", code, errOut)
+	}
+	join := strings.Fields(printedCommandLines(out)[0])[1:]
+	if code, out, errOut := runCLI(t, on(cp2), join...); code != ExitOK {
+		t.Fatalf("join on cp2 through cp1: exit %d\n%s\n%s", code, out, errOut)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	kc, err := cp2.Files().ReadFile(version.Kubeconfig("admin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := kubeconfig.RESTConfig(kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Host != cp2.APIServerURL() {
+		t.Fatalf("cp2's admin kubeconfig targets %s, want its own apiserver %s (it joined through %s)", cfg.Host, cp2.APIServerURL(), cp1.APIServerURL())
+	}
+
+	if code, out, errOut := runCLI(t, on(cp1), "reset"); code != ExitOK {
+		t.Fatalf("reset of cp1: exit %d\n%s\n%s", code, out, errOut)
+	}
+	readyzWithin(ctx, t, "cp2's admin kubeconfig as written, after cp1's reset", cfg, 20*time.Second)
+	code, out, errOut = runCLI(t, on(cp2), "token", "create", "--control-plane")
+	if code != ExitOK {
+		t.Fatalf("token create on cp2 after cp1's reset: exit %d\n%s", code, errOut)
+	}
+	join = strings.Fields(printedCommandLines(out)[0])[1:]
+	if want := "--server " + cp2.APIServerURL(); !strings.Contains(strings.Join(join, " "), want) {
+		t.Fatalf("the join command minted on cp2 does not name cp2 (%s): %v", want, join)
+	}
+	if code, out, errOut := runCLI(t, on(cp1), join...); code != ExitOK {
+		t.Fatalf("cp2's join command on the retired cp1: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if got := memberTable(ctx, t, cp2); strings.Count(got, "voter started") != 2 {
+		t.Fatalf("members after cp1 joined again through cp2: %s", got)
+	}
+	servesWithClusterCA(ctx, t, cp1)
 }
 
 // TestResetRefusesTheLastVoter: a reset of a cluster's only control plane
