@@ -24,7 +24,6 @@ import (
 	"stratum.dev/stratum/internal/certbundle"
 	"stratum.dev/stratum/internal/discovery"
 	"stratum.dev/stratum/internal/host"
-	"stratum.dev/stratum/internal/interrupt"
 	"stratum.dev/stratum/internal/kubeconfig"
 	"stratum.dev/stratum/internal/netcfg"
 	"stratum.dev/stratum/internal/nodelock"
@@ -650,19 +649,24 @@ func (r *joinRun) writeIntent(ctx context.Context) error {
 // disk but the journal knows about: the first SIGINT/SIGTERM is held until
 // the state is saved, so an impatient Ctrl-C does not turn a join that was
 // about to finish into a rollback. Everything in the window runs on a
-// context that the first signal does not end.
+// context that the first signal does not end. The window opens with each
+// add attempt (memberAddWindowed), not before: while etcd refuses the add
+// and the join waits to try again, nothing has been added, and a signal
+// stops the join there, as at any step before.
 func (r *joinRun) addMemberAndSave(ctx context.Context) error {
 	n, h := r.n, r.n.env.Host
-	wctx, endDeferral := interrupt.WindowContext(ctx)
-	defer endDeferral()
-	if err := r.fence.Confirm(wctx); err != nil {
+	if err := r.fence.Confirm(ctx); err != nil {
 		if !r.resumed {
-			r.clearIntent(wctx)
+			r.clearIntent(context.WithoutCancel(ctx))
 			r.addRefused = true
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("control-plane join stopped before the etcd member-add: %w; nothing was added to etcd: %s", context.Cause(ctx), joinHint)
 		}
 		return fmt.Errorf("control-plane join of %s: the maintenance fence was lost before the member-add: %w; nothing was added to etcd: %s", r.name, err, joinHint)
 	}
-	ic, id, err := n.memberAdd(wctx, r.etcdIPs, r.name, r.peerURL)
+	ic, id, wctx, endDeferral, err := n.memberAddWindowed(ctx, r.etcdIPs, r.name, r.peerURL)
+	defer endDeferral()
 	if err != nil {
 		// A refusal added nothing. Any other error may hide an add that
 		// landed (its answer lost): only an unstarted learner with this

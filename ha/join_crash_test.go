@@ -255,3 +255,70 @@ func TestJoinFailureAfterMemberAddRollsBack(t *testing.T) {
 		})
 	}
 }
+
+// TestJoinSignalWhileTheAddIsRefusedStopsIt: etcd refuses the join's
+// member-add while another member is still a learner (another join in
+// flight), and the join waits to try again with nothing added. A SIGINT
+// then stops the join there, as at any step before the add: nothing added,
+// no journal, no file left, although the learner that blocked it is gone
+// by the time the join would have tried again. The signal was once held
+// through the whole wait (the deferral window opened before the first
+// attempt), and the join then added its member.
+func TestJoinSignalWhileTheAddIsRefusedStopsIt(t *testing.T) {
+	t.Parallel() // its own simulated cluster
+	j := startJoinCluster(t, 2)
+	j.writeSentinel()
+	o := j.mint(time.Hour)
+	h := j.c.Host("cp2")
+	cli, err := j.c.Host("cp1").EtcdClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	blocker, err := cli.MemberAddAsLearner(j.ctx, []string{j.c.Host("cp3").PeerURL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sigs := make(chan os.Signal, 1)
+	run := interrupt.NewWithSignals(j.ctx, sigs, nil)
+	defer run.Stop()
+	var progress syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		_, err := reportingNodeOn(h, &progress).PrepareControlPlaneJoin(run.Context(), o)
+		done <- err
+	}()
+	const waiting = "waiting for etcd to accept the member add of cp2 (another member is still a learner"
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(progress.String(), waiting); {
+		select {
+		case err := <-done:
+			t.Fatalf("the join returned (%v) before waiting on the learner; it printed:\n%s", err, progress.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the join never waited on the learner; it printed:\n%s", progress.String())
+		}
+	}
+	sigs <- syscall.SIGINT
+	// The learner that blocked the add goes: an attempt made now would land.
+	if _, err := cli.MemberRemove(j.ctx, blocker.Member.ID); err != nil {
+		t.Fatal(err)
+	}
+	err = <-done
+	if err == nil || !strings.Contains(err.Error(), "nothing was added") {
+		t.Fatalf("a join interrupted while etcd refused its add: %v, want it stopped with nothing added", err)
+	}
+	if got := strings.Join(j.members(), " "); got != "cp1:voter" {
+		t.Fatalf("a join interrupted while etcd refused its add changed the membership: %s", got)
+	}
+	if ok, _ := joinNodeOn(h).JoinIntentSurvives(j.ctx); ok {
+		t.Fatal("a join interrupted before its member-add left its journal")
+	}
+	for p := range snapshotFiles(t, h.Root()) {
+		t.Fatalf("a join interrupted before its member-add left %s", p)
+	}
+	if err := j.join("cp2", o); err != nil {
+		t.Fatalf("the same join command after the interrupted one: %v", err)
+	}
+	j.checkJoined()
+}

@@ -12,6 +12,8 @@ import (
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"stratum.dev/stratum/internal/interrupt"
 )
 
 // memberAddRetryFor bounds how long MemberAdd keeps retrying etcd's refusals
@@ -247,43 +249,69 @@ const memberNotFoundRetries = 5
 // is returned after its one attempt, wrapping errMemberAddRefused when it
 // says nothing was added.
 func (n *Node) memberAdd(ctx context.Context, cpIPs []string, newName, newPeerURL string) (string, uint64, error) {
+	ic, id, _, end, err := n.memberAddWindowed(ctx, cpIPs, newName, newPeerURL)
+	end()
+	return ic, id, err
+}
+
+// memberAddWindowed is memberAdd with each attempt inside a deferral window
+// of ctx's run (interrupt.WindowContext): a signal that arrives while an add
+// is in flight is held until its answer is known, so an add that landed is
+// never abandoned unrecorded. A refused attempt, which added nothing, closes
+// its window before the wait for the next, so a signal during that wait
+// stops the add there, with nothing added, as one before the add would. An
+// add that landed, or an error that may hide one (its answer lost), returns
+// with its window still open: wctx is the window's context and end closes
+// it, once the caller has recorded the member or rolled it back. On a
+// refusal end does nothing and wctx is ctx without its cancellation.
+func (n *Node) memberAddWindowed(ctx context.Context, cpIPs []string, newName, newPeerURL string) (ic string, id uint64, wctx context.Context, end func(), err error) {
+	closed := func() {}
+	refused := func(err error) (string, uint64, context.Context, func(), error) {
+		return "", 0, context.WithoutCancel(ctx), closed, err
+	}
 	if err := checkPeerURL(newPeerURL); err != nil {
-		return "", 0, fmt.Errorf("etcd member add of %s: %w: %w", newName, errMemberAddRefused, err)
+		return refused(fmt.Errorf("etcd member add of %s: %w: %w", newName, errMemberAddRefused, err))
 	}
 	if newName == "" {
-		return "", 0, fmt.Errorf("etcd member add of %s: no member name given: %w", newPeerURL, errMemberAddRefused)
+		return refused(fmt.Errorf("etcd member add of %s: no member name given: %w", newPeerURL, errMemberAddRefused))
 	}
 	deadline := time.Now().Add(memberAddRetryFor)
 	backoff := 100 * time.Millisecond
 	notFound := 0
 	report := waitReporter{n: n}
 	for attempt := 1; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return refused(fmt.Errorf("etcd member add of %s: stopped before it (%w); %w", newName, context.Cause(ctx), errMemberAddRefused))
+		}
 		n.log.Debug("etcd member add attempt", "member", newName, "peerURL", newPeerURL, "attempt", attempt)
-		ic, id, err := n.memberAddOnce(ctx, cpIPs, newName, newPeerURL)
+		wctx, end := interrupt.WindowContext(ctx)
+		ic, id, err := n.memberAddOnce(wctx, cpIPs, newName, newPeerURL)
 		if err == nil {
-			return ic, id, nil
+			return ic, id, wctx, end, nil
 		}
 		if etcdErrIs(err, rpctypes.ErrMemberNotFound) {
 			notFound++
 		}
+		nothingAdded := errors.Is(err, errMemberAddRefused) || addRefusedNothingAdded(err) || etcdErrIs(err, rpctypes.ErrPeerURLExist)
+		if !nothingAdded {
+			return "", 0, wctx, end, err // it may hide an add that landed: the caller rolls back in the window
+		}
+		end() // nothing was added: a signal held during the attempt stops the add now
 		if !addRefusedNothingAdded(err) || notFound > memberNotFoundRetries {
-			switch {
-			case errors.Is(err, errMemberAddRefused):
-				return "", 0, err
-			case addRefusedNothingAdded(err) || etcdErrIs(err, rpctypes.ErrPeerURLExist):
-				return "", 0, fmt.Errorf("%w: %w", errMemberAddRefused, err)
+			if errors.Is(err, errMemberAddRefused) {
+				return refused(err)
 			}
-			return "", 0, err
+			return refused(fmt.Errorf("%w: %w", errMemberAddRefused, err))
 		}
 		if time.Now().Add(backoff).After(deadline) {
-			return "", 0, fmt.Errorf("etcd member add of %s (%s): still refused after %d attempts over %s; %w. Check the cluster's health (EtcdClusterHealthy) and learners, then retry: %w",
-				newName, newPeerURL, attempt, memberAddRetryFor, errMemberAddRefused, err)
+			return refused(fmt.Errorf("etcd member add of %s (%s): still refused after %d attempts over %s; %w. Check the cluster's health (EtcdClusterHealthy) and learners, then retry: %w",
+				newName, newPeerURL, attempt, memberAddRetryFor, errMemberAddRefused, err))
 		}
 		n.log.Info("etcd refused the member add; nothing was added, retrying", "member", newName, "peerURL", newPeerURL, "attempt", attempt, "in", backoff, "err", err)
 		report.waiting("etcd to accept the member add of %s (%s; nothing was added yet)", newName, addRefusalReason(err))
 		select {
 		case <-ctx.Done():
-			return "", 0, fmt.Errorf("etcd member add of %s: %w (last refusal: %v); %w", newName, ctx.Err(), err, errMemberAddRefused)
+			return refused(fmt.Errorf("etcd member add of %s: stopped while waiting (%w; last refusal: %v); %w", newName, context.Cause(ctx), err, errMemberAddRefused))
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, memberAddBackoffMax)
