@@ -345,12 +345,15 @@ func (r *joinRun) refuse(ctx context.Context) error {
 	if err := checkJoinOptions(o); err != nil {
 		return err
 	}
-	for _, c := range []struct{ what, ip string }{{"--node-ip", o.NodeIP}, {"spec.network.nodeIP", o.ConfigNodeIP}} {
-		if c.ip == "" {
-			continue
-		}
-		if err := checkLocalIP(h, c.ip); err != nil {
-			return fmt.Errorf("control-plane join refused: %s %s: %w; nothing was changed: pass an address of this host", c.what, c.ip, err)
+	// The node IP given, the one that wins by host.ResolveNodeIP's
+	// precedence (a flag overrides the config file), must be this host's; a
+	// detected one is by construction.
+	if c, err := host.ResolveNodeIP(o.NodeIP, o.ConfigNodeIP, "", func() (string, error) { return "", nil }); err != nil {
+		return fmt.Errorf("control-plane join refused: %w; nothing was changed", err)
+	} else if c.Source != "detected" {
+		what := map[string]string{"flag": "--node-ip", "config": "spec.network.nodeIP", "env": "$NODE_IP"}[c.Source]
+		if err := checkLocalIP(h, c.IP); err != nil {
+			return fmt.Errorf("control-plane join refused: %s %s: %w; nothing was changed: pass an address of this host", what, c.IP, err)
 		}
 	}
 	release, err := nodelock.AcquireBoth(h, "stratum server (control-plane join)")

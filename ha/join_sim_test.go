@@ -294,9 +294,17 @@ func TestJoinRefusalsChangeNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// After every refusal, the good command still joins.
+	// A config file's node IP that is not this host's.
+	foreignConfig := good
+	foreignConfig.ConfigNodeIP = j.c.Host("cp1").IP().String()
+	j.joinRefused("cp2", foreignConfig, nil, "spec.network.nodeIP "+foreignConfig.ConfigNodeIP)
+
+	// After every refusal, the good command still joins; --node-ip
+	// overrides the config file's foreign address, which is not judged.
+	good.ConfigNodeIP = foreignConfig.ConfigNodeIP
+	good.NodeIP = j.c.Host("cp2").IP().String()
 	if err := j.join("cp2", good); err != nil {
-		t.Fatalf("join after the refusals: %v", err)
+		t.Fatalf("join after the refusals (--node-ip over a foreign config node IP): %v", err)
 	}
 	if got := strings.Join(j.members(), " "); got != "cp1:voter cp2:voter" {
 		t.Fatalf("members: %s", got)

@@ -26,8 +26,9 @@ func (c NodeIPChoice) String() string { return c.IP + " (from " + c.Source + ")"
 // config so that a node whose config changed does not silently move: moving
 // a control plane's address invalidates its certificates and its etcd peer
 // URL, and is refused elsewhere unless asked for with the flag. Every explicit
-// value must be a valid IP address; an invalid one is an error naming its
-// source, never skipped for the next.
+// value must be a valid IP address, or "v4,v6" for a dual-stack node (as
+// detection gives it); an invalid one is an error naming its source, never
+// skipped for the next.
 func ResolveNodeIP(flag, config, state string, detect func() (string, error)) (NodeIPChoice, error) {
 	for _, c := range []NodeIPChoice{
 		{flag, "flag"}, {state, "saved"}, {config, "config"}, {strings.TrimSpace(os.Getenv("NODE_IP")), "env"},
@@ -35,14 +36,11 @@ func ResolveNodeIP(flag, config, state string, detect func() (string, error)) (N
 		if c.IP == "" {
 			continue
 		}
-		ip, err := netip.ParseAddr(c.IP)
+		ip, err := nodeIPs(c.IP)
 		if err != nil {
-			return NodeIPChoice{}, fmt.Errorf("node IP %q from %s is not an IP address", c.IP, c.Source)
+			return NodeIPChoice{}, fmt.Errorf("node IP %q from %s %w", c.IP, c.Source, err)
 		}
-		if ip.IsUnspecified() || ip.IsMulticast() {
-			return NodeIPChoice{}, fmt.Errorf("node IP %s from %s cannot be a node's address", c.IP, c.Source)
-		}
-		return NodeIPChoice{IP: ip.String(), Source: c.Source}, nil
+		return NodeIPChoice{IP: ip, Source: c.Source}, nil
 	}
 	if detect == nil {
 		return NodeIPChoice{}, errors.New("no node IP given (--node-ip, spec.network.nodeIP or $NODE_IP) and no way to detect one")
@@ -52,6 +50,34 @@ func ResolveNodeIP(flag, config, state string, detect func() (string, error)) (N
 		return NodeIPChoice{}, fmt.Errorf("detect the node IP: %w; pass --node-ip", err)
 	}
 	return NodeIPChoice{IP: ip, Source: "detected"}, nil
+}
+
+// nodeIPs is an explicit node IP value in its canonical form: one address,
+// or two of different families, "v4,v6", for a dual-stack node (the first
+// is the node's primary address, which etcd and the apiserver advertise).
+// Each must be an address a node can have. Its error completes "node IP X
+// from SOURCE ...".
+func nodeIPs(v string) (string, error) {
+	parts := strings.Split(v, ",")
+	if len(parts) > 2 {
+		return "", errors.New("names more than two addresses (one, or v4,v6 for a dual-stack node)")
+	}
+	var out []string
+	var families []bool
+	for _, p := range parts {
+		ip, err := netip.ParseAddr(strings.TrimSpace(p))
+		if err != nil {
+			return "", errors.New("is not an IP address (or v4,v6 for a dual-stack node)")
+		}
+		if ip.IsUnspecified() || ip.IsMulticast() {
+			return "", fmt.Errorf("holds %s, which cannot be a node's address", ip)
+		}
+		out, families = append(out, ip.String()), append(families, ip.Is4())
+	}
+	if len(families) == 2 && families[0] == families[1] {
+		return "", errors.New("names two addresses of one family: a dual-stack node's are one IPv4 and one IPv6")
+	}
+	return strings.Join(out, ","), nil
 }
 
 // ErrNoNodeAddress matches a detection that found no address a node may run

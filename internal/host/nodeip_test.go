@@ -30,6 +30,11 @@ func TestResolveNodeIPPrecedence(t *testing.T) {
 		{"detected last", "", "", "", "", NodeIPChoice{"192.0.2.9", "detected"}, ""},
 		{"a bad flag is an error, not skipped", "not-an-ip", "192.0.2.2", "", "", NodeIPChoice{}, "from flag"},
 		{"unspecified refused", "0.0.0.0", "", "", "", NodeIPChoice{}, "cannot be"},
+		{"dual-stack config", "", "192.0.2.2, 2001:db8::2", "", "", NodeIPChoice{"192.0.2.2,2001:db8::2", "config"}, ""},
+		{"dual-stack saved, IPv6 first", "", "", "2001:db8::3,192.0.2.3", "", NodeIPChoice{"2001:db8::3,192.0.2.3", "saved"}, ""},
+		{"two IPv4 refused", "", "192.0.2.2,192.0.2.5", "", "", NodeIPChoice{}, "one family"},
+		{"three refused", "192.0.2.1,2001:db8::1,192.0.2.5", "", "", "", NodeIPChoice{}, "more than two"},
+		{"a bad half refused", "192.0.2.1,nope", "", "", "", NodeIPChoice{}, "from flag is not an IP address"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("NODE_IP", tc.env)
