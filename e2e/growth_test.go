@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"maps"
 	"os"
@@ -16,16 +18,19 @@ import (
 
 // TestSingleControlPlaneGrowsIntoHA is the other way a cluster begins on
 // real machines: one control plane without a VIP (its clients on its own
-// address), a second joined with the command printed there, then the VIP
+// address), a second joined with the command printed there (its clients on
+// its own apiserver, never the server it joined through), then the VIP
 // adopted and every node's clients moved onto it, as docs/cli.md tells it:
-// `stratum up --vip` is refused beside a running supervisor (nothing
-// changed), so each control plane's supervisor is stopped and started again
-// with `--vip` (its apiserver certificate reissued to cover the VIP), then
-// `stratum repoint --vip` runs through the running supervisor. A third joins
-// with a command minted after, through the VIP. Last, the VIP holder's
-// stratum is SIGKILLed and kubectl through the VIP answers from a survivor
-// within 20 s: the control planes that joined before the VIP existed serve
-// it with certificates that cover it, as clients nobody here wrote check.
+// cp1 adopts it through its running supervisor (`stratum up --vip` beside
+// it: the apiserver certificate reissued to cover the VIP and the apiserver
+// restarted onto it, the supervisor and etcd running on; a different VIP
+// then refused, nothing changed), cp2 as it starts (its supervisor stopped,
+// then `up --vip`), then `stratum repoint --vip` runs through each running
+// supervisor. A third joins with a command minted after, through the VIP.
+// Last, the VIP holder's stratum is SIGKILLed and kubectl through the VIP
+// answers from a survivor within 20 s: the control planes that joined before
+// the VIP existed serve it with certificates that cover it, as clients
+// nobody here wrote check.
 func TestSingleControlPlaneGrowsIntoHA(t *testing.T) {
 	t.Parallel() // its own machines; the other real-host test runs beside it
 	tools, nw := installedMachines(t, 3)
@@ -44,38 +49,45 @@ func TestSingleControlPlaneGrowsIntoHA(t *testing.T) {
 	}
 	up2 := cp2.Start(tools.shell(join)...)
 	waitSupervising(t, up2, 3*time.Minute)
-	if server := kubeconfigServer(ctx, t, tools, cp2); server == vipURL {
-		t.Fatalf("cp2's admin kubeconfig targets the VIP %s before any control plane adopted it", server)
+	if server, own := kubeconfigServer(ctx, t, tools, cp2), "https://"+cp2.IP().String()+":6443"; server != own {
+		t.Fatalf("cp2's admin kubeconfig targets %s, want its own apiserver %s: no VIP yet, and never the server it joined through", server, own)
 	}
 
-	// `up --vip` beside the running supervisor: refused, and neither the
-	// node state nor the apiserver certificate changed, the supervisor
-	// still running.
+	// cp1 adopts the VIP through its running supervisor: the node state
+	// records it, the apiserver certificate is reissued to cover it, and
+	// the supervisor (etcd with it) keeps running.
+	o, e, err := cp1.Run(ctx, tools.stratum, "up", "--vip", vip)
+	if err != nil || !strings.Contains(o, "adopting the VIP "+vip+" through it") {
+		t.Fatalf("stratum up --vip beside cp1's running supervisor = %v, want it adopted through the supervisor\nstdout:\n%s\nstderr:\n%s", err, o, e)
+	}
+	t.Logf("stratum up --vip beside cp1's supervisor printed:\n%s", o)
+	select {
+	case <-up1.Done():
+		t.Fatalf("cp1's supervisor exited when the VIP was adopted through it:\n%s", up1.Tail(20))
+	default:
+	}
+	if st := readMachineFiles(t, cp1, nodestate.Path)[nodestate.Path]; !strings.Contains(st, `"`+vip+`"`) {
+		t.Fatalf("cp1's node state after the VIP was adopted does not record it:\n%s", st)
+	}
+	certCoversIP(t, cp1, vip)
+	// A different VIP now: refused, nothing changed.
 	kept := []string{nodestate.Path, version.PKIFile("apiserver.crt")}
 	before := readMachineFiles(t, cp1, kept...)
-	o, e, err := cp1.Run(ctx, tools.stratum, "up", "--vip", vip)
-	if exitCode(err) != refusedExit || !strings.Contains(e, "supervisor already answers") || !strings.Contains(e, "to adopt the VIP "+vip) {
-		t.Fatalf("stratum up --vip beside cp1's running supervisor = %v, want exit %d naming the supervisor and how to adopt the VIP\nstdout:\n%s\nstderr:\n%s", err, refusedExit, o, e)
+	other := cp3.IP().String() // any address but the VIP
+	if o, e, err := cp1.Run(ctx, tools.stratum, "up", "--vip", other); exitCode(err) != refusedExit || !strings.Contains(e, "this cluster's VIP is "+vip) {
+		t.Fatalf("stratum up --vip %s on cp1, whose VIP is %s: %v, want exit %d naming the VIP\nstdout:\n%s\nstderr:\n%s", other, vip, err, refusedExit, o, e)
 	}
-	t.Logf("stratum up --vip beside the supervisor refused: %s", firstLine(e))
 	if after := readMachineFiles(t, cp1, kept...); !maps.Equal(before, after) {
 		t.Fatalf("a refused stratum up --vip changed %v on cp1", kept)
 	}
-	select {
-	case <-up1.Done():
-		t.Fatalf("cp1's supervisor exited after a refused stratum up --vip:\n%s", up1.Tail(20))
-	default:
-	}
 
-	// The VIP adopted on each, one at a time, then the clients moved.
-	supervisor := map[*host]*proc{}
-	for _, h := range []*host{cp1, cp2} {
-		signalStratum(t, h, syscall.SIGTERM)
-		waitNoServers(t, h)
-		p := h.Start(tools.stratum, "up", "--vip", vip)
-		waitSupervising(t, p, 3*time.Minute)
-		supervisor[h] = p
-	}
+	// cp2 adopts it as it starts: its supervisor stopped, then `up --vip`.
+	supervisor := map[*host]*proc{cp1: up1}
+	signalStratum(t, cp2, syscall.SIGTERM)
+	waitNoServers(t, cp2)
+	supervisor[cp2] = cp2.Start(tools.stratum, "up", "--vip", vip)
+	waitSupervising(t, supervisor[cp2], 3*time.Minute)
+	certCoversIP(t, cp2, vip)
 	for _, h := range []*host{cp1, cp2} {
 		out := tools.run(ctx, t, h, "repoint", "--vip", vip)
 		t.Logf("stratum repoint --vip on %s printed:\n%s", h.Name(), out)
@@ -141,6 +153,23 @@ func waitVIPAnswersAfter(ctx context.Context, t *testing.T, tl *tools, nw *netwo
 		time.Sleep(250 * time.Millisecond)
 	}
 	t.Logf("kubectl through the VIP answered %s after the holder died; holder now %s", time.Since(killed).Round(100*time.Millisecond), vipHolder(ctx, t, nw).Name())
+}
+
+// certCoversIP fails t unless h's apiserver certificate names ip.
+func certCoversIP(t *testing.T, h *host, ip string) {
+	t.Helper()
+	p := version.PKIFile("apiserver.crt")
+	block, _ := pem.Decode([]byte(readMachineFiles(t, h, p)[p]))
+	if block == nil {
+		t.Fatalf("%s's %s holds no PEM certificate", h.Name(), p)
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cert.VerifyHostname(ip) != nil {
+		t.Fatalf("%s's apiserver certificate does not cover %s (it names %v)", h.Name(), ip, cert.IPAddresses)
+	}
 }
 
 // readMachineFiles reads each of paths on h's machine.

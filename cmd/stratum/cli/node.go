@@ -109,6 +109,9 @@ from. On a node with saved control-plane state it starts what that state records
 (the flags are then not used, except --vip on a control plane that has none: a single
 control plane growing into HA adopts the VIP, and its apiserver certificate is reissued
 to cover it before kube-vip takes it; then "stratum repoint --vip" moves its clients).
+Beside this node's running supervisor, "stratum up --vip" adopts the VIP through it:
+the apiserver restarts onto the reissued certificate and the VIP candidate starts,
+while etcd and the supervisor keep running.
 On a node where a join was interrupted after its etcd member-add (a surviving join
 intent journal) it refuses, naming the journal and the command that recovers it.
 
@@ -126,9 +129,8 @@ them all. Other stratum commands reach it through /run/stratum/supervisor.sock;
   # Restart a control plane from its saved state
   stratum up
 
-  # A single control plane growing into HA: adopt a VIP (its running supervisor
-  # stopped first), then move its clients onto it
-  systemctl stop stratum
+  # A single control plane growing into HA: adopt a VIP (through its running
+  # supervisor, or as it starts), then move its clients onto it
   stratum up --vip 10.0.0.10
   stratum repoint --vip 10.0.0.10`,
 		Args: usageArgs(cobra.NoArgs),
@@ -154,8 +156,8 @@ them all. Other stratum commands reach it through /run/stratum/supervisor.sock;
 					return n.Up(ctx, o)
 				})
 				if o.VIP.Address != "" && errors.Is(err, supervisor.ErrAlreadyRunning) {
-					// Most likely a single control plane growing into HA.
-					return refusedf("%w; to adopt the VIP %s on this running control plane, stop its supervisor (`systemctl stop stratum`, or SIGTERM to the running `stratum up`), then run `stratum up --vip %s` again: the node state keeps the VIP for every later start", err, o.VIP.Address, o.VIP.Address)
+					// A single control plane growing into HA, running.
+					return a.adoptVIPThroughSupervisor(cmd.Context(), o)
 				}
 				return err
 			}
@@ -181,6 +183,30 @@ them all. Other stratum commands reach it through /run/stratum/supervisor.sock;
 	fl.StringVar(&f.config, "config", "", "read the network, VIP, profile, SELinux and Cilium settings from this YAML `FILE` (kind ControlPlaneConfig); flags override it")
 	f.superviseFlags.add(cmd)
 	return cmd
+}
+
+// adoptVIPThroughSupervisor is `stratum up --vip` on a control plane whose
+// supervisor already runs: the same start, its services reached through the
+// supervisor's control socket as every other command reaches them. The VIP
+// is recorded, the apiserver certificate reissued to cover it and the
+// apiserver restarted onto it, then the supervisor's VIP candidate started;
+// etcd and the supervisor itself keep running. A node whose VIP is another
+// is refused by the start's own refusal, with nothing changed.
+func (a *app) adoptVIPThroughSupervisor(ctx context.Context, o ha.BootstrapOptions) error {
+	n, _, err := a.localNode()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stdout, "a stratum supervisor runs this control plane: adopting the VIP %s through it (%s)\n", o.VIP.Address, supervisor.SocketPath)
+	st, err := n.Up(ctx, o)
+	if err != nil {
+		return explainHost(err)
+	}
+	a.printState("VIP adopted", st)
+	if st.Server != "https://"+net.JoinHostPort(st.VIP.Address, fmt.Sprint(version.APIServerPort)) {
+		fmt.Fprintf(a.stdout, "this node's clients still target %s: move them onto the VIP with `stratum repoint --vip %s`\n", st.Server, st.VIP.Address)
+	}
+	return nil
 }
 
 // serverFlags are `stratum server`'s flags.
