@@ -8,6 +8,7 @@ import (
 	"maps"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -300,6 +301,9 @@ func (n *Node) publish(ctx context.Context, certKeyHex string, owner *metav1.Own
 			return fmt.Errorf("%s: maintenance fence recheck refused the publication: %w; nothing was written", op, err)
 		}
 	}
+	if o.apiservers == nil {
+		o.apiservers = n.servingAPIServers(ctx)
+	}
 	if err := n.GrantCertsReaderProbing(ctx, cs, o.apiservers); err != nil {
 		return fmt.Errorf("%s: %w; the Secret was not written", op, err)
 	}
@@ -463,6 +467,59 @@ func (n *Node) restConfig(kc []byte) (*rest.Config, error) {
 	cfg.Dial = n.env.Host.DialContext
 	cfg.Timeout = apiTimeout
 	return cfg, nil
+}
+
+// servingAPIServers are admin client configs of the kube-apiservers the
+// cluster's control planes serve now: one at each started etcd member's
+// address (a control plane's etcd and apiserver share it) whose /readyz
+// answers. A publication probes each of them for the fence policy's
+// enforcement, not only the one its client reaches (the VIP holder's or
+// this node's): every apiserver syncs its admission cache on its own. One
+// that does not answer now serves nobody, and one that starts later syncs
+// its policies before it serves. A node without etcd membership in its
+// state, or whose members cannot be listed, has none to add.
+func (n *Node) servingAPIServers(ctx context.Context) []*rest.Config {
+	st, err := nodestate.Load(n.env.Host)
+	if err != nil || st.Etcd.ClientURL == "" {
+		return nil
+	}
+	ips, err := n.MemberClientIPsVia(ctx, []string{urlHostOf(st.Etcd.ClientURL)})
+	if err != nil {
+		n.log.Warn("the serving apiservers could not be listed: the fence policy is probed through the admin kubeconfig's server only", "err", err)
+		return nil
+	}
+	kc, err := n.env.Host.ReadFile(version.Kubeconfig(kubeconfig.Admin))
+	if err != nil {
+		return nil
+	}
+	base, err := n.restConfig(kc)
+	if err != nil {
+		return nil
+	}
+	var mu sync.Mutex
+	var out []*rest.Config
+	var wg sync.WaitGroup
+	for _, ip := range ips {
+		cfg := rest.CopyConfig(base)
+		cfg.Host = apiServerURL(ip)
+		wg.Go(func() {
+			probe := rest.CopyConfig(cfg)
+			probe.Timeout = time.Second
+			cs, err := kubernetes.NewForConfig(probe)
+			if err != nil {
+				return
+			}
+			if _, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx); err != nil {
+				n.log.Info("an apiserver does not answer: not probed for the fence policy", "apiserver", cfg.Host, "err", err)
+				return
+			}
+			mu.Lock()
+			out = append(out, cfg)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return out
 }
 
 // adminClient is a clientset from this node's admin kubeconfig.

@@ -951,6 +951,33 @@ func TestFencePolicyEnforcedOnEveryAPIServer(t *testing.T) {
 	if _, err := e.admin.RbacV1().Roles("kube-system").Get(ctx, "stratum:certs-reader", metav1.GetOptions{}); err != nil {
 		t.Fatalf("Role after the grant: %v", err)
 	}
+
+	// The production path (`stratum token create --control-plane` uploads
+	// with UploadCertsFenced) finds the serving apiservers itself: every
+	// control plane's, but one that does not answer, which serves nobody.
+	// It once probed only the admin kubeconfig's own.
+	if err := e.c.Host("cp3").StopAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	n, logs := loggedNodeOn(e.cp1)
+	k, _ := ha.NewCertKey()
+	if err := n.UploadCertsFenced(ctx, k, nil); err != nil {
+		t.Fatalf("an upload with cp3's apiserver down: %v", err)
+	}
+	var probed string
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, "the join fence policy is enforced") {
+			probed = l
+		}
+	}
+	for _, name := range []string{"cp1", "cp2"} {
+		if !strings.Contains(probed, e.c.Host(name).APIServerURL()) {
+			t.Errorf("the upload did not probe %s's apiserver for the fence policy: %q", name, probed)
+		}
+	}
+	if strings.Contains(probed, e.c.Host("cp3").APIServerURL()) {
+		t.Errorf("the upload probed cp3's stopped apiserver: %q", probed)
+	}
 }
 
 // TestRekeyRefusedWhenFenceLostWhileStalled: a rekey that stalls before its

@@ -114,6 +114,11 @@ func (n *Node) GrantCertsReaderProbing(ctx context.Context, cs kubernetes.Interf
 	if err := waitFenceEnforced(ctx, probes); err != nil {
 		return fmt.Errorf("grant certs reader: %w; the Role was not written", err)
 	}
+	hosts := []string{"the client's own"}
+	for _, cfg := range apiservers {
+		hosts = append(hosts, cfg.Host)
+	}
+	n.log.Info("the join fence policy is enforced", "apiservers", strings.Join(hosts, " "))
 	if err := ensureFenceLease(ctx, cs); err != nil {
 		return err
 	}
