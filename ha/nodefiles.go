@@ -5,16 +5,14 @@ import (
 	"net/netip"
 	"strings"
 
+	"stratum.dev/stratum/internal/controlplane"
 	"stratum.dev/stratum/internal/host"
 	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/version"
 )
 
-// Paths of the node config files the assembly writes.
-const (
-	kubeletConfigPath = version.K8sConfDir + "/kubelet-config.yaml"
-	auditPolicyPath   = version.K8sConfDir + "/audit-policy.yaml"
-)
+// kubeletConfigPath is the kubelet config the assembly writes.
+const kubeletConfigPath = version.K8sConfDir + "/kubelet-config.yaml"
 
 // writeRuntimeConfigs renders the kubelet's configuration from the node
 // state: the cluster DNS (the tenth service address, as kubeadm), the
@@ -87,8 +85,8 @@ rules:
     resources: ["secrets", "configmaps"]
 - level: Metadata
 `
-		if err := h.WriteFile(auditPolicyPath, []byte(policy), 0o600); err != nil {
-			return fmt.Errorf("write %s: %w", auditPolicyPath, err)
+		if err := h.WriteFile(controlplane.AuditPolicyPath, []byte(policy), 0o600); err != nil {
+			return fmt.Errorf("write %s: %w", controlplane.AuditPolicyPath, err)
 		}
 		return nil
 	}

@@ -17,6 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"stratum.dev/stratum/internal/assets"
+	"stratum.dev/stratum/internal/controlplane"
+	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/version"
 )
 
@@ -82,7 +84,13 @@ func (h *Host) apiServerArgs() []string {
 	args.Set("audit-log-maxage", "0")
 	args.Set("event-ttl", "5m")
 	args.Set("v", "1")
-	return args.AsStrings(nil)
+	out := args.AsStrings(nil)
+	// The node profile's flags, as a real host's apiserver gets them: the
+	// cis profile's audit log, by the policy the node assembly wrote.
+	if st, err := nodestate.Load(h.files); err == nil {
+		out = append(out, controlplane.ProfileAPIServerArgs(st.Profile, h.Path)...)
+	}
+	return out
 }
 
 // startAPIServer starts the host's kube-apiserver and waits until it reports

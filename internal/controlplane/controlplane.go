@@ -39,6 +39,32 @@ const DefaultBinDir = "/var/lib/stratum/bin"
 // LogDir is where the supervisor appends each service's log.
 const LogDir = "/var/log/stratum"
 
+// The cis profile's audit log: the policy ha writes at the node assembly,
+// and the log the apiserver writes by it.
+const (
+	AuditPolicyPath = version.K8sConfDir + "/audit-policy.yaml"
+	AuditLogPath    = LogDir + "/kube-apiserver-audit.log"
+)
+
+// ProfileAPIServerArgs are the kube-apiserver flags a node profile adds.
+// The cis profile's are its audit log (CIS Kubernetes Benchmark 1.2.16 to
+// 1.2.19): the policy ha wrote, the log file, and its retention (30 days,
+// 10 files of 100 MB). path maps a host path to the one the apiserver
+// opens: the identity on a real host, the host's directory in the
+// simulator. A node without a profile adds none.
+func ProfileAPIServerArgs(profile string, path func(string) string) []string {
+	if profile != "cis" {
+		return nil
+	}
+	return []string{
+		"--audit-policy-file=" + path(AuditPolicyPath),
+		"--audit-log-path=" + path(AuditLogPath),
+		"--audit-log-maxage=30",
+		"--audit-log-maxbackup=10",
+		"--audit-log-maxsize=100",
+	}
+}
+
 // Binary names inside the bin directory.
 const (
 	EtcdBinary      = "etcd"
@@ -199,6 +225,7 @@ func APIServerArgs(st *nodestate.NodeState, files host.Files) ([]string, error) 
 		"--profiling=false",
 		"--v=1",
 	}
+	args = append(args, ProfileAPIServerArgs(st.Profile, func(p string) string { return p })...)
 	if _, err := files.Stat(certbundle.EncryptionConfigPath); err == nil {
 		args = append(args, "--encryption-provider-config="+certbundle.EncryptionConfigPath)
 	} else if !errors.Is(err, fs.ErrNotExist) {

@@ -83,7 +83,20 @@ func TestAPIServerArgsFromNodeState(t *testing.T) {
 	if !slices.Contains(args, "--encryption-provider-config="+certbundle.EncryptionConfigPath) {
 		t.Fatalf("the node's at-rest encryption config is not used: %v", args)
 	}
+	for _, a := range args {
+		if strings.HasPrefix(a, "--audit-") {
+			t.Fatalf("an audit flag on a node without a profile: %s", a)
+		}
+	}
 	st := joinedState()
+	st.Profile = "cis"
+	args, _ = APIServerArgs(st, files)
+	for _, want := range []string{"--audit-policy-file=" + AuditPolicyPath, "--audit-log-path=" + AuditLogPath, "--audit-log-maxage=30"} {
+		if !slices.Contains(args, want) {
+			t.Errorf("a cis node's apiserver args lack %s: %v", want, args)
+		}
+	}
+	st = joinedState()
 	st.NodeIP = ""
 	if _, err := APIServerArgs(st, files); err == nil {
 		t.Fatal("a node state without a node IP rendered apiserver flags")
