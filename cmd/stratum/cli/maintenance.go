@@ -34,9 +34,9 @@ func (a *app) certsReuploadCmd() *cobra.Command {
 	return a.republishCmd("reupload",
 		"Publish this node's current shared certificates again (after a CA rotation), retiring pending grants",
 		`Re-encrypt the shared certificates as they are on this control plane's disk now (the
-CAs, the service-account key, trust bundles and any staged CAs of a rotation) into the
-stratum-certs Secret under a fresh certificate-key, so a control plane joining after a CA
-rotation receives the new material. Every pending grant is removed in the same update: it
+cluster, front-proxy and etcd CAs with their keys, the service-account key pair, and the
+at-rest encryption config) into the stratum-certs Secret under a fresh certificate-key, so
+a control plane joining after the CA files were replaced receives the new material. Every pending grant is removed in the same update: it
 was sealed with the pre-rotation material and cannot be re-sealed, so join commands minted
 before fail at decryption and new ones are minted. It holds the maintenance fence and
 refuses, changing nothing, while another operation holds it.`,
