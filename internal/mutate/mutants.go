@@ -55,6 +55,51 @@ var mutants = []mutant{
 		},
 	},
 	{
+		Name: "restore-ignores-its-own-data",
+		File: "ha/snapshot.go",
+		Old:  "p.oldRevision = p.localRevision",
+		New:  "p.oldRevision = 0",
+		Tests: [][]string{
+			{"./ha", "-run", "TestSnapshotRestoreNeverMovesTheRevisionBack"},
+		},
+	},
+	{
+		Name: "joined-kubeconfigs-target-the-join-url",
+		File: "ha/join.go",
+		Old:  "st.Server = apiServerURL(r.nodeIP)",
+		New:  "st.Server = o.Server",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestJoinedControlPlaneOutlivesItsJoinServer"},
+		},
+	},
+	{
+		Name: "join-holds-a-signal-while-its-add-is-refused",
+		File: "ha/membership.go",
+		Old:  "end() // nothing was added: a signal held during the attempt stops the add now",
+		New:  "_ = end",
+		Tests: [][]string{
+			{"./ha", "-run", "TestJoinSignalWhileTheAddIsRefusedStopsIt"},
+		},
+	},
+	{
+		Name: "upload-probes-one-apiserver",
+		File: "ha/certs.go",
+		Old:  "o.apiservers = n.servingAPIServers(ctx)",
+		New:  "o.apiservers = nil",
+		Tests: [][]string{
+			{"./ha", "-run", "TestFencePolicyEnforcedOnEveryAPIServer"},
+		},
+	},
+	{
+		Name: "cis-profile-not-audited",
+		File: "internal/controlplane/controlplane.go",
+		Old:  "if profile != \"cis\" {",
+		New:  "if true {",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestCISProfileAuditsTheAPIServer"},
+		},
+	},
+	{
 		Name: "join-ignores-published-members",
 		File: "ha/certs.go",
 		Old:  "withPublishedEtcdURLs(publishedEtcdURLs(s.Annotations[etcdClientURLsAnnotation]), g.EtcdEndpoints)",
