@@ -861,7 +861,7 @@ func (n *Node) checkNoRetainedData() error {
 		return fmt.Errorf("%w? %s cannot be read (%v), so it may hold data; nothing was changed: make it readable, or remove it if the data is unwanted, then %s", ErrRetainedData, version.EtcdDataDir, err, joinHint)
 	}
 	if len(entries) > 0 {
-		return fmt.Errorf("%w in %s; nothing was changed: if this node was a member before, rejoin it with `stratum etcd rejoin --server <cp>`; if the data is unwanted, remove the directory and %s", ErrRetainedData, version.EtcdDataDir, joinHint)
+		return fmt.Errorf("%w in %s; nothing was changed: this machine was an etcd member before, and without its node state it cannot rejoin with that data: if its old member is still listed (`stratum etcd members` on a control plane), remove it there (`stratum etcd member remove <name>`), then remove the directory and %s", ErrRetainedData, version.EtcdDataDir, joinHint)
 	}
 	return nil
 }

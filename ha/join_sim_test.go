@@ -279,7 +279,7 @@ func TestJoinRefusalsChangeNothing(t *testing.T) {
 	if err := j.c.Host("cp2").Files().WriteFile("/var/lib/stratum/etcd/member/snap/db", []byte("old"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	j.joinRefused("cp2", good, ha.ErrRetainedData, "stratum etcd rejoin")
+	j.joinRefused("cp2", good, ha.ErrRetainedData, "stratum etcd member remove")
 	if err := j.c.Host("cp2").Files().RemoveAll("/var/lib/stratum/etcd"); err != nil {
 		t.Fatal(err)
 	}

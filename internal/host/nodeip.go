@@ -36,7 +36,7 @@ func ResolveNodeIP(flag, config, state string, detect func() (string, error)) (N
 		if c.IP == "" {
 			continue
 		}
-		ip, err := nodeIPs(c.IP)
+		ip, err := ParseNodeIP(c.IP)
 		if err != nil {
 			return NodeIPChoice{}, fmt.Errorf("node IP %q from %s %w", c.IP, c.Source, err)
 		}
@@ -52,12 +52,12 @@ func ResolveNodeIP(flag, config, state string, detect func() (string, error)) (N
 	return NodeIPChoice{IP: ip, Source: "detected"}, nil
 }
 
-// nodeIPs is an explicit node IP value in its canonical form: one address,
-// or two of different families, "v4,v6", for a dual-stack node (the first
-// is the node's primary address, which etcd and the apiserver advertise).
-// Each must be an address a node can have. Its error completes "node IP X
-// from SOURCE ...".
-func nodeIPs(v string) (string, error) {
+// ParseNodeIP is an explicit node IP value in its canonical form: one
+// address, or two of different families, "v4,v6", for a dual-stack node (the
+// first is the node's primary address, which etcd and the apiserver
+// advertise). Each must be an address a node can have. Its error completes
+// "node IP X ...".
+func ParseNodeIP(v string) (string, error) {
 	parts := strings.Split(v, ",")
 	if len(parts) > 2 {
 		return "", errors.New("names more than two addresses (one, or v4,v6 for a dual-stack node)")

@@ -89,6 +89,18 @@ func checkIP(flag, v string) error {
 	return nil
 }
 
+// checkNodeIP refuses a --node-ip that is not one address, or v4,v6 for a
+// dual-stack node, as bad usage.
+func checkNodeIP(v string) error {
+	if v == "" {
+		return nil
+	}
+	if _, err := host.ParseNodeIP(v); err != nil {
+		return usagef("--node-ip %q %v", v, err)
+	}
+	return nil
+}
+
 // upFlags are `stratum up`'s flags.
 type upFlags struct {
 	nodeIP, vip, podCIDR, serviceCIDR, clusterDomain, profile, config string
@@ -135,7 +147,7 @@ them all. Other stratum commands reach it through /run/stratum/supervisor.sock;
   stratum repoint --vip 10.0.0.10`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkIP("--node-ip", f.nodeIP); err != nil {
+			if err := checkNodeIP(f.nodeIP); err != nil {
 				return err
 			}
 			if err := checkIP("--vip", f.vip); err != nil {
@@ -174,7 +186,7 @@ them all. Other stratum commands reach it through /run/stratum/supervisor.sock;
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.nodeIP, "node-ip", "", "this node's `IP` for etcd and the apiserver (default: resolved from the host's addresses)")
+	fl.StringVar(&f.nodeIP, "node-ip", "", "this node's `IP` for etcd and the apiserver, or v4,v6 for a dual-stack node (default: resolved from the host's addresses)")
 	fl.StringVar(&f.vip, "vip", "", "the cluster's virtual `IP`, held by kube-vip on one control plane; joiners and clients reach the cluster through it")
 	fl.StringVar(&f.podCIDR, "pod-cidr", "", "the cluster's pod `CIDR` (default 10.244.0.0/16)")
 	fl.StringVar(&f.serviceCIDR, "service-cidr", "", "the cluster's service `CIDR` (default 10.96.0.0/12)")
@@ -250,6 +262,9 @@ not in the process list while the control plane runs.`,
     --ca-hash sha256:<64 hex digits> --certificate-key-file stratum-join-certificate-key`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkNodeIP(f.nodeIP); err != nil {
+				return err
+			}
 			tok, err := secret("--token", f.token, "--token-file", f.tokenFile, envToken)
 			if err != nil {
 				return err
@@ -308,7 +323,7 @@ not in the process list while the control plane runs.`,
 	fl.StringVar(&f.token, "token", "", "the control-plane bootstrap `token` (<id>.<secret>) (required)")
 	fl.StringVar(&f.caHash, "ca-hash", "", "the cluster CA's public-key `hash` (sha256:<hex>) (required)")
 	fl.StringVar(&f.certKey, "certificate-key", "", "the `key` (64 hex digits) the shared certificates were uploaded under (required)")
-	fl.StringVar(&f.nodeIP, "node-ip", "", "this node's `IP` (default: resolved from the host's addresses)")
+	fl.StringVar(&f.nodeIP, "node-ip", "", "this node's `IP`, or v4,v6 for a dual-stack node (default: resolved from the host's addresses)")
 	fl.StringVar(&f.vip, "vip", "", "the cluster's virtual `IP` this control plane also runs kube-vip for")
 	fl.StringVar(&f.tokenFile, "token-file", "", "read the bootstrap token from `FILE` (keeps it out of the process list; or set $"+envToken+")")
 	fl.StringVar(&f.config, "config", "", "read the network, VIP, profile, SELinux and Cilium settings from this YAML `FILE` (kind ControlPlaneConfig); flags override it")

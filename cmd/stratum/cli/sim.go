@@ -104,7 +104,7 @@ The kube-apiserver and etcd binaries come from "make assets".`,
 	cmd.Flags().IntVar(&f.controlPlanes, "control-planes", 3, "control planes to bring up (etcd member, kube-apiserver, VIP candidate each)")
 	cmd.Flags().IntVar(&f.spareHosts, "spare-hosts", 0, "further hosts with nothing on them (join targets)")
 	cmd.Flags().BoolVar(&f.keep, "keep", false, "keep the cluster running until Ctrl-C or SIGTERM")
-	cmd.Flags().StringVar(&f.events, "events", "", "write the simulation's event log to `FILE` as JSON at the end")
+	cmd.Flags().StringVar(&f.events, "events", "", "write the simulation's event log to `FILE` as JSON, rewritten as events arrive (follow a --keep run live) and once more at the end")
 	return cmd
 }
 

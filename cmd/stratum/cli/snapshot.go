@@ -20,7 +20,8 @@ func (a *app) snapshotCmd() *cobra.Command {
 		Short: "Save a snapshot of this control plane's etcd member to a file",
 		Long: `Stream a snapshot of this control plane's etcd member into <file> (written as
 <file>.part, its integrity hash checked, then renamed), and print its revision and key
-count. Exits 0 once saved, 1 on failure, 2 on bad usage.`,
+count. Exits 0 once saved, 1 on failure, 2 on bad usage, 3 when refused with nothing
+written (not a control plane).`,
 		Example: `  stratum snapshot save /root/etcd-backup.db`,
 		Args:    usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -110,6 +110,8 @@ func TestUpRefusesBadOptionsBeforeWriting(t *testing.T) {
 		{"VIP not an IP", []string{"--vip", "vip.example"}, ExitUsage, `--vip "vip.example" is not an IP address`},
 		{"node IP not this host's", []string{"--node-ip", "198.18.250.250"}, ExitRefused, "node IP 198.18.250.250 (from flag)"},
 		{"node IP not an IP", []string{"--node-ip", "cp1"}, ExitUsage, `--node-ip "cp1" is not an IP address`},
+		{"dual-stack node IP of one family", []string{"--node-ip", "127.0.0.1,127.0.0.2"}, ExitUsage, "one family"},
+		{"dual-stack node IP not this host's", []string{"--node-ip", "198.18.250.250,2001:db8::250"}, ExitRefused, "node IP 198.18.250.250 (from flag)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			opts, h := onTempHost(t)
