@@ -297,6 +297,9 @@ func (n *Node) memberAddWindowed(ctx context.Context, cpIPs []string, newName, n
 			return "", 0, wctx, end, err // it may hide an add that landed: the caller rolls back in the window
 		}
 		end() // nothing was added: a signal held during the attempt stops the add now
+		if ctx.Err() != nil {
+			return refused(fmt.Errorf("etcd member add of %s: stopped after a refused attempt (%w; the refusal: %v); %w", newName, context.Cause(ctx), err, errMemberAddRefused))
+		}
 		if !addRefusedNothingAdded(err) || notFound > memberNotFoundRetries {
 			if errors.Is(err, errMemberAddRefused) {
 				return refused(err)

@@ -202,12 +202,15 @@ them all. Other stratum commands reach it through /run/stratum/supervisor.sock;
 // supervisor's control socket as every other command reaches them. The VIP
 // is recorded, the apiserver certificate reissued to cover it and the
 // apiserver restarted onto it, then the supervisor's VIP candidate started;
-// etcd and the supervisor itself keep running. A node whose VIP is another
-// is refused by the start's own refusal, with nothing changed.
+// etcd and the supervisor itself keep running. A node without control-plane
+// state, or whose VIP is another, is refused with nothing changed.
 func (a *app) adoptVIPThroughSupervisor(ctx context.Context, o ha.BootstrapOptions) error {
-	n, _, err := a.localNode()
+	n, h, err := a.localNode()
 	if err != nil {
 		return err
+	}
+	if _, err := loadState(h); err != nil {
+		return err // a supervisor with no control plane to adopt the VIP on
 	}
 	fmt.Fprintf(a.stdout, "a stratum supervisor runs this control plane: adopting the VIP %s through it (%s)\n", o.VIP.Address, supervisor.SocketPath)
 	st, err := n.Up(ctx, o)
