@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"maps"
@@ -12,13 +13,14 @@ import (
 	"testing"
 	"time"
 
+	"stratum.dev/stratum/internal/controlplane"
 	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/version"
 )
 
 // TestSingleControlPlaneGrowsIntoHA is the other way a cluster begins on
 // real machines: one control plane without a VIP (its clients on its own
-// address), a second joined with the command printed there (its clients on
+// address; the cis profile, so its apiserver audits the join's grant), a second joined with the command printed there (its clients on
 // its own apiserver, never the server it joined through), then the VIP
 // adopted and every node's clients moved onto it, as docs/cli.md tells it:
 // cp1 adopts it through its running supervisor (`stratum up --vip` beside
@@ -40,8 +42,9 @@ func TestSingleControlPlaneGrowsIntoHA(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 
-	// A single controller, and a second joined through its own address.
-	up1 := cp1.Start(tools.stratum, "up")
+	// A single controller (the cis profile: its apiserver audits), and a
+	// second joined through its own address.
+	up1 := cp1.Start(tools.stratum, "up", "--profile", "cis")
 	waitSupervising(t, up1, 3*time.Minute)
 	join, _ := joinCommands(t, tools.run(ctx, t, cp1, "token", "create", "--control-plane"))
 	if want := "--server https://" + cp1.IP().String() + ":6443"; !strings.Contains(join, want) {
@@ -51,6 +54,12 @@ func TestSingleControlPlaneGrowsIntoHA(t *testing.T) {
 	waitSupervising(t, up2, 3*time.Minute)
 	if server, own := kubeconfigServer(ctx, t, tools, cp2), "https://"+cp2.IP().String()+":6443"; server != own {
 		t.Fatalf("cp2's admin kubeconfig targets %s, want its own apiserver %s: no VIP yet, and never the server it joined through", server, own)
+	}
+	// cp1's apiserver audited the join's grant: the bootstrap token's
+	// Secret, created through it by `token create`, at Metadata level.
+	audit := readMachineFiles(t, cp1, controlplane.AuditLogPath)[controlplane.AuditLogPath]
+	if !auditedTokenCreate(audit) {
+		t.Fatalf("cp1 (--profile cis) has no audit event of the bootstrap token's Secret in %s (%d bytes)", controlplane.AuditLogPath, len(audit))
 	}
 
 	// cp1 adopts the VIP through its running supervisor: the node state
@@ -153,6 +162,24 @@ func waitVIPAnswersAfter(ctx context.Context, t *testing.T, tl *tools, nw *netwo
 		time.Sleep(250 * time.Millisecond)
 	}
 	t.Logf("kubectl through the VIP answered %s after the holder died; holder now %s", time.Since(killed).Round(100*time.Millisecond), vipHolder(ctx, t, nw).Name())
+}
+
+// auditedTokenCreate reports whether an audit log holds the Metadata-level
+// create of a bootstrap token's Secret.
+func auditedTokenCreate(log string) bool {
+	for _, l := range strings.Split(log, "\n") {
+		var e struct {
+			Level, Verb string
+			ObjectRef   *struct{ Resource, Name string }
+		}
+		if json.Unmarshal([]byte(l), &e) != nil || e.ObjectRef == nil {
+			continue
+		}
+		if e.Verb == "create" && e.Level == "Metadata" && e.ObjectRef.Resource == "secrets" && strings.HasPrefix(e.ObjectRef.Name, "bootstrap-token-") {
+			return true
+		}
+	}
+	return false
 }
 
 // certCoversIP fails t unless h's apiserver certificate names ip.
