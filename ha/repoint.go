@@ -13,7 +13,6 @@ import (
 	"net/url"
 	"path"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -84,7 +83,7 @@ func (n *Node) VIPServes(ctx context.Context, vip string) (bool, error) {
 	}
 	defer tr.CloseIdleConnections()
 	cl := &http.Client{Transport: tr, Timeout: vipProbeTimeout}
-	u := "https://" + net.JoinHostPort(ip.String(), strconv.Itoa(version.APIServerPort)) + "/readyz"
+	u := apiServerURL(ip.String()) + "/readyz"
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return false, err

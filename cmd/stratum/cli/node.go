@@ -218,7 +218,7 @@ func (a *app) adoptVIPThroughSupervisor(ctx context.Context, o ha.BootstrapOptio
 		return explainHost(err)
 	}
 	a.printState("VIP adopted", st)
-	if st.Server != "https://"+net.JoinHostPort(st.VIP.Address, fmt.Sprint(version.APIServerPort)) {
+	if st.Server != apiServerURL(st.VIP.Address) {
 		fmt.Fprintf(a.stdout, "this node's clients still target %s: move them onto the VIP with `stratum repoint --vip %s`\n", st.Server, st.VIP.Address)
 	}
 	return nil

@@ -165,6 +165,11 @@ func waitAPIServerServes(ctx context.Context, h host.Host) error {
 	return controlplane.WaitAPIServerReady(ctx, ip, ca)
 }
 
+// apiServerURL is the kube-apiserver URL at ip (a node's address or the VIP).
+func apiServerURL(ip string) string {
+	return "https://" + net.JoinHostPort(ip, strconv.Itoa(version.APIServerPort))
+}
+
 // localAdminClient is a clientset with the admin kubeconfig's credentials
 // aimed at this node's own apiserver, not the VIP: the elections that decide
 // who holds the VIP cannot go through it.
@@ -178,7 +183,7 @@ func localAdminClient(h host.Host, timeout time.Duration) (kubernetes.Interface,
 		return nil, err
 	}
 	ip, _, _ := strings.Cut(st.NodeIP, ",")
-	cfg.Host = "https://" + net.JoinHostPort(ip, strconv.Itoa(version.APIServerPort))
+	cfg.Host = apiServerURL(ip)
 	cfg.Timeout = timeout
 	return kubernetes.NewForConfig(cfg)
 }
