@@ -30,7 +30,8 @@ import (
 // LostConnection reports whether err is a request that lost its way to the
 // apiserver: the connection was refused, reset, closed before the response
 // (EOF) or before the request was written (a broken pipe, or an HTTP/2
-// connection closed before its first request), its HTTP/2 connection or
+// connection closed before its first request or while its body was being
+// sent), its HTTP/2 connection or
 // stream was lost, its answer's body was cut, or the dial timed out or
 // found no route. The request may or may not
 // have been applied; the address is likely served again once a VIP failover
@@ -51,13 +52,17 @@ func LostConnection(err error) bool {
 	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.As(err, &stream) {
 		return true
 	}
-	// A write on a connection the other side already closed, and a new
-	// HTTP/2 connection closed before its first request went out (the
-	// transport's error is unexported, in golang.org/x/net and in
-	// net/http's copy alike, so its text is matched, as apimachinery
-	// matches its GOAWAY).
-	if errors.Is(err, syscall.EPIPE) || strings.Contains(err.Error(), http2NotEstablished) {
+	// A write on a connection the other side already closed, and an HTTP/2
+	// connection closed before or while a request went out (the transport's
+	// errors are unexported, in golang.org/x/net and in net/http's copy
+	// alike, so their text is matched, as apimachinery matches its GOAWAY).
+	if errors.Is(err, syscall.EPIPE) {
 		return true
+	}
+	for _, text := range http2Closed {
+		if strings.Contains(err.Error(), text) {
+			return true
+		}
 	}
 	if errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) {
 		return true
@@ -66,9 +71,13 @@ func LostConnection(err error) bool {
 	return errors.As(err, &op) && op.Op == "dial" && op.Timeout()
 }
 
-// http2NotEstablished is the HTTP/2 transport's error for a connection that
-// closed before its first request was sent.
-const http2NotEstablished = "http2: client conn could not be established"
+// http2Closed are the HTTP/2 transport's errors for a connection that closed
+// before its first request was sent, and for one that closed while a
+// request's body waited to be sent (the headers may have gone out).
+var http2Closed = []string{
+	"http2: client conn could not be established",
+	"http2: client conn is closed",
+}
 
 // Timing of Ensure's retries.
 const (

@@ -114,10 +114,11 @@ func TestLostConnection(t *testing.T) {
 // right after its TLS handshake (HTTP/2 agreed, the client's first request
 // not yet answered) is lost, whichever way the client meets it: the
 // HTTP/2 transport's "client conn could not be established" (the connection
-// closed before the request went out), a write on it that finds the pipe
-// broken, or the answer's unexpected EOF. Which one comes is a race, so the
-// update runs many times; a clean-clone CI run met the first in `stratum
-// token create` and gave up.
+// closed before the request went out) or "client conn is closed" (closed
+// while the request's body waited to go out), a write on it that finds the
+// pipe broken, or the answer's unexpected EOF. Which one comes is a race, so
+// the update runs many times; clean-clone CI runs met the first in `stratum
+// token create`, and the second here.
 func TestLostConnectionAfterTheHandshake(t *testing.T) {
 	srv := httptest.NewUnstartedServer(http.NotFoundHandler())
 	srv.EnableHTTP2 = true
@@ -150,6 +151,7 @@ func TestLostConnectionAfterTheHandshake(t *testing.T) {
 	// Each way, as the client reports it, whether or not this run met it.
 	for _, err := range []error{
 		&url.Error{Op: "Put", URL: "https://" + cut, Err: errors.New("http2: client conn could not be established")},
+		&url.Error{Op: "Put", URL: "https://" + cut, Err: errors.New("http2: client conn is closed")},
 		&url.Error{Op: "Put", URL: "https://" + cut, Err: &net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("write", syscall.EPIPE)}},
 	} {
 		if !LostConnection(err) {
