@@ -26,69 +26,109 @@ import (
 // cluster, as a snapshot restore's seed records it (found by TestMaintenance),
 // so the re-run, its own etcd down after the crash, must find the cluster
 // through the members the reset recorded when it began.
+//
+// One cluster serves every checkpoint: after each reset, cp3 joins again
+// with a freshly minted join command, as an operator would, so the next
+// checkpoint's reset starts from a control plane the production join built
+// (and that join, after a reset, is checked on the way).
 func TestResetConvergesAfterACrashAtEveryCheckpoint(t *testing.T) {
 	assetstest.Require(t)
-	for _, checkpoint := range ha.ResetCheckpoints {
-		t.Run(checkpoint, func(t *testing.T) {
-			c := sim.Start(t, sim.Config{ControlPlanes: 3, APIServers: true, VIP: true})
+	c := sim.Start(t, sim.Config{ControlPlanes: 3, APIServers: true, VIP: true})
+	cp1, cp3 := nodeOn(c.Host("cp1")), c.Host("cp3")
+	for i, checkpoint := range ha.ResetCheckpoints {
+		ok := t.Run(checkpoint, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			cp3 := c.Host("cp3")
-			st, err := nodestate.Load(cp3.Files())
-			if err != nil {
-				t.Fatal(err)
+			if i > 0 {
+				rejoin(ctx, t, c, cp1, "cp3")
 			}
-			st.Etcd.InitialCluster = "cp3=" + cp3.PeerURL()
-			if err := nodestate.Save(cp3.Files(), st); err != nil {
-				t.Fatal(err)
-			}
-			inc := cp3.Incarnation()
-			armed := c.CrashAt("cp3", checkpoint)
-			returned := make(chan error, 1)
-			go func() { returned <- joinNodeOn(cp3).ResetControlPlane(ctx, io.Discard, false) }()
-			select {
-			case <-armed.Reached():
-			case err := <-returned:
-				t.Fatalf("the reset returned (%v) without reaching %s", err, checkpoint)
-			case <-ctx.Done():
-				t.Fatalf("the reset never reached %s", checkpoint)
-			}
-			waitCrashed(t, cp3, inc)
-
+			crashResetAt(ctx, t, c, cp3, checkpoint)
 			if _, err := joinNodeOn(cp3).Up(ctx, ha.BootstrapOptions{}); !errors.Is(err, ha.ErrResetUnderWay) || !ha.IsRefusal(err) {
 				t.Fatalf("up after the reset crashed at %s: %v, want a refusal naming the reset under way", checkpoint, err)
 			}
 			if err := joinNodeOn(cp3).ResetControlPlane(ctx, io.Discard, false); err != nil {
 				t.Fatalf("the reset re-run after a crash at %s: %v", checkpoint, err)
 			}
-
-			ips := ipsOf(c, "cp1", "cp2")
-			ms, err := c.Host("cp1").EtcdMembers(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got []string
-			for _, m := range ms {
-				got = append(got, fmt.Sprintf("%s learner=%v started=%v", m.PeerURLs, m.IsLearner, m.Name != ""))
-			}
-			want := []string{fmt.Sprintf("[%s] learner=false started=true", c.Host("cp1").PeerURL()), fmt.Sprintf("[%s] learner=false started=true", c.Host("cp2").PeerURL())}
-			slices.Sort(got)
-			if !slices.Equal(got, want) {
-				t.Fatalf("members after the reset: %v, want %v", got, want)
-			}
-			if err := nodeOn(c.Host("cp1")).EtcdClusterHealthy(ctx, ips); err != nil {
-				t.Fatalf("the cluster after cp3's reset: %v", err)
-			}
-			for _, dir := range []string{version.StateDir, version.K8sConfDir} {
-				if entries, err := cp3.Files().ReadDir(dir); err == nil && len(entries) > 0 {
-					var names []string
-					for _, e := range entries {
-						names = append(names, e.Name())
-					}
-					t.Fatalf("cp3's %s after the reset: %s", dir, strings.Join(names, ", "))
-				}
-			}
+			checkResetFromTwoVoters(ctx, t, c, cp3)
 		})
+		if !ok {
+			break // the cluster the next checkpoint would start from is not known
+		}
+	}
+}
+
+// rejoin joins name again, through a join command minted on cp1, and starts
+// its control plane.
+func rejoin(ctx context.Context, t *testing.T, c *sim.Cluster, cp1 *ha.Node, name string) {
+	t.Helper()
+	o, err := mintOptions(ctx, c, cp1, time.Hour)
+	if err != nil {
+		t.Fatalf("mint for %s: %v", name, err)
+	}
+	n := joinNodeOn(c.Host(name))
+	if _, err := n.PrepareControlPlaneJoin(ctx, o); err != nil {
+		t.Fatalf("%s joins again after its reset: %v", name, err)
+	}
+	if _, err := n.StartControlPlane(ctx); err != nil {
+		t.Fatalf("%s starts after joining again: %v", name, err)
+	}
+}
+
+// crashResetAt records cp3's node state with only itself as its initial
+// cluster, then runs its reset until the host crashes at checkpoint.
+func crashResetAt(ctx context.Context, t *testing.T, c *sim.Cluster, cp3 *sim.Host, checkpoint string) {
+	t.Helper()
+	st, err := nodestate.Load(cp3.Files())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Etcd.InitialCluster = "cp3=" + cp3.PeerURL()
+	if err := nodestate.Save(cp3.Files(), st); err != nil {
+		t.Fatal(err)
+	}
+	inc := cp3.Incarnation()
+	armed := c.CrashAt("cp3", checkpoint)
+	returned := make(chan error, 1)
+	go func() { returned <- joinNodeOn(cp3).ResetControlPlane(ctx, io.Discard, false) }()
+	select {
+	case <-armed.Reached():
+	case err := <-returned:
+		t.Fatalf("the reset returned (%v) without reaching %s", err, checkpoint)
+	case <-ctx.Done():
+		t.Fatalf("the reset never reached %s", checkpoint)
+	}
+	waitCrashed(t, cp3, inc)
+}
+
+// checkResetFromTwoVoters checks, from outside cp3, that cp3's reset is
+// finished: cp1 and cp2 are the only members, started healthy voters, and
+// cp3 holds no state and no configuration of a control plane.
+func checkResetFromTwoVoters(ctx context.Context, t *testing.T, c *sim.Cluster, cp3 *sim.Host) {
+	t.Helper()
+	ms, err := c.Host("cp1").EtcdMembers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range ms {
+		got = append(got, fmt.Sprintf("%s learner=%v started=%v", m.PeerURLs, m.IsLearner, m.Name != ""))
+	}
+	want := []string{fmt.Sprintf("[%s] learner=false started=true", c.Host("cp1").PeerURL()), fmt.Sprintf("[%s] learner=false started=true", c.Host("cp2").PeerURL())}
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Fatalf("members after the reset: %v, want %v", got, want)
+	}
+	if err := nodeOn(c.Host("cp1")).EtcdClusterHealthy(ctx, ipsOf(c, "cp1", "cp2")); err != nil {
+		t.Fatalf("the cluster after cp3's reset: %v", err)
+	}
+	for _, dir := range []string{version.StateDir, version.K8sConfDir} {
+		if entries, err := cp3.Files().ReadDir(dir); err == nil && len(entries) > 0 {
+			var names []string
+			for _, e := range entries {
+				names = append(names, e.Name())
+			}
+			t.Fatalf("cp3's %s after the reset: %s", dir, strings.Join(names, ", "))
+		}
 	}
 }
 
