@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"net"
 	"net/netip"
 	"net/url"
@@ -148,9 +149,10 @@ func PrepareControlPlaneJoin(ctx context.Context, o JoinOptions) (*nodestate.Nod
 // PrepareControlPlaneJoin is the package function's method. A join that
 // returns an error without having saved its node state removes the files it
 // created on this node (the bootstrap kubeconfig, downloaded and issued
-// certificates, kubeconfigs, configs), so a refusal leaves the node as it
-// found it; files that were there before are left as they are. A crash
-// removes nothing: a re-run finds what it left and overwrites it.
+// certificates, kubeconfigs, configs) and puts back the contents of those it
+// overwrote (say a kubelet config left by an earlier run), so a refusal
+// leaves the node as it found it. A crash removes nothing: a re-run finds
+// what it left and overwrites it.
 func (n *Node) PrepareControlPlaneJoin(ctx context.Context, o JoinOptions) (*nodestate.NodeState, error) {
 	tracked := &createdFiles{Host: n.env.Host}
 	jn := &Node{env: n.env, log: n.log}
@@ -159,7 +161,7 @@ func (n *Node) PrepareControlPlaneJoin(ctx context.Context, o JoinOptions) (*nod
 	if err != nil && st == nil {
 		uerr := tracked.undo()
 		if uerr != nil {
-			n.log.Warn("join refused; some files it created could not be removed", "err", uerr)
+			n.log.Warn("join refused; some files it created or overwrote could not be put back", "err", uerr)
 		}
 		// Stopped before the member-add, with what it wrote removed: the
 		// node and the cluster are as they were.
@@ -174,12 +176,22 @@ func (n *Node) PrepareControlPlaneJoin(ctx context.Context, o JoinOptions) (*nod
 }
 
 // createdFiles is a host that remembers the files and directories created
-// through it which did not exist before (a file's missing parents too), so a
-// refused join can remove exactly those.
+// through it which did not exist before (a file's missing parents too), and
+// the earlier contents of the files it overwrote, so a refused join can
+// remove exactly the former and put the latter back.
 type createdFiles struct {
 	host.Host
 	mu      sync.Mutex
 	created []string // in creation order: parents before their children
+	// overwritten holds each overwritten file's contents and mode from
+	// before its first write through this host.
+	overwritten map[string]priorFile
+}
+
+// priorFile is a file's contents and mode before a join overwrote it.
+type priorFile struct {
+	data []byte
+	perm fs.FileMode
 }
 
 // missing lists p and its ancestors that do not exist, outermost first.
@@ -210,7 +222,37 @@ func (c *createdFiles) record(fresh []string) {
 	c.mu.Unlock()
 }
 
+// keep saves p's contents before it is first overwritten. A file that
+// cannot be read is not overwritten: the write is refused with the reason,
+// since the undo could not put it back.
+func (c *createdFiles) keep(p string) error {
+	fi, err := c.Host.Stat(p)
+	if err != nil || !fi.Mode().IsRegular() {
+		return nil // absent (created, so removed by the undo), or not a file the write could replace
+	}
+	c.mu.Lock()
+	_, kept := c.overwritten[p]
+	c.mu.Unlock()
+	if kept {
+		return nil
+	}
+	data, err := c.Host.ReadFile(p)
+	if err != nil {
+		return fmt.Errorf("read %s before overwriting it, to put it back should the join fail: %w", p, err)
+	}
+	c.mu.Lock()
+	if c.overwritten == nil {
+		c.overwritten = map[string]priorFile{}
+	}
+	c.overwritten[p] = priorFile{data: data, perm: fi.Mode().Perm()}
+	c.mu.Unlock()
+	return nil
+}
+
 func (c *createdFiles) WriteFile(p string, data []byte, perm fs.FileMode) error {
+	if err := c.keep(p); err != nil {
+		return err
+	}
 	fresh := c.missing(p)
 	err := c.Host.WriteFile(p, data, perm)
 	c.record(fresh)
@@ -218,6 +260,9 @@ func (c *createdFiles) WriteFile(p string, data []byte, perm fs.FileMode) error 
 }
 
 func (c *createdFiles) WriteFrom(p string, r io.Reader, perm fs.FileMode) error {
+	if err := c.keep(p); err != nil {
+		return err
+	}
 	fresh := c.missing(p)
 	err := c.Host.WriteFrom(p, r, perm)
 	c.record(fresh)
@@ -233,7 +278,7 @@ func (c *createdFiles) MkdirAll(p string, perm fs.FileMode) error {
 
 // undo removes what was created, newest first, so each directory is empty
 // by the time its turn comes; one that is not (something else wrote into
-// it) is kept.
+// it) is kept. It then writes back the files that were overwritten.
 func (c *createdFiles) undo() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -258,7 +303,16 @@ func (c *createdFiles) undo() error {
 			errs = append(errs, err)
 		}
 	}
-	c.created = nil
+	for _, p := range slices.Sorted(maps.Keys(c.overwritten)) {
+		if p == joinIntentPath {
+			continue // as above: the journal is the rollback's to clear
+		}
+		prior := c.overwritten[p]
+		if err := c.Host.WriteFile(p, prior.data, prior.perm); err != nil {
+			errs = append(errs, fmt.Errorf("put back %s: %w", p, err))
+		}
+	}
+	c.created, c.overwritten = nil, nil
 	return errors.Join(errs...)
 }
 

@@ -22,6 +22,7 @@ import (
 	"stratum.dev/stratum/internal/nodelock"
 	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/token"
+	"stratum.dev/stratum/internal/version"
 	"stratum.dev/stratum/sim"
 )
 
@@ -219,15 +220,21 @@ func (j *joinCluster) joinRefused(name string, o ha.JoinOptions, want error, wan
 	if got := j.members(); strings.Join(got, " ") != strings.Join(membersBefore, " ") {
 		j.t.Fatalf("membership changed by a refused join: %v -> %v", membersBefore, got)
 	}
-	filesAfter := snapshotFiles(j.t, h.Root())
-	for p, before := range filesBefore {
-		if after, ok := filesAfter[p]; !ok || after != before {
-			j.t.Fatalf("refused join changed %s", p)
+	checkFilesAsBefore(j.t, filesBefore, snapshotFiles(j.t, h.Root()))
+}
+
+// checkFilesAsBefore fails t unless a refused join left the files it found
+// (before) as they were, in contents, and created none.
+func checkFilesAsBefore(t *testing.T, before, after map[string]string) {
+	t.Helper()
+	for p, was := range before {
+		if now, ok := after[p]; !ok || now != was {
+			t.Fatalf("refused join changed %s", p)
 		}
 	}
-	for p := range filesAfter {
-		if _, ok := filesBefore[p]; !ok {
-			j.t.Fatalf("refused join left %s behind", p)
+	for p := range after {
+		if _, ok := before[p]; !ok {
+			t.Fatalf("refused join left %s behind", p)
 		}
 	}
 }
@@ -332,6 +339,13 @@ func TestJoinRefusedWhileClusterUnhealthy(t *testing.T) {
 		down = c.Host("cp2")
 	}
 	down.StopEtcd()
+	// cp4 holds files an earlier, crashed run left: the refusal, which
+	// comes after the assembly has rewritten them, puts their contents back.
+	for _, p := range []string{version.K8sConfDir + "/kubelet-config.yaml", version.Kubeconfig("bootstrap")} {
+		if err := c.Host("cp4").Files().WriteFile(p, []byte("# left by an earlier run\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	j.joinRefused("cp4", o, ha.ErrClusterUnhealthy, down.ClientURL())
 }
 
