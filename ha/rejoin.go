@@ -242,6 +242,9 @@ func (n *Node) RejoinEtcd(ctx context.Context, w io.Writer, cp1IP string, force 
 		return Refusal(err)
 	}
 	defer release()
+	if err := n.refuseResetUnderWay("etcd rejoin"); err != nil {
+		return err
+	}
 	st, obs, steps, err := n.planRejoinHere(ctx, cp1IP)
 	if err != nil {
 		return Refusal(err)
@@ -257,6 +260,13 @@ func (n *Node) RejoinEtcd(ctx context.Context, w io.Writer, cp1IP string, force 
 	}
 	if err := n.checkpoint(ctx, CheckpointRejoinStart); err != nil {
 		return err
+	}
+	if hasStep(steps, rejoinStateSave) {
+		// From here until the state save, the node state names the old
+		// membership while the data goes: `stratum up` must not start it.
+		if err := n.beginDataReplace("an etcd rejoin", fmt.Sprintf("the same `stratum etcd rejoin --server %s`", cp1IP)); err != nil {
+			return fmt.Errorf("etcd rejoin: %w", err)
+		}
 	}
 	seed := []string{cp1IP}
 	for _, s := range steps {
@@ -417,10 +427,18 @@ func (n *Node) rejoinStep(ctx context.Context, w io.Writer, s rejoinStep, st *no
 		if err := nodestate.Save(h, st); err != nil {
 			return fmt.Errorf("etcd rejoin: %w; re-run the same command", err)
 		}
+		if err := n.endDataReplace(); err != nil {
+			return fmt.Errorf("etcd rejoin: the node state records the seed's membership, but %w; re-run the same command", err)
+		}
 		if err := n.checkpoint(ctx, CheckpointRejoinAfterStateSave); err != nil {
 			return err
 		}
 	case rejoinStart:
+		// A re-run whose state save was done (a crash right after it) finds
+		// the journal still there.
+		if err := n.endDataReplace(); err != nil {
+			return fmt.Errorf("etcd rejoin: %w; re-run the same command", err)
+		}
 		if err := n.startRejoined(ctx, w, seed, st); err != nil {
 			return err
 		}

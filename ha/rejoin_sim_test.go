@@ -432,6 +432,18 @@ func rejoinCrashAt(t *testing.T, cp string) {
 	if got := strings.Join(r.members("cp1"), " "); got != want {
 		t.Fatalf("%s: seed's members while cp2 is crashed: %s, want %s", cp, got, want)
 	}
+	// From the stop to the state save the node state names the old
+	// membership while the data goes: a reboot's `stratum up` refuses,
+	// starting nothing.
+	switch cp {
+	case ha.CheckpointRejoinAfterStop, ha.CheckpointRejoinAfterWipe, ha.CheckpointRejoinAfterMemberRemove, ha.CheckpointRejoinAfterMemberAdd:
+		if _, err := joinNodeOn(cp2).StartControlPlane(r.ctx); !errors.Is(err, ha.ErrEtcdDataReplacing) || !ha.IsRefusal(err) || !strings.Contains(err.Error(), "stratum etcd rejoin --server "+c.Host("cp1").IP().String()) {
+			t.Fatalf("%s: stratum up while the rejoin is unfinished: %v, want a refusal with ErrEtcdDataReplacing naming the rejoin", cp, err)
+		}
+		if cp2.EtcdRunning() {
+			t.Fatalf("%s: the refused up started etcd", cp)
+		}
+	}
 	start := time.Now()
 	if out, err := r.rejoin("cp2", true); err != nil {
 		t.Fatalf("%s: re-run after the crash: %v\n%s", cp, err, out)

@@ -60,6 +60,22 @@ func restoreClusterToken() (string, error) {
 // twice, moved the revision back by everything written since the first.
 const restoreRevisionBump = 1_000_000_000
 
+// Checkpoints of a snapshot restore (SnapshotRestore), in order. From the
+// first to the node state's save the etcd data replacement journal makes
+// `stratum up` refuse (ErrEtcdDataReplacing); a re-run of the restore
+// finishes it.
+const (
+	// CheckpointRestoreAfterStop: the local control plane is stopped; the
+	// old data is untouched.
+	CheckpointRestoreAfterStop = "restore-after-stop"
+	// CheckpointRestoreAfterData: the restored data has replaced the old;
+	// the node state still names the old membership.
+	CheckpointRestoreAfterData = "restore-after-data"
+)
+
+// RestoreCheckpoints are a restore's checkpoints in order.
+var RestoreCheckpoints = []string{CheckpointRestoreAfterStop, CheckpointRestoreAfterData}
+
 // SnapshotStatus describes a snapshot file, as etcdutl reads it.
 type SnapshotStatus struct {
 	Hash      uint32
@@ -133,6 +149,9 @@ func (n *Node) SnapshotRestore(ctx context.Context, w io.Writer, dbPath string) 
 		return err
 	}
 	defer release()
+	if err := n.refuseResetUnderWay("snapshot restore"); err != nil {
+		return err
+	}
 	// Restore into scratch first: a snapshot that fails its hash check, or
 	// holds data this node's etcd would not start on, refuses here, with the
 	// control plane still running.
@@ -148,12 +167,21 @@ func (n *Node) SnapshotRestore(ctx context.Context, w io.Writer, dbPath string) 
 	n.stepDone("restore into scratch (hash verified)", time.Since(began))
 	initial := st.Etcd.Name + "=" + st.Etcd.PeerURL
 
+	// From here until the node state records the new membership, `stratum
+	// up` (a reboot) must not start etcd from the old one.
+	if err := n.beginDataReplace("a snapshot restore", fmt.Sprintf("`stratum snapshot restore %s`", dbPath)); err != nil {
+		changed = !IsRefusal(err) // a journal that could not be undone is a change
+		return fmt.Errorf("snapshot restore: %w", err)
+	}
 	changed = true
 	began = time.Now()
 	if err := n.stopControlPlane(ctx); err != nil {
 		return fmt.Errorf("snapshot restore: %w; etcd data not touched: re-run the restore", err)
 	}
 	n.stepDone("stop the control plane", time.Since(began))
+	if err := n.checkpoint(ctx, CheckpointRestoreAfterStop); err != nil {
+		return err
+	}
 	fmt.Fprintf(w, "control plane stopped; replacing %s\n", version.EtcdDataDir)
 	began = time.Now()
 	if err := h.RemoveAll(version.EtcdDataDir); err != nil {
@@ -162,11 +190,17 @@ func (n *Node) SnapshotRestore(ctx context.Context, w io.Writer, dbPath string) 
 	if err := copyTreeToHost(h, out, version.EtcdDataDir); err != nil {
 		return fmt.Errorf("snapshot restore: write the restored data to %s: %w; the control plane is stopped: re-run the restore", version.EtcdDataDir, err)
 	}
+	if err := n.checkpoint(ctx, CheckpointRestoreAfterData); err != nil {
+		return err
+	}
 	st.Etcd.InitialCluster = initial
 	st.Etcd.InitialClusterState = "new"
 	st.Etcd.ClusterID, st.Etcd.MemberID = "", ""
 	if err := nodestate.Save(h, st); err != nil {
 		return fmt.Errorf("snapshot restore: %w; the restored data is in place and the control plane is stopped: re-run the restore", err)
+	}
+	if err := n.endDataReplace(); err != nil {
+		return fmt.Errorf("snapshot restore: the restored data and its membership are recorded, but %w; the control plane is stopped: re-run the restore", err)
 	}
 	n.stepDone("replace the etcd data and record the new membership", time.Since(began))
 	began = time.Now()

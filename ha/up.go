@@ -55,6 +55,9 @@ func (n *Node) StartControlPlane(ctx context.Context) (*nodestate.NodeState, err
 	if err := n.refuseResetUnderWay("starting this control plane"); err != nil {
 		return nil, err
 	}
+	if err := n.refuseDataReplaceUnderWay("starting this control plane"); err != nil {
+		return nil, err
+	}
 	st, err := nodestate.Load(h)
 	if errors.Is(err, nodestate.ErrNoState) {
 		if survives, ierr := n.JoinIntentSurvives(ctx); ierr != nil {

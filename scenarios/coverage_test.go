@@ -20,7 +20,7 @@ import (
 // the table whether reached or not.
 var allCheckpoints = func() []string {
 	var out []string
-	for _, cp := range slices.Concat(ha.UpCheckpoints, ha.JoinCheckpoints, ha.RejoinCheckpoints,
+	for _, cp := range slices.Concat(ha.UpCheckpoints, ha.JoinCheckpoints, ha.RejoinCheckpoints, ha.RestoreCheckpoints, ha.ResetCheckpoints,
 		[]string{ha.CheckpointBeforeCertsWrite, ha.CheckpointRenewAfterLeaves, ha.CheckpointRenewAfterKubeconfigs}) {
 		if !slices.Contains(out, cp) {
 			out = append(out, cp)

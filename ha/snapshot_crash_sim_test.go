@@ -1,0 +1,63 @@
+package ha_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"stratum.dev/stratum/ha"
+	"stratum.dev/stratum/internal/assets/assetstest"
+	"stratum.dev/stratum/sim"
+)
+
+// TestRestoreCrashRefusesUpUntilReRun: a snapshot restore on cp1 crashes at
+// each of its checkpoints, between the stop of the control plane and the
+// node state's record of the restored membership. `stratum up` there (what
+// a reboot runs) refuses, naming the restore to re-run, and starts nothing:
+// etcd started from the old node state on replaced or half-written data
+// would serve an empty or stale cluster through the apiserver. The re-run
+// of the restore then finishes it: cp1's etcd serves the snapshot's data and
+// its apiserver runs.
+func TestRestoreCrashRefusesUpUntilReRun(t *testing.T) {
+	t.Parallel() // its own simulated cluster
+	assetstest.Require(t)
+	c := sim.Start(t, sim.Config{ControlPlanes: 1, APIServers: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cp1 := c.Host("cp1")
+	put(t, ctx, cp1, keyBefore)
+	snap := filepath.Join(t.TempDir(), "etcd.db")
+	if _, err := joinNodeOn(cp1).SnapshotSave(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	for _, cp := range ha.RestoreCheckpoints {
+		t.Run(cp, func(t *testing.T) {
+			put(t, ctx, cp1, keyAfter)
+			inc := cp1.Incarnation()
+			crashDuring(t, c, cp1, cp, func() error { return joinNodeOn(cp1).SnapshotRestore(ctx, io.Discard, snap) })
+			waitCrashed(t, cp1, inc)
+			_, err := joinNodeOn(cp1).Up(ctx, ha.BootstrapOptions{})
+			if !errors.Is(err, ha.ErrEtcdDataReplacing) || !ha.IsRefusal(err) {
+				t.Fatalf("stratum up after the restore crashed at %s: %v, want a refusal with ErrEtcdDataReplacing", cp, err)
+			}
+			if cp1.EtcdRunning() || cp1.APIServerRunning() {
+				t.Fatalf("the refused up started etcd (%v) or the apiserver (%v)", cp1.EtcdRunning(), cp1.APIServerRunning())
+			}
+			if err := joinNodeOn(cp1).SnapshotRestore(ctx, io.Discard, snap); err != nil {
+				t.Fatalf("the restore re-run after a crash at %s: %v", cp, err)
+			}
+			if !has(t, ctx, cp1, keyBefore) || has(t, ctx, cp1, keyAfter) {
+				t.Fatalf("after the re-run cp1 does not serve the snapshot's data (%s: %v, %s: %v)", keyBefore, has(t, ctx, cp1, keyBefore), keyAfter, has(t, ctx, cp1, keyAfter))
+			}
+			if !cp1.APIServerRunning() {
+				t.Fatal("cp1's apiserver is not running after the re-run")
+			}
+			if _, err := joinNodeOn(cp1).Up(ctx, ha.BootstrapOptions{}); err != nil {
+				t.Fatalf("stratum up after the finished restore: %v", err)
+			}
+		})
+	}
+}
