@@ -91,6 +91,24 @@ var mutants = []mutant{
 		},
 	},
 	{
+		Name: "up-starts-over-a-data-replacement",
+		File: "ha/up.go",
+		Old:  "if err := n.refuseDataReplaceUnderWay(\"starting this control plane\"); err != nil {",
+		New:  "if err := error(nil); err != nil {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestRestoreCrashRefusesUpUntilReRun"},
+		},
+	},
+	{
+		Name: "join-refusal-keeps-overwritten-files",
+		File: "ha/join.go",
+		Old:  "for _, p := range slices.Sorted(maps.Keys(c.overwritten)) {",
+		New:  "for _, p := range slices.Sorted(maps.Keys(c.overwritten))[:0] {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestJoinRefusedWhileClusterUnhealthy$"},
+		},
+	},
+	{
 		Name: "cis-profile-not-audited",
 		File: "internal/controlplane/controlplane.go",
 		Old:  "if profile != \"cis\" {",
