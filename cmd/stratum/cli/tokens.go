@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -84,21 +85,27 @@ that does not exist is reported and the others are still deleted.`,
 				return err
 			}
 			var failed []string
+			var errs []error
 			for _, id := range ids {
 				if err := token.Delete(cmd.Context(), cs, id); err != nil {
-					failed = append(failed, err.Error())
+					if !errors.Is(err, token.ErrNoToken) {
+						failed = append(failed, id) // it may still authenticate
+					}
+					errs = append(errs, err)
 					continue
 				}
 				fmt.Fprintf(a.stdout, "deleted token %s\n", id)
 			}
-			if err := n.PruneExpiredGrants(cmd.Context(), cs); err != nil {
-				return fmt.Errorf("tokens deleted, but dropping their grant entries failed: %w; run `stratum grants prune`", err)
-			}
 			if len(failed) > 0 {
-				return fmt.Errorf("%s", strings.Join(failed, "; "))
+				// First, so that no later line reads as if every token went.
+				errs = append([]error{fmt.Errorf("NOT deleted, still valid until it expires: %s (re-run `stratum token delete %s`)", strings.Join(failed, ", "), strings.Join(failed, " "))}, errs...)
 			}
-			fmt.Fprintln(a.stdout, "grant entries of deleted and expired tokens dropped")
-			return nil
+			if err := n.PruneExpiredGrants(cmd.Context(), cs); err != nil {
+				errs = append(errs, fmt.Errorf("the grant entries of deleted and expired tokens were not dropped: %w; run `stratum grants prune`", err))
+			} else {
+				fmt.Fprintln(a.stdout, "grant entries of deleted and expired tokens dropped")
+			}
+			return errors.Join(errs...)
 		},
 	}
 }

@@ -3,11 +3,15 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"stratum.dev/stratum/internal/certbundle"
 	"stratum.dev/stratum/internal/token"
@@ -16,7 +20,8 @@ import (
 // TestTokenListAndDelete against a real apiserver: list shows both kinds of
 // token and never a secret; delete revokes a control-plane grant's token and
 // drops its entry from the shared-certificate Secret; an unknown ID changes
-// nothing, a malformed one is a usage error.
+// nothing, a malformed one is a usage error; a delete the cluster refuses is
+// reported as not done.
 func TestTokenListAndDelete(t *testing.T) {
 	_, cp1, opts := upOneControlPlane(t, 1)
 	d := cp1.Handle()
@@ -95,5 +100,55 @@ func TestTokenListAndDelete(t *testing.T) {
 	}
 	if _, e := certs(); e[certbundle.GrantEntryPrefix+cpID] {
 		t.Fatalf("the deleted token's grant entry is still in stratum-certs: %v", e)
+	}
+
+	// A delete the cluster refuses (an admission policy here) fails, and
+	// says the token was not deleted, never that it was.
+	denyTokenDelete(ctx, t, cs, workerID)
+	code, out, errOut = runCLI(t, opts, "token", "delete", workerID)
+	if code != ExitFail || !strings.Contains(errOut, "NOT deleted, still valid until it expires: "+workerID) || strings.Contains(out, "deleted token") {
+		t.Fatalf("token delete the cluster refuses: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if _, err := cs.CoreV1().Secrets(token.Namespace).Get(ctx, token.SecretPrefix+workerID, metav1.GetOptions{}); err != nil {
+		t.Fatalf("the token whose delete was refused: %v", err)
+	}
+}
+
+// denyTokenDelete makes the apiserver refuse, through a validating admission
+// policy, the delete of token id's Secret, and waits until it does.
+func denyTokenDelete(ctx context.Context, t *testing.T, cs kubernetes.Interface, id string) {
+	t.Helper()
+	api := cs.AdmissionregistrationV1()
+	policy := &admissionv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "deny-token-delete"},
+		Spec: admissionv1.ValidatingAdmissionPolicySpec{
+			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionv1.RuleWithOperations{
+					Operations: []admissionv1.OperationType{admissionv1.Delete},
+					Rule:       admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"secrets"}},
+				},
+			}}},
+			Validations: []admissionv1.Validation{{Expression: fmt.Sprintf("oldObject.metadata.name != '%s%s'", token.SecretPrefix, id), Message: "this token may not be deleted"}},
+		},
+	}
+	if _, err := api.ValidatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	binding := &admissionv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "deny-token-delete"},
+		Spec:       admissionv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: "deny-token-delete", ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny}},
+	}
+	if _, err := api.ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		err := cs.CoreV1().Secrets(token.Namespace).Delete(ctx, token.SecretPrefix+id, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+		if apierrors.IsInvalid(err) || apierrors.IsForbidden(err) {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the policy denying the delete of token %s was not enforced: %v", id, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
