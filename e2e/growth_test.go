@@ -89,6 +89,16 @@ func TestSingleControlPlaneGrowsIntoHA(t *testing.T) {
 	if after := readMachineFiles(t, cp1, kept...); !maps.Equal(before, after) {
 		t.Fatalf("a refused stratum up --vip changed %v on cp1", kept)
 	}
+	// A plain `stratum up` beside the running supervisor (what error
+	// messages advise) starts through it what is not running, and exits.
+	if o, e, err := cp1.Run(ctx, tools.stratum, "up"); err != nil || !strings.Contains(o, "starting what its node state records through it") || !strings.Contains(o, "control plane up: node ") {
+		t.Fatalf("stratum up beside cp1's running supervisor = %v, want the start through it\nstdout:\n%s\nstderr:\n%s", err, o, e)
+	}
+	select {
+	case <-up1.Done():
+		t.Fatalf("cp1's supervisor exited after a stratum up through it:\n%s", up1.Tail(20))
+	default:
+	}
 
 	// cp2 adopts it as it starts: its supervisor stopped, then `up --vip`.
 	supervisor := map[*host]*proc{cp1: up1}

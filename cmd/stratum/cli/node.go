@@ -138,7 +138,8 @@ them all. Other stratum commands reach it through /run/stratum/supervisor.sock;
 		Example: `  # First control plane of a new cluster, fronted by a VIP
   stratum up --node-ip 10.0.0.11 --vip 10.0.0.10
 
-  # Restart a control plane from its saved state
+  # Start a control plane from its saved state; beside its running supervisor,
+  # start through it whatever is not running
   stratum up
 
   # A single control plane growing into HA: adopt a VIP (through its running
@@ -167,9 +168,11 @@ them all. Other stratum commands reach it through /run/stratum/supervisor.sock;
 				err := a.supervise(cmd.Context(), "stratum up", "control plane up", f.superviseFlags, func(ctx context.Context, n *ha.Node) (*nodestate.NodeState, error) {
 					return n.Up(ctx, o)
 				})
-				if o.VIP.Address != "" && errors.Is(err, supervisor.ErrAlreadyRunning) {
-					// A single control plane growing into HA, running.
-					return a.adoptVIPThroughSupervisor(cmd.Context(), o)
+				if errors.Is(err, supervisor.ErrAlreadyRunning) {
+					if cmd.Flags().Changed("bin-dir") || cmd.Flags().Changed("operator") {
+						fmt.Fprintln(a.stderr, "warning: --bin-dir and --operator apply when a supervisor starts; the running one keeps its own")
+					}
+					return a.upThroughSupervisor(cmd.Context(), o, err)
 				}
 				return err
 			}
@@ -197,28 +200,41 @@ them all. Other stratum commands reach it through /run/stratum/supervisor.sock;
 	return cmd
 }
 
-// adoptVIPThroughSupervisor is `stratum up --vip` on a control plane whose
-// supervisor already runs: the same start, its services reached through the
-// supervisor's control socket as every other command reaches them. The VIP
+// upThroughSupervisor is `stratum up` on a control plane whose supervisor
+// already runs (running, the error that said so): the same start, its
+// services reached through the supervisor's control socket as every other
+// command reaches them, so `stratum up` is what brings up whatever of the
+// node is not running, wherever it runs. With --vip it adopts the VIP: it
 // is recorded, the apiserver certificate reissued to cover it and the
 // apiserver restarted onto it, then the supervisor's VIP candidate started;
 // etcd and the supervisor itself keep running. A node without control-plane
-// state, or whose VIP is another, is refused with nothing changed.
-func (a *app) adoptVIPThroughSupervisor(ctx context.Context, o ha.BootstrapOptions) error {
+// state (a join under way under that supervisor) is refused with running;
+// one whose VIP is another, with nothing changed.
+func (a *app) upThroughSupervisor(ctx context.Context, o ha.BootstrapOptions, running error) error {
 	n, h, err := a.localNode()
 	if err != nil {
 		return err
 	}
-	if _, err := loadState(h); err != nil {
-		return err // a supervisor with no control plane to adopt the VIP on
+	st, err := nodestate.Load(h)
+	if err != nil {
+		return refusedf("stratum up refused: %w; nothing was changed (this node has no control-plane state to start through it: %v)", running, err)
 	}
-	fmt.Fprintf(a.stdout, "a stratum supervisor runs this control plane: adopting the VIP %s through it (%s)\n", o.VIP.Address, supervisor.SocketPath)
-	st, err := n.Up(ctx, o)
+	verb := "control plane up"
+	switch {
+	case o.VIP.Address == "":
+		fmt.Fprintf(a.stdout, "a stratum supervisor runs this control plane: starting what its node state records through it (%s)\n", supervisor.SocketPath)
+	case o.VIP.Address == st.VIP.Address:
+		fmt.Fprintf(a.stdout, "a stratum supervisor runs this control plane, whose VIP is already %s: starting what its node state records through it (%s)\n", o.VIP.Address, supervisor.SocketPath)
+	default:
+		verb = "VIP adopted"
+		fmt.Fprintf(a.stdout, "a stratum supervisor runs this control plane: adopting the VIP %s through it (%s)\n", o.VIP.Address, supervisor.SocketPath)
+	}
+	st, err = n.Up(ctx, o)
 	if err != nil {
 		return explainHost(err)
 	}
-	a.printState("VIP adopted", st)
-	if st.Server != apiServerURL(st.VIP.Address) {
+	a.printState(verb, st)
+	if st.VIP.Address != "" && st.Server != apiServerURL(st.VIP.Address) {
 		fmt.Fprintf(a.stdout, "this node's clients still target %s: move them onto the VIP with `stratum repoint --vip %s`\n", st.Server, st.VIP.Address)
 	}
 	return nil
