@@ -100,8 +100,8 @@ func (n *Node) RenewCerts(ctx context.Context) (written, restarted []string, err
 	}
 	for _, s := range renewRestartOrder {
 		ss, err := h.ServiceStatus(ctx, s)
-		if errors.Is(err, host.ErrUnknownService) || err == nil && !ss.Running {
-			continue // not run here: it reads the new files when it starts
+		if errors.Is(err, host.ErrUnknownService) || errors.Is(err, host.ErrNoServiceManager) || err == nil && !ss.Running {
+			continue // not running here (no supervisor runs anything): it reads the new files when it starts
 		}
 		if err != nil {
 			return written, restarted, fmt.Errorf("certs renew: status of %s: %w; the certificates are renewed: restart it", s, err)

@@ -34,10 +34,10 @@ var errVIPUnreachable = errors.New("nothing answered")
 
 // repointConsumers are the local services that read this node's kubeconfigs
 // and so are restarted after a repoint, when they run: kube-vip (its leader
-// election goes through the apiserver), the controller manager and
-// scheduler where the host runs them, and the stratum operator. etcd and
-// the apiserver read no kubeconfig and are left alone.
-var repointConsumers = []string{ServiceVIP, "kube-controller-manager", "kube-scheduler", serviceOperator}
+// election goes through the apiserver) and the stratum operator. etcd and
+// the apiserver read no kubeconfig and are left alone; stratum runs no
+// controller manager or scheduler.
+var repointConsumers = []string{ServiceVIP, serviceOperator}
 
 // VIPServes reports whether the VIP serves this cluster's apiserver, as
 // checkVIPServes does. Exported, and a var, so a test of a command that
@@ -229,8 +229,8 @@ func (n *Node) nodeRepoint(ctx context.Context, w io.Writer, vip string, serves 
 	var warnings []string
 	for _, s := range repointConsumers {
 		ss, err := n.env.Host.ServiceStatus(ctx, s)
-		if errors.Is(err, host.ErrUnknownService) || err == nil && !ss.Running {
-			continue
+		if errors.Is(err, host.ErrUnknownService) || errors.Is(err, host.ErrNoServiceManager) || err == nil && !ss.Running {
+			continue // not running here: it reads the kubeconfig when it starts
 		}
 		if err == nil {
 			err = n.env.Host.RestartService(ctx, s)

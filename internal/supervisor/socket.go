@@ -153,8 +153,10 @@ type Client struct {
 }
 
 // ErrNotRunning matches a call through a socket nobody answers on: no
-// stratum supervisor runs on this node.
-var ErrNotRunning = errors.New("no stratum supervisor is running on this node")
+// stratum supervisor runs on this node. It matches host.ErrNoServiceManager
+// too: the supervisor is the node's service manager, so with none nothing
+// runs here, and a step that restarts what runs has nothing to restart.
+var ErrNotRunning = fmt.Errorf("no stratum supervisor is running on this node: %w", host.ErrNoServiceManager)
 
 // ErrAlreadyRunning matches a Listen refused because a live supervisor
 // answers on the socket: one node runs one supervisor.

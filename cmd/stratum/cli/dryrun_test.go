@@ -26,7 +26,7 @@ import (
 // plan, exits as its operation would, and leaves the node's files, the node
 // state, the shared-certificate Secret and etcd as they were.
 func TestReportsAndDryRunsChangeNothing(t *testing.T) {
-	c, cp1, opts := upOneControlPlane(t, 1)
+	c, cp1, opts := upOneControlPlane(t, 2)
 	d := cp1.Handle()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -72,6 +72,14 @@ func TestReportsAndDryRunsChangeNothing(t *testing.T) {
 	var st statusReport
 	if code != ExitOK || json.Unmarshal([]byte(out), &st) != nil || st.Node == nil || st.Node.NodeName != "cp1" || st.Node.VIP != vip || !st.Supervisor {
 		t.Fatalf("status -o json: exit %d\n%s%s", code, out, errOut)
+	}
+
+	// status on a machine that is no control plane says so, and how to join
+	// it; never only "start it with stratum up", which would make a second
+	// cluster there.
+	code, out, errOut = runCLI(t, on(c.Hosts()[1]), "status")
+	if code != ExitFail || !strings.Contains(errOut, "this machine is not a control plane") || !strings.Contains(errOut, "stratum server") || strings.Contains(errOut, "files written so far") {
+		t.Fatalf("status on a machine with no node state: exit %d\n%s%s", code, out, errOut)
 	}
 
 	cs, err := adminClient(d)

@@ -157,6 +157,8 @@ control plane in turn, one at a time.`,
 			}
 			if len(restarted) > 0 {
 				fmt.Fprintf(a.stdout, "restarted onto them: %s\n", strings.Join(restarted, ", "))
+			} else {
+				fmt.Fprintln(a.stdout, "no service runs here now: each reads its renewed files when it starts (`stratum up`)")
 			}
 			return nil
 		},

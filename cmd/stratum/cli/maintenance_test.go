@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,9 @@ import (
 
 	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/certbundle"
+	"stratum.dev/stratum/internal/host"
+	"stratum.dev/stratum/internal/supervisor"
+	"stratum.dev/stratum/sim"
 )
 
 // TestCertsRekeyReuploadAndOperatorPass against a real apiserver: rekey
@@ -93,7 +97,8 @@ func TestCertsRekeyReuploadAndOperatorPass(t *testing.T) {
 // kubeconfig client certificate with its expiry (table and JSON) and the key
 // age; on a host whose clock has passed the leaves' expiry it exits 1 naming
 // them. certs renew, stopped once by a fault after its leaves, converges on a
-// re-run: new leaves, services restarted onto them and serving.
+// re-run: new leaves, services restarted onto them and serving; with no
+// supervisor it renews, nothing running to restart.
 func TestCertsCheckAndRenew(t *testing.T) {
 	c, cp1, opts := upOneControlPlane(t, 1)
 	d := cp1.Handle()
@@ -166,4 +171,38 @@ func TestCertsCheckAndRenew(t *testing.T) {
 	if code, _, errOut := runCLI(t, opts, "etcd", "health"); code != ExitOK {
 		t.Fatalf("etcd health after renew: exit %d\n%s", code, errOut)
 	}
+
+	// With no supervisor (its socket unanswered, as on a real host whose
+	// `stratum up` is stopped) nothing runs to restart: the renew succeeds,
+	// saying the services read the files when they start.
+	unsupervised := Options{Host: func() (host.Host, error) {
+		return noSupervisor{Handle: d, Client: supervisor.Client{Path: filepath.Join(t.TempDir(), "supervisor.sock")}}, nil
+	}}
+	code, out, errOut = runCLI(t, unsupervised, "certs", "renew")
+	if code != ExitOK || !strings.Contains(out, "no service runs here now") || !strings.Contains(out, "/etc/stratum/pki/apiserver.crt") {
+		t.Fatalf("certs renew with no supervisor: exit %d\n%s\n%s", code, out, errOut)
+	}
+}
+
+// noSupervisor is a simulated host whose services are reached through a
+// supervisor socket nobody answers on.
+type noSupervisor struct {
+	*sim.Handle
+	supervisor.Client
+}
+
+func (h noSupervisor) StartService(ctx context.Context, name string) error {
+	return h.Client.StartService(ctx, name)
+}
+func (h noSupervisor) StopService(ctx context.Context, name string) error {
+	return h.Client.StopService(ctx, name)
+}
+func (h noSupervisor) RestartService(ctx context.Context, name string) error {
+	return h.Client.RestartService(ctx, name)
+}
+func (h noSupervisor) ServiceStatus(ctx context.Context, name string) (host.ServiceStatus, error) {
+	return h.Client.ServiceStatus(ctx, name)
+}
+func (h noSupervisor) CheckServices(ctx context.Context, names []string) error {
+	return h.Client.CheckServices(ctx, names)
 }

@@ -24,9 +24,10 @@ CA, that covers the VIP. A VIP where nothing answers (between holders) is asked 
 
 Every kubeconfig under /etc/stratum (bootstrap.conf included) is rewritten to
 https://<vip>:6443, credentials kept, and the node state records the VIP so the next
-"stratum up" keeps it. The running local services that read kubeconfigs (kube-vip, the
-controller manager and scheduler, stratum-operator) are restarted; one that fails to
-restart is printed as a warning.
+"stratum up" keeps it. The running local services that read kubeconfigs (kube-vip,
+stratum-operator) are restarted through the supervisor; one that fails to restart is
+printed as a warning. A service not running (no supervisor runs here) reads the
+repointed kubeconfig when it starts.
 
 With --cilium, the Cilium agent DaemonSet and operator Deployment (kube-system/cilium,
 kube-system/cilium-operator) are also pointed at the VIP (KUBERNETES_SERVICE_HOST/PORT),

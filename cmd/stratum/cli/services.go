@@ -217,6 +217,11 @@ supervisor, supervisorError, services: [{name, running, detail}]}.`,
 			if err := a.write(out, rep, func() error { return writeStatus(a.stdout, rep) }); err != nil {
 				return err
 			}
+			if rep.Node == nil && !rep.JoinIntentSurvives {
+				// Nothing here to start: advising `stratum up` would make a
+				// second, separate cluster on a machine meant to join one.
+				return fmt.Errorf("this machine is not a control plane (no node state at %s): join it to a cluster with the join command `stratum token create --control-plane` prints on a control plane (`stratum server ...`), or start a NEW cluster with `stratum up`", nodestate.Path)
+			}
 			if serr != nil {
 				return explainHost(serr)
 			}
