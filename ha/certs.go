@@ -375,7 +375,7 @@ func (n *Node) nextCertsSecret(ctx context.Context, cs kubernetes.Interface, cur
 		delete(data, certbundle.ProofEntry)
 	}
 	if size := dataSize(data); size > budget {
-		return nil, fmt.Errorf("%w: the publication needs %d bytes of the %d-byte budget (%d live grants); nothing was written: wait for pending joins to finish or their tokens to expire, or delete unused tokens and prune (PruneExpiredGrants)", ErrOverBudget, size, budget, len(grantEntries(data)))
+		return nil, fmt.Errorf("%w: the publication needs %d bytes of the %d-byte budget (%d live grants); nothing was written: wait for pending joins to finish or their tokens to expire, or delete unused tokens (`stratum token list`, `stratum token delete ID`) and prune their grants (`stratum grants prune`)", ErrOverBudget, size, budget, len(grantEntries(data)))
 	}
 	out.Data, out.StringData = data, nil
 	if tokenID != "" {

@@ -60,7 +60,11 @@ func (n *Node) DowngradeEtcd(ctx context.Context, cpIP, target string) (err erro
 		return fmt.Errorf("etcd downgrade to %s: %w; nothing was asked of etcd", target, err)
 	}
 	defer cli.Close()
-	ml, err := n.memberList(ctx, cli)
+	// Serializable: the health gate below asks every member itself, and a
+	// linearizable list can stall while a downgrade is enabled.
+	lctx, lcancel := context.WithTimeout(ctx, n.readTimeout())
+	ml, err := cli.MemberList(lctx, clientv3.WithSerializable())
+	lcancel()
 	if err != nil {
 		return fmt.Errorf("etcd downgrade to %s: member list from %s: %w; nothing was changed", target, ep, err)
 	}
@@ -74,6 +78,13 @@ func (n *Node) DowngradeEtcd(ctx context.Context, cpIP, target string) (err erro
 	if err := n.EtcdClusterHealthy(ctx, hosts); err != nil {
 		return fmt.Errorf("etcd downgrade to %s refused, nothing was asked of etcd: %w", target, err)
 	}
+	if done, resume, err := n.downgradeUnderWay(ctx, cpIP, hosts, target); err != nil || done {
+		return err
+	} else if resume {
+		asked = true // enabled by an earlier run: the cluster is mid-change
+		n.log.Info("an etcd downgrade to this target is already enabled (an earlier run was interrupted): waiting for it", "target", target)
+		return n.waitMembersRun(ctx, hosts, target)
+	}
 	wctx, cancel := context.WithTimeout(ctx, etcdWriteTimeout)
 	_, err = cli.Downgrade(wctx, clientv3.DowngradeValidate, target)
 	cancel()
@@ -85,10 +96,38 @@ func (n *Node) DowngradeEtcd(ctx context.Context, cpIP, target string) (err erro
 	_, err = cli.Downgrade(wctx, clientv3.DowngradeEnable, target)
 	cancel()
 	if err != nil {
-		return fmt.Errorf("etcd downgrade to %s through %s: enable failed: %w; the downgrade may or may not be enabled: check EtcdStorageAt and retry, or cancel it (etcdctl downgrade cancel)", target, ep, err)
+		return fmt.Errorf("etcd downgrade to %s through %s: enable failed: %w; the downgrade may or may not be enabled: run the same command again (it waits for an enabled one), or cancel it (etcdctl downgrade cancel)", target, ep, err)
 	}
 	n.log.Info("etcd downgrade enabled; swap each member to the target etcd once its storage version is lowered", "target", target, "members", len(hosts))
 	return n.waitMembersRun(ctx, hosts, target)
+}
+
+// downgradeUnderWay is what an earlier run left, read before etcd is asked to
+// validate (which refuses a downgrade already enabled, and one to the version
+// the cluster already runs): done when every member at hosts already runs
+// target and no downgrade is enabled (a run that finished, or whose end was
+// not seen), resume when a downgrade to target is enabled (an interrupted
+// run: the re-run waits for it, as the first would have), and a refusal when
+// a downgrade to another version is enabled.
+func (n *Node) downgradeUnderWay(ctx context.Context, cpIP string, hosts []string, target string) (done, resume bool, err error) {
+	st, err := n.EtcdStorageAt(ctx, cpIP)
+	if err != nil {
+		return false, false, nil // etcd's validation answers for it
+	}
+	if st.Downgrading {
+		if versionMajorMinor(st.DowngradeTarget) == target {
+			return false, true, nil
+		}
+		return false, false, fmt.Errorf("etcd downgrade to %s refused: a downgrade to %s is under way; nothing was changed: finish it (`stratum etcd downgrade %s`) or cancel it (etcdctl downgrade cancel)",
+			target, st.DowngradeTarget, versionMajorMinor(st.DowngradeTarget))
+	}
+	for _, h := range hosts {
+		if m := n.EtcdMemberStatus(ctx, h); m.Err != nil || versionMajorMinor(m.Version) != target {
+			return false, false, nil
+		}
+	}
+	n.log.Info("every etcd member already runs the target version and no downgrade is enabled: nothing to do", "target", target)
+	return true, false, nil
 }
 
 // waitMembersRun waits until every member at hosts runs etcd major.minor

@@ -71,9 +71,13 @@ func TestDowngradeEtcd(t *testing.T) {
 
 	// End to end: enable, wait for every member's storage to be lowered,
 	// swap each member to the previous etcd, and DowngradeEtcd returns.
+	// The first run is interrupted once the storage is lowered; the re-run
+	// (as the CLI's help says: run it again) waits for the enabled downgrade.
 	done := make(chan error, 1)
 	start := time.Now()
-	go func() { done <- n.DowngradeEtcd(ctx, ips[0], "v3.6") }()
+	firstCtx, interrupt := context.WithCancel(ctx)
+	defer interrupt()
+	go func() { done <- n.DowngradeEtcd(firstCtx, ips[0], "v3.6") }()
 	deadline := time.Now().Add(2 * time.Minute)
 	for _, ip := range ips {
 		for {
@@ -96,6 +100,12 @@ func TestDowngradeEtcd(t *testing.T) {
 		}
 	}
 	t.Logf("storage lowered on every member %s after DowngradeEtcd started", time.Since(start).Round(time.Millisecond))
+	interrupt()
+	if err := <-done; err == nil {
+		t.Fatal("the interrupted DowngradeEtcd returned nil before any member was swapped")
+	}
+	waitHealthy(t, n, ips) // the operator's re-run comes later than at once
+	go func() { done <- n.DowngradeEtcd(ctx, ips[0], "3.6") }()
 	for _, name := range names {
 		select {
 		case err := <-done:
@@ -125,6 +135,10 @@ func TestDowngradeEtcd(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "etcd downgrade in progress") {
 		t.Errorf("no progress was logged; logs:\n%s", logs)
+	}
+	// Run once more after it ended: nothing to do, and not an error.
+	if err := n.DowngradeEtcd(ctx, ips[0], "3.6"); err != nil {
+		t.Fatalf("DowngradeEtcd again once every member runs 3.6: %v", err)
 	}
 }
 

@@ -307,7 +307,7 @@ func (n *Node) memberAddWindowed(ctx context.Context, cpIPs []string, newName, n
 			return refused(fmt.Errorf("%w: %w", errMemberAddRefused, err))
 		}
 		if time.Now().Add(backoff).After(deadline) {
-			return refused(fmt.Errorf("etcd member add of %s (%s): still refused after %d attempts over %s; %w. Check the cluster's health (EtcdClusterHealthy) and learners, then retry: %w",
+			return refused(fmt.Errorf("etcd member add of %s (%s): still refused after %d attempts over %s; %w. Check the cluster's health (`stratum etcd health` on a control plane) and its learners (`stratum etcd members`), then run the same command again: %w",
 				newName, newPeerURL, attempt, memberAddRetryFor, errMemberAddRefused, err))
 		}
 		n.log.Info("etcd refused the member add; nothing was added, retrying", "member", newName, "peerURL", newPeerURL, "attempt", attempt, "in", backoff, "err", err)
@@ -430,7 +430,7 @@ func (n *Node) PromoteWhenCaughtUp(ctx context.Context, cpIPs []string, peerURL 
 		}
 		m := memberByPeerURL(ml.Members, peerURL)
 		if m == nil {
-			return fmt.Errorf("%s: no member has that peer URL (per %s); nothing was promoted: add it first (MemberAdd)", op, ep)
+			return fmt.Errorf("%s: no member has that peer URL (per %s); nothing was promoted: this node's member was removed from the cluster; `stratum reset` this node, then join it again with a join command", op, ep)
 		}
 		if !m.IsLearner {
 			return nil
