@@ -16,7 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/assets"
+	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/version"
 )
 
@@ -228,7 +230,22 @@ func TestHAControlPlaneOnThreeHosts(t *testing.T) {
 	// printed while cp1 ran alone, so its grant names only cp1's etcd. With
 	// cp1 reset too, cp2 runs the same command, verbatim, through the VIP
 	// (now cp3's), and joins the members the cluster published since.
-	resetStratum(ctx, t, tools, cp1, supervisor[cp1])
+	//
+	// cp1's reset is one a crash interrupted: cp1 and cp3 are two voters,
+	// so with cp1's etcd down cp3 alone has no quorum and answers nothing.
+	// `stratum up` at cp1's boot refuses; the reset, run again, starts
+	// cp1's etcd under itself (no supervisor runs) to give the cluster its
+	// quorum back, and removes cp1 through it.
+	crashMidReset(ctx, t, nw, cp1, supervisor[cp1])
+	if o, e, err := cp1.Run(ctx, tools.stratum, "up"); exitCode(err) != refusedExit || !strings.Contains(e, "reset of this node is under way") {
+		t.Fatalf("stratum up on cp1 after its reset crashed = %v, want exit %d naming the reset\nstdout:\n%s\nstderr:\n%s", err, refusedExit, o, e)
+	}
+	reset := tools.run(ctx, t, cp1, "reset")
+	t.Logf("stratum reset on cp1, re-run after a crash, printed:\n%s", reset)
+	if !strings.Contains(reset, "starting it, so the cluster has its quorum back") || !strings.Contains(reset, "reset done") {
+		t.Fatalf("stratum reset on cp1 after a crash printed:\n%s", reset)
+	}
+	waitNoServers(t, cp1)
 	if voters := waitVoters(ctx, t, tools, cp3, 1); !slices.Equal(voters, []string{"cp3"}) {
 		t.Fatalf("etcd voters after cp1's reset: %v", voters)
 	}
@@ -302,6 +319,42 @@ func recoverFromSnapshot(ctx context.Context, t *testing.T, tl *tools, seed, fir
 			_, eAfter, errAfter := h.Run(ctx, tl.kubectlArgs("get", "configmap", "after-snapshot", "--request-timeout=2s")...)
 			return errBefore == nil && errAfter != nil && strings.Contains(eAfter, "NotFound")
 		}, nil)
+	}
+}
+
+// crashMidReset leaves h as a crash right after its reset began would: every
+// process of the host killed, as when its power is lost (its supervisor up
+// with them), the VIP address gone from its interfaces as a reboot drops it,
+// and the reset's journal written, which a reset writes before its first
+// change.
+func crashMidReset(ctx context.Context, t *testing.T, nw *network, h *host, up *proc) {
+	t.Helper()
+	var st nodestate.NodeState
+	if err := json.Unmarshal([]byte(readMachineFiles(t, h, nodestate.Path)[nodestate.Path]), &st); err != nil {
+		t.Fatalf("%s's node state: %v", h.Name(), err)
+	}
+	if err := h.KillAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-up.Done()
+	waitNoServers(t, h)
+	out, _, err := h.Run(ctx, "ip", "-4", "-o", "addr", "show")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) > 3 && f[3] == nw.VIP().String()+"/32" {
+			if _, e, err := h.Run(ctx, "ip", "addr", "del", f[3], "dev", f[1]); err != nil {
+				t.Fatalf("drop the VIP from %s's %s: %v: %s", h.Name(), f[1], err, e)
+			}
+		}
+	}
+	journal, err := json.Marshal(map[string]any{"name": st.Etcd.Name, "peerURL": st.Etcd.PeerURL, "started": time.Now().UTC()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(h.MachinePath(ha.ResetJournalPath()), journal, 0o600); err != nil {
+		t.Fatal(err)
 	}
 }
 

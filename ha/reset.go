@@ -78,9 +78,14 @@ type resetStep string
 const (
 	resetStopVIP       resetStep = "stop-vip"
 	resetStopAPIServer resetStep = "stop-apiserver"
-	resetMemberRemove  resetStep = "member-remove"
-	resetStopEtcd      resetStep = "stop-etcd"
-	resetWipe          resetStep = "wipe"
+	// resetStartEtcd starts this node's etcd again, before the rest is
+	// planned anew: a reset that crashed before its member-add left the
+	// other members without a quorum when this node's vote is part of it
+	// (two voters), so none answers until this node's etcd is back.
+	resetStartEtcd    resetStep = "start-etcd"
+	resetMemberRemove resetStep = "member-remove"
+	resetStopEtcd     resetStep = "stop-etcd"
+	resetWipe         resetStep = "wipe"
 )
 
 // ResetPlanReport is what a reset would do on this node, as ResetPlanOf
@@ -124,6 +129,9 @@ type resetObservation struct {
 	votersAfter, healthyAfter  int
 	running                    map[string]bool
 	filesLeft, journalUnderWay bool
+	// stateSaved: the node state records the member (not only a join's
+	// journal), so this node's etcd can be started from it.
+	stateSaved bool
 }
 
 // ResetControlPlane is `stratum reset`: it takes this control plane out of
@@ -154,6 +162,12 @@ func (n *Node) ResetControlPlane(ctx context.Context, w io.Writer, force bool) e
 		return Refusal(err)
 	}
 	rep := planReset(obs)
+	if len(rep.Steps) > 0 && rep.Steps[0] == string(resetStartEtcd) {
+		if obs, err = n.restartEtcdForReset(ctx, w, obs); err != nil {
+			return err
+		}
+		rep = planReset(obs)
+	}
 	if len(rep.Steps) == 0 {
 		fmt.Fprintf(w, "nothing of a control plane is left on this node; nothing to reset\n")
 		return nil
@@ -184,6 +198,31 @@ func (n *Node) ResetControlPlane(ctx context.Context, w io.Writer, force bool) e
 	}
 	fmt.Fprintf(w, "reset done: this node is no longer a control plane\n")
 	return nil
+}
+
+// restartEtcdForReset starts this node's etcd again, for a reset that a
+// crash interrupted before its member-remove while no other member answers
+// (observed in obs), and observes the node anew. The node is still a member
+// of the cluster (its node state is there, which the wipe removes first), so
+// its etcd rejoins the others and gives them their quorum back; the reset
+// then removes it through them. A start that fails leaves the reset
+// refused as before, naming why.
+func (n *Node) restartEtcdForReset(ctx context.Context, w io.Writer, obs resetObservation) (resetObservation, error) {
+	fmt.Fprintf(w, "no etcd member answered (asked %s) and this node's etcd is not running (the reset was interrupted before its member-remove): starting it, so the cluster has its quorum back and the reset can remove it\n", strings.Join(obs.asked, ", "))
+	st, err := nodestate.Load(n.env.Host)
+	if err == nil {
+		err = n.startEtcd(ctx, st)
+	}
+	if err != nil {
+		return obs, Refusal(fmt.Errorf("reset: this node's member %s cannot be removed: no etcd member answered (asked %s), and this node's etcd did not start: %w; nothing more was changed: bring the other members back and re-run the reset",
+			memberRef(obs.name, obs.peerURL), strings.Join(obs.asked, ", "), err))
+	}
+	fmt.Fprintf(w, "etcd started\n")
+	next, err := n.observeReset(ctx)
+	if err != nil {
+		return obs, Refusal(err)
+	}
+	return next, nil
 }
 
 // ResetPlanOf is the observation of ResetControlPlane without its locks:
@@ -217,6 +256,16 @@ func planReset(o resetObservation) ResetPlanReport {
 	}
 	removeHint := fmt.Sprintf("remove its etcd member from a running control plane: `stratum etcd member remove %s`", memberRef(o.name, o.peerURL))
 	switch {
+	case o.role == "unknown" && o.journalUnderWay && o.stateSaved && !o.running[ServiceEtcd]:
+		// A crash stopped this node's etcd mid-reset, before the member was
+		// removed (its node state is there): the others may lack a quorum
+		// without it. Started again, the reset plans the rest anew; this is
+		// what that plan usually is.
+		add(resetStartEtcd)
+		add(resetMemberRemove)
+		add(resetStopEtcd)
+		add(resetWipe)
+		return rep
 	case o.role == "unknown":
 		rep.Refused = fmt.Sprintf("no etcd member answered (asked %s), so this node's member %s cannot be removed", strings.Join(o.asked, ", "), memberRef(o.name, o.peerURL))
 		switch {
@@ -261,7 +310,7 @@ func (n *Node) observeReset(ctx context.Context) (resetObservation, error) {
 	st, err := nodestate.Load(h)
 	switch {
 	case err == nil:
-		o.name, o.peerURL = st.Etcd.Name, st.Etcd.PeerURL
+		o.name, o.peerURL, o.stateSaved = st.Etcd.Name, st.Etcd.PeerURL, true
 		own = urlHostOf(st.Etcd.ClientURL)
 		o.asked = peerIPs(st.Etcd.InitialCluster, st.Etcd.PeerURL)
 	case errors.Is(err, nodestate.ErrNoState):

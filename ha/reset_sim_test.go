@@ -52,9 +52,37 @@ func TestResetConvergesAfterACrashAtEveryCheckpoint(t *testing.T) {
 			checkResetFromTwoVoters(ctx, t, c, cp3)
 		})
 		if !ok {
-			break // the cluster the next checkpoint would start from is not known
+			return // the cluster the next checkpoint would start from is not known
 		}
 	}
+	// cp1 and cp2 are left: two voters, each one's vote part of the quorum.
+	// cp2's reset crashes before its member-remove, and cp1 alone answers
+	// nothing; the re-run starts cp2's etcd again, so the cluster has its
+	// quorum back, and removes cp2 through it.
+	t.Run("two voters", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cp2 := c.Host("cp2")
+		crashResetAt(ctx, t, c, cp2, ha.CheckpointResetAfterStopAPIServer)
+		if _, err := joinNodeOn(cp2).Up(ctx, ha.BootstrapOptions{}); !errors.Is(err, ha.ErrResetUnderWay) {
+			t.Fatalf("up after cp2's reset crashed: %v, want a refusal naming the reset under way", err)
+		}
+		var out syncBuffer
+		if err := joinNodeOn(cp2).ResetControlPlane(ctx, &out, false); err != nil {
+			t.Fatalf("the reset of one of two voters, re-run after a crash: %v\n%s", err, out.String())
+		}
+		if !strings.Contains(out.String(), "starting it, so the cluster has its quorum back") {
+			t.Errorf("the re-run did not say it started cp2's etcd:\n%s", out.String())
+		}
+		ms, err := c.Host("cp1").EtcdMembers(ctx)
+		if err != nil || len(ms) != 1 || ms[0].PeerURLs[0] != c.Host("cp1").PeerURL() {
+			t.Fatalf("members after cp2's reset: %v, %v; want cp1 alone", ms, err)
+		}
+		if err := nodeOn(c.Host("cp1")).EtcdClusterHealthy(ctx, ipsOf(c, "cp1")); err != nil {
+			t.Fatalf("cp1 after cp2's reset: %v", err)
+		}
+		checkNoControlPlaneFiles(t, cp2)
+	})
 }
 
 // rejoin joins name again, through a join command minted on cp1, and starts
@@ -74,22 +102,22 @@ func rejoin(ctx context.Context, t *testing.T, c *sim.Cluster, cp1 *ha.Node, nam
 	}
 }
 
-// crashResetAt records cp3's node state with only itself as its initial
+// crashResetAt records h's node state with only itself as its initial
 // cluster, then runs its reset until the host crashes at checkpoint.
-func crashResetAt(ctx context.Context, t *testing.T, c *sim.Cluster, cp3 *sim.Host, checkpoint string) {
+func crashResetAt(ctx context.Context, t *testing.T, c *sim.Cluster, h *sim.Host, checkpoint string) {
 	t.Helper()
-	st, err := nodestate.Load(cp3.Files())
+	st, err := nodestate.Load(h.Files())
 	if err != nil {
 		t.Fatal(err)
 	}
-	st.Etcd.InitialCluster = "cp3=" + cp3.PeerURL()
-	if err := nodestate.Save(cp3.Files(), st); err != nil {
+	st.Etcd.InitialCluster = h.Name() + "=" + h.PeerURL()
+	if err := nodestate.Save(h.Files(), st); err != nil {
 		t.Fatal(err)
 	}
-	inc := cp3.Incarnation()
-	armed := c.CrashAt("cp3", checkpoint)
+	inc := h.Incarnation()
+	armed := c.CrashAt(h.Name(), checkpoint)
 	returned := make(chan error, 1)
-	go func() { returned <- joinNodeOn(cp3).ResetControlPlane(ctx, io.Discard, false) }()
+	go func() { returned <- joinNodeOn(h).ResetControlPlane(ctx, io.Discard, false) }()
 	select {
 	case <-armed.Reached():
 	case err := <-returned:
@@ -97,7 +125,7 @@ func crashResetAt(ctx context.Context, t *testing.T, c *sim.Cluster, cp3 *sim.Ho
 	case <-ctx.Done():
 		t.Fatalf("the reset never reached %s", checkpoint)
 	}
-	waitCrashed(t, cp3, inc)
+	waitCrashed(t, h, inc)
 }
 
 // checkResetFromTwoVoters checks, from outside cp3, that cp3's reset is
@@ -121,13 +149,20 @@ func checkResetFromTwoVoters(ctx context.Context, t *testing.T, c *sim.Cluster, 
 	if err := nodeOn(c.Host("cp1")).EtcdClusterHealthy(ctx, ipsOf(c, "cp1", "cp2")); err != nil {
 		t.Fatalf("the cluster after cp3's reset: %v", err)
 	}
+	checkNoControlPlaneFiles(t, cp3)
+}
+
+// checkNoControlPlaneFiles fails t unless h holds no state and no
+// configuration of a control plane.
+func checkNoControlPlaneFiles(t *testing.T, h *sim.Host) {
+	t.Helper()
 	for _, dir := range []string{version.StateDir, version.K8sConfDir} {
-		if entries, err := cp3.Files().ReadDir(dir); err == nil && len(entries) > 0 {
+		if entries, err := h.Files().ReadDir(dir); err == nil && len(entries) > 0 {
 			var names []string
 			for _, e := range entries {
 				names = append(names, e.Name())
 			}
-			t.Fatalf("cp3's %s after the reset: %s", dir, strings.Join(names, ", "))
+			t.Fatalf("%s's %s after the reset: %s", h.Name(), dir, strings.Join(names, ", "))
 		}
 	}
 }

@@ -109,6 +109,15 @@ var mutants = []mutant{
 		},
 	},
 	{
+		Name: "reset-never-restarts-its-etcd",
+		File: "ha/reset.go",
+		Old:  "case o.role == \"unknown\" && o.journalUnderWay && o.stateSaved && !o.running[ServiceEtcd]:",
+		New:  "case false:",
+		Tests: [][]string{
+			{"./ha", "-run", "TestResetConvergesAfterACrashAtEveryCheckpoint"},
+		},
+	},
+	{
 		Name: "cis-profile-not-audited",
 		File: "internal/controlplane/controlplane.go",
 		Old:  "if profile != \"cis\" {",

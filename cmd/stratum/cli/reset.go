@@ -7,6 +7,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"stratum.dev/stratum/ha"
+	"stratum.dev/stratum/internal/controlplane"
+	"stratum.dev/stratum/internal/host"
 	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/supervisor"
 )
@@ -33,8 +36,11 @@ does not start it again without the node state.
 It holds the node's maintenance and etcd-data locks, and records itself in
 /var/lib/stratum/reset-intent.json until it is done: "stratum up" and a join refuse
 while that file is there, and a re-run after a crash or an interruption resumes from
-what it finds. A node whose join crashed after adding its etcd member is reset too:
-the member its journal records is removed.
+what it finds. A re-run after a crash that stopped this node's etcd before its member
+was removed, with no other member answering (two voters: this node's vote is part of
+the quorum), starts that etcd again first (under this process when no supervisor runs)
+so the cluster has its quorum back, then removes the member. A node whose join crashed
+after adding its etcd member is reset too: the member its journal records is removed.
 
 It refuses, with nothing changed, when the remaining voters' healthy members would be
 under quorum, when this node's member is the cluster's last voter (a reset there
@@ -79,6 +85,17 @@ it: it resumes), 2 on bad usage; a dry run exits 0 or 3 as the reset would.`,
 			if err != nil {
 				return err
 			}
+			if a.opts.Host == nil && !dryRun && !(supervisor.Client{Path: supervisor.SocketPath}).Running() {
+				// No supervisor answers (a crash, a reboot: its `stratum
+				// up` refuses while the reset is unfinished). A reset that
+				// must start this node's etcd again, to give the other
+				// members their quorum back, runs it under this process.
+				var shutdown func()
+				if n, shutdown, err = a.resetSupervisor(); err != nil {
+					return err
+				}
+				defer shutdown()
+			}
 			if dryRun {
 				rep, err := n.ResetPlanOf(cmd.Context())
 				if err != nil {
@@ -122,6 +139,23 @@ func orNothing(steps []string) string {
 		return "nothing (nothing of a control plane is left on this node)"
 	}
 	return strings.Join(steps, ", ")
+}
+
+// resetSupervisor is the node a reset runs on when no stratum supervisor
+// answers: its services are run by a supervisor in this process (etcd from
+// the installed binaries, only if the reset starts it), stopped by shutdown.
+func (a *app) resetSupervisor() (*ha.Node, func(), error) {
+	l, err := host.NewLocal()
+	if err != nil {
+		return nil, nil, err
+	}
+	n := ha.NewNode(ha.Env{Host: l, Checkpoint: a.opts.Checkpoint, Log: a.log, Progress: a.progress})
+	sup, err := a.nodeSupervisor(l, n, controlplane.DefaultBinDir)
+	if err != nil {
+		return nil, nil, refusedf("reset refused: %w; nothing was changed", err)
+	}
+	l.Services = sup
+	return n, sup.Shutdown, nil
 }
 
 // endIdleSupervisor ends the stratum supervisor of this machine, which a
