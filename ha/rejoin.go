@@ -364,6 +364,10 @@ func (n *Node) checkOldClusterGone(ctx context.Context, st *nodestate.NodeState,
 		}
 		s, err := n.etcdStatus(ctx, ip)
 		switch {
+		case err != nil && ip == self && n.etcdStopped(ctx):
+			// This node's own etcd, stopped (by a first run of this rejoin
+			// that a crash or a failure interrupted): no quorum elsewhere
+			// can count on it.
 		case err != nil:
 			silent = append(silent, ip)
 		case fmt.Sprintf("%x", s.Header.ClusterId) == seedID:
@@ -379,6 +383,13 @@ func (n *Node) checkOldClusterGone(ctx context.Context, st *nodestate.NodeState,
 		return fmt.Errorf("%w: %d of the old cluster's %d members (%s) do not answer, enough to hold a quorum elsewhere; %s", ErrOldClusterQuorum, len(silent), len(ips), strings.Join(silent, ", "), hint)
 	}
 	return nil
+}
+
+// etcdStopped reports whether this host's etcd service is known not to run;
+// not knowing (the host cannot say) is false.
+func (n *Node) etcdStopped(ctx context.Context) bool {
+	ss, err := n.env.Host.ServiceStatus(ctx, ServiceEtcd)
+	return err == nil && !ss.Running
 }
 
 // rejoinStep runs one step of a rejoin (RejoinEtcd's list, in order), each

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -572,4 +573,44 @@ func TestRejoinRefusedWhileOldPeersMayHoldQuorum(t *testing.T) {
 	waitRefusal("3 of the old cluster's 5 members")
 	c.Heal()
 	waitRefusal("still report a leader")
+
+	// Two old peers stopped: two others answer without a leader and the
+	// silent are no majority, so cp2's rejoin goes ahead, until a crash
+	// once it has stopped cp2's control plane. Its re-run, without --force
+	// as well, counts cp2's own etcd, stopped by that first run, as no
+	// member of a quorum elsewhere, and finishes the rejoin.
+	c.Host("cp3").StopEtcd()
+	c.Host("cp4").StopEtcd()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		rep, err := joinNodeOn(cp2).RejoinPlanOf(ctx, cp1.IP().String(), false)
+		if err == nil && rep.Refused == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the rejoin of cp2 with cp3 and cp4 stopped is still refused: %+v, %v", rep, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	inc := cp2.Incarnation()
+	crashDuring(t, c, cp2, ha.CheckpointRejoinAfterStop, func() error {
+		return joinNodeOn(cp2).RejoinEtcd(ctx, io.Discard, cp1.IP().String(), false)
+	})
+	waitCrashed(t, cp2, inc)
+	var out syncBuffer
+	if err := joinNodeOn(cp2).RejoinEtcd(ctx, &out, cp1.IP().String(), false); err != nil {
+		t.Fatalf("the rejoin of cp2, re-run without --force after a crash once it stopped cp2's etcd: %v\n%s", err, out.String())
+	}
+	ms, err := cp1.EtcdMembers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range ms {
+		got = append(got, fmt.Sprintf("%s learner=%v", m.Name, m.IsLearner))
+	}
+	slices.Sort(got)
+	if want := []string{"cp1 learner=false", "cp2 learner=false"}; !slices.Equal(got, want) {
+		t.Fatalf("the seed's members after cp2's rejoin: %v, want %v", got, want)
+	}
 }
