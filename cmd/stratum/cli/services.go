@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
+	"unicode"
 
 	"github.com/spf13/cobra"
 
@@ -57,7 +58,12 @@ func (a *app) installCmd() *cobra.Command {
 supervisor, which runs etcd, the kube-apiserver, the VIP and the operator as its
 children. The unit starts only on a node with saved state (` + nodestate.Path + `), so
 bring the node up or join it by hand first, stop that foreground run, then enable the
-unit. Nothing requires systemd: without it, run "stratum up" under any supervisor.`,
+unit. Nothing requires systemd: without it, run "stratum up" under any supervisor.
+
+The pinned etcd and kube-apiserver must be in --bin-dir (made absolute) before
+anything is written, as "stratum up" checks them; a path holding a space, a quote, a
+backslash, % or $ is refused, since ExecStart would split or expand it. --dry-run checks
+the same and prints the unit instead.`,
 		Example: `  # After "stratum up ..." or "stratum server ..." once by hand (then Ctrl-C):
   stratum install
   systemctl daemon-reload && systemctl enable --now stratum
@@ -72,6 +78,24 @@ unit. Nothing requires systemd: without it, run "stratum up" under any superviso
 			}
 			if self, err = filepath.Abs(self); err != nil {
 				return err
+			}
+			// systemd runs the unit from /, so a relative directory would
+			// name another one; and an ExecStart word with a space, a quote
+			// or a specifier would be split or expanded.
+			if binDir, err = filepath.Abs(binDir); err != nil {
+				return usagef("--bin-dir: %v", err)
+			}
+			if c := unitUnsafe(binDir); c != "" {
+				return usagef("--bin-dir %q holds %q, which a systemd ExecStart would split or expand; nothing was written: use a directory without it", binDir, c)
+			}
+			if c := unitUnsafe(self); c != "" {
+				return refusedf("install refused: this stratum binary's path %q holds %q, which a systemd ExecStart would split or expand; nothing was written: install stratum under a path without it", self, c)
+			}
+			bins := controlplane.Binaries{Dir: binDir}
+			for _, name := range []string{controlplane.EtcdBinary, controlplane.APIServerBinary} {
+				if err := bins.Check(cmd.Context(), name); err != nil {
+					return refusedf("install refused: the unit's stratum up would not start: %w; nothing was written", err)
+				}
 			}
 			unit := systemdUnit(self, binDir)
 			if dryRun {
@@ -105,6 +129,16 @@ enable it with: systemctl daemon-reload && systemctl enable --now stratum
 	cmd.Flags().StringVar(&binDir, "bin-dir", controlplane.DefaultBinDir, "the `directory` of the control-plane binaries the unit's stratum up uses")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the unit, write nothing")
 	return cmd
+}
+
+// unitUnsafe is the first character of p that a systemd ExecStart would not
+// take literally in an unquoted word ("" for none): whitespace, quotes,
+// backslashes, and the % and $ of specifiers and variables.
+func unitUnsafe(p string) string {
+	if i := strings.IndexFunc(p, func(r rune) bool { return unicode.IsSpace(r) || strings.ContainsRune("\"'\\%$;", r) }); i >= 0 {
+		return string([]rune(p[i:])[0])
+	}
+	return ""
 }
 
 // supervisedServices are the services `stratum status` reports, in start order.

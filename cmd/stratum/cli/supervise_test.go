@@ -6,6 +6,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"stratum.dev/stratum/internal/assets"
+	"stratum.dev/stratum/internal/assets/assetstest"
+	"stratum.dev/stratum/internal/controlplane"
+	"stratum.dev/stratum/internal/version"
 )
 
 func TestJoinSecretSources(t *testing.T) {
@@ -63,7 +68,29 @@ func TestServerRefusesAFlagAndItsFileTogether(t *testing.T) {
 
 func TestInstallWritesAUnitThatRunsUpOnlyWithState(t *testing.T) {
 	dir := t.TempDir()
-	code, out, errOut := runCLI(t, Options{}, "install", "--unit-dir", dir, "--bin-dir", "/opt/stratum/bin")
+	bin := pinnedBinDir(t)
+	// A relative --bin-dir is made absolute (systemd runs the unit from /);
+	// one without the binaries, or one a unit would split, is refused.
+	rel, err := filepath.Rel(mustGetwd(t), bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		binDir string
+		code   int
+		says   string
+	}{
+		{filepath.Join(dir, "nothing-here"), ExitRefused, "etcd is missing"},
+		{filepath.Join(dir, "bin dir"), ExitUsage, "which a systemd ExecStart would split"},
+	} {
+		if code, _, errOut := runCLI(t, Options{}, "install", "--unit-dir", dir, "--bin-dir", tc.binDir); code != tc.code || !strings.Contains(errOut, tc.says) || !strings.Contains(errOut, "nothing was written") {
+			t.Fatalf("install --bin-dir %q: exit %d, want %d saying %q:\n%s", tc.binDir, code, tc.code, tc.says, errOut)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "stratum.service")); err == nil {
+			t.Fatalf("a refused install --bin-dir %q wrote the unit", tc.binDir)
+		}
+	}
+	code, out, errOut := runCLI(t, Options{}, "install", "--unit-dir", dir, "--bin-dir", rel)
 	if code != ExitOK {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -71,7 +98,7 @@ func TestInstallWritesAUnitThatRunsUpOnlyWithState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{" up --bin-dir /opt/stratum/bin\n", "ConditionPathExists=/var/lib/stratum/node-state.json", "Restart=always", "WantedBy=multi-user.target"} {
+	for _, want := range []string{" up --bin-dir " + bin + "\n", "ConditionPathExists=/var/lib/stratum/node-state.json", "Restart=always", "WantedBy=multi-user.target"} {
 		if !strings.Contains(string(unit), want) {
 			t.Errorf("unit lacks %q:\n%s", want, unit)
 		}
@@ -79,7 +106,7 @@ func TestInstallWritesAUnitThatRunsUpOnlyWithState(t *testing.T) {
 	if !strings.Contains(out, "wrote "+filepath.Join(dir, "stratum.service")) {
 		t.Errorf("stdout does not say what was written:\n%s", out)
 	}
-	code, out, _ = runCLI(t, Options{}, "install", "--dry-run", "--unit-dir", filepath.Join(dir, "other"))
+	code, out, _ = runCLI(t, Options{}, "install", "--dry-run", "--unit-dir", filepath.Join(dir, "other"), "--bin-dir", bin)
 	if code != ExitOK || !strings.Contains(out, "ExecStart=") {
 		t.Fatalf("dry run: exit %d, stdout:\n%s", code, out)
 	}
@@ -128,4 +155,38 @@ func TestUpRefusesBadOptionsBeforeWriting(t *testing.T) {
 			}
 		})
 	}
+}
+
+// pinnedBinDir is a directory holding the pinned etcd and kube-apiserver (links
+// to the built assets), as the bin/ of `make dist` does.
+func pinnedBinDir(t *testing.T) string {
+	t.Helper()
+	assetstest.Require(t, assets.EtcdName(version.Etcd), assets.KubeAPIServerName)
+	dir := filepath.Join(t.TempDir(), "bin")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	etcd, err := assets.Etcd(version.Etcd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	apiserver, err := assets.KubeAPIServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, target := range map[string]string{controlplane.EtcdBinary: etcd, controlplane.APIServerBinary: apiserver} {
+		if err := os.Symlink(target, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func mustGetwd(t *testing.T) string {
+	t.Helper()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return wd
 }
