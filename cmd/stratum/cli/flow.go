@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -155,19 +156,30 @@ type healthReport struct {
 }
 
 // etcdHealth asks every member (by the member list through this node's own
-// member) whether the cluster is healthy: the report, the verdict as an
-// error (nil when healthy), and err when the members cannot be listed.
-func etcdHealth(ctx context.Context, n *ha.Node, st *nodestate.NodeState) (healthReport, error, error) {
-	ips, err := n.MemberClientIPsVia(ctx, []string{urlHost(st.Etcd.ClientURL)})
+// member, else through the peers its node state names) whether the cluster
+// is healthy: the report and the verdict as an error (nil when healthy). A
+// cluster whose members cannot be listed is a verdict too, in the report as
+// any other.
+func etcdHealth(ctx context.Context, n *ha.Node, st *nodestate.NodeState) (healthReport, error) {
+	via := []string{urlHost(st.Etcd.ClientURL)}
+	for _, m := range strings.Split(st.Etcd.InitialCluster, ",") {
+		if _, peer, ok := strings.Cut(m, "="); ok && peer != st.Etcd.PeerURL {
+			if ip := urlHost(peer); ip != "" && !slices.Contains(via, ip) {
+				via = append(via, ip)
+			}
+		}
+	}
+	ips, err := n.MemberClientIPsVia(ctx, via)
 	if err != nil {
-		return healthReport{}, nil, fmt.Errorf("etcd health: list the members through %s: %w", st.Etcd.ClientURL, err)
+		herr := fmt.Errorf("no member answered with the member list (asked %s): %w", strings.Join(via, ", "), err)
+		return healthReport{Members: []string{}, Error: herr.Error()}, herr
 	}
 	rep := healthReport{Healthy: true, Members: ips}
 	herr := n.EtcdClusterHealthy(ctx, ips)
 	if herr != nil {
 		rep.Healthy, rep.Error = false, herr.Error()
 	}
-	return rep, herr, nil
+	return rep, herr
 }
 
 // memberRow is one row of the etcd member table; its JSON names are stable

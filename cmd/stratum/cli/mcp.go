@@ -87,8 +87,8 @@ func (a *app) mcpServer() *mcp.Server {
 			if err != nil {
 				return nil, healthReport{}, err
 			}
-			rep, _, err := etcdHealth(ctx, n, st)
-			return nil, rep, err
+			rep, _ := etcdHealth(ctx, n, st) // the verdict is in the report
+			return nil, rep, nil
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "certs_check", Description: "Every CA, leaf and kubeconfig client certificate on this node with its expiry, and the shared certificates' key age (as `stratum certs check -o json`).", Annotations: read},
 		func(ctx context.Context, _ *mcp.CallToolRequest, _ noInput) (*mcp.CallToolResult, certsReport, error) {

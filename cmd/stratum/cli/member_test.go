@@ -163,4 +163,17 @@ func TestEtcdMemberRemove(t *testing.T) {
 	if got := members(); got != "cp1 cp2" {
 		t.Fatalf("members after removing cp3: %s", got)
 	}
+
+	// With this node's own member down the verdict is still a document: a
+	// script reading `-o json` gets healthy false and why, and exit 1.
+	c.Host("cp1").StopEtcd()
+	code, out, errOut := runCLI(t, opts, "etcd", "health", "-o", "json")
+	var down struct {
+		Healthy *bool    `json:"healthy"`
+		Members []string `json:"members"`
+		Error   string   `json:"error"`
+	}
+	if code != ExitFail || json.Unmarshal([]byte(out), &down) != nil || down.Healthy == nil || *down.Healthy || down.Error == "" {
+		t.Fatalf("etcd health -o json with cp1's etcd down: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
 }

@@ -549,10 +549,7 @@ reported unhealthy. Exits 1 with the reason when the cluster is not healthy.
 			if err != nil {
 				return err
 			}
-			rep, herr, err := etcdHealth(cmd.Context(), n, st)
-			if err != nil {
-				return err
-			}
+			rep, herr := etcdHealth(cmd.Context(), n, st)
 			if err := a.write(healthOut, rep, func() error {
 				if herr == nil {
 					fmt.Fprintf(a.stdout, "etcd healthy: %d members (%s) answer and agree on one leader\n", len(rep.Members), strings.Join(rep.Members, ", "))
