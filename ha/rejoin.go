@@ -68,8 +68,11 @@ func RejoinEtcd(ctx context.Context, w io.Writer, cp1IP string, force bool) erro
 // etcd, and plans the rejoin's remaining steps; it changes nothing.
 func (n *Node) planRejoinHere(ctx context.Context, cp1IP string) (*nodestate.NodeState, rejoinObservation, []rejoinStep, error) {
 	st, err := nodestate.Load(n.env.Host)
+	if errors.Is(err, nodestate.ErrNoState) {
+		return nil, rejoinObservation{}, nil, fmt.Errorf("etcd rejoin: %w; nothing was changed: the rejoin moves a control plane's member to the restored seed; a machine that is none joins with a join command (`stratum server`)", err)
+	}
 	if err != nil {
-		return nil, rejoinObservation{}, nil, fmt.Errorf("etcd rejoin: %w", err)
+		return nil, rejoinObservation{}, nil, fmt.Errorf("etcd rejoin: %w; nothing was changed", err)
 	}
 	if st.Role != nodestate.RoleControlPlane || st.Etcd.Name == "" || st.Etcd.PeerURL == "" {
 		return nil, rejoinObservation{}, nil, fmt.Errorf("etcd rejoin: node state %s is not a control plane's with an etcd member; nothing was changed", nodestate.Path)

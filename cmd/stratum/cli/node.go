@@ -284,6 +284,9 @@ not in the process list while the control plane runs.`,
 			if err := checkNodeIP(f.nodeIP); err != nil {
 				return err
 			}
+			if err := checkIP("--vip", f.vip); err != nil {
+				return err
+			}
 			tok, err := secret("--token", f.token, "--token-file", f.tokenFile, envToken)
 			if err != nil {
 				return err
@@ -431,8 +434,12 @@ keep that output as private as the join command.`,
 			}
 			if kubeconfigTo != "" {
 				if err := writeFileAtomic(kubeconfigTo, m.BootstrapKubeconfig, 0o600); err != nil {
-					a.printMinted(m, controlPlane)
-					return fmt.Errorf("token %s was minted, but writing its bootstrap kubeconfig failed: %w; the token above still works", m.ID, err)
+					// The minted token in the asked-for format, so a script
+					// reading -o json still gets it.
+					if werr := a.write(out, mintedReportOf(m, server, controlPlane), func() error { a.printMinted(m, controlPlane); return nil }); werr != nil {
+						return errors.Join(werr, fmt.Errorf("token %s was minted, but writing its bootstrap kubeconfig failed: %w; delete it (`stratum token delete %s`) if unused", m.ID, err, m.ID))
+					}
+					return fmt.Errorf("token %s was minted, but writing its bootstrap kubeconfig failed: %w; the token above still works (its bootstrapKubeconfig in -o json)", m.ID, err)
 				}
 			}
 			return a.write(out, mintedReportOf(m, server, controlPlane), func() error {

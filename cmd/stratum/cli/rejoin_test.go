@@ -23,6 +23,8 @@ func TestRejoinRepointSnapshotUsageAndRefusals(t *testing.T) {
 		{[]string{"snapshot", "restore", "a", "b"}, ExitUsage, "accepts 1 arg"},
 		{[]string{"snapshot", "bogus"}, ExitUsage, "unknown command"},
 		{[]string{"etcd", "rejoin", "--server", "10.0.0.1"}, ExitRefused, "no node state"},
+		{[]string{"etcd", "rejoin", "--server", "10.0.0.1", "--dry-run"}, ExitRefused, "nothing was changed"},
+		{[]string{"server", "--vip", "vip.example"}, ExitUsage, `--vip "vip.example" is not an IP address`},
 		{[]string{"etcd", "rejoin", "--server", "10.0.0.1", "--force"}, ExitRefused, "no node state"},
 		{[]string{"etcd", "rejoin", "--server", "10.0.0.1", "--dry-run"}, ExitRefused, "no node state"},
 		{[]string{"etcd", "rejoin", "--server", "https://10.0.0.1:6443", "--dry-run"}, ExitRefused, "no node state"},

@@ -12,6 +12,7 @@ import (
 	"stratum.dev/stratum/internal/host"
 	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/supervisor"
+	"stratum.dev/stratum/internal/version"
 )
 
 // resetCmd is `stratum reset`: this control plane leaves its cluster and its
@@ -77,7 +78,11 @@ it: it resumes), 2 on bad usage; a dry run exits 0 or 3 as the reset would.`,
 				return usagef("-o %s prints the plan of a --dry-run; the reset itself reports its steps as text", out.format)
 			}
 			if a.opts.Host == nil {
-				if err := requireRoot("stratum reset"); err != nil {
+				why := fmt.Sprintf("it reads this node's state and keys under %s and %s, readable by root alone, and stops its services and removes those files", version.StateDir, version.K8sConfDir)
+				if dryRun {
+					why = fmt.Sprintf("its plan reads this node's state and keys under %s and %s, readable by root alone", version.StateDir, version.K8sConfDir)
+				}
+				if err := requireRoot("stratum reset", why); err != nil {
 					return err
 				}
 			}

@@ -52,13 +52,17 @@ const (
 	OperatorLeaseName = "stratum-operator"
 )
 
-// requireRoot refuses a real-host control-plane command run by another user.
-func requireRoot(verb string) error {
+// requireRoot refuses a real-host control-plane command run by another
+// user; why says what it does that needs root.
+func requireRoot(verb, why string) error {
 	if os.Geteuid() != 0 {
-		return refusedf("%s must run as root: it writes %s and %s, binds the etcd and apiserver ports and manages the VIP address; nothing was changed", verb, version.K8sConfDir, version.StateDir)
+		return refusedf("%s must run as root: %s; nothing was changed", verb, why)
 	}
 	return nil
 }
+
+// superviseNeedsRoot is why up and server run as root.
+var superviseNeedsRoot = fmt.Sprintf("it writes %s and %s, binds the etcd and apiserver ports and manages the VIP address", version.K8sConfDir, version.StateDir)
 
 // localServices is what the real-host commands other than up and server use
 // for services: the running supervisor's control socket.
@@ -340,7 +344,7 @@ func (f *superviseFlags) add(cmd *cobra.Command) {
 // service is stopped, newest first, or until a caller of the socket asks an
 // idle supervisor to end (`stratum reset`, supervisor.Client.Exit).
 func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags, prepare func(context.Context, *ha.Node) (*nodestate.NodeState, error)) error {
-	if err := requireRoot(verb); err != nil {
+	if err := requireRoot(verb, superviseNeedsRoot); err != nil {
 		return err
 	}
 	l, err := host.NewLocal()
