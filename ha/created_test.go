@@ -15,8 +15,8 @@ import (
 
 // TestCreatedFilesUndoRemovesWhatItCreatedOnly: a refused join's undo
 // removes the files and the directories it created (a file's missing
-// parents too), and keeps what was there before and a directory something
-// else wrote into.
+// parents too), puts back the contents of a file it overwrote, and keeps a
+// directory something else wrote into.
 func TestCreatedFilesUndoRemovesWhatItCreatedOnly(t *testing.T) {
 	root := t.TempDir()
 	local := &host.Local{Dir: host.Dir{Root: root}}
@@ -62,8 +62,11 @@ func TestCreatedFilesUndoRemovesWhatItCreatedOnly(t *testing.T) {
 	if diff := cmp.Diff(want, listTree(t, root)); diff != "" {
 		t.Fatalf("after undo (-want +got):\n%s", diff)
 	}
-	if data, _ := local.ReadFile("/etc/stratum/kept.conf"); string(data) != "join" {
-		t.Fatalf("a file that existed before was removed or restored: %q", data)
+	if data, _ := local.ReadFile("/etc/stratum/kept.conf"); string(data) != "before" {
+		t.Fatalf("a file that existed before, overwritten by the join, after the undo: %q, want its contents from before", data)
+	}
+	if fi, err := local.Stat("/etc/stratum/kept.conf"); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the file put back: %v, %v; want mode 0600", fi, err)
 	}
 }
 

@@ -60,11 +60,7 @@ func (n *Node) DowngradeEtcd(ctx context.Context, cpIP, target string) (err erro
 		return fmt.Errorf("etcd downgrade to %s: %w; nothing was asked of etcd", target, err)
 	}
 	defer cli.Close()
-	// Serializable: the health gate below asks every member itself, and a
-	// linearizable list can stall while a downgrade is enabled.
-	lctx, lcancel := context.WithTimeout(ctx, n.readTimeout())
-	ml, err := cli.MemberList(lctx, clientv3.WithSerializable())
-	lcancel()
+	ml, err := n.memberList(ctx, cli)
 	if err != nil {
 		return fmt.Errorf("etcd downgrade to %s: member list from %s: %w; nothing was changed", target, ep, err)
 	}

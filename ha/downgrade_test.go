@@ -106,6 +106,15 @@ func TestDowngradeEtcd(t *testing.T) {
 	}
 	waitHealthy(t, n, ips) // the operator's re-run comes later than at once
 	go func() { done <- n.DowngradeEtcd(ctx, ips[0], "3.6") }()
+	// The operator swaps the members once the re-run waits for them (a
+	// swap of cp1 before would take down the member the re-run asks).
+	for !strings.Contains(logs.String(), "already enabled (an earlier run was interrupted)") {
+		select {
+		case err := <-done:
+			t.Fatalf("the re-run of DowngradeEtcd returned %v before it waited for the members\nlogs:\n%s", err, logs)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 	for _, name := range names {
 		select {
 		case err := <-done:
