@@ -35,8 +35,8 @@ func ClusterVersionAhead(ms []MemberVersions) (string, string) {
 }
 
 // RemoveOwnMember exposes a join's rollback removal: the member with id, or,
-// with no id (an add whose answer was lost), only an unstarted learner with
-// peerURL.
+// with no id or one of a member gone (an add whose answer was lost), only an
+// unstarted learner with peerURL.
 func (n *Node) RemoveOwnMember(ctx context.Context, cpIPs []string, id uint64, peerURL string) error {
 	return n.removeOwnMember(ctx, cpIPs, id, peerURL)
 }

@@ -324,7 +324,8 @@ func TestResumedJournalIsKeptUntilTheStateIsSaved(t *testing.T) {
 // its own node may take up: a member-add with its peer URL (a machine
 // re-imaged under the same address) is refused, not taken as that add, and a
 // rollback that lost its add's answer (no member ID) leaves it, while it does
-// remove an unstarted learner with its peer URL.
+// remove an unstarted learner with its peer URL, also when the member ID it
+// holds is of a member gone.
 func TestUpPromotesALearnerLeftBetweenEtcdStartAndPromotion(t *testing.T) {
 	t.Parallel() // its own simulated cluster
 	j := startJoinCluster(t, 2)
@@ -379,6 +380,18 @@ func TestUpPromotesALearnerLeftBetweenEtcdStartAndPromotion(t *testing.T) {
 	}
 	if got := strings.Join(j.members(), " "); got != "cp1:voter cp2:voter" {
 		t.Fatalf("members after the rollback of the unstarted learner: %s", got)
+	}
+	// A resumed join's rollback holds the ID its journal recorded, of a
+	// member an earlier rollback removed, while its own add landed with its
+	// answer lost: the unstarted learner with its peer URL goes all the same.
+	if _, err := j.cp1.MemberAdd(j.ctx, etcdIPs, "cp3", cp3URL); err != nil {
+		t.Fatalf("add an unstarted learner: %v", err)
+	}
+	if err := j.cp1.RemoveOwnMember(j.ctx, etcdIPs, 0xdead, cp3URL); err != nil {
+		t.Fatalf("a rollback with the ID of a member gone: %v", err)
+	}
+	if got := strings.Join(j.members(), " "); got != "cp1:voter cp2:voter" {
+		t.Fatalf("members after a rollback whose recorded member was gone: %s (an orphan learner)", got)
 	}
 }
 

@@ -353,10 +353,10 @@ func (n *Node) memberAddOnce(ctx context.Context, cpIPs []string, newName, newPe
 	return ic, id, err
 }
 
-// removeOwnMember removes the member a join added: by id when known (a
-// member gone already is success), else only an unstarted learner with
-// peerURL (an add whose answer was lost). A started member or a voter is
-// never removed without its id.
+// removeOwnMember removes the member a join added: by id when a member has
+// it, else only an unstarted learner with peerURL (an add whose answer was
+// lost; none is success). A started member or a voter is never removed
+// without its id.
 func (n *Node) removeOwnMember(ctx context.Context, cpIPs []string, id uint64, peerURL string) error {
 	op := fmt.Sprintf("etcd member remove of this join's member (ID %x, %s)", id, peerURL)
 	return n.retryUnhealthy(ctx, op, func() error {
@@ -366,13 +366,16 @@ func (n *Node) removeOwnMember(ctx context.Context, cpIPs []string, id uint64, p
 				return fmt.Errorf("etcd member list from %s: %w", ep, err)
 			}
 			var m *etcdserverpb.Member
-			if id != 0 {
-				for _, x := range ml.Members {
-					if x.ID == id {
-						m = x
-					}
+			for _, x := range ml.Members {
+				if id != 0 && x.ID == id {
+					m = x
 				}
-			} else if x := memberByPeerURL(ml.Members, peerURL); x != nil && x.IsLearner && !started(x) {
+			}
+			// With no ID, or one of a member gone (a resumed join's journal
+			// names the earlier run's member, removed since, while this
+			// run's add landed with its answer lost), only an unstarted
+			// learner with this node's peer URL can be this join's.
+			if x := memberByPeerURL(ml.Members, peerURL); m == nil && x != nil && x.IsLearner && !started(x) {
 				m = x
 			}
 			if m == nil {
