@@ -50,7 +50,7 @@ func runningServices(ctx context.Context, h host.Host, names []string) []string 
 	for _, s := range names {
 		if ss, err := h.ServiceStatus(ctx, s); err == nil && ss.Running {
 			out = append(out, s)
-		} else if err != nil && !errors.Is(err, host.ErrUnknownService) {
+		} else if err != nil && !errors.Is(err, host.ErrUnknownService) && !errors.Is(err, host.ErrNoServiceManager) {
 			out = append(out, s+" (status unknown: "+err.Error()+")")
 		}
 	}

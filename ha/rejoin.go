@@ -402,7 +402,11 @@ func (n *Node) rejoinStep(ctx context.Context, w io.Writer, s rejoinStep, st *no
 	switch s {
 	case rejoinStop:
 		if err := n.stopControlPlane(ctx); err != nil {
-			return fmt.Errorf("etcd rejoin: %w; re-run the same command", err)
+			// The data is untouched: nothing for `stratum up` to refuse.
+			if jerr := n.endDataReplace(); jerr != nil {
+				return fmt.Errorf("etcd rejoin: %w; the data is untouched, but %w; re-run the same command", err, jerr)
+			}
+			return fmt.Errorf("etcd rejoin: %w; the data is untouched: re-run the same command", err)
 		}
 		fmt.Fprintf(w, "local control plane stopped\n")
 		if err := n.checkpoint(ctx, CheckpointRejoinAfterStop); err != nil {

@@ -176,6 +176,9 @@ func (n *Node) SnapshotRestore(ctx context.Context, w io.Writer, dbPath string) 
 	changed = true
 	began = time.Now()
 	if err := n.stopControlPlane(ctx); err != nil {
+		if jerr := n.endDataReplace(); jerr != nil {
+			return fmt.Errorf("snapshot restore: %w; etcd data not touched, but %w: re-run the restore", err, jerr)
+		}
 		return fmt.Errorf("snapshot restore: %w; etcd data not touched: re-run the restore", err)
 	}
 	n.stepDone("stop the control plane", time.Since(began))

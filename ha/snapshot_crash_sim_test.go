@@ -5,11 +5,14 @@ import (
 	"errors"
 	"io"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/assets/assetstest"
+	"stratum.dev/stratum/internal/host"
+	"stratum.dev/stratum/internal/supervisor"
 	"stratum.dev/stratum/sim"
 )
 
@@ -60,4 +63,65 @@ func TestRestoreCrashRefusesUpUntilReRun(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRestoreWithNoSupervisorThenUp: a restore on a control plane whose
+// supervisor is stopped (after a quorum loss its `stratum up` may keep
+// failing) replaces the data, records the new membership and says the
+// control plane did not start; `stratum up` then starts it on the
+// snapshot's data. The data replacement journal is not left behind to
+// block that `up`.
+func TestRestoreWithNoSupervisorThenUp(t *testing.T) {
+	t.Parallel() // its own simulated cluster
+	assetstest.Require(t)
+	c := sim.Start(t, sim.Config{ControlPlanes: 1, APIServers: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cp1 := c.Host("cp1")
+	put(t, ctx, cp1, keyBefore)
+	snap := filepath.Join(t.TempDir(), "etcd.db")
+	if _, err := joinNodeOn(cp1).SnapshotSave(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	put(t, ctx, cp1, keyAfter)
+	if err := cp1.StopAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	cp1.StopEtcd()
+	d := cp1.Handle()
+	n := ha.NewNode(ha.Env{Host: unsupervised{Handle: d, c: supervisor.Client{Path: filepath.Join(t.TempDir(), "supervisor.sock")}}, Checkpoint: d.Checkpoint})
+	err := n.SnapshotRestore(ctx, io.Discard, snap)
+	if !errors.Is(err, supervisor.ErrNotRunning) || !strings.Contains(err.Error(), "data restored, but the control plane did not start") {
+		t.Fatalf("restore with no supervisor: %v, want the data restored and the start failing for want of a supervisor", err)
+	}
+	if _, err := joinNodeOn(cp1).Up(ctx, ha.BootstrapOptions{}); err != nil {
+		t.Fatalf("stratum up after the restore: %v", err)
+	}
+	if !has(t, ctx, cp1, keyBefore) || has(t, ctx, cp1, keyAfter) {
+		t.Fatal("cp1 does not serve the snapshot's data after the restore and stratum up")
+	}
+}
+
+// unsupervised is a simulated host whose services are reached through a
+// supervisor socket nobody answers on, as on a real host whose `stratum up`
+// is stopped.
+type unsupervised struct {
+	*sim.Handle
+	c supervisor.Client
+}
+
+func (u unsupervised) StartService(ctx context.Context, name string) error {
+	return u.c.StartService(ctx, name)
+}
+func (u unsupervised) StopService(ctx context.Context, name string) error {
+	return u.c.StopService(ctx, name)
+}
+func (u unsupervised) RestartService(ctx context.Context, name string) error {
+	return u.c.RestartService(ctx, name)
+}
+func (u unsupervised) ServiceStatus(ctx context.Context, name string) (host.ServiceStatus, error) {
+	return u.c.ServiceStatus(ctx, name)
+}
+func (u unsupervised) CheckServices(ctx context.Context, names []string) error {
+	return u.c.CheckServices(ctx, names)
 }
