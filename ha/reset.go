@@ -70,6 +70,9 @@ type resetJournal struct {
 	// finds the cluster through these.
 	Asked   []string  `json:"asked,omitempty"`
 	Started time.Time `json:"started"`
+	// Removed records that the member-remove step finished: a re-run that
+	// finds no member answering knows the member is gone, not unknown.
+	Removed bool `json:"removed,omitempty"`
 }
 
 // resetStep is one step of a reset, named as a plan prints it.
@@ -132,6 +135,11 @@ type resetObservation struct {
 	// stateSaved: the node state records the member (not only a join's
 	// journal), so this node's etcd can be started from it.
 	stateSaved bool
+	// removed: the reset journal records the member removed.
+	removed bool
+	// mayStartEtcd: a plan may start this node's etcd again (not forced).
+	mayStartEtcd bool
+	started      time.Time
 }
 
 // ResetControlPlane is `stratum reset`: it takes this control plane out of
@@ -161,11 +169,13 @@ func (n *Node) ResetControlPlane(ctx context.Context, w io.Writer, force bool) e
 	if err != nil {
 		return Refusal(err)
 	}
+	obs.mayStartEtcd = !force // forced, the reset wipes without the member's removal
 	rep := planReset(obs)
-	if len(rep.Steps) > 0 && rep.Steps[0] == string(resetStartEtcd) {
+	if slices.Contains(rep.Steps, string(resetStartEtcd)) {
 		if obs, err = n.restartEtcdForReset(ctx, w, obs); err != nil {
 			return err
 		}
+		obs.mayStartEtcd = false
 		rep = planReset(obs)
 	}
 	if len(rep.Steps) == 0 {
@@ -214,7 +224,7 @@ func (n *Node) restartEtcdForReset(ctx context.Context, w io.Writer, obs resetOb
 		err = n.startEtcd(ctx, st)
 	}
 	if err != nil {
-		return obs, Refusal(fmt.Errorf("reset: this node's member %s cannot be removed: no etcd member answered (asked %s), and this node's etcd did not start: %w; nothing more was changed: bring the other members back and re-run the reset",
+		return obs, Refusal(fmt.Errorf("reset: this node's member %s cannot be removed: no etcd member answered (asked %s), and this node's etcd did not start: %w; nothing more was changed: bring the other members back and re-run the reset (--force resets anyway, leaving its member in the cluster)",
 			memberRef(obs.name, obs.peerURL), strings.Join(obs.asked, ", "), err))
 	}
 	fmt.Fprintf(w, "etcd started\n")
@@ -233,6 +243,7 @@ func (n *Node) ResetPlanOf(ctx context.Context) (ResetPlanReport, error) {
 	if err != nil {
 		return ResetPlanReport{Steps: []string{}}, Refusal(err)
 	}
+	obs.mayStartEtcd = true // the plan of a reset without --force
 	return planReset(obs), nil
 }
 
@@ -256,7 +267,7 @@ func planReset(o resetObservation) ResetPlanReport {
 	}
 	removeHint := fmt.Sprintf("remove its etcd member from a running control plane: `stratum etcd member remove %s`", memberRef(o.name, o.peerURL))
 	switch {
-	case o.role == "unknown" && o.journalUnderWay && o.stateSaved && !o.running[ServiceEtcd]:
+	case o.role == "unknown" && o.journalUnderWay && o.stateSaved && !o.removed && o.mayStartEtcd && !o.running[ServiceEtcd]:
 		// A crash stopped this node's etcd mid-reset, before the member was
 		// removed (its node state is there): the others may lack a quorum
 		// without it. Started again, the reset plans the rest anew; this is
@@ -335,6 +346,7 @@ func (n *Node) observeReset(ctx context.Context) (resetObservation, error) {
 		o.journalUnderWay = true
 		var j resetJournal
 		if json.Unmarshal(data, &j) == nil {
+			o.removed, o.started = j.Removed, j.Started
 			if o.peerURL == "" {
 				o.name, o.peerURL = j.Name, j.PeerURL
 			}
@@ -372,6 +384,9 @@ func (n *Node) observeReset(ctx context.Context) (resetObservation, error) {
 	ms, err := n.members(ctx, o.asked, "reset")
 	if err != nil {
 		o.role = "unknown"
+		if o.removed {
+			o.role = "absent" // this reset removed it; none answering changes nothing
+		}
 		return o, nil
 	}
 	// The removal goes through the other started members first: this
@@ -451,7 +466,11 @@ func (n *Node) refuseResetUnderWay(op string) error {
 }
 
 func (n *Node) writeResetJournal(o resetObservation) error {
-	data, err := json.Marshal(resetJournal{Name: o.name, PeerURL: o.peerURL, Asked: o.asked, Started: n.env.Host.Now().UTC()})
+	started := o.started
+	if started.IsZero() {
+		started = n.env.Host.Now().UTC()
+	}
+	data, err := json.Marshal(resetJournal{Name: o.name, PeerURL: o.peerURL, Asked: o.asked, Started: started, Removed: o.removed})
 	if err != nil {
 		return err
 	}
@@ -493,6 +512,10 @@ func (n *Node) resetStep(ctx context.Context, w io.Writer, s resetStep, o resetO
 			return fmt.Errorf("reset: remove this node's etcd member: %w; %s", err, again)
 		}
 		fmt.Fprintf(w, "etcd member %s removed from the cluster\n", memberRef(o.name, o.peerURL))
+		o.removed = true
+		if err := n.writeResetJournal(o); err != nil {
+			return fmt.Errorf("reset: the member is removed, but %w; %s", err, again)
+		}
 		n.publishRemaining(ctx, o)
 		return n.checkpoint(ctx, CheckpointResetAfterMemberRemove)
 	case resetWipe:
@@ -539,11 +562,12 @@ func (n *Node) publishRemaining(ctx context.Context, o resetObservation) {
 }
 
 // stopService stops one service; one this host does not know is not
-// running, and a stop that reports an error but leaves the service stopped
-// is a warning (see stopControlPlane).
+// running, nor is anything on a host with no service manager (no stratum
+// supervisor runs), and a stop that reports an error but leaves the service
+// stopped is a warning (see stopControlPlane).
 func (n *Node) stopService(ctx context.Context, s string) error {
 	err := n.env.Host.StopService(ctx, s)
-	if err == nil || errors.Is(err, host.ErrUnknownService) {
+	if err == nil || errors.Is(err, host.ErrUnknownService) || errors.Is(err, host.ErrNoServiceManager) {
 		return nil
 	}
 	if ss, serr := n.env.Host.ServiceStatus(ctx, s); serr == nil && !ss.Running {

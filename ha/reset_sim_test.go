@@ -83,6 +83,32 @@ func TestResetConvergesAfterACrashAtEveryCheckpoint(t *testing.T) {
 		}
 		checkNoControlPlaneFiles(t, cp2)
 	})
+	// cp2 joins again, and its reset crashes right after the member-remove;
+	// then cp1 goes down too, so no member answers the re-run. The journal
+	// records the removal: the re-run does not start cp2's removed member
+	// again, and finishes the reset.
+	t.Run("two voters, the other down after the removal", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cp2 := c.Host("cp2")
+		rejoin(ctx, t, c, cp1, "cp2")
+		crashResetAt(ctx, t, c, cp2, ha.CheckpointResetAfterMemberRemove)
+		c.Host("cp1").StopEtcd()
+		var out syncBuffer
+		if err := joinNodeOn(cp2).ResetControlPlane(ctx, &out, false); err != nil {
+			t.Fatalf("the reset re-run with its member removed and no member answering: %v\n%s", err, out.String())
+		}
+		if strings.Contains(out.String(), "starting it") {
+			t.Errorf("the re-run started cp2's removed member:\n%s", out.String())
+		}
+		checkNoControlPlaneFiles(t, cp2)
+		if err := c.Host("cp1").StartEtcd(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if ms, err := c.Host("cp1").EtcdMembers(ctx); err != nil || len(ms) != 1 {
+			t.Fatalf("members after cp2's reset: %v, %v; want cp1 alone", ms, err)
+		}
+	})
 }
 
 // rejoin joins name again, through a join command minted on cp1, and starts
