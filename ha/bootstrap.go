@@ -71,6 +71,21 @@ func (n *Node) Up(ctx context.Context, o BootstrapOptions) (*nodestate.NodeState
 	saved, err := nodestate.Load(h)
 	switch {
 	case err == nil:
+		// The node's locks for the start, as every other operation on it
+		// takes them: a restore or a reset begun meanwhile waits its turn
+		// instead of replacing the data under the etcd this starts. Then
+		// the refusals, before the VIP is recorded.
+		release, lerr := nodelock.AcquireBoth(h, "stratum up")
+		if lerr != nil {
+			return nil, Refusal(lerr)
+		}
+		defer release()
+		if err := n.refuseDataReplaceUnderWay("stratum up"); err != nil {
+			return nil, err
+		}
+		if saved, err = nodestate.Load(h); err != nil { // as it is under the locks
+			return nil, Refusal(err)
+		}
 		if err := n.adoptVIP(saved, o.VIP); err != nil {
 			return saved, err
 		}
