@@ -227,8 +227,13 @@ func (c *createdFiles) record(fresh []string) {
 // since the undo could not put it back.
 func (c *createdFiles) keep(p string) error {
 	fi, err := c.Host.Stat(p)
-	if err != nil || !fi.Mode().IsRegular() {
-		return nil // absent (created, so removed by the undo), or not a file the write could replace
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil // created, so removed by the undo
+	case err != nil:
+		return fmt.Errorf("look at %s before writing it, to put it back should the join fail: %w", p, err)
+	case !fi.Mode().IsRegular():
+		return nil // not a file the write could replace; the write says so
 	}
 	c.mu.Lock()
 	_, kept := c.overwritten[p]
