@@ -121,9 +121,10 @@ from. On a node with saved control-plane state it starts what that state records
 (the flags are then not used, except --vip on a control plane that has none: a single
 control plane growing into HA adopts the VIP, and its apiserver certificate is reissued
 to cover it before kube-vip takes it; then "stratum repoint --vip" moves its clients).
-Beside this node's running supervisor, "stratum up --vip" adopts the VIP through it:
-the apiserver restarts onto the reissued certificate and the VIP candidate starts,
-while etcd and the supervisor keep running.
+Beside this node's running supervisor, "stratum up" starts through it whatever of
+the control plane is not running, and exits; "stratum up --vip" adopts the VIP that
+way: the apiserver restarts onto the reissued certificate and the VIP candidate
+starts, while etcd and the supervisor keep running.
 On a node where a join was interrupted after its etcd member-add (a surviving join
 intent journal) it refuses, naming the journal and the command that recovers it.
 

@@ -62,7 +62,7 @@ unit. Nothing requires systemd: without it, run "stratum up" under any superviso
 
 The pinned etcd and kube-apiserver must be in --bin-dir (made absolute) before
 anything is written, as "stratum up" checks them; a path holding a space, a quote, a
-backslash, % or $ is refused, since ExecStart would split or expand it. --dry-run checks
+backslash, %, $ or ; is refused, since ExecStart would split or expand it. --dry-run checks
 the same and prints the unit instead.`,
 		Example: `  # After "stratum up ..." or "stratum server ..." once by hand (then Ctrl-C):
   stratum install
@@ -229,7 +229,8 @@ etcd member, cluster ID), whether an interrupted join's intent journal survives 
 the same join command to recover it), and, from this node's running stratum supervisor
 ("stratum up" or "stratum server" in the foreground, or under systemd), the state of
 each service it runs: etcd, the kube-apiserver, the VIP and the operator. Exits 1 when
-no supervisor answers or a service is not running. -o json (or yaml) prints {node:
+no supervisor answers, a service is not running, or the machine is no control plane
+(saying how to join it, or that a reset under way is to be finished). -o json (or yaml) prints {node:
 {nodeName, nodeIP, server, vip, etcdPeerURL, clusterID}, joinIntentSurvives,
 supervisor, supervisorError, services: [{name, running, detail}]}.`,
 		Example: `  stratum status
@@ -252,6 +253,9 @@ supervisor, supervisorError, services: [{name, running, detail}]}.`,
 				return err
 			}
 			if rep.Node == nil && !rep.JoinIntentSurvives {
+				if _, err := h.Stat(ha.ResetJournalPath()); err == nil {
+					return fmt.Errorf("this machine's control plane is being reset (%s): run `stratum reset` to finish it", ha.ResetJournalPath())
+				}
 				// Nothing here to start: advising `stratum up` would make a
 				// second, separate cluster on a machine meant to join one.
 				return fmt.Errorf("this machine is not a control plane (no node state at %s): join it to a cluster with the join command `stratum token create --control-plane` prints on a control plane (`stratum server ...`), or start a NEW cluster with `stratum up`", nodestate.Path)

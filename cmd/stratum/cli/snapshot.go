@@ -49,7 +49,9 @@ touched), then stop this control plane, replace its etcd data with the restored 
 record a new single-member cluster (this node alone) in the node state, and start it
 again. This node becomes the seed: run "stratum etcd rejoin --server <this node's IP>"
 on every other control plane afterwards. Holds the node's maintenance and etcd-data
-locks.
+locks. From before the stop until the new membership is recorded it keeps
+/var/lib/stratum/etcd-data-replacing.json, and "stratum up" (a reboot's) refuses while
+it is there: re-run the restore to finish.
 
 --dry-run checks the node state and the snapshot as the restore does, restores the
 snapshot into a scratch directory (verifying its hash) and removes it again, and prints
