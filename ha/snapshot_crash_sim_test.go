@@ -11,7 +11,6 @@ import (
 
 	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/assets/assetstest"
-	"stratum.dev/stratum/internal/host"
 	"stratum.dev/stratum/internal/supervisor"
 	"stratum.dev/stratum/sim"
 )
@@ -26,16 +25,8 @@ import (
 // its apiserver runs.
 func TestRestoreCrashRefusesUpUntilReRun(t *testing.T) {
 	t.Parallel() // its own simulated cluster
-	assetstest.Require(t)
-	c := sim.Start(t, sim.Config{ControlPlanes: 1, APIServers: true})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+	c, ctx, snap := snapshottedControlPlane(t)
 	cp1 := c.Host("cp1")
-	put(t, ctx, cp1, keyBefore)
-	snap := filepath.Join(t.TempDir(), "etcd.db")
-	if _, err := joinNodeOn(cp1).SnapshotSave(ctx, snap); err != nil {
-		t.Fatal(err)
-	}
 	for _, cp := range ha.RestoreCheckpoints {
 		t.Run(cp, func(t *testing.T) {
 			put(t, ctx, cp1, keyAfter)
@@ -73,23 +64,15 @@ func TestRestoreCrashRefusesUpUntilReRun(t *testing.T) {
 // block that `up`.
 func TestRestoreWithNoSupervisorThenUp(t *testing.T) {
 	t.Parallel() // its own simulated cluster
-	assetstest.Require(t)
-	c := sim.Start(t, sim.Config{ControlPlanes: 1, APIServers: true})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+	c, ctx, snap := snapshottedControlPlane(t)
 	cp1 := c.Host("cp1")
-	put(t, ctx, cp1, keyBefore)
-	snap := filepath.Join(t.TempDir(), "etcd.db")
-	if _, err := joinNodeOn(cp1).SnapshotSave(ctx, snap); err != nil {
-		t.Fatal(err)
-	}
 	put(t, ctx, cp1, keyAfter)
 	if err := cp1.StopAPIServer(); err != nil {
 		t.Fatal(err)
 	}
 	cp1.StopEtcd()
 	d := cp1.Handle()
-	n := ha.NewNode(ha.Env{Host: unsupervised{Handle: d, c: supervisor.Client{Path: filepath.Join(t.TempDir(), "supervisor.sock")}}, Checkpoint: d.Checkpoint})
+	n := ha.NewNode(ha.Env{Host: sim.Unsupervised(d, filepath.Join(t.TempDir(), "supervisor.sock")), Checkpoint: d.Checkpoint})
 	err := n.SnapshotRestore(ctx, io.Discard, snap)
 	if !errors.Is(err, supervisor.ErrNotRunning) || !strings.Contains(err.Error(), "data restored, but the control plane did not start") {
 		t.Fatalf("restore with no supervisor: %v, want the data restored and the start failing for want of a supervisor", err)
@@ -102,26 +85,18 @@ func TestRestoreWithNoSupervisorThenUp(t *testing.T) {
 	}
 }
 
-// unsupervised is a simulated host whose services are reached through a
-// supervisor socket nobody answers on, as on a real host whose `stratum up`
-// is stopped.
-type unsupervised struct {
-	*sim.Handle
-	c supervisor.Client
-}
-
-func (u unsupervised) StartService(ctx context.Context, name string) error {
-	return u.c.StartService(ctx, name)
-}
-func (u unsupervised) StopService(ctx context.Context, name string) error {
-	return u.c.StopService(ctx, name)
-}
-func (u unsupervised) RestartService(ctx context.Context, name string) error {
-	return u.c.RestartService(ctx, name)
-}
-func (u unsupervised) ServiceStatus(ctx context.Context, name string) (host.ServiceStatus, error) {
-	return u.c.ServiceStatus(ctx, name)
-}
-func (u unsupervised) CheckServices(ctx context.Context, names []string) error {
-	return u.c.CheckServices(ctx, names)
+// snapshottedControlPlane is one control plane with its apiserver, keyBefore
+// written, and a snapshot of it saved at snap; ctx bounds the test.
+func snapshottedControlPlane(t *testing.T) (c *sim.Cluster, ctx context.Context, snap string) {
+	t.Helper()
+	assetstest.Require(t)
+	c = sim.Start(t, sim.Config{ControlPlanes: 1, APIServers: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	put(t, ctx, c.Host("cp1"), keyBefore)
+	snap = filepath.Join(t.TempDir(), "etcd.db")
+	if _, err := joinNodeOn(c.Host("cp1")).SnapshotSave(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	return c, ctx, snap
 }

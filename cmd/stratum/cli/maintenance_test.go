@@ -15,7 +15,6 @@ import (
 	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/certbundle"
 	"stratum.dev/stratum/internal/host"
-	"stratum.dev/stratum/internal/supervisor"
 	"stratum.dev/stratum/sim"
 )
 
@@ -176,33 +175,10 @@ func TestCertsCheckAndRenew(t *testing.T) {
 	// `stratum up` is stopped) nothing runs to restart: the renew succeeds,
 	// saying the services read the files when they start.
 	unsupervised := Options{Host: func() (host.Host, error) {
-		return noSupervisor{Handle: d, Client: supervisor.Client{Path: filepath.Join(t.TempDir(), "supervisor.sock")}}, nil
+		return sim.Unsupervised(d, filepath.Join(t.TempDir(), "supervisor.sock")), nil
 	}}
 	code, out, errOut = runCLI(t, unsupervised, "certs", "renew")
 	if code != ExitOK || !strings.Contains(out, "no service runs here now") || !strings.Contains(out, "/etc/stratum/pki/apiserver.crt") {
 		t.Fatalf("certs renew with no supervisor: exit %d\n%s\n%s", code, out, errOut)
 	}
-}
-
-// noSupervisor is a simulated host whose services are reached through a
-// supervisor socket nobody answers on.
-type noSupervisor struct {
-	*sim.Handle
-	supervisor.Client
-}
-
-func (h noSupervisor) StartService(ctx context.Context, name string) error {
-	return h.Client.StartService(ctx, name)
-}
-func (h noSupervisor) StopService(ctx context.Context, name string) error {
-	return h.Client.StopService(ctx, name)
-}
-func (h noSupervisor) RestartService(ctx context.Context, name string) error {
-	return h.Client.RestartService(ctx, name)
-}
-func (h noSupervisor) ServiceStatus(ctx context.Context, name string) (host.ServiceStatus, error) {
-	return h.Client.ServiceStatus(ctx, name)
-}
-func (h noSupervisor) CheckServices(ctx context.Context, names []string) error {
-	return h.Client.CheckServices(ctx, names)
 }
