@@ -175,8 +175,16 @@ func (c Client) Running() bool {
 func (c Client) call(ctx context.Context, req request) (response, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", c.Path)
-	if err != nil {
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		// Not an answer about the supervisor: a caller that took this for
+		// "nothing runs" would wipe data under a running etcd.
+		return response{}, fmt.Errorf("reach the stratum supervisor (control socket %s): %w", c.Path, context.Cause(ctx))
+	case errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED):
 		return response{}, fmt.Errorf("%w (control socket %s: %v): start it with `stratum up`", ErrNotRunning, c.Path, err)
+	default:
+		return response{}, fmt.Errorf("reach the stratum supervisor (control socket %s): %w", c.Path, err)
 	}
 	defer conn.Close()
 	if dl, ok := ctx.Deadline(); ok {

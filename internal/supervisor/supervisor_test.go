@@ -197,6 +197,16 @@ func TestControlSocket(t *testing.T) {
 	if !c.Running() {
 		t.Fatal("client does not see the running supervisor")
 	}
+	// A call whose context has ended says nothing about the supervisor: it
+	// must not read as "none runs here", which a stop takes for "stopped".
+	done, stop := context.WithCancel(ctx)
+	stop()
+	if err := c.StopService(done, "svc"); err == nil || errors.Is(err, ErrNotRunning) || errors.Is(err, host.ErrNoServiceManager) {
+		t.Fatalf("a stop with its context ended: %v, want an error that is not ErrNotRunning", err)
+	}
+	if _, err := (Client{Path: filepath.Join(t.TempDir(), "none.sock")}).ServiceStatus(ctx, "svc"); !errors.Is(err, ErrNotRunning) || !errors.Is(err, host.ErrNoServiceManager) {
+		t.Fatalf("a call through a socket nobody listens on: %v, want ErrNotRunning", err)
+	}
 	if err := c.StartService(ctx, "svc"); err != nil {
 		t.Fatal(err)
 	}
