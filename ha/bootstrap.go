@@ -72,10 +72,10 @@ func (n *Node) Up(ctx context.Context, o BootstrapOptions) (*nodestate.NodeState
 	switch {
 	case err == nil:
 		// The node's locks for the start, as every other operation on it
-		// takes them: a restore or a reset begun meanwhile waits its turn
+		// takes them: a restore or a reset begun meanwhile is refused
 		// instead of replacing the data under the etcd this starts. Then
 		// the refusals, before the VIP is recorded.
-		release, lerr := nodelock.AcquireBoth(h, "stratum up")
+		release, lerr := nodelock.AcquireBoth(h, "stratum up (starting this node's control plane; one that keeps failing under systemd stops with `systemctl stop stratum`)")
 		if lerr != nil {
 			return nil, Refusal(lerr)
 		}

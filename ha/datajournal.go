@@ -59,6 +59,13 @@ func (n *Node) beginDataReplace(op, finish string) error {
 	return Refusal(fmt.Errorf("record the etcd data replacement in %s: %w; nothing was changed", dataReplacePath, werr))
 }
 
+// dataReplaceUnderWay reports whether the journal is there (an earlier run
+// left it: the data may be half replaced).
+func (n *Node) dataReplaceUnderWay() bool {
+	_, err := n.env.Host.Stat(dataReplacePath)
+	return err == nil
+}
+
 // endDataReplace removes the journal once the node state records the new
 // membership; it is idempotent.
 func (n *Node) endDataReplace() error {

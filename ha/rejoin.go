@@ -264,6 +264,7 @@ func (n *Node) RejoinEtcd(ctx context.Context, w io.Writer, cp1IP string, force 
 	if err := n.checkpoint(ctx, CheckpointRejoinStart); err != nil {
 		return err
 	}
+	earlier := n.dataReplaceUnderWay() // an earlier run's: the data may be half gone
 	if hasStep(steps, rejoinStateSave) {
 		// From here until the state save, the node state names the old
 		// membership while the data goes: `stratum up` must not start it.
@@ -278,6 +279,12 @@ func (n *Node) RejoinEtcd(ctx context.Context, w io.Writer, cp1IP string, force 
 		}
 		began := time.Now()
 		if err := n.rejoinStep(ctx, w, s, st, obs, seed); err != nil {
+			if s == rejoinStop && !earlier {
+				// The data is untouched: nothing for `stratum up` to refuse.
+				if jerr := n.endDataReplace(); jerr != nil {
+					return fmt.Errorf("%w; the data is untouched, but %w", err, jerr)
+				}
+			}
 			return err
 		}
 		n.stepDone(string(s), time.Since(began))
@@ -402,11 +409,7 @@ func (n *Node) rejoinStep(ctx context.Context, w io.Writer, s rejoinStep, st *no
 	switch s {
 	case rejoinStop:
 		if err := n.stopControlPlane(ctx); err != nil {
-			// The data is untouched: nothing for `stratum up` to refuse.
-			if jerr := n.endDataReplace(); jerr != nil {
-				return fmt.Errorf("etcd rejoin: %w; the data is untouched, but %w; re-run the same command", err, jerr)
-			}
-			return fmt.Errorf("etcd rejoin: %w; the data is untouched: re-run the same command", err)
+			return fmt.Errorf("etcd rejoin: %w; re-run the same command", err)
 		}
 		fmt.Fprintf(w, "local control plane stopped\n")
 		if err := n.checkpoint(ctx, CheckpointRejoinAfterStop); err != nil {

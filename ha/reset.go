@@ -186,6 +186,9 @@ func (n *Node) ResetControlPlane(ctx context.Context, w io.Writer, force bool) e
 	if rep.Refused != "" && !force {
 		return Refusal(fmt.Errorf("reset refused: %s; nothing was changed (--force resets anyway)", rep.Refused))
 	}
+	if obs.started.IsZero() {
+		obs.started = n.env.Host.Now().UTC()
+	}
 	if err := n.writeResetJournal(obs); err != nil {
 		return Refusal(err)
 	}
@@ -236,14 +239,15 @@ func (n *Node) restartEtcdForReset(ctx context.Context, w io.Writer, obs resetOb
 }
 
 // ResetPlanOf is the observation of ResetControlPlane without its locks:
-// the steps a reset would run and the refusal it would meet without force.
-// It changes nothing.
-func (n *Node) ResetPlanOf(ctx context.Context) (ResetPlanReport, error) {
+// the steps a reset would run (forced or not: a forced one does not start
+// this node's etcd again) and the refusal it would meet without force. It
+// changes nothing.
+func (n *Node) ResetPlanOf(ctx context.Context, force bool) (ResetPlanReport, error) {
 	obs, err := n.observeReset(ctx)
 	if err != nil {
 		return ResetPlanReport{Steps: []string{}}, Refusal(err)
 	}
-	obs.mayStartEtcd = true // the plan of a reset without --force
+	obs.mayStartEtcd = !force
 	return planReset(obs), nil
 }
 

@@ -213,7 +213,7 @@ func TestResetUndoesACrashedJoin(t *testing.T) {
 	if got := j.members(); !slices.Equal(got, []string{":learner", "cp1:voter"}) {
 		t.Fatalf("members after the crashed join: %v, want cp1 and an unstarted learner", got)
 	}
-	rep, err := joinNodeOn(cp2).ResetPlanOf(j.ctx)
+	rep, err := joinNodeOn(cp2).ResetPlanOf(j.ctx, false)
 	if err != nil || strings.Join(rep.Steps, ",") != "member-remove,wipe" || rep.Role != "learner" || rep.Refused != "" {
 		t.Fatalf("the reset's plan after the crashed join: %+v, %v; want member-remove and wipe of a learner", rep, err)
 	}

@@ -168,7 +168,10 @@ func (n *Node) SnapshotRestore(ctx context.Context, w io.Writer, dbPath string) 
 	initial := st.Etcd.Name + "=" + st.Etcd.PeerURL
 
 	// From here until the node state records the new membership, `stratum
-	// up` (a reboot) must not start etcd from the old one.
+	// up` (a reboot) must not start etcd from the old one. A journal an
+	// earlier run left stays on a failed stop: that run may have begun
+	// replacing the data.
+	earlier := n.dataReplaceUnderWay()
 	if err := n.beginDataReplace("a snapshot restore", fmt.Sprintf("`stratum snapshot restore %s`", dbPath)); err != nil {
 		changed = !IsRefusal(err) // a journal that could not be undone is a change
 		return fmt.Errorf("snapshot restore: %w", err)
@@ -176,6 +179,9 @@ func (n *Node) SnapshotRestore(ctx context.Context, w io.Writer, dbPath string) 
 	changed = true
 	began = time.Now()
 	if err := n.stopControlPlane(ctx); err != nil {
+		if earlier {
+			return fmt.Errorf("snapshot restore: %w; an earlier run may have replaced part of the etcd data, so `stratum up` stays refused: re-run the restore", err)
+		}
 		if jerr := n.endDataReplace(); jerr != nil {
 			return fmt.Errorf("snapshot restore: %w; etcd data not touched, but %w: re-run the restore", err, jerr)
 		}
@@ -208,7 +214,7 @@ func (n *Node) SnapshotRestore(ctx context.Context, w io.Writer, dbPath string) 
 	n.stepDone("replace the etcd data and record the new membership", time.Since(began))
 	began = time.Now()
 	if _, err := n.StartControlPlane(ctx); err != nil {
-		return fmt.Errorf("snapshot restore: data restored, but the control plane did not start: %w; run `stratum up`", err)
+		return fmt.Errorf("snapshot restore: data restored, but the control plane did not start: %w; run `stratum up`, then `stratum etcd rejoin --server %s` on every other control plane", err, urlHostOf(st.Etcd.ClientURL))
 	}
 	n.stepDone("start the control plane", time.Since(began))
 	status, err := n.etcdStatus(ctx, urlHostOf(st.Etcd.ClientURL))

@@ -1,5 +1,5 @@
 // Package nodelock is the node's exclusive locks: the maintenance lock that
-// the join, the rejoin, the first node's up, a snapshot restore, a reset and
+// the join, the rejoin, up, a snapshot restore, a reset and
 // a certificate renewal take so they never race on one node,
 // and the etcd data lock held while anything stops, wipes or rewrites the
 // local etcd member's data. Both are non-blocking: a second operation fails

@@ -102,7 +102,7 @@ it: it resumes), 2 on bad usage; a dry run exits 0 or 3 as the reset would.`,
 				defer shutdown()
 			}
 			if dryRun {
-				rep, err := n.ResetPlanOf(cmd.Context())
+				rep, err := n.ResetPlanOf(cmd.Context(), force)
 				if err != nil {
 					return err
 				}
