@@ -132,14 +132,25 @@ func (d *Dir) RemoveAll(p string) error {
 	return nil
 }
 
-// syncParent fsyncs the directory holding real; a missing directory holds
-// nothing to make durable.
+// syncParent fsyncs the directory holding real. When that directory is gone
+// it fsyncs the nearest ancestor within the root that exists: the directory
+// may have been removed by an earlier call whose fsync failed, and the
+// ancestor's entry for it is what a crash could still bring back, with real
+// inside it.
 func (d *Dir) syncParent(real string) error {
-	err := d.fs().SyncDir(filepath.Dir(real))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+	root := filepath.Clean(d.Root)
+	dir := filepath.Dir(real)
+	for {
+		err := d.fs().SyncDir(dir)
+		if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		up := filepath.Dir(dir)
+		if dir == root || up == dir {
+			return nil
+		}
+		dir = up
 	}
-	return err
 }
 
 func (d *Dir) WriteFile(p string, data []byte, perm fs.FileMode) error {

@@ -193,6 +193,26 @@ func TestRemovalsFailCleanly(t *testing.T) {
 	if got := l.content("/etc/stratum/pki/etcd/ca.crt"); got != "etcd ca" {
 		t.Fatalf("the tree whose removal was never fsync'd did not come back: %q", got)
 	}
+
+	// A removal of a file inside a tree whose own removal was not made
+	// durable: the file's directory is gone, so the retry makes durable the
+	// nearest directory that is there (rapid seed 15075763648537361726 of
+	// TestDirWritesAreAtomicAndDurable brought such a file back).
+	l.fs.Arm(&faultfs.Rule{Ops: []faultfs.Op{faultfs.OpSyncDir}, Errno: syscall.EIO})
+	if err := l.dir.RemoveAll("/etc/stratum/pki/etcd"); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("RemoveAll with its fsync failing = %v", err)
+	}
+	l.fs.Disarm()
+	if err := l.dir.Remove("/etc/stratum/pki/etcd/ca.crt"); err != nil {
+		t.Fatal(err)
+	}
+	if u := l.fs.Unsynced(); len(u) > 0 {
+		t.Fatalf("unsynced after removing a file of the removed tree: %v", u)
+	}
+	l.crash()
+	if got := l.content("/etc/stratum/pki/etcd/ca.crt"); got != "<absent>" {
+		t.Fatalf("a removal reported done came back after a crash: %q", got)
+	}
 }
 
 // TestMkdirAllIsDurable: a directory Dir creates survives a crash once
