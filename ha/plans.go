@@ -2,7 +2,6 @@ package ha
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -50,7 +49,7 @@ func runningServices(ctx context.Context, h host.Host, names []string) []string 
 	for _, s := range names {
 		if ss, err := h.ServiceStatus(ctx, s); err == nil && ss.Running {
 			out = append(out, s)
-		} else if err != nil && !errors.Is(err, host.ErrUnknownService) && !errors.Is(err, host.ErrNoServiceManager) {
+		} else if err != nil && !host.NotRunHere(err) {
 			out = append(out, s+" (status unknown: "+err.Error()+")")
 		}
 	}

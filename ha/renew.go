@@ -100,7 +100,7 @@ func (n *Node) RenewCerts(ctx context.Context) (written, restarted []string, err
 	}
 	for _, s := range renewRestartOrder {
 		ss, err := h.ServiceStatus(ctx, s)
-		if errors.Is(err, host.ErrUnknownService) || errors.Is(err, host.ErrNoServiceManager) || err == nil && !ss.Running {
+		if host.NotRunning(ss, err) {
 			continue // not running here (no supervisor runs anything): it reads the new files when it starts
 		}
 		if err != nil {

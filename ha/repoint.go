@@ -229,7 +229,7 @@ func (n *Node) nodeRepoint(ctx context.Context, w io.Writer, vip string, serves 
 	var warnings []string
 	for _, s := range repointConsumers {
 		ss, err := n.env.Host.ServiceStatus(ctx, s)
-		if errors.Is(err, host.ErrUnknownService) || errors.Is(err, host.ErrNoServiceManager) || err == nil && !ss.Running {
+		if host.NotRunning(ss, err) {
 			continue // not running here: it reads the kubeconfig when it starts
 		}
 		if err == nil {

@@ -571,7 +571,7 @@ func (n *Node) publishRemaining(ctx context.Context, o resetObservation) {
 // stopped is a warning (see stopControlPlane).
 func (n *Node) stopService(ctx context.Context, s string) error {
 	err := n.env.Host.StopService(ctx, s)
-	if err == nil || errors.Is(err, host.ErrUnknownService) || errors.Is(err, host.ErrNoServiceManager) {
+	if err == nil || host.NotRunHere(err) {
 		return nil
 	}
 	if ss, serr := n.env.Host.ServiceStatus(ctx, s); serr == nil && !ss.Running {

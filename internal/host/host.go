@@ -147,3 +147,19 @@ var ErrServicesUnavailable = errors.New("services cannot be started on this host
 
 // ErrUnknownService matches a service name the host does not run.
 var ErrUnknownService = errors.New("unknown service")
+
+// NotRunHere reports whether a service call's error means the service does
+// not run on this host at all: the host does not know it, or no service
+// manager runs anything here (ErrNoServiceManager, which a node without a
+// running stratum supervisor answers). A caller that would stop or restart
+// the service has nothing to do.
+func NotRunHere(err error) bool {
+	return errors.Is(err, ErrUnknownService) || errors.Is(err, ErrNoServiceManager)
+}
+
+// NotRunning reports whether a ServiceStatus answer says the service is not
+// running: stopped, or not run here at all (NotRunHere). Any other error is
+// not an answer and reports false.
+func NotRunning(ss ServiceStatus, err error) bool {
+	return err == nil && !ss.Running || NotRunHere(err)
+}

@@ -67,7 +67,7 @@ func explainHost(err error) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, host.ErrUnknownService) || errors.Is(err, supervisor.ErrNotRunning) || errors.Is(err, host.ErrNoServiceManager) {
+	if host.NotRunHere(err) { // supervisor.ErrNotRunning among them
 		return fmt.Errorf("%w\n\n%s", err, noSupervisorHint)
 	}
 	return err
