@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -111,6 +112,22 @@ func (n *Node) Up(ctx context.Context, o BootstrapOptions) (*nodestate.NodeState
 	return st, n.checkpoint(ctx, CheckpointUpAfterPublish)
 }
 
+// CheckVIP refuses a VIP that is not an IPv4 address. The VIP is held by
+// adding it to an interface and announcing it by gratuitous ARP, which is
+// IPv4 only: an IPv6 VIP would never be reachable, with every control plane
+// taking and dropping it in a loop. A dual-stack cluster's VIP is its IPv4
+// one.
+func CheckVIP(addr string) error {
+	ip, err := netip.ParseAddr(addr)
+	switch {
+	case err != nil:
+		return fmt.Errorf("the VIP %q is not an IP address", addr)
+	case !ip.Unmap().Is4():
+		return fmt.Errorf("the VIP %s is not an IPv4 address: stratum announces its VIP by ARP, which is IPv4 only (a dual-stack cluster's VIP is an IPv4 address)", addr)
+	}
+	return nil
+}
+
 // adoptVIP records vip in the saved state of a control plane that has none:
 // `stratum up --vip` on a single control plane growing into HA. The start
 // that follows reissues its apiserver certificate to cover the VIP before
@@ -122,8 +139,8 @@ func (n *Node) adoptVIP(st *nodestate.NodeState, vip nodestate.VIP) error {
 		return nil
 	case st.VIP.Address != "":
 		return Refusal(fmt.Errorf("stratum up refused: this cluster's VIP is %s, not %s; nothing was changed: run `stratum up` without --vip", st.VIP.Address, vip.Address))
-	case net.ParseIP(vip.Address) == nil:
-		return Refusal(fmt.Errorf("stratum up refused: the VIP %q is not an IP address; nothing was changed", vip.Address))
+	case CheckVIP(vip.Address) != nil:
+		return Refusal(fmt.Errorf("stratum up refused: %w; nothing was changed", CheckVIP(vip.Address)))
 	case vip.Address == st.NodeIP:
 		return Refusal(fmt.Errorf("stratum up refused: the VIP %s is this node's own address; nothing was changed", vip.Address))
 	}
@@ -191,8 +208,10 @@ func (r *bootstrapRun) refuse(ctx context.Context) error {
 	if err := r.netc.Validate(); err != nil {
 		return fmt.Errorf("stratum up refused: %w; nothing was changed", err)
 	}
-	if o.VIP.Address != "" && net.ParseIP(o.VIP.Address) == nil {
-		return fmt.Errorf("stratum up refused: the VIP %q is not an IP address; nothing was changed", o.VIP.Address)
+	if o.VIP.Address != "" {
+		if err := CheckVIP(o.VIP.Address); err != nil {
+			return fmt.Errorf("stratum up refused: %w; nothing was changed", err)
+		}
 	}
 	if problems := host.ProfileProblems(o.Profile, o.SELinuxOptOut); len(problems) > 0 {
 		return fmt.Errorf("stratum up refused: %w: %s; nothing was changed", host.ErrPrereq, strings.Join(problems, "; "))
@@ -279,45 +298,6 @@ func (r *bootstrapRun) saveState(context.Context) error {
 	st.Etcd = nodestate.Etcd{Name: st.NodeName, PeerURL: peerURL, ClientURL: EtcdEndpoint(st.NodeIP),
 		InitialCluster: st.NodeName + "=" + peerURL, InitialClusterState: "new"}
 	return nodestate.Save(r.n.env.Host, st)
-}
-
-// loadOrMakeShared returns the cluster CAs on this node, making and writing
-// them when there are none.
-func (n *Node) loadOrMakeShared() (*pki.Shared, error) {
-	h := n.env.Host
-	files := map[string][]byte{}
-	missing := 0
-	for _, name := range pki.SharedFileNames() {
-		b, err := h.ReadFile(version.PKIFile(name))
-		if errors.Is(err, fs.ErrNotExist) {
-			missing++
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		files[name] = b
-	}
-	if missing == 0 {
-		return pki.LoadShared(files)
-	}
-	if missing != len(pki.SharedFileNames()) {
-		return nil, fmt.Errorf("%s holds some of the cluster CAs but not all; nothing was changed: restore them, or remove them all to make new ones", version.PKIDir)
-	}
-	shared, err := pki.NewShared(h.Now())
-	if err != nil {
-		return nil, err
-	}
-	for name, data := range shared.Files() {
-		mode := fs.FileMode(0o644)
-		if strings.HasSuffix(name, ".key") {
-			mode = 0o600
-		}
-		if err := h.WriteFile(version.PKIFile(name), data, mode); err != nil {
-			return nil, err
-		}
-	}
-	return shared, nil
 }
 
 // issueLeavesFrom mints and writes this node's leaves from shared.
