@@ -19,8 +19,9 @@ import (
 )
 
 // Checkpoints of a certificate renewal (RenewCerts), in order. A crash at
-// either leaves leaves that each chain to the cluster's CAs; a re-run issues
-// them all again and restarts the consumers.
+// either, or between two of its writes, leaves leaves that each chain to the
+// cluster's CAs and pair with their keys; a re-run issues them all again and
+// restarts the consumers.
 const (
 	// CheckpointRenewAfterLeaves: this node's leaf certificates are reissued.
 	CheckpointRenewAfterLeaves = "renew-after-leaves"
@@ -42,9 +43,13 @@ var renewRestartOrder = []string{ServiceEtcd, ServiceAPIServer, ServiceVIP, serv
 // and its kubeconfigs from the cluster's CAs on this node, each valid for a
 // year from now, with the same names and addresses (the VIP included), then
 // restarts the services that run so they serve and present the new ones. The
-// CAs are not touched. It holds the node's maintenance lock; refusals (not a
-// control plane, a CA missing, the lock held) come before anything is
-// written. It returns the files it wrote and the services it restarted.
+// CAs are not touched, and each leaf keeps its key (as kubeadm's renewal
+// does): only a key missing or unreadable is made anew, so a renewal stopped
+// between two writes never leaves a certificate over another key, which
+// etcd or the apiserver would not start on. It holds the node's maintenance
+// lock; refusals (not a control plane, a CA missing, the lock held) come
+// before anything is written. It returns the files it wrote and the services
+// it restarted.
 func (n *Node) RenewCerts(ctx context.Context) (written, restarted []string, err error) {
 	var changed bool
 	defer refuseUntilChanged(&err, &changed)
@@ -75,16 +80,24 @@ func (n *Node) RenewCerts(ctx context.Context) (written, restarted []string, err
 	if ip == nil {
 		return nil, nil, fmt.Errorf("certs renew: node state %s has no usable node IP (%q); nothing was changed", nodestate.Path, st.NodeIP)
 	}
-	leaves, err := pki.NodeLeaves(shared, h.Name(), ip, sans, h.Now())
+	certs, newKeys, err := pki.RenewNodeLeaves(shared, h.Name(), ip, sans, h.Now(), func(name string) ([]byte, error) {
+		return h.ReadFile(version.PKIFile(name))
+	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("certs renew: issue the leaves: %w; nothing was changed", err)
 	}
-	for name := range leaves {
-		written = append(written, version.PKIFile(name))
+	for _, files := range []map[string][]byte{newKeys, certs} {
+		for name := range files {
+			written = append(written, version.PKIFile(name))
+		}
 	}
 	changed = true
-	if err := n.writeLeaves(leaves); err != nil {
-		return nil, nil, fmt.Errorf("certs renew: %w; the leaves written so far chain to the same CAs: re-run `stratum certs renew`", err)
+	// A key made anew (missing or unreadable) goes before its certificate;
+	// every other certificate is over the key already on disk.
+	for _, files := range []map[string][]byte{newKeys, certs} {
+		if err := n.writeLeaves(files); err != nil {
+			return nil, nil, fmt.Errorf("certs renew: %w; each certificate written so far pairs with its key and chains to the same CAs: re-run `stratum certs renew`", err)
+		}
 	}
 	if err := n.checkpoint(ctx, CheckpointRenewAfterLeaves); err != nil {
 		return nil, nil, err

@@ -3,6 +3,7 @@ package pki
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"slices"
 	"strings"
@@ -117,13 +118,8 @@ func nodeLeafSpecs(s *Shared, hostname string, nodeIP net.IP, sans *APISANs) []n
 // Names and addresses are deduplicated, so a VIP equal to the node IP or a
 // repeated name does not appear twice.
 func NodeLeaves(s *Shared, hostname string, nodeIP net.IP, sans *APISANs, now time.Time) (map[string][]byte, error) {
-	switch {
-	case s == nil || s.Cluster == nil || s.FrontProxy == nil || s.Etcd == nil:
-		return nil, errors.New("issue node certificates: shared CAs are incomplete")
-	case hostname == "":
-		return nil, errors.New("issue node certificates: hostname is empty")
-	case nodeIP == nil || nodeIP.IsUnspecified():
-		return nil, fmt.Errorf("issue node certificates for %s: node IP %v is not an address", hostname, nodeIP)
+	if err := checkNodeLeafArgs(s, hostname, nodeIP); err != nil {
+		return nil, err
 	}
 	out := make(map[string][]byte)
 	for _, l := range nodeLeafSpecs(s, hostname, nodeIP, sans) {
@@ -135,6 +131,53 @@ func NodeLeaves(s *Shared, hostname string, nodeIP net.IP, sans *APISANs, now ti
 		out[l.name+".key"] = keyPEM
 	}
 	return out, nil
+}
+
+// RenewNodeLeaves is NodeLeaves for a renewal that keeps each leaf's key,
+// as kubeadm's does: readKey returns the key file of a leaf ("etcd/peer.key")
+// as it is on the node. A key that is there and parses is kept and only its
+// certificate is reissued, so a renewal stopped part-way (a crash, a full
+// disk) leaves every pair matching, over the old certificate or the new one.
+// A key that is missing or does not parse is made anew; it is among newKeys,
+// to be written before its certificate. Any other read error fails the
+// renewal before anything is issued.
+func RenewNodeLeaves(s *Shared, hostname string, nodeIP net.IP, sans *APISANs, now time.Time, readKey func(name string) ([]byte, error)) (certs, newKeys map[string][]byte, err error) {
+	if err := checkNodeLeafArgs(s, hostname, nodeIP); err != nil {
+		return nil, nil, err
+	}
+	certs, newKeys = map[string][]byte{}, map[string][]byte{}
+	for _, l := range nodeLeafSpecs(s, hostname, nodeIP, sans) {
+		keyName := l.name + ".key"
+		keyPEM, err := readKey(keyName)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, nil, fmt.Errorf("renew node certificates for %s: read the key %s: %w", hostname, keyName, err)
+		}
+		var certPEM []byte
+		if key, perr := ParseKey(keyPEM); err == nil && perr == nil {
+			certPEM, err = l.ca.IssueFor(l.spec, key, now)
+		} else {
+			certPEM, keyPEM, err = l.ca.Issue(l.spec, now)
+			newKeys[keyName] = keyPEM
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("renew node certificates for %s: %s: %w", hostname, l.name, err)
+		}
+		certs[l.name+".crt"] = certPEM
+	}
+	return certs, newKeys, nil
+}
+
+// checkNodeLeafArgs refuses what no node leaf can be issued from.
+func checkNodeLeafArgs(s *Shared, hostname string, nodeIP net.IP) error {
+	switch {
+	case s == nil || s.Cluster == nil || s.FrontProxy == nil || s.Etcd == nil:
+		return errors.New("issue node certificates: shared CAs are incomplete")
+	case hostname == "":
+		return errors.New("issue node certificates: hostname is empty")
+	case nodeIP == nil || nodeIP.IsUnspecified():
+		return fmt.Errorf("issue node certificates for %s: node IP %v is not an address", hostname, nodeIP)
+	}
+	return nil
 }
 
 // NodeLeafNames lists the names of the files NodeLeaves returns, relative to

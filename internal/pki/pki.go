@@ -124,26 +124,31 @@ type LeafSpec struct {
 // for LeafValidity from now (backdated by Backdate), cut short at the CA's own
 // expiry, since a leaf cannot outlive the CA that vouches for it.
 func (ca *CA) Issue(spec LeafSpec, now time.Time) (certPEM, keyPEM []byte, err error) {
-	if spec.CommonName == "" {
-		return nil, nil, errors.New("issue leaf: common name is empty")
-	}
-	var usages []x509.ExtKeyUsage
-	if spec.Server {
-		usages = append(usages, x509.ExtKeyUsageServerAuth)
-	}
-	if spec.Client {
-		usages = append(usages, x509.ExtKeyUsageClientAuth)
-	}
-	if len(usages) == 0 {
-		return nil, nil, fmt.Errorf("issue leaf %q: neither server nor client usage is set", spec.CommonName)
+	if _, err := spec.usages(); err != nil {
+		return nil, nil, err
 	}
 	key, keyPEM, err := newKey()
 	if err != nil {
 		return nil, nil, fmt.Errorf("issue leaf %q: %w", spec.CommonName, err)
 	}
+	certPEM, err = ca.IssueFor(spec, key, now)
+	if err != nil {
+		return nil, nil, err
+	}
+	return certPEM, keyPEM, nil
+}
+
+// IssueFor signs a leaf for spec over an existing key, as Issue does
+// otherwise: a renewal that keeps each leaf's key reissues only its
+// certificate, so the pair on disk matches whichever certificate it holds.
+func (ca *CA) IssueFor(spec LeafSpec, key crypto.Signer, now time.Time) (certPEM []byte, err error) {
+	usages, err := spec.usages()
+	if err != nil {
+		return nil, err
+	}
 	serial, err := newSerial()
 	if err != nil {
-		return nil, nil, fmt.Errorf("issue leaf %q: %w", spec.CommonName, err)
+		return nil, fmt.Errorf("issue leaf %q: %w", spec.CommonName, err)
 	}
 	notAfter := now.Add(LeafValidity)
 	if notAfter.After(ca.Cert.NotAfter) {
@@ -164,13 +169,31 @@ func (ca *CA) Issue(spec LeafSpec, now time.Time) (certPEM, keyPEM []byte, err e
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.Key)
 	if err != nil {
-		return nil, nil, fmt.Errorf("issue leaf %q from CA %q: %w", spec.CommonName, ca.Cert.Subject.CommonName, err)
+		return nil, fmt.Errorf("issue leaf %q from CA %q: %w", spec.CommonName, ca.Cert.Subject.CommonName, err)
 	}
 	certPEM, err = cert.EncodeCertificates(&x509.Certificate{Raw: der})
 	if err != nil {
-		return nil, nil, fmt.Errorf("issue leaf %q: encode certificate: %w", spec.CommonName, err)
+		return nil, fmt.Errorf("issue leaf %q: encode certificate: %w", spec.CommonName, err)
 	}
-	return certPEM, keyPEM, nil
+	return certPEM, nil
+}
+
+// usages checks spec and returns its extended key usages.
+func (spec LeafSpec) usages() ([]x509.ExtKeyUsage, error) {
+	if spec.CommonName == "" {
+		return nil, errors.New("issue leaf: common name is empty")
+	}
+	var usages []x509.ExtKeyUsage
+	if spec.Server {
+		usages = append(usages, x509.ExtKeyUsageServerAuth)
+	}
+	if spec.Client {
+		usages = append(usages, x509.ExtKeyUsageClientAuth)
+	}
+	if len(usages) == 0 {
+		return nil, fmt.Errorf("issue leaf %q: neither server nor client usage is set", spec.CommonName)
+	}
+	return usages, nil
 }
 
 // ParseCert parses the first certificate in pemBytes (a bundle's first is its

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"encoding/pem"
 	"errors"
+	"io/fs"
 	"maps"
 	"math/big"
 	"net"
@@ -454,6 +455,59 @@ func TestNodeLeavesRefuses(t *testing.T) {
 				t.Error("NodeLeaves succeeded")
 			}
 		})
+	}
+}
+
+// TestRenewNodeLeavesKeepsKeys: a renewal reissues every certificate, the
+// same leaves NodeLeaves issues, over the key on disk; a key that is
+// missing or does not parse is made anew and returned to be written; a key
+// that cannot be read fails the renewal.
+func TestRenewNodeLeavesKeepsKeys(t *testing.T) {
+	s := mustShared(t)
+	ip := net.ParseIP("10.0.0.7")
+	old, err := NodeLeaves(s, "cp2", ip, nil, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	onDisk := maps.Clone(old)
+	delete(onDisk, "admin.key")
+	onDisk["etcd/peer.key"] = []byte("not a key")
+	read := func(name string) ([]byte, error) {
+		if b, ok := onDisk[name]; ok {
+			return b, nil
+		}
+		return nil, fs.ErrNotExist
+	}
+	later := now.Add(24 * time.Hour)
+	certs, newKeys, err := RenewNodeLeaves(s, "cp2", ip, nil, later, read)
+	if err != nil {
+		t.Fatalf("RenewNodeLeaves: %v", err)
+	}
+	if got := slices.Sorted(maps.Keys(newKeys)); !slices.Equal(got, []string{"admin.key", "etcd/peer.key"}) {
+		t.Fatalf("keys made anew %v, want the missing admin.key and the unparsable etcd/peer.key", got)
+	}
+	for _, name := range NodeLeafNames() {
+		if !strings.HasSuffix(name, ".crt") {
+			continue
+		}
+		base := strings.TrimSuffix(name, ".crt")
+		key, ok := newKeys[base+".key"]
+		if !ok {
+			key = old[base+".key"]
+		}
+		if _, err := tls.X509KeyPair(certs[name], key); err != nil {
+			t.Errorf("%s does not pair with the key it is to be written beside: %v", name, err)
+		}
+		renewed, was := mustParse(t, certs[name]), mustParse(t, old[name])
+		if !renewed.NotAfter.After(was.NotAfter) || renewed.Subject.CommonName != was.Subject.CommonName ||
+			!slices.Equal(renewed.DNSNames, was.DNSNames) || !slices.EqualFunc(renewed.IPAddresses, was.IPAddresses, net.IP.Equal) {
+			t.Errorf("%s renewed as %v %v %v until %s, was %v %v %v until %s", name, renewed.Subject, renewed.DNSNames, renewed.IPAddresses, renewed.NotAfter,
+				was.Subject, was.DNSNames, was.IPAddresses, was.NotAfter)
+		}
+	}
+	broken := errors.New("input/output error")
+	if _, _, err := RenewNodeLeaves(s, "cp2", ip, nil, later, func(string) ([]byte, error) { return nil, broken }); !errors.Is(err, broken) {
+		t.Fatalf("RenewNodeLeaves with a key that cannot be read = %v, want its error", err)
 	}
 }
 
