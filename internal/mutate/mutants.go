@@ -91,6 +91,25 @@ var mutants = []mutant{
 		},
 	},
 	{
+		Name: "bootstrap-keeps-an-interrupted-runs-partial-cas",
+		File: "ha/clustercas.go",
+		Old:  "interrupted := err == nil",
+		New:  "interrupted := false",
+		Tests: [][]string{
+			{"./ha", "-run", "TestBootstrapInterruptedWritingTheCAsConverges/crash"},
+		},
+	},
+	{
+		Name: "renew-makes-new-keys",
+		File: "internal/pki/node.go",
+		Old:  "if key, perr := ParseKey(keyPEM); err == nil && perr == nil {",
+		New:  "if key, perr := ParseKey(keyPEM); false && err == nil && perr == nil {",
+		Tests: [][]string{
+			{"./internal/pki", "-run", "TestRenewNodeLeavesKeepsKeys"},
+			{"./cmd/stratum/cli", "-run", "TestCertsCheckAndRenew"},
+		},
+	},
+	{
 		Name: "up-starts-over-a-data-replacement",
 		File: "ha/up.go",
 		Old:  "if err := n.refuseDataReplaceUnderWay(\"starting this control plane\"); err != nil {",
