@@ -22,5 +22,20 @@ func TestMain(m *testing.M) {
 	if !set["rapid.shrinktime"] && os.Getenv("RAPID_SHRINKTIME") == "" {
 		_ = flag.Set("rapid.shrinktime", "0s")
 	}
-	os.Exit(m.Run())
+	os.Exit(runInPrivateTempDir(m))
+}
+
+// runInPrivateTempDir runs the tests with TMPDIR a directory of their own,
+// removed after them: a test that crashes a simulated host mid-restore
+// freezes the restore for good, as a power cut would, so the scratch copy
+// it made under the temporary directory is never removed by the restore
+// itself.
+func runInPrivateTempDir(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "ha-")
+	if err != nil {
+		return m.Run()
+	}
+	defer os.RemoveAll(dir)
+	os.Setenv("TMPDIR", dir)
+	return m.Run()
 }
