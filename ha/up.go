@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"stratum.dev/stratum/internal/host"
 	"stratum.dev/stratum/internal/nodestate"
 )
 
@@ -43,9 +44,10 @@ var StartCheckpoints = []string{CheckpointStartAfterEtcd, CheckpointStartAfterPr
 // learner (on every start, so a crash between start and promotion never
 // strands a learner), clears the join's intent journal once the local member
 // is confirmed serving as a voter, makes sure the apiserver certificate covers
-// the cluster VIP (reissuing it when it does not), then starts the apiserver
-// and kube-vip. Last it publishes the etcd members for later joins
-// (publishOwnView), a step that never fails the start.
+// the cluster VIP (reissuing it when it does not), then starts the apiserver,
+// kube-vip and the stratum-operator (where the host runs one). Last it
+// publishes the etcd members for later joins (publishOwnView), a step that
+// never fails the start.
 //
 // A node with no state but a surviving join intent is refused: bootstrapping
 // there would make a second, single-member cluster over the membership the
@@ -81,6 +83,7 @@ func (n *Node) StartControlPlane(ctx context.Context) (*nodestate.NodeState, err
 		{CheckpointStartAfterConfirm, "member confirmation", n.confirmAndClearJournal},
 		{CheckpointStartAfterAPIServer, "kube-apiserver start", n.startAPIServer},
 		{"", "kube-vip start", n.startVIP},
+		{"", "stratum-operator start", n.startOperator},
 		{"", "etcd members published", n.publishOwnView},
 	} {
 		began := time.Now()
@@ -161,6 +164,20 @@ func (n *Node) startVIP(ctx context.Context, st *nodestate.NodeState) error {
 		return fmt.Errorf("start kube-vip: %w", err)
 	}
 	return nil
+}
+
+// startOperator starts the stratum-operator where this host's service
+// manager runs one (a real host's supervisor started with --operator): a
+// snapshot restore, an etcd rejoin or a renewal stops or restarts it with the
+// rest of the control plane, and this start is what brings it back. A host
+// that runs none (the simulator, a supervisor started with --operator=false)
+// is not an error.
+func (n *Node) startOperator(ctx context.Context, _ *nodestate.NodeState) error {
+	err := n.env.Host.StartService(ctx, serviceOperator)
+	if err == nil || host.NotRunHere(err) {
+		return nil
+	}
+	return fmt.Errorf("start the stratum-operator: %w", err)
 }
 
 // confirmLocalMember checks that the local etcd serves, as a started voter of

@@ -1,7 +1,9 @@
 // Command stratum is the CLI of stratum's HA control-plane join reference
 // implementation; the command tree is package cli. main binds it to this
-// machine: os.Args, the process's streams, and SIGINT / SIGTERM cancelling
-// the running command (which tears down what it started).
+// machine: os.Args, the process's streams, and SIGINT / SIGTERM / SIGHUP
+// cancelling the running command (which tears down what it started): a
+// foreground `stratum up` whose SSH session drops stops its control plane
+// cleanly, releasing the VIP, instead of dying with its children killed.
 package main
 
 import (
@@ -14,7 +16,7 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	code := cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr, cli.Options{})
 	stop()
 	os.Exit(code)

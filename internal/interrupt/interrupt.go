@@ -1,4 +1,4 @@
-// Package interrupt is a run's interrupt context: SIGINT or SIGTERM ends it,
+// Package interrupt is a run's interrupt context: SIGINT, SIGTERM or SIGHUP ends it,
 // so a long operation stops at its next step boundary instead of in the
 // middle of one. An operation can open a deferral window around steps that
 // must not be separated — the join's member-add and the node-state save that
@@ -44,11 +44,11 @@ type ErrInterrupted struct{ Signal os.Signal }
 
 func (e ErrInterrupted) Error() string { return "interrupted by " + e.Signal.String() }
 
-// New starts a run that SIGINT and SIGTERM interrupt. Call Stop when the run
-// ends.
+// New starts a run that SIGINT, SIGTERM and SIGHUP (the terminal of a
+// foreground command closing) interrupt. Call Stop when the run ends.
 func New(parent context.Context, log *slog.Logger) *Run {
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	r := NewWithSignals(parent, sigs, log)
 	prev := r.stop
 	r.stop = func() { signal.Stop(sigs); prev() }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
@@ -37,26 +38,54 @@ type response struct {
 }
 
 // Listen opens the control socket at path (a real path), root-only (mode
-// 0600 in a 0700 directory). A stale socket of a supervisor that died is
-// replaced; one a live supervisor answers on is refused.
+// 0600 in a 0700 directory), holding an exclusive flock on path+".lock" for
+// as long as the listener is open: one supervisor per node, decided by the
+// kernel, so two started at once cannot both bind (the loser replacing the
+// winner's socket file, then unlinking it on its way out). A stale socket of
+// a supervisor that died is replaced; while a live one holds the lock,
+// Listen is refused. Closing the listener unlinks the socket, then releases
+// the lock.
 func Listen(path string) (net.Listener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("control socket directory: %w", err)
 	}
-	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
-		c.Close()
-		return nil, fmt.Errorf("%w on %s: this node's control plane is running; stop it first", ErrAlreadyRunning, path)
+	lock, err := os.OpenFile(path+".lock", os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("control socket lock: %w", err)
 	}
-	_ = os.Remove(path)
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		lock.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w on %s: this node's control plane is running; stop it first", ErrAlreadyRunning, path)
+		}
+		return nil, fmt.Errorf("control socket lock %s.lock: %w", path, err)
+	}
+	_ = os.Remove(path) // a dead supervisor's
 	ln, err := net.Listen("unix", path)
 	if err != nil {
+		lock.Close()
 		return nil, fmt.Errorf("listen on the control socket %s: %w", path, err)
 	}
 	if err := os.Chmod(path, 0o600); err != nil {
 		ln.Close()
+		lock.Close()
 		return nil, err
 	}
-	return ln, nil
+	return &lockedListener{Listener: ln, lock: lock}, nil
+}
+
+// lockedListener is the control socket's listener with its lock, released
+// once the socket is closed (and unlinked).
+type lockedListener struct {
+	net.Listener
+	lock *os.File
+	once sync.Once
+}
+
+func (l *lockedListener) Close() error {
+	err := l.Listener.Close()
+	l.once.Do(func() { l.lock.Close() })
+	return err
 }
 
 // Serve answers control-socket requests on ln until ctx ends or ln is

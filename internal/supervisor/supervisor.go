@@ -231,7 +231,7 @@ func (s *Supervisor) requestExit() error {
 	slices.Sort(names)
 	var running []string
 	for _, name := range names {
-		if u, err := s.unit(name); err == nil && u.status().Running {
+		if u, err := s.unit(name); err == nil && u.active() {
 			running = append(running, name)
 		}
 	}
@@ -264,9 +264,13 @@ type unit struct {
 	spec Spec
 	sup  *Supervisor
 
-	mu      sync.Mutex
-	keeper  *keeper // nil when stopped
-	pid     int
+	mu     sync.Mutex
+	keeper *keeper // nil when stopped or stopping
+	// stopping is the keeper a stop cancelled and waits for: its instance
+	// may still run (a SIGTERM grace), so the unit is not stopped yet, and a
+	// start waits for it rather than launch a second instance beside it.
+	stopping *keeper
+	pid      int
 	since   time.Time
 	lastErr error
 	waiting time.Time // when the next restart is due, while backing off
@@ -281,6 +285,16 @@ type keeper struct {
 
 func (u *unit) start(ctx context.Context) error {
 	u.mu.Lock()
+	for u.keeper == nil && u.stopping != nil {
+		s := u.stopping
+		u.mu.Unlock()
+		select {
+		case <-s.done:
+		case <-ctx.Done():
+			return fmt.Errorf("start %s: still stopping: %w", u.spec.Name, ctx.Err())
+		}
+		u.mu.Lock()
+	}
 	k := u.keeper
 	if k == nil {
 		kctx, cancel := context.WithCancel(context.Background())
@@ -320,16 +334,36 @@ func (u *unit) logHint() string {
 	return fmt.Sprintf("; its log %s ends:\n%s", p, lastLines(string(data), 8))
 }
 
+// stop cancels the keeper and waits until its instance has exited; until
+// then the unit reports "stopping". A stop while another stop waits waits
+// for the same exit.
 func (u *unit) stop() {
 	u.mu.Lock()
 	k := u.keeper
-	u.keeper = nil
+	if k == nil {
+		k = u.stopping
+	} else {
+		u.keeper, u.stopping = nil, k
+	}
 	u.mu.Unlock()
 	if k == nil {
 		return
 	}
 	k.cancel()
 	<-k.done
+	u.mu.Lock()
+	if u.stopping == k {
+		u.stopping = nil
+	}
+	u.mu.Unlock()
+}
+
+// active reports whether the unit has a keeper or one stopping: a service
+// that is wanted (running, starting, backing off) or not yet exited.
+func (u *unit) active() bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.keeper != nil || u.stopping != nil
 }
 
 func (u *unit) status() host.ServiceStatus {
@@ -337,6 +371,13 @@ func (u *unit) status() host.ServiceStatus {
 	defer u.mu.Unlock()
 	st := host.ServiceStatus{Name: u.spec.Name, Version: u.spec.Version}
 	switch {
+	case u.keeper == nil && u.stopping != nil:
+		// Still alive until its stop's grace ends: its ports are held.
+		st.Running = true
+		st.Detail = "stopping"
+		if u.pid != 0 {
+			st.Detail = fmt.Sprintf("stopping (pid %d)", u.pid)
+		}
 	case u.keeper == nil:
 		st.Detail = "stopped"
 	case u.pid == 0 && u.since.IsZero() && u.waiting.IsZero():

@@ -299,3 +299,86 @@ func TestChildrenDieWithAKilledSupervisor(t *testing.T) {
 	_ = cmd.Wait()
 	waitGone(t, pid, "the service of a killed supervisor")
 }
+
+// TestAStopInItsGraceIsStoppingNotStopped: a service that ignores SIGTERM
+// is "stopping" (running, its pid named) until its grace ends; a start
+// meanwhile waits for that exit instead of launching a second instance
+// beside it; an exit request is refused while it lives.
+func TestAStopInItsGraceIsStoppingNotStopped(t *testing.T) {
+	trapped := filepath.Join(t.TempDir(), "trapped")
+	s, _ := newSup(t, Spec{Name: "svc", Command: shell("trap '' TERM; touch " + trapped + "; while :; do sleep 0.1; done"), StopTimeout: 1500 * time.Millisecond})
+	ctx := context.Background()
+	if err := s.StartService(ctx, "svc"); err != nil {
+		t.Fatal(err)
+	}
+	old := pidOf(t, s, "svc")
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(trapped); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the service never set its SIGTERM trap")
+		}
+	}
+	stopped := make(chan struct{})
+	go func() { s.StopService(ctx, "svc"); close(stopped) }()
+	for deadline := time.Now().Add(time.Second); ; {
+		st, _ := s.ServiceStatus(ctx, "svc")
+		if strings.HasPrefix(st.Detail, "stopping") {
+			if !st.Running || !strings.Contains(st.Detail, strconv.Itoa(old)) {
+				t.Fatalf("status in the stop's grace = %+v, want running, stopping, pid %d", st, old)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status during the stop = %+v, want stopping", st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := s.requestExit(); !errors.Is(err, ErrServicesRunning) {
+		t.Fatalf("exit request while the service is stopping = %v, want ErrServicesRunning", err)
+	}
+	if err := s.StartService(ctx, "svc"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-stopped:
+	default:
+		t.Fatal("a start during the stop's grace returned before the stopped instance exited")
+	}
+	waitGone(t, old, "the stopped instance")
+	if pid := pidOf(t, s, "svc"); pid == old || !alive(pid) {
+		t.Fatalf("after the stop and the start: pid %d (old %d), want one new instance", pid, old)
+	}
+}
+
+// TestListenIsOnePerNode: the control socket's lock decides which
+// supervisor runs, not the socket file: with the file gone (a second
+// supervisor racing the first could have replaced it) Listen is still
+// refused while the first listens; a closed listener unlinks its socket and
+// frees the lock; a dead supervisor's leftover file is replaced.
+func TestListenIsOnePerNode(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "run", "supervisor.sock")
+	ln, err := Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(sock); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Listen(sock); !errors.Is(err, ErrAlreadyRunning) {
+		t.Fatalf("Listen while another supervisor holds the lock, its socket file gone: %v, want ErrAlreadyRunning", err)
+	}
+	ln.Close()
+	if err := os.WriteFile(sock, []byte("left by a supervisor that died"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ln, err = Listen(sock)
+	if err != nil {
+		t.Fatalf("Listen over a dead supervisor's leftover: %v", err)
+	}
+	ln.Close()
+	if _, err := os.Stat(sock); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a closed listener left its socket: %v", err)
+	}
+}

@@ -36,6 +36,13 @@ const (
 	// DefaultReannounce is how often a holder sends its gratuitous ARP
 	// again (NetlinkAnnouncer.Reannounce).
 	DefaultReannounce = 3 * time.Second
+	// DefaultAddressLifetime is the VIP address's lifetime in the kernel
+	// (NetlinkAnnouncer.Lifetime), renewed every third of it while held. A
+	// holder killed at T renewed its Lease at T-RetryPeriod at the latest,
+	// so no other node wins the Lease before T-RetryPeriod+LeaseDuration
+	// (T+4 s); its address, renewed at T at the latest, is gone by
+	// T+Lifetime plus the kernel's rounding up to a whole second (T+3 s).
+	DefaultAddressLifetime = DefaultLeaseDuration - DefaultRetryPeriod - 2*time.Second
 )
 
 // Config is one node's VIP candidate.

@@ -19,6 +19,7 @@ import (
 // files go (ha.Node.ResetControlPlane).
 func (a *app) resetCmd() *cobra.Command {
 	var force, dryRun bool
+	var binDir string
 	var out *output
 	cmd := &cobra.Command{
 		Use:   "reset [--force] [--dry-run]",
@@ -39,8 +40,8 @@ It holds the node's maintenance and etcd-data locks, and records itself in
 while that file is there, and a re-run after a crash or an interruption resumes from
 what it finds. A re-run after a crash that stopped this node's etcd before its member
 was removed, with no other member answering (two voters: this node's vote is part of
-the quorum), starts that etcd again first (under this process when no supervisor runs)
-so the cluster has its quorum back, then removes the member. A node whose join crashed
+the quorum), starts that etcd again first (under this process, from --bin-dir, when no
+supervisor runs) so the cluster has its quorum back, then removes the member. A node whose join crashed
 after adding its etcd member is reset too: the member its journal records is removed.
 
 It refuses, with nothing changed, when the remaining voters' healthy members would be
@@ -66,7 +67,7 @@ it: it resumes), 2 on bad usage; a dry run exits 0 or 3 as the reset would.`,
   stratum reset                      # its supervisor ends too
   systemctl disable stratum          # and stays off at boot
 
-  # Join it again afterwards: the join command as "stratum token create" printed it
+  # Join it again afterwards: the join command as "stratum token create --control-plane" printed it
   stratum server --server https://10.0.0.10:6443 --token abcdef.0123456789abcdef \
     --ca-hash sha256:<64 hex digits> --certificate-key <64 hex digits>`,
 		Args: usageArgs(cobra.NoArgs),
@@ -96,7 +97,7 @@ it: it resumes), 2 on bad usage; a dry run exits 0 or 3 as the reset would.`,
 				// must start this node's etcd again, to give the other
 				// members their quorum back, runs it under this process.
 				var shutdown func()
-				if n, shutdown, err = a.resetSupervisor(); err != nil {
+				if n, shutdown, err = a.resetSupervisor(binDir); err != nil {
 					return err
 				}
 				defer shutdown()
@@ -135,6 +136,7 @@ it: it resumes), 2 on bad usage; a dry run exits 0 or 3 as the reset would.`,
 	}
 	cmd.Flags().BoolVar(&force, "force", false, "reset even when the remaining cluster would be under quorum, this node is its last voter, or its member cannot be removed")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the steps the reset would run (and a refusal it would meet), change nothing")
+	cmd.Flags().StringVar(&binDir, "bin-dir", controlplane.DefaultBinDir, "the `directory` holding the pinned etcd binary, as `stratum up --bin-dir` (or the unit `stratum install --bin-dir` wrote) runs it: used only when no supervisor runs and the reset must start this node's etcd again")
 	out = addOutput(cmd, "text")
 	return cmd
 }
@@ -148,14 +150,14 @@ func orNothing(steps []string) string {
 
 // resetSupervisor is the node a reset runs on when no stratum supervisor
 // answers: its services are run by a supervisor in this process (etcd from
-// the installed binaries, only if the reset starts it), stopped by shutdown.
-func (a *app) resetSupervisor() (*ha.Node, func(), error) {
+// binDir, only if the reset starts it), stopped by shutdown.
+func (a *app) resetSupervisor(binDir string) (*ha.Node, func(), error) {
 	l, err := host.NewLocal()
 	if err != nil {
 		return nil, nil, err
 	}
 	n := ha.NewNode(ha.Env{Host: l, Checkpoint: a.opts.Checkpoint, Log: a.log, Progress: a.progress})
-	sup, err := a.nodeSupervisor(l, n, controlplane.DefaultBinDir)
+	sup, err := a.nodeSupervisor(l, n, binDir, false)
 	if err != nil {
 		return nil, nil, refusedf("reset refused: %w; nothing was changed", err)
 	}

@@ -70,8 +70,10 @@ func localServices() host.Services { return supervisor.Client{Path: supervisor.S
 
 // nodeSupervisor is the supervisor of this machine's control plane: etcd and
 // kube-apiserver from binDir with flags rendered from the node state at each
-// start, the VIP candidate and the operator in process.
-func (a *app) nodeSupervisor(h host.Host, n *ha.Node, binDir string) (*supervisor.Supervisor, error) {
+// start, the VIP candidate and, with operator, the operator in process. A
+// supervisor without the operator does not know the service, so a start
+// (ha's StartControlPlane) skips it and status leaves it out.
+func (a *app) nodeSupervisor(h host.Host, n *ha.Node, binDir string, operator bool) (*supervisor.Supervisor, error) {
 	bins := controlplane.Binaries{Dir: binDir}
 	check := func(name string) func(context.Context) error {
 		return func(ctx context.Context) error {
@@ -81,42 +83,41 @@ func (a *app) nodeSupervisor(h host.Host, n *ha.Node, binDir string) (*superviso
 			return controlplane.PortsFree(controlplane.Ports[name])
 		}
 	}
-	return supervisor.New(supervisor.Config{
-		LogDir: controlplane.LogDir,
-		Log:    a.log,
-		Services: []supervisor.Spec{
-			{
-				Name: ha.ServiceEtcd,
-				Command: func() (supervisor.Command, error) {
-					st, err := nodestate.Load(h)
-					if err != nil {
-						return supervisor.Command{}, err
-					}
-					args, err := controlplane.EtcdArgs(st)
-					return supervisor.Command{Path: bins.Path(controlplane.EtcdBinary), Args: args}, err
-				},
-				Ready:   func(ctx context.Context) error { return waitEtcdServes(ctx, h, n) },
-				Check:   check(controlplane.EtcdBinary),
-				Version: version.Etcd,
+	services := []supervisor.Spec{
+		{
+			Name: ha.ServiceEtcd,
+			Command: func() (supervisor.Command, error) {
+				st, err := nodestate.Load(h)
+				if err != nil {
+					return supervisor.Command{}, err
+				}
+				args, err := controlplane.EtcdArgs(st)
+				return supervisor.Command{Path: bins.Path(controlplane.EtcdBinary), Args: args}, err
 			},
-			{
-				Name: ha.ServiceAPIServer,
-				Command: func() (supervisor.Command, error) {
-					st, err := nodestate.Load(h)
-					if err != nil {
-						return supervisor.Command{}, err
-					}
-					args, err := controlplane.APIServerArgs(st, h)
-					return supervisor.Command{Path: bins.Path(controlplane.APIServerBinary), Args: args}, err
-				},
-				Ready:   func(ctx context.Context) error { return waitAPIServerServes(ctx, h) },
-				Check:   check(controlplane.APIServerBinary),
-				Version: version.Kubernetes,
-			},
-			{Name: ha.ServiceVIP, Run: func(ctx context.Context) error { return a.runVIP(ctx, h) }, Check: func(context.Context) error { return vipCheck(h) }},
-			{Name: serviceOperator, Run: func(ctx context.Context) error { return a.runOperator(ctx, h, n) }},
+			Ready:   func(ctx context.Context) error { return waitEtcdServes(ctx, h, n) },
+			Check:   check(controlplane.EtcdBinary),
+			Version: version.Etcd,
 		},
-	})
+		{
+			Name: ha.ServiceAPIServer,
+			Command: func() (supervisor.Command, error) {
+				st, err := nodestate.Load(h)
+				if err != nil {
+					return supervisor.Command{}, err
+				}
+				args, err := controlplane.APIServerArgs(st, h)
+				return supervisor.Command{Path: bins.Path(controlplane.APIServerBinary), Args: args}, err
+			},
+			Ready:   func(ctx context.Context) error { return waitAPIServerServes(ctx, h) },
+			Check:   check(controlplane.APIServerBinary),
+			Version: version.Kubernetes,
+		},
+		{Name: ha.ServiceVIP, Run: func(ctx context.Context) error { return a.runVIP(ctx, h) }, Check: func(context.Context) error { return vipCheck(h) }},
+	}
+	if operator {
+		services = append(services, supervisor.Spec{Name: serviceOperator, Run: func(ctx context.Context) error { return a.runOperator(ctx, h, n) }})
+	}
+	return supervisor.New(supervisor.Config{LogDir: controlplane.LogDir, Log: a.log, Services: services})
 }
 
 // readyProbeTimeout bounds one readiness probe of a starting service.
@@ -241,10 +242,10 @@ func (a *app) runVIP(ctx context.Context, h host.Host) error {
 	if err != nil {
 		return err
 	}
-	// The address lives one lease duration in the kernel unless renewed, so
-	// a stratum killed while it held the VIP does not keep answering ARP for
-	// it beside the next holder.
-	announcer := &vip.NetlinkAnnouncer{Interface: iface, Addr: addr, Lifetime: vip.DefaultLeaseDuration, Reannounce: vip.DefaultReannounce}
+	// The address lives a short lifetime in the kernel unless renewed, so a
+	// stratum killed while it held the VIP has lost it before another node
+	// can win the Lease (vip.DefaultAddressLifetime).
+	announcer := &vip.NetlinkAnnouncer{Interface: iface, Addr: addr, Lifetime: vip.DefaultAddressLifetime, Reannounce: vip.DefaultReannounce}
 	return vip.Run(ctx, vip.Config{
 		Client:    cs,
 		Identity:  h.Name(),
@@ -309,9 +310,12 @@ func (a *app) runOperator(ctx context.Context, h host.Host, n *ha.Node) error {
 func operatorLoop(ctx context.Context, n *ha.Node, cs kubernetes.Interface, log *slog.Logger) {
 	log.Info("operator leading: passes every " + operatorEvery.String())
 	for {
-		promoted, err := n.OperatorPass(ctx, cs)
+		promoted, pruned, err := n.OperatorPass(ctx, cs)
 		if len(promoted) > 0 {
 			log.Warn("operator promoted stranded etcd learners", "members", promoted)
+		}
+		if len(pruned) > 0 {
+			log.Info("operator dropped the grants of expired or deleted tokens", "tokens", pruned)
 		}
 		if err != nil && ctx.Err() == nil {
 			log.Warn("operator pass", "err", err)
@@ -352,7 +356,7 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 		return refused(err)
 	}
 	n := ha.NewNode(ha.Env{Host: l, Checkpoint: a.opts.Checkpoint, Log: a.log, Progress: a.progress})
-	sup, err := a.nodeSupervisor(l, n, f.binDir)
+	sup, err := a.nodeSupervisor(l, n, f.binDir, f.operator)
 	if err != nil {
 		return refusedf("%s refused: %w; nothing was changed", verb, err)
 	}
@@ -361,16 +365,17 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 	if err != nil {
 		return refusedf("%s refused: %w; nothing was changed", verb, err)
 	}
-	defer os.Remove(supervisor.SocketPath)
-	defer ln.Close()
+	defer ln.Close() // unlinks the socket, then releases its lock
 	if err := sup.CheckServices(ctx, []string{ha.ServiceEtcd, ha.ServiceAPIServer}); err != nil {
 		return refusedf("%s refused: this host cannot run its control plane: %w; nothing was changed", verb, err)
 	}
 	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
 	served := make(chan error, 1)
 	go func() { served <- sup.Serve(serveCtx, ln) }()
-	defer func() { stopServing(); <-served }()
-	defer sup.Shutdown()
+	// The socket closes before the services stop: a call arriving during
+	// the stops (a renewal's restart) would start what is being stopped,
+	// to be killed with this process.
+	defer func() { stopServing(); <-served; sup.Shutdown() }()
 
 	st, err := prepare(ctx, n)
 	if err != nil {
@@ -382,7 +387,7 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 		}
 	}
 	a.printState(done, st)
-	fmt.Fprintf(a.stdout, "supervising this control plane (logs in %s, control socket %s); SIGINT or SIGTERM stops it\n", controlplane.LogDir, supervisor.SocketPath)
+	fmt.Fprintf(a.stdout, "supervising this control plane (logs in %s, control socket %s); SIGINT, SIGTERM or SIGHUP stops it\n", controlplane.LogDir, supervisor.SocketPath)
 	select {
 	case <-ctx.Done():
 		fmt.Fprintln(a.stdout, "stopping the control plane")

@@ -1,15 +1,20 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/assets"
 	"stratum.dev/stratum/internal/assets/assetstest"
 	"stratum.dev/stratum/internal/controlplane"
+	"stratum.dev/stratum/internal/host"
+	"stratum.dev/stratum/internal/supervisor"
 	"stratum.dev/stratum/internal/version"
 )
 
@@ -134,7 +139,8 @@ func TestUpRefusesBadOptionsBeforeWriting(t *testing.T) {
 		{"pod CIDR not a CIDR", []string{"--pod-cidr", "10.244.0.0"}, ExitRefused, "10.244.0.0"},
 		{"service CIDR not a CIDR", []string{"--service-cidr", "ten.96/12"}, ExitRefused, "ten.96/12"},
 		{"VIP is the node's address", []string{"--vip", "127.0.0.1"}, ExitRefused, "the VIP 127.0.0.1 is this node's own address"},
-		{"VIP not an IP", []string{"--vip", "vip.example"}, ExitUsage, `--vip "vip.example" is not an IP address`},
+		{"VIP not an IP", []string{"--vip", "vip.example"}, ExitUsage, `--vip: the VIP "vip.example" is not an IP address`},
+		{"VIP not IPv4", []string{"--vip", "fd00::10"}, ExitUsage, "ARP, which is IPv4 only"},
 		{"node IP not this host's", []string{"--node-ip", "198.18.250.250"}, ExitRefused, "node IP 198.18.250.250 (from flag)"},
 		{"node IP not an IP", []string{"--node-ip", "cp1"}, ExitUsage, `--node-ip "cp1" is not an IP address`},
 		{"dual-stack node IP of one family", []string{"--node-ip", "127.0.0.1,127.0.0.2"}, ExitUsage, "one family"},
@@ -189,4 +195,60 @@ func mustGetwd(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return wd
+}
+
+// TestStatusJudgesOnlyTheServicesThisNodeRuns: a control plane without a VIP
+// never starts kube-vip, and a supervisor started with --operator=false does
+// not know the operator; status leaves both out and exits 0 while etcd and
+// the apiserver run. With a VIP recorded, kube-vip not running is a problem.
+func TestStatusJudgesOnlyTheServicesThisNodeRuns(t *testing.T) {
+	ctx := context.Background()
+	runs := func(ctx context.Context) error { <-ctx.Done(); return nil }
+	sup, err := supervisor.New(supervisor.Config{LogDir: t.TempDir(), Services: []supervisor.Spec{
+		{Name: ha.ServiceEtcd, Run: runs}, {Name: ha.ServiceAPIServer, Run: runs}, {Name: ha.ServiceVIP, Run: runs},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sup.Shutdown()
+	for _, s := range []string{ha.ServiceEtcd, ha.ServiceAPIServer} {
+		if err := sup.StartService(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := &host.Local{Dir: host.Dir{Root: t.TempDir()}, Services: sup}
+
+	rep := statusReport{Node: &nodeReport{NodeName: "cp1"}}
+	if err := rep.judge(rep.askSupervisor(ctx, h)); err != nil || rep.Problem != "" {
+		t.Fatalf("status of a control plane without a VIP running etcd and the apiserver: %v (problem %q)", err, rep.Problem)
+	}
+	var names []string
+	for _, s := range rep.Services {
+		names = append(names, s.Name)
+	}
+	if want := []string{ha.ServiceEtcd, ha.ServiceAPIServer}; !slices.Equal(names, want) {
+		t.Fatalf("services reported %v, want %v", names, want)
+	}
+
+	rep = statusReport{Node: &nodeReport{NodeName: "cp1", VIP: "10.0.0.10"}}
+	if err := rep.judge(rep.askSupervisor(ctx, h)); err == nil || !strings.Contains(rep.Problem, "not running: kube-vip") {
+		t.Fatalf("status with a VIP and kube-vip stopped: %v (problem %q), want kube-vip named", err, rep.Problem)
+	}
+}
+
+// TestServerTakesItsSecretsOutOfTheEnvironment: the join secrets read from
+// the environment are removed from it, so etcd and the apiserver, which
+// inherit the supervisor's environment, never hold them.
+func TestServerTakesItsSecretsOutOfTheEnvironment(t *testing.T) {
+	opts, _ := onTempHost(t)
+	t.Setenv(envToken, "abcdef.0123456789abcdef")
+	t.Setenv(envCertKey, strings.Repeat("cd", 32))
+	if code, _, errOut := runCLI(t, opts, "server", "--ca-hash", "sha256:"+strings.Repeat("ab", 32)); code != ExitUsage || !strings.Contains(errOut, "--server") {
+		t.Fatalf("server without --server: exit %d\n%s", code, errOut)
+	}
+	for _, env := range []string{envToken, envCertKey} {
+		if v, ok := os.LookupEnv(env); ok {
+			t.Errorf("$%s is still in the environment (%q) after the join read it", env, v)
+		}
+	}
 }
