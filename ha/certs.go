@@ -648,7 +648,17 @@ func (n *Node) openAndWrite(ctx context.Context, s *corev1.Secret, entry string,
 
 // PruneExpiredGrants is the package-level PruneExpiredGrants on this node.
 func (n *Node) PruneExpiredGrants(ctx context.Context, cs kubernetes.Interface) error {
-	err := apiretry.Ensure(ctx, func() error {
+	_, err := n.PruneGrants(ctx, cs)
+	return err
+}
+
+// PruneGrants is PruneExpiredGrants that also says which grants it
+// dropped: the token IDs of the entries its write removed (none when
+// nothing expired), so a report never credits it with entries another
+// writer (a rekey) removed.
+func (n *Node) PruneGrants(ctx context.Context, cs kubernetes.Interface) (dropped []string, err error) {
+	err = apiretry.Ensure(ctx, func() error {
+		dropped = nil
 		cur, err := cs.CoreV1().Secrets(certsNamespace).Get(ctx, certsSecret, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -669,13 +679,16 @@ func (n *Node) PruneExpiredGrants(ctx context.Context, cs kubernetes.Interface) 
 		_, err = cs.CoreV1().Secrets(certsNamespace).Update(ctx, cur, metav1.UpdateOptions{})
 		if err == nil {
 			n.log.Info("pruned expired grants", "entries", expired)
+			for _, e := range expired {
+				dropped = append(dropped, grantTokenID(e))
+			}
 		}
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("prune expired grants of Secret %s/%s: %w", certsNamespace, certsSecret, err)
+		return nil, fmt.Errorf("prune expired grants of Secret %s/%s: %w", certsNamespace, certsSecret, err)
 	}
-	return nil
+	return dropped, nil
 }
 
 // PublishedBundleCarriesKey is the package-level PublishedBundleCarriesKey.

@@ -940,8 +940,10 @@ func checkJoinOptions(o JoinOptions) error {
 	if _, err := certbundle.ParseCertKey(o.CertKey); err != nil {
 		bad = append(bad, "--certificate-key is not 64 hex digits")
 	}
-	if o.VIP.Address != "" && net.ParseIP(o.VIP.Address) == nil {
-		bad = append(bad, fmt.Sprintf("the VIP %q is not an IP address", o.VIP.Address))
+	if o.VIP.Address != "" {
+		if err := CheckVIP(o.VIP.Address); err != nil {
+			bad = append(bad, err.Error())
+		}
 	}
 	if len(bad) > 0 {
 		return fmt.Errorf("control-plane join refused: %s; nothing was changed: copy the join command printed by `stratum token create --control-plane`", strings.Join(bad, "; "))

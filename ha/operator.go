@@ -22,12 +22,13 @@ const operatorPromoteWithin = 5 * time.Second
 // bootstrap tokens that are gone or expired (PruneExpiredGrants), so expired
 // grants go even when no one mints, and publishes the etcd members for later
 // joins (etcdClientURLsAnnotation), so a membership change no start or reset
-// published still reaches them. It reports what it did; errors of the parts
-// are joined, one never stopping another.
-func (n *Node) OperatorPass(ctx context.Context, cs kubernetes.Interface) (promoted []string, err error) {
+// published still reaches them. It reports what it did (the learners it
+// promoted, the grants it dropped) even when a part failed; errors of the
+// parts are joined, one never stopping another.
+func (n *Node) OperatorPass(ctx context.Context, cs kubernetes.Interface) (promoted, pruned []string, err error) {
 	st, err := nodestate.Load(n.env.Host)
 	if err != nil {
-		return nil, fmt.Errorf("operator pass: %w", err)
+		return nil, nil, fmt.Errorf("operator pass: %w", err)
 	}
 	self := []string{urlHostOf(st.Etcd.ClientURL)}
 	var errs []error
@@ -50,7 +51,8 @@ func (n *Node) OperatorPass(ctx context.Context, cs kubernetes.Interface) (promo
 		n.log.Info("operator promoted a started learner", "member", m.Name, "peerURL", m.PeerURLs[0])
 	}
 	if cs != nil {
-		if perr := n.PruneExpiredGrants(ctx, cs); perr != nil {
+		var perr error
+		if pruned, perr = n.PruneGrants(ctx, cs); perr != nil {
 			errs = append(errs, fmt.Errorf("operator pass: %w", perr))
 		}
 		if merr == nil {
@@ -59,5 +61,5 @@ func (n *Node) OperatorPass(ctx context.Context, cs kubernetes.Interface) (promo
 			}
 		}
 	}
-	return promoted, errors.Join(errs...)
+	return promoted, pruned, errors.Join(errs...)
 }

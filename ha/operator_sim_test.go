@@ -26,7 +26,7 @@ func TestOperatorPassPromotesAStrandedLearner(t *testing.T) {
 		t.Fatalf("before the pass: %s", got)
 	}
 	admin := configMapClient(t, j.c.Host("cp1"))
-	promoted, err := j.cp1.OperatorPass(j.ctx, admin)
+	promoted, _, err := j.cp1.OperatorPass(j.ctx, admin)
 	if err != nil {
 		t.Fatalf("operator pass: %v", err)
 	}
@@ -37,7 +37,7 @@ func TestOperatorPassPromotesAStrandedLearner(t *testing.T) {
 		t.Fatalf("after the pass: %s", got)
 	}
 	// A second pass has nothing to do.
-	if promoted, err := j.cp1.OperatorPass(j.ctx, admin); err != nil || len(promoted) != 0 {
+	if promoted, _, err := j.cp1.OperatorPass(j.ctx, admin); err != nil || len(promoted) != 0 {
 		t.Fatalf("second pass: %v %v", promoted, err)
 	}
 }

@@ -119,6 +119,9 @@ func (n *Node) RepublishPlan(ctx context.Context, w io.Writer, op string) error 
 // written. It takes no lock.
 func (n *Node) SnapshotRestorePlan(ctx context.Context, w io.Writer, dbPath string) error {
 	h := n.env.Host
+	if err := n.refuseResetUnderWay("snapshot restore"); err != nil {
+		return err
+	}
 	rs, err := n.prepareRestore(ctx, dbPath)
 	if err != nil {
 		return Refusal(err)

@@ -114,6 +114,10 @@ func (n *Node) RejoinPlanOf(ctx context.Context, cp1IP string, force bool) (Rejo
 	if net.ParseIP(cp1IP) == nil {
 		return rep, Refusal(fmt.Errorf("etcd rejoin: --server %q is not an IP address; nothing was changed", cp1IP))
 	}
+	if err := n.refuseResetUnderWay("etcd rejoin"); err != nil {
+		rep.Refused = err.Error()
+		return rep, err
+	}
 	st, obs, steps, err := n.planRejoinHere(ctx, cp1IP)
 	if err != nil {
 		return rep, Refusal(err)

@@ -1,8 +1,13 @@
 package ha
 
 import (
+	"context"
+	"errors"
+	"io"
 	"strings"
 	"testing"
+
+	"stratum.dev/stratum/internal/host"
 )
 
 func TestPlanRejoin(t *testing.T) {
@@ -52,5 +57,23 @@ func TestPlanRejoin(t *testing.T) {
 				t.Fatalf("planRejoin(%+v) = %s, want %s", tc.o, g, tc.want)
 			}
 		})
+	}
+}
+
+// TestDryRunsRefuseAnUnfinishedReset: the dry runs of a rejoin and of a
+// restore meet the refusal the operations meet on a node whose reset has
+// not finished, before they look at anything else.
+func TestDryRunsRefuseAnUnfinishedReset(t *testing.T) {
+	h := &host.Local{Dir: host.Dir{Root: t.TempDir()}}
+	if err := h.WriteFile(resetJournalPath, []byte(`{"name":"cp2"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n := NewNode(Env{Host: h})
+	rep, err := n.RejoinPlanOf(context.Background(), "10.0.0.1", false)
+	if !errors.Is(err, ErrResetUnderWay) || !IsRefusal(err) || !strings.Contains(rep.Refused, "run `stratum reset` to finish it first") {
+		t.Fatalf("rejoin dry run during a reset: %v (refused %q), want ErrResetUnderWay", err, rep.Refused)
+	}
+	if err := n.SnapshotRestorePlan(context.Background(), io.Discard, "/nonexistent.db"); !errors.Is(err, ErrResetUnderWay) || !IsRefusal(err) {
+		t.Fatalf("restore dry run during a reset: %v, want ErrResetUnderWay", err)
 	}
 }

@@ -24,6 +24,10 @@ type Event struct {
 	What string `json:"what"`
 }
 
+// EventKinds are the kinds an Event has: the simulator's own, and "client",
+// which the scenarios record for their clients' operations.
+var EventKinds = []string{"action", "fault", "heal", "checkpoint", "crash", "service", "vip", "leader", "client", "error"}
+
 func (e Event) String() string {
 	host := e.Host
 	if host == "" {

@@ -55,6 +55,7 @@ func TestParseRefusalsNameTheKey(t *testing.T) {
 		{"bad pod CIDR", strings.Replace(good, "podCIDR: 10.244.0.0/16,", "podCIDR: 10.244.0.0/99,", 1), "spec.network.podCIDR"},
 		{"bad domain", strings.Replace(good, "example.internal", "Bad_Domain!", 1), "spec.network.clusterDomain"},
 		{"bad VIP", strings.Replace(good, "vip: 10.0.0.10", "vip: nope", 1), "spec.vip"},
+		{"IPv6 VIP", strings.Replace(good, "vip: 10.0.0.10", `vip: "fd00::10"`, 1), "spec.vip fd00::10: not an IPv4 address"},
 		{"VIP is the node", strings.Replace(good, "vip: 10.0.0.10", "vip: 10.0.0.11", 1), "spec.vip 10.0.0.11 is spec.network.nodeIP"},
 		{"selinux not a bool", strings.Replace(good, "selinux: true", "selinux: maybe", 1), "selinux"},
 		{"empty", "", "empty"},

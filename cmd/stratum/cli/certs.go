@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"path"
 	"sort"
 	"strings"
@@ -30,7 +31,10 @@ type certInfo struct {
 	Kind     string    `json:"kind"` // "ca", "leaf" or "client" (a kubeconfig's)
 	Subject  string    `json:"subject"`
 	NotAfter time.Time `json:"notAfter"`
-	DaysLeft int       `json:"daysLeft"`
+	// DaysLeft is the whole days until NotAfter, rounded down: negative
+	// once it has expired, so an expired certificate never reads 0.
+	DaysLeft int  `json:"daysLeft"`
+	Expired  bool `json:"expired"`
 }
 
 // certsReport is `certs check -o json`.
@@ -41,6 +45,9 @@ type certsReport struct {
 	CertificateKeySetAt *time.Time `json:"certificateKeySetAt,omitempty"`
 	// CertificateKeyError says why the key's age is unknown.
 	CertificateKeyError string `json:"certificateKeyError,omitempty"`
+	// Problems are what `certs check` exits 1 for: an expired certificate,
+	// a key age that could not be read. Empty when it exits 0.
+	Problems []string `json:"problems"`
 }
 
 // nodeCertificates reads every certificate in the node's PKI directory and
@@ -59,7 +66,7 @@ func nodeCertificates(h host.Host, now time.Time) ([]certInfo, error) {
 			}
 		}
 		out = append(out, certInfo{Name: name, Kind: kind, Subject: crt.Subject.String(), NotAfter: crt.NotAfter.UTC(),
-			DaysLeft: int(crt.NotAfter.Sub(now).Hours() / 24)})
+			DaysLeft: int(math.Floor(crt.NotAfter.Sub(now).Hours() / 24)), Expired: !now.Before(crt.NotAfter)})
 		return nil
 	}
 	var walk func(dir, rel string) error
@@ -106,14 +113,14 @@ func nodeCertificates(h host.Host, now time.Time) ([]certInfo, error) {
 }
 
 // buildCertsReport is what `certs check -o json` and the MCP tool report:
-// this node's certificates, and the shared certificates' key age (or why it
-// is unknown).
+// this node's certificates, the shared certificates' key age (or why it is
+// unknown), and the problems `certs check` exits 1 for.
 func buildCertsReport(ctx context.Context, n *ha.Node, h host.Host) (certsReport, error) {
 	certs, err := nodeCertificates(h, h.Now())
 	if err != nil {
 		return certsReport{}, err
 	}
-	rep := certsReport{Certificates: certs}
+	rep := certsReport{Certificates: certs, Problems: []string{}}
 	at, present, kerr := n.SharedCertsKeySetAt(ctx)
 	switch {
 	case kerr != nil:
@@ -121,6 +128,14 @@ func buildCertsReport(ctx context.Context, n *ha.Node, h host.Host) (certsReport
 	case present:
 		at = at.UTC()
 		rep.CertificateKeySetAt = &at
+	}
+	for _, c := range certs {
+		if c.Expired {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("%s expired on %s", c.Name, c.NotAfter.Format(time.RFC3339)))
+		}
+	}
+	if rep.CertificateKeyError != "" {
+		rep.Problems = append(rep.Problems, "the shared certificates' key age is unknown: "+rep.CertificateKeyError)
 	}
 	return rep, nil
 }
@@ -137,12 +152,6 @@ func (a *app) certsCheck(ctx context.Context, n *ha.Node, h host.Host, out *outp
 		return fmt.Errorf("certs check: %w", err)
 	}
 	certs := rep.Certificates
-	var problems []string
-	for _, c := range certs {
-		if c.NotAfter.Before(now) {
-			problems = append(problems, fmt.Sprintf("%s expired on %s", c.Name, c.NotAfter.Format(time.RFC3339)))
-		}
-	}
 	if err := a.write(out, rep, func() error {
 		tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "CERTIFICATE\tKIND\tEXPIRES\tLEFT\tSUBJECT")
@@ -173,11 +182,8 @@ func (a *app) certsCheck(ctx context.Context, n *ha.Node, h host.Host, out *outp
 	}); err != nil {
 		return err
 	}
-	if rep.CertificateKeyError != "" {
-		problems = append(problems, "the shared certificates' key age is unknown: "+rep.CertificateKeyError)
-	}
-	if len(problems) > 0 {
-		return errors.New("certs check: " + strings.Join(problems, "; "))
+	if len(rep.Problems) > 0 {
+		return errors.New("certs check: " + strings.Join(rep.Problems, "; "))
 	}
 	return nil
 }

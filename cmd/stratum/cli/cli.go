@@ -172,7 +172,36 @@ processes driven from one process) via "stratum sim", before it acts on real mac
 	root.PersistentFlags().StringVar(&a.logLevel, "log-level", "warn", "log level on stderr: debug, info, warn or error")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(a.upCmd(), a.serverCmd(), a.tokenCmd(), a.withRejoin(a.etcdCmd()), a.certsCmd(), a.grantsCmd(), a.simCmd(), a.versionCmd(), a.repointCmd(), a.snapshotCmd(), a.installCmd(), a.statusCmd(), a.operatorCmd(), a.mcpCmd(), a.resetCmd())
+	addCompletionExamples(root)
 	return root
+}
+
+// completionExamples are the examples of cobra's completion commands, which
+// come without any.
+var completionExamples = map[string]string{
+	"completion": `  stratum completion bash > /etc/bash_completion.d/stratum`,
+	"bash": `  # This shell, now
+  source <(stratum completion bash)
+  # Every new shell
+  stratum completion bash > /etc/bash_completion.d/stratum`,
+	"zsh": `  stratum completion zsh > "${fpath[1]}/_stratum"`,
+	"fish": `  stratum completion fish > ~/.config/fish/completions/stratum.fish`,
+	"powershell": `  stratum completion powershell | Out-String | Invoke-Expression`,
+}
+
+// addCompletionExamples adds cobra's default completion command now, rather
+// than at Execute, so its help and its shells' help carry examples.
+func addCompletionExamples(root *cobra.Command) {
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() != "completion" {
+			continue
+		}
+		c.Example = completionExamples[c.Name()]
+		for _, sh := range c.Commands() {
+			sh.Example = completionExamples[sh.Name()]
+		}
+	}
 }
 
 // groupRun is the RunE of a command that only groups subcommands: with no

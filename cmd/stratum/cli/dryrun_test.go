@@ -70,7 +70,7 @@ func TestReportsAndDryRunsChangeNothing(t *testing.T) {
 	// status -o json: the node and its services.
 	code, out, errOut = runCLI(t, opts, "status", "-o", "json")
 	var st statusReport
-	if code != ExitOK || json.Unmarshal([]byte(out), &st) != nil || st.Node == nil || st.Node.NodeName != "cp1" || st.Node.VIP != vip || !st.Supervisor {
+	if code != ExitOK || json.Unmarshal([]byte(out), &st) != nil || st.Node == nil || st.Node.NodeName != "cp1" || st.Node.VIP != vip || !st.Supervisor || st.Problem != "" || st.ResetUnderWay {
 		t.Fatalf("status -o json: exit %d\n%s%s", code, out, errOut)
 	}
 
@@ -80,6 +80,12 @@ func TestReportsAndDryRunsChangeNothing(t *testing.T) {
 	code, out, errOut = runCLI(t, on(c.Hosts()[1]), "status")
 	if code != ExitFail || !strings.Contains(errOut, "this machine is not a control plane") || !strings.Contains(errOut, "stratum server") || strings.Contains(errOut, "files written so far") {
 		t.Fatalf("status on a machine with no node state: exit %d\n%s%s", code, out, errOut)
+	}
+	// The JSON (and the MCP tool node_state, the same document) carries it.
+	code, out, errOut = runCLI(t, on(c.Hosts()[1]), "status", "-o", "json")
+	st = statusReport{}
+	if code != ExitFail || json.Unmarshal([]byte(out), &st) != nil || st.Node != nil || !strings.Contains(st.Problem, "this machine is not a control plane") {
+		t.Fatalf("status -o json on a machine with no node state: exit %d\n%s%s", code, out, errOut)
 	}
 
 	cs, err := adminClient(d)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/url"
 	"slices"
 	"sort"
@@ -83,7 +84,10 @@ func (a *app) adminNode() (*ha.Node, host.Host, kubernetes.Interface, error) {
 // through h, with apiTimeout per request.
 func adminRESTConfig(h host.Host) (*rest.Config, error) {
 	kc, err := h.ReadFile(version.Kubeconfig(kubeconfig.Admin))
-	if err != nil {
+	switch {
+	case errors.Is(err, fs.ErrPermission):
+		return nil, refusedf("read the admin kubeconfig: %w; it is readable by root alone: run this as root (sudo); nothing was changed", err)
+	case err != nil:
 		return nil, refusedf("read the admin kubeconfig: %w; run this on a control plane; nothing was changed", err)
 	}
 	cfg, err := kubeconfig.RESTConfig(kc)

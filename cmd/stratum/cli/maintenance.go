@@ -109,9 +109,12 @@ reported and left for the next pass (exit 1).`,
 			if err != nil {
 				return err
 			}
-			promoted, err := n.OperatorPass(cmd.Context(), cs)
+			promoted, pruned, err := n.OperatorPass(cmd.Context(), cs)
 			if len(promoted) > 0 {
 				fmt.Fprintf(a.stdout, "promoted etcd learners: %s\n", strings.Join(promoted, ", "))
+			}
+			if len(pruned) > 0 {
+				fmt.Fprintln(a.stdout, prunedLine(pruned))
 			}
 			if err != nil {
 				return err
@@ -119,7 +122,9 @@ reported and left for the next pass (exit 1).`,
 			if len(promoted) == 0 {
 				fmt.Fprintln(a.stdout, "no started learner to promote")
 			}
-			fmt.Fprintln(a.stdout, "expired grants pruned")
+			if len(pruned) == 0 {
+				fmt.Fprintln(a.stdout, prunedLine(nil))
+			}
 			return nil
 		},
 	})
@@ -136,7 +141,9 @@ func (a *app) certsRenewCmd() *cobra.Command {
 client, front-proxy client) and its kubeconfigs from the cluster's CAs on this node, each
 valid for a year from now with the same names and addresses (the VIP included), then
 restart the services that run here (etcd, kube-apiserver, the VIP, the operator) through
-the supervisor so they use them. The CAs are not touched. It holds the node's
+the supervisor so they use them. The CAs are not touched, and each leaf keeps its private
+key (as kubeadm's renewal does; a key that is missing is made anew), so a renewal stopped
+part-way never leaves a certificate beside another key. It holds the node's
 maintenance lock. "stratum certs check" shows what expires when; run this on each
 control plane in turn, one at a time.`,
 		Example: `  stratum certs check
@@ -148,16 +155,21 @@ control plane in turn, one at a time.`,
 				return err
 			}
 			written, restarted, err := n.RenewCerts(cmd.Context())
-			if err != nil {
-				return explainHost(err)
-			}
-			fmt.Fprintf(a.stdout, "renewed %d files:\n", len(written))
-			for _, f := range written {
-				fmt.Fprintf(a.stdout, "  %s\n", f)
+			// What was done is said even when a later step failed (a
+			// restart): the error then says what is left.
+			if len(written) > 0 {
+				fmt.Fprintf(a.stdout, "renewed %d files:\n", len(written))
+				for _, f := range written {
+					fmt.Fprintf(a.stdout, "  %s\n", f)
+				}
 			}
 			if len(restarted) > 0 {
 				fmt.Fprintf(a.stdout, "restarted onto them: %s\n", strings.Join(restarted, ", "))
-			} else {
+			}
+			if err != nil {
+				return explainHost(err)
+			}
+			if len(restarted) == 0 {
 				fmt.Fprintln(a.stdout, "no service runs here now: each reads its renewed files when it starts (`stratum up`)")
 			}
 			return nil

@@ -140,6 +140,7 @@ func TestCertsCheckAndRenew(t *testing.T) {
 	// the leaves are new and the services serve them.
 	before := kinds["apiserver.crt"].NotAfter
 	oldCrt, _ := d.ReadFile("/etc/stratum/pki/apiserver.crt")
+	oldKey, _ := d.ReadFile("/etc/stratum/pki/apiserver.key")
 	time.Sleep(1100 * time.Millisecond) // a later NotAfter, to the second
 	c.FailAt(cp1.Name(), ha.CheckpointRenewAfterLeaves, errors.New("injected fault"))
 	if code, _, errOut := runCLI(t, opts, "certs", "renew"); code != ExitFail || !strings.Contains(errOut, "injected fault") {
@@ -151,6 +152,11 @@ func TestCertsCheckAndRenew(t *testing.T) {
 	}
 	if newCrt, _ := d.ReadFile("/etc/stratum/pki/apiserver.crt"); bytes.Equal(newCrt, oldCrt) {
 		t.Fatal("certs renew left the apiserver certificate as it was")
+	}
+	// Each leaf keeps its key, so a renewal stopped between two writes
+	// leaves every pair matching.
+	if newKey, _ := d.ReadFile("/etc/stratum/pki/apiserver.key"); !bytes.Equal(newKey, oldKey) || strings.Contains(out, "apiserver.key") {
+		t.Fatalf("certs renew replaced the apiserver key:\n%s", out)
 	}
 	rep = certsReport{}
 	code, out, errOut = runCLI(t, opts, "certs", "check", "-o", "json")

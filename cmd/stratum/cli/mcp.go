@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -114,7 +116,7 @@ func (a *app) mcpServer() *mcp.Server {
 			}
 			return nil, tokensOut{Tokens: list}, err
 		})
-	mcp.AddTool(s, &mcp.Tool{Name: "node_state", Description: "This node's saved control-plane state (name, address, server, VIP, etcd member, cluster ID), whether an interrupted join's intent journal survives, and its supervisor's services (as `stratum status -o json`).", Annotations: read},
+	mcp.AddTool(s, &mcp.Tool{Name: "node_state", Description: "This node's saved control-plane state (name, address, server, VIP, etcd member, cluster ID), whether an interrupted join's intent journal survives, whether a reset is under way, its supervisor's services, and the problem `stratum status` would exit 1 for with what to do (as `stratum status -o json`).", Annotations: read},
 		func(ctx context.Context, _ *mcp.CallToolRequest, _ noInput) (*mcp.CallToolResult, statusReport, error) {
 			n, h, err := a.localNode()
 			if err != nil {
@@ -124,7 +126,7 @@ func (a *app) mcpServer() *mcp.Server {
 			if err != nil {
 				return nil, statusReport{}, err
 			}
-			rep.askSupervisor(ctx, h)
+			rep.judge(rep.askSupervisor(ctx, h)) // the report carries it as problem
 			return nil, rep, nil
 		})
 
@@ -144,6 +146,9 @@ func (a *app) mcpServer() *mcp.Server {
 			}
 			if in.Last < 0 {
 				return nil, simEventsOut{}, fmt.Errorf("last %d: want a positive count, or 0 for all", in.Last)
+			}
+			if in.Kind != "" && !slices.Contains(sim.EventKinds, in.Kind) {
+				return nil, simEventsOut{}, fmt.Errorf("kind %q is not an event kind: want one of %s", in.Kind, strings.Join(sim.EventKinds, ", "))
 			}
 			evs, err := readEvents(in.File)
 			if err != nil {
@@ -192,15 +197,20 @@ func (a *app) mcpServer() *mcp.Server {
 			if err != nil {
 				return nil, doneOut{}, err
 			}
-			if err := n.PruneExpiredGrants(ctx, cs); err != nil {
+			dropped, err := n.PruneGrants(ctx, cs)
+			if err != nil {
 				return nil, doneOut{}, err
 			}
-			return nil, doneOut{Done: "expired grants pruned"}, nil
+			return nil, doneOut{Done: prunedLine(dropped)}, nil
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "etcd_rejoin", Description: "Rejoin this control plane's etcd to a cluster restored from a snapshot on the seed (server). Call it with dryRun first: that prints the plan and changes nothing; the rejoin itself is refused unless confirm is true."},
 		func(ctx context.Context, _ *mcp.CallToolRequest, in rejoinIn) (*mcp.CallToolResult, reportOut, error) {
 			if strings.TrimSpace(in.Server) == "" {
 				return nil, reportOut{}, errors.New("server is required: the restored seed control plane's IP; nothing was changed")
+			}
+			seed := seedAddress(strings.TrimSpace(in.Server))
+			if net.ParseIP(seed) == nil {
+				return nil, reportOut{}, fmt.Errorf("server %q is not an IP address (the restored seed control plane's, or its https://IP:6443 URL); nothing was changed", in.Server)
 			}
 			if !in.DryRun && !in.Confirm {
 				return nil, reportOut{}, errNotConfirmed
@@ -210,14 +220,13 @@ func (a *app) mcpServer() *mcp.Server {
 				return nil, reportOut{}, err
 			}
 			var buf bytes.Buffer
-			seed := seedAddress(strings.TrimSpace(in.Server))
 			if in.DryRun {
 				err = n.RejoinPlan(ctx, &buf, seed, in.Force)
 			} else {
 				err = n.RejoinEtcd(ctx, &buf, seed, in.Force)
 			}
 			if err != nil {
-				return nil, reportOut{}, fmt.Errorf("%w\n%s", err, buf.String())
+				return nil, reportOut{}, fmt.Errorf("%w\n%s", explainHost(err), buf.String())
 			}
 			return nil, reportOut{Report: buf.String()}, nil
 		})
@@ -237,10 +246,13 @@ func (a *app) mcpCmd() *cobra.Command {
 Read tools: etcd_members, etcd_health, certs_check, token_list, grants_list,
 node_state, and sim_events (a simulation's event log, from "stratum sim up --events
 FILE"). Guarded writes: token_create, grants_prune, etcd_rejoin (dryRun first); each
-refuses, changing nothing, unless its input has confirm: true. Each tool runs the code of the command of
-the same name and returns its JSON (the fields docs/cli.md documents).`,
-		Example: `  # In an MCP client's configuration: {"command": "stratum", "args": ["mcp"]}
-  stratum mcp`,
+refuses, changing nothing, unless its input has confirm: true. Each tool runs the code
+of its command (node_state is "status -o json", grants_prune is "grants prune") and
+returns its JSON (the fields docs/cli.md documents). Run it as root on a control plane:
+the node's state and admin kubeconfig are readable by root alone.`,
+		Example: `  # In an MCP client's configuration, on a control plane:
+  #   {"command": "sudo", "args": ["stratum", "mcp"]}
+  sudo stratum mcp`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			a.protocolOwnsStdout()

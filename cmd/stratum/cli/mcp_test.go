@@ -94,7 +94,7 @@ func TestMCPServer(t *testing.T) {
 	}
 	var node statusReport
 	call("node_state", nil, &node)
-	if node.Node == nil || node.Node.NodeName != "cp1" || node.Node.VIP != c.VIPAddress().String() || node.JoinIntentSurvives {
+	if node.Node == nil || node.Node.NodeName != "cp1" || node.Node.VIP != c.VIPAddress().String() || node.JoinIntentSurvives || node.Problem != "" {
 		t.Fatalf("node_state: %+v", node)
 	}
 	if !node.Supervisor || len(node.Services) != 3 || !slices.ContainsFunc(node.Services, func(s serviceReport) bool { return s.Name == "etcd" && s.Running }) {
@@ -190,7 +190,14 @@ func TestMCPServer(t *testing.T) {
 	if res := call("sim_events", map[string]any{"file": filepath.Join(t.TempDir(), "none.json")}, nil); !res.IsError {
 		t.Fatal("sim_events on a missing file did not fail")
 	}
+	if res := call("sim_events", map[string]any{"file": evFile, "kind": "faults"}, nil); !res.IsError || !strings.Contains(text(res), "want one of action") {
+		t.Fatalf("sim_events with a misspelled kind: %v %q, want it refused naming the kinds", res.IsError, text(res))
+	}
 
+	// A server that is no address is refused before the confirm is asked.
+	if res := call("etcd_rejoin", map[string]any{"server": "cp1"}, nil); !res.IsError || !strings.Contains(text(res), `server "cp1" is not an IP address`) {
+		t.Fatalf("etcd_rejoin with server cp1: %v %q", res.IsError, text(res))
+	}
 	// A dry run needs no confirm; this node is not a rejoin target of itself.
 	res := call("etcd_rejoin", map[string]any{"server": cp1.IP().String(), "dryRun": true}, nil)
 	if !res.IsError || !strings.Contains(text(res), "is this node") {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -89,6 +90,18 @@ func checkIP(flag, v string) error {
 	return nil
 }
 
+// checkVIP refuses a --vip that is not an IPv4 address (ha.CheckVIP) as
+// bad usage.
+func checkVIP(v string) error {
+	if v == "" {
+		return nil
+	}
+	if err := ha.CheckVIP(v); err != nil {
+		return usagef("--vip: %v", err)
+	}
+	return nil
+}
+
 // checkNodeIP refuses a --node-ip that is not one address, or v4,v6 for a
 // dual-stack node, as bad usage.
 func checkNodeIP(v string) error {
@@ -132,7 +145,7 @@ On a real host stratum is the node's supervisor: after the bring-up it stays in 
 foreground running etcd and the kube-apiserver (from --bin-dir, checked before anything
 changes) as its children, restarted with backoff if they exit and logged under
 /var/log/stratum, plus the VIP (a /32 on the node's interface, announced by gratuitous
-ARP, held by the winner of a Lease election) and the operator. SIGINT or SIGTERM stops
+ARP, held by the winner of a Lease election) and the operator. SIGINT, SIGTERM or SIGHUP stops
 them all. Other stratum commands reach it through /run/stratum/supervisor.sock;
 "stratum install" writes a systemd unit that runs it at boot. It must run as root.
 "stratum sim up" runs the same flow on simulated hosts.`,
@@ -152,7 +165,7 @@ them all. Other stratum commands reach it through /run/stratum/supervisor.sock;
 			if err := checkNodeIP(f.nodeIP); err != nil {
 				return err
 			}
-			if err := checkIP("--vip", f.vip); err != nil {
+			if err := checkVIP(f.vip); err != nil {
 				return err
 			}
 			o := ha.BootstrapOptions{
@@ -191,7 +204,7 @@ them all. Other stratum commands reach it through /run/stratum/supervisor.sock;
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.nodeIP, "node-ip", "", "this node's `IP` for etcd and the apiserver, or v4,v6 for a dual-stack node (default: resolved from the host's addresses)")
-	fl.StringVar(&f.vip, "vip", "", "the cluster's virtual `IP`, held by kube-vip on one control plane; joiners and clients reach the cluster through it")
+	fl.StringVar(&f.vip, "vip", "", "the cluster's virtual `IP` (IPv4: it is announced by ARP), held by kube-vip on one control plane; joiners and clients reach the cluster through it")
 	fl.StringVar(&f.podCIDR, "pod-cidr", "", "the cluster's pod `CIDR` (default 10.244.0.0/16)")
 	fl.StringVar(&f.serviceCIDR, "service-cidr", "", "the cluster's service `CIDR` (default 10.96.0.0/12)")
 	fl.StringVar(&f.clusterDomain, "cluster-domain", "", "the cluster's DNS `domain` (default cluster.local)")
@@ -285,7 +298,7 @@ not in the process list while the control plane runs.`,
 			if err := checkNodeIP(f.nodeIP); err != nil {
 				return err
 			}
-			if err := checkIP("--vip", f.vip); err != nil {
+			if err := checkVIP(f.vip); err != nil {
 				return err
 			}
 			tok, err := secret("--token", f.token, "--token-file", f.tokenFile, envToken)
@@ -296,6 +309,11 @@ not in the process list while the control plane runs.`,
 			if err != nil {
 				return err
 			}
+			// Read once: out of the environment etcd and the apiserver
+			// inherit, where /proc/<pid>/environ would keep them for the
+			// life of every child.
+			os.Unsetenv(envToken)
+			os.Unsetenv(envCertKey)
 			var missing []string
 			for _, r := range []struct{ name, v string }{
 				{"--server", f.server}, {"--token (or --token-file, or $" + envToken + ")", tok}, {"--ca-hash", f.caHash},
@@ -347,7 +365,7 @@ not in the process list while the control plane runs.`,
 	fl.StringVar(&f.caHash, "ca-hash", "", "the cluster CA's public-key `hash` (sha256:<hex>) (required)")
 	fl.StringVar(&f.certKey, "certificate-key", "", "the `key` (64 hex digits) the shared certificates were uploaded under (required)")
 	fl.StringVar(&f.nodeIP, "node-ip", "", "this node's `IP`, or v4,v6 for a dual-stack node (default: resolved from the host's addresses)")
-	fl.StringVar(&f.vip, "vip", "", "the cluster's virtual `IP` this control plane also runs kube-vip for")
+	fl.StringVar(&f.vip, "vip", "", "the cluster's virtual `IP` (IPv4) this control plane also runs kube-vip for")
 	fl.StringVar(&f.tokenFile, "token-file", "", "read the bootstrap token from `FILE` (keeps it out of the process list; or set $"+envToken+")")
 	fl.StringVar(&f.config, "config", "", "read the network, VIP, profile, SELinux and Cilium settings from this YAML `FILE` (kind ControlPlaneConfig); flags override it")
 	fl.StringVar(&f.certKeyFile, "certificate-key-file", "", "read the certificate-key from `FILE` (keeps it out of the process list; or set $"+envCertKey+")")
@@ -596,7 +614,8 @@ kubeconfig's client certificate, with its expiry and the days left (a warning un
 certificate-key was last set, with a warning when it is older than %d days (rotate it
 with "stratum certs rekey"). Exits 1 when a certificate has expired or the key's age
 cannot be read. -o json (or yaml) prints {certificates: [{name, kind, subject,
-notAfter, daysLeft}], certificateKeySetAt, certificateKeyError}.`, version.PKIDir, int(certKeyMaxAge.Hours()/24)),
+notAfter, daysLeft, expired}], certificateKeySetAt, certificateKeyError, problems}:
+daysLeft is rounded down (negative once expired), and problems are what it exits 1 for.`, version.PKIDir, int(certKeyMaxAge.Hours()/24)),
 		Example: `  stratum certs check
   stratum certs check -o json`,
 		Args: usageArgs(cobra.NoArgs),
@@ -630,7 +649,7 @@ func (a *app) grantsCmd() *cobra.Command {
 		Short: "Remove expired join grants from the shared-certificate Secret",
 		Long: `Remove the entries of expired or deleted bootstrap tokens from the cluster's encrypted
 shared-certificate Secret, through this control plane's admin kubeconfig. Live grants
-are kept. Nothing to prune is success.`,
+are kept. It prints the tokens whose entries it dropped; nothing to prune is success.`,
 		Example: `  stratum grants prune`,
 		Args:    usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -638,10 +657,11 @@ are kept. Nothing to prune is success.`,
 			if err != nil {
 				return err
 			}
-			if err := n.PruneExpiredGrants(cmd.Context(), cs); err != nil {
+			dropped, err := n.PruneGrants(cmd.Context(), cs)
+			if err != nil {
 				return err
 			}
-			fmt.Fprintln(a.stdout, "expired grants pruned")
+			fmt.Fprintln(a.stdout, prunedLine(dropped))
 			return nil
 		},
 	}
@@ -702,4 +722,13 @@ func writeGrantsTable(w io.Writer, rep ha.GrantsReport) error {
 	}
 	_, err := fmt.Fprintf(w, "\n%d grants; the Secret holds %d of %d bytes (generation %d)\n", len(rep.Grants), rep.Bytes, rep.BudgetBytes, rep.Generation)
 	return err
+}
+
+// prunedLine says what a prune dropped: the tokens whose grant entries its
+// write removed, or that there was nothing to prune.
+func prunedLine(dropped []string) string {
+	if len(dropped) == 0 {
+		return "no grant to prune: every grant entry left is a live token's"
+	}
+	return "dropped the grant entries of expired or deleted tokens: " + strings.Join(dropped, ", ")
 }

@@ -57,7 +57,7 @@ VIP does not serve the cluster), 1 when it failed after changing something (re-r
 			if vip == "" {
 				return usagef("--vip is required")
 			}
-			if err := checkIP("--vip", vip); err != nil {
+			if err := checkVIP(vip); err != nil {
 				return err
 			}
 			if rollout <= 0 {

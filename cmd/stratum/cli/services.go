@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -158,6 +159,46 @@ type statusReport struct {
 	Supervisor      bool            `json:"supervisor"`
 	SupervisorError string          `json:"supervisorError,omitempty"`
 	Services        []serviceReport `json:"services"`
+	// ResetUnderWay: a `stratum reset` began here and has not finished
+	// (its journal is there); run it again to finish it.
+	ResetUnderWay bool `json:"resetUnderWay"`
+	// Problem is what status exits 1 for, with what to do; absent when this
+	// node is a control plane whose supervisor runs every service.
+	Problem string `json:"problem,omitempty"`
+}
+
+// judge sets Problem from the report (serr is askSupervisor's error) and
+// returns it as the error status exits 1 with.
+func (rep *statusReport) judge(serr error) error {
+	err := rep.problem(serr)
+	if err != nil {
+		rep.Problem = err.Error()
+	}
+	return err
+}
+
+func (rep *statusReport) problem(serr error) error {
+	if rep.Node == nil && !rep.JoinIntentSurvives {
+		if rep.ResetUnderWay {
+			return fmt.Errorf("this machine's control plane is being reset (%s): run `stratum reset` to finish it", ha.ResetJournalPath())
+		}
+		// Nothing here to start: advising `stratum up` would make a
+		// second, separate cluster on a machine meant to join one.
+		return fmt.Errorf("this machine is not a control plane (no node state at %s): join it to a cluster with the join command `stratum token create --control-plane` prints on a control plane (`stratum server ...`), or start a NEW cluster with `stratum up`", nodestate.Path)
+	}
+	if serr != nil {
+		return explainHost(serr)
+	}
+	var down []string
+	for _, s := range rep.Services {
+		if !s.Running {
+			down = append(down, s.Name)
+		}
+	}
+	if len(down) > 0 {
+		return fmt.Errorf("not running: %s (logs in %s)", strings.Join(down, ", "), controlplane.LogDir)
+	}
+	return nil
 }
 
 // nodeReport is a control plane's saved state, as `status` and the MCP
@@ -186,6 +227,11 @@ func nodeStatus(ctx context.Context, n *ha.Node, h host.Host) (statusReport, err
 		return rep, err
 	}
 	rep.JoinIntentSurvives = survives
+	if _, err := h.Stat(ha.ResetJournalPath()); err == nil {
+		rep.ResetUnderWay = true
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return rep, fmt.Errorf("check the reset journal %s: %w", ha.ResetJournalPath(), err)
+	}
 	st, err := nodestate.Load(h)
 	switch {
 	case errors.Is(err, nodestate.ErrNoState):
@@ -200,10 +246,15 @@ func nodeStatus(ctx context.Context, n *ha.Node, h host.Host) (statusReport, err
 
 // askSupervisor fills in the supervisor's services, or why no supervisor
 // answered (also returned). A service the host's manager does not run (the
-// simulator runs no operator) is left out.
+// simulator runs no operator, nor does a supervisor started with
+// --operator=false) is left out, and so is kube-vip on a control plane
+// without a VIP, which never starts it.
 func (rep *statusReport) askSupervisor(ctx context.Context, h host.Host) error {
 	rep.Services = []serviceReport{}
 	for _, name := range supervisedServices {
+		if name == ha.ServiceVIP && rep.Node != nil && rep.Node.VIP == "" {
+			continue
+		}
 		st, err := h.ServiceStatus(ctx, name)
 		if errors.Is(err, host.ErrUnknownService) && !errors.Is(err, host.ErrNoServiceManager) {
 			continue
@@ -232,7 +283,8 @@ each service it runs: etcd, the kube-apiserver, the VIP and the operator. Exits 
 no supervisor answers, a service is not running, or the machine is no control plane
 (saying how to join it, or that a reset under way is to be finished). -o json (or yaml) prints {node:
 {nodeName, nodeIP, server, vip, etcdPeerURL, clusterID}, joinIntentSurvives,
-supervisor, supervisorError, services: [{name, running, detail}]}.`,
+supervisor, supervisorError, services: [{name, running, detail}], resetUnderWay, problem}:
+problem is what it exits 1 for, with what to do.`,
 		Example: `  stratum status
   stratum status -o json`,
 		Args: usageArgs(cobra.NoArgs),
@@ -248,31 +300,11 @@ supervisor, supervisorError, services: [{name, running, detail}]}.`,
 			if err != nil {
 				return fmt.Errorf("status: %w", err)
 			}
-			serr := rep.askSupervisor(cmd.Context(), h)
+			verdict := rep.judge(rep.askSupervisor(cmd.Context(), h))
 			if err := a.write(out, rep, func() error { return writeStatus(a.stdout, rep) }); err != nil {
 				return err
 			}
-			if rep.Node == nil && !rep.JoinIntentSurvives {
-				if _, err := h.Stat(ha.ResetJournalPath()); err == nil {
-					return fmt.Errorf("this machine's control plane is being reset (%s): run `stratum reset` to finish it", ha.ResetJournalPath())
-				}
-				// Nothing here to start: advising `stratum up` would make a
-				// second, separate cluster on a machine meant to join one.
-				return fmt.Errorf("this machine is not a control plane (no node state at %s): join it to a cluster with the join command `stratum token create --control-plane` prints on a control plane (`stratum server ...`), or start a NEW cluster with `stratum up`", nodestate.Path)
-			}
-			if serr != nil {
-				return explainHost(serr)
-			}
-			var down []string
-			for _, s := range rep.Services {
-				if !s.Running {
-					down = append(down, s.Name)
-				}
-			}
-			if len(down) > 0 {
-				return fmt.Errorf("not running: %s (logs in %s)", strings.Join(down, ", "), controlplane.LogDir)
-			}
-			return nil
+			return verdict
 		},
 	}
 	out = addOutput(cmd, "table")

@@ -100,10 +100,10 @@ that does not exist is reported and the others are still deleted.`,
 				// First, so that no later line reads as if every token went.
 				errs = append([]error{fmt.Errorf("NOT deleted, still valid until it expires: %s (re-run `stratum token delete %s`)", strings.Join(failed, ", "), strings.Join(failed, " "))}, errs...)
 			}
-			if err := n.PruneExpiredGrants(cmd.Context(), cs); err != nil {
+			if dropped, err := n.PruneGrants(cmd.Context(), cs); err != nil {
 				errs = append(errs, fmt.Errorf("the grant entries of deleted and expired tokens were not dropped: %w; run `stratum grants prune`", err))
 			} else {
-				fmt.Fprintln(a.stdout, "grant entries of deleted and expired tokens dropped")
+				fmt.Fprintln(a.stdout, prunedLine(dropped))
 			}
 			return errors.Join(errs...)
 		},

@@ -92,7 +92,8 @@ func TestTokenListAndDelete(t *testing.T) {
 		t.Fatalf("listed %d tokens, want 2", n)
 	}
 
-	if code, out, errOut := runCLI(t, opts, "token", "delete", cpID); code != ExitOK || !strings.Contains(out, "deleted token "+cpID) {
+	if code, out, errOut := runCLI(t, opts, "token", "delete", cpID); code != ExitOK || !strings.Contains(out, "deleted token "+cpID) ||
+		!strings.Contains(out, "dropped the grant entries of expired or deleted tokens: "+cpID) {
 		t.Fatalf("token delete %s: exit %d\n%s\n%s", cpID, code, out, errOut)
 	}
 	if _, err := cs.CoreV1().Secrets(token.Namespace).Get(ctx, token.SecretPrefix+cpID, metav1.GetOptions{}); err == nil {
@@ -100,6 +101,11 @@ func TestTokenListAndDelete(t *testing.T) {
 	}
 	if _, e := certs(); e[certbundle.GrantEntryPrefix+cpID] {
 		t.Fatalf("the deleted token's grant entry is still in stratum-certs: %v", e)
+	}
+	// The delete said which grant entry it dropped; a prune with nothing
+	// left to drop says so, not that it pruned.
+	if code, out, errOut := runCLI(t, opts, "grants", "prune"); code != ExitOK || !strings.Contains(out, "no grant to prune") {
+		t.Fatalf("grants prune with nothing to prune: exit %d\n%s\n%s", code, out, errOut)
 	}
 
 	// A delete the cluster refuses (an admission policy here) fails, and
