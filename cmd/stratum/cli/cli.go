@@ -64,7 +64,7 @@ type Options struct {
 // writing results to stdout and diagnostics to stderr, and returns the
 // process exit code (ExitOK, ExitFail, ExitUsage or ExitRefused). Cancelling ctx stops the
 // command; every command tears down what it started before returning. Signal
-// handling is the caller's (cmd/stratum cancels ctx on SIGINT and SIGTERM),
+// handling is the caller's (cmd/stratum cancels ctx on SIGINT, SIGTERM and SIGHUP),
 // with one exception: `stratum server`'s join is not under ctx but answers
 // SIGINT and SIGTERM itself (internal/interrupt), so a signal between its
 // etcd member-add and its saved node state is held until that window closes;
@@ -172,6 +172,12 @@ processes driven from one process) via "stratum sim", before it acts on real mac
 	root.PersistentFlags().StringVar(&a.logLevel, "log-level", "warn", "log level on stderr: debug, info, warn or error")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(a.upCmd(), a.serverCmd(), a.tokenCmd(), a.withRejoin(a.etcdCmd()), a.certsCmd(), a.grantsCmd(), a.simCmd(), a.versionCmd(), a.repointCmd(), a.snapshotCmd(), a.installCmd(), a.statusCmd(), a.operatorCmd(), a.mcpCmd(), a.resetCmd())
+	if a.stdout != nil {
+		root.SetOut(a.stdout)
+	}
+	if a.stderr != nil {
+		root.SetErr(a.stderr)
+	}
 	addCompletionExamples(root)
 	return root
 }
@@ -190,7 +196,9 @@ var completionExamples = map[string]string{
 }
 
 // addCompletionExamples adds cobra's default completion command now, rather
-// than at Execute, so its help and its shells' help carry examples.
+// than at Execute, so its help and its shells' help carry examples. Cobra
+// binds the scripts' writer when it makes the command: the root's output
+// must be set first.
 func addCompletionExamples(root *cobra.Command) {
 	root.InitDefaultCompletionCmd()
 	for _, c := range root.Commands() {
