@@ -122,7 +122,7 @@ func CheckVIP(addr string) error {
 	switch {
 	case err != nil:
 		return fmt.Errorf("the VIP %q is not an IP address", addr)
-	case !ip.Unmap().Is4():
+	case !ip.Is4(): // an IPv4-mapped IPv6 form too: the announcer takes only the plain one
 		return fmt.Errorf("the VIP %s is not an IPv4 address: stratum announces its VIP by ARP, which is IPv4 only (a dual-stack cluster's VIP is an IPv4 address)", addr)
 	}
 	return nil

@@ -24,8 +24,8 @@ import (
 var casMakingPath = path.Join(version.StateDir, "cluster-cas-making.json")
 
 // loadOrMakeShared returns the cluster CAs on this node, making and writing
-// them when there are none, or when an interrupted bootstrap left part of
-// them (casMakingPath).
+// them when there are none, or anew whenever an interrupted bootstrap's
+// marker is there (casMakingPath), whatever files it left.
 func (n *Node) loadOrMakeShared() (*pki.Shared, error) {
 	h := n.env.Host
 	files := map[string][]byte{}
@@ -47,25 +47,22 @@ func (n *Node) loadOrMakeShared() (*pki.Shared, error) {
 	}
 	interrupted := err == nil
 	switch {
+	case interrupted:
+		// Whatever is there (some files, or all of them but the marker not
+		// yet removed, or a mix of two runs' files) was never used: leaves
+		// are issued only once the marker is gone. Made anew.
+		if len(files) > 0 {
+			n.log.Info("an interrupted bootstrap left cluster CA files; they were never used, so the CAs are made anew", "present", len(files), "missing", len(missing))
+		}
+		return n.makeShared(true)
 	case len(missing) == 0:
-		shared, err := pki.LoadShared(files)
-		if err != nil {
-			return nil, err
-		}
-		if interrupted { // every file was written before the marker went
-			if err := h.Remove(casMakingPath); err != nil {
-				return nil, fmt.Errorf("stratum up: the cluster CAs are complete, but the marker %s was not removed: %w; re-run `stratum up`", casMakingPath, err)
-			}
-		}
-		return shared, nil
-	case len(files) > 0 && !interrupted:
+		return pki.LoadShared(files)
+	case len(files) > 0:
 		present := slices.Sorted(maps.Keys(files))
 		return nil, Refusal(fmt.Errorf("stratum up refused: %s holds some of the cluster CA files (%s) but not %s, and no bootstrap of this node was writing them; nothing was changed: put back the missing ones, or remove them all to make new CAs",
 			version.PKIDir, strings.Join(present, ", "), strings.Join(missing, ", ")))
-	case len(files) > 0:
-		n.log.Info("an interrupted bootstrap left part of the cluster CAs; they were never used, so they are made anew", "present", len(files), "missing", len(missing))
 	}
-	return n.makeShared(interrupted)
+	return n.makeShared(false)
 }
 
 // makeShared makes the cluster CAs and writes them, the marker first

@@ -44,7 +44,7 @@ var renewRestartOrder = []string{ServiceEtcd, ServiceAPIServer, ServiceVIP, serv
 // year from now, with the same names and addresses (the VIP included), then
 // restarts the services that run so they serve and present the new ones. The
 // CAs are not touched, and each leaf keeps its key (as kubeadm's renewal
-// does): only a key missing or unreadable is made anew, so a renewal stopped
+// does): only a key missing or unparsable is made anew, so a renewal stopped
 // between two writes never leaves a certificate over another key, which
 // etcd or the apiserver would not start on. It holds the node's maintenance
 // lock; refusals (not a control plane, a CA missing, the lock held) come
@@ -92,7 +92,7 @@ func (n *Node) RenewCerts(ctx context.Context) (written, restarted []string, err
 		}
 	}
 	changed = true
-	// A key made anew (missing or unreadable) goes before its certificate;
+	// A key made anew (missing or unparsable) goes before its certificate;
 	// every other certificate is over the key already on disk.
 	for _, files := range []map[string][]byte{newKeys, certs} {
 		if err := n.writeLeaves(files); err != nil {

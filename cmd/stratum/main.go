@@ -3,20 +3,21 @@
 // machine: os.Args, the process's streams, and SIGINT / SIGTERM / SIGHUP
 // cancelling the running command (which tears down what it started): a
 // foreground `stratum up` whose SSH session drops stops its control plane
-// cleanly, releasing the VIP, instead of dying with its children killed.
+// cleanly, releasing the VIP, instead of dying with its children killed
+// (interrupt.Signals; one started under nohup keeps running).
 package main
 
 import (
 	"context"
 	"os"
 	"os/signal"
-	"syscall"
 
 	"stratum.dev/stratum/cmd/stratum/cli"
+	"stratum.dev/stratum/internal/interrupt"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	ctx, stop := signal.NotifyContext(context.Background(), interrupt.Signals()...)
 	code := cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr, cli.Options{})
 	stop()
 	os.Exit(code)

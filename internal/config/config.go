@@ -136,7 +136,7 @@ func Parse(data []byte) (*File, error) {
 		vip, err := netip.ParseAddr(s.VIP)
 		if err != nil {
 			problems = append(problems, fmt.Sprintf("spec.vip %q: not an IP address", s.VIP))
-		} else if !vip.Unmap().Is4() {
+		} else if !vip.Is4() {
 			problems = append(problems, fmt.Sprintf("spec.vip %s: not an IPv4 address (the VIP is announced by ARP, which is IPv4 only)", s.VIP))
 		} else if s.Network.NodeIP != "" && strings.Contains(","+s.Network.NodeIP+",", ","+vip.String()+",") {
 			problems = append(problems, fmt.Sprintf("spec.vip %s is spec.network.nodeIP: the VIP must be an unused address", s.VIP))

@@ -56,6 +56,7 @@ func TestParseRefusalsNameTheKey(t *testing.T) {
 		{"bad domain", strings.Replace(good, "example.internal", "Bad_Domain!", 1), "spec.network.clusterDomain"},
 		{"bad VIP", strings.Replace(good, "vip: 10.0.0.10", "vip: nope", 1), "spec.vip"},
 		{"IPv6 VIP", strings.Replace(good, "vip: 10.0.0.10", `vip: "fd00::10"`, 1), "spec.vip fd00::10: not an IPv4 address"},
+		{"IPv4-mapped VIP", strings.Replace(good, "vip: 10.0.0.10", `vip: "::ffff:10.0.0.10"`, 1), "not an IPv4 address"},
 		{"VIP is the node", strings.Replace(good, "vip: 10.0.0.10", "vip: 10.0.0.11", 1), "spec.vip 10.0.0.11 is spec.network.nodeIP"},
 		{"selinux not a bool", strings.Replace(good, "selinux: true", "selinux: maybe", 1), "selinux"},
 		{"empty", "", "empty"},

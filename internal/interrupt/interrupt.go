@@ -44,11 +44,21 @@ type ErrInterrupted struct{ Signal os.Signal }
 
 func (e ErrInterrupted) Error() string { return "interrupted by " + e.Signal.String() }
 
-// New starts a run that SIGINT, SIGTERM and SIGHUP (the terminal of a
-// foreground command closing) interrupt. Call Stop when the run ends.
+// Signals are the signals that end a command: SIGINT, SIGTERM and SIGHUP
+// (the terminal of a foreground command closing), unless the process started
+// with SIGHUP ignored (nohup): asking for it would stop ignoring it.
+func Signals() []os.Signal {
+	sigs := []os.Signal{os.Interrupt, syscall.SIGTERM}
+	if !signal.Ignored(syscall.SIGHUP) {
+		sigs = append(sigs, syscall.SIGHUP)
+	}
+	return sigs
+}
+
+// New starts a run that Signals interrupt. Call Stop when the run ends.
 func New(parent context.Context, log *slog.Logger) *Run {
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	signal.Notify(sigs, Signals()...)
 	r := NewWithSignals(parent, sigs, log)
 	prev := r.stop
 	r.stop = func() { signal.Stop(sigs); prev() }

@@ -42,9 +42,9 @@ type response struct {
 // as long as the listener is open: one supervisor per node, decided by the
 // kernel, so two started at once cannot both bind (the loser replacing the
 // winner's socket file, then unlinking it on its way out). A stale socket of
-// a supervisor that died is replaced; while a live one holds the lock,
-// Listen is refused. Closing the listener unlinks the socket, then releases
-// the lock.
+// a supervisor that died is replaced; while a live one holds the lock, or
+// answers on the socket (an older stratum's, which takes none), Listen is
+// refused. Closing the listener unlinks the socket, then releases the lock.
 func Listen(path string) (net.Listener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("control socket directory: %w", err)
@@ -59,6 +59,13 @@ func Listen(path string) (net.Listener, error) {
 			return nil, fmt.Errorf("%w on %s: this node's control plane is running; stop it first", ErrAlreadyRunning, path)
 		}
 		return nil, fmt.Errorf("control socket lock %s.lock: %w", path, err)
+	}
+	// A supervisor of an older stratum holds no lock: one that answers is
+	// refused as well, before its socket could be replaced.
+	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		c.Close()
+		lock.Close()
+		return nil, fmt.Errorf("%w on %s: this node's control plane is running; stop it first", ErrAlreadyRunning, path)
 	}
 	_ = os.Remove(path) // a dead supervisor's
 	ln, err := net.Listen("unix", path)

@@ -92,6 +92,8 @@ type Supervisor struct {
 	mu    sync.Mutex
 	units map[string]*unit
 	order []string // start order, for Shutdown in reverse
+	// shuttingDown is set by Shutdown: no service starts after it.
+	shuttingDown bool
 
 	// exit is closed once a control-socket caller asked an idle supervisor
 	// to end (Client.Exit).
@@ -103,6 +105,10 @@ type Supervisor struct {
 // services. The socket ends only an idle supervisor; a running control
 // plane is stopped by a signal, which stops its services in order.
 var ErrServicesRunning = errors.New("the stratum supervisor still runs services")
+
+// ErrShuttingDown: a start asked of a supervisor that is stopping every
+// service on its way out (SIGTERM, its `stratum up` ending).
+var ErrShuttingDown = errors.New("the stratum supervisor is stopping every service on its way out")
 
 // New returns a supervisor with nothing running.
 func New(cfg Config) (*Supervisor, error) {
@@ -245,8 +251,12 @@ func (s *Supervisor) requestExit() error {
 
 // Shutdown stops every service, in the reverse of the order they were first
 // started (the VIP before the apiserver before etcd), and waits for each.
+// From its call on, no start is accepted (ErrShuttingDown), while the
+// control socket keeps answering: a status says what still runs, so no
+// caller takes a service that is still stopping for one that is stopped.
 func (s *Supervisor) Shutdown() {
 	s.mu.Lock()
+	s.shuttingDown = true
 	order := append([]string(nil), s.order...)
 	s.mu.Unlock()
 	for i := len(order) - 1; i >= 0; i-- {
@@ -254,6 +264,12 @@ func (s *Supervisor) Shutdown() {
 			u.stop()
 		}
 	}
+}
+
+func (s *Supervisor) isShuttingDown() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.shuttingDown
 }
 
 var _ host.Services = (*Supervisor)(nil)
@@ -271,9 +287,9 @@ type unit struct {
 	// start waits for it rather than launch a second instance beside it.
 	stopping *keeper
 	pid      int
-	since   time.Time
-	lastErr error
-	waiting time.Time // when the next restart is due, while backing off
+	since    time.Time
+	lastErr  error
+	waiting  time.Time // when the next restart is due, while backing off
 }
 
 // keeper runs a wanted service until cancelled.
@@ -296,6 +312,12 @@ func (u *unit) start(ctx context.Context) error {
 		u.mu.Lock()
 	}
 	k := u.keeper
+	if k == nil && u.sup.isShuttingDown() {
+		// Checked under the unit's lock: a keeper made before Shutdown's
+		// flag is one its stop sees; none is made after it.
+		u.mu.Unlock()
+		return fmt.Errorf("start %s: %w; nothing was started: run it again once `stratum up` runs", u.spec.Name, ErrShuttingDown)
+	}
 	if k == nil {
 		kctx, cancel := context.WithCancel(context.Background())
 		k = &keeper{cancel: cancel, done: make(chan struct{}), started: make(chan error, 1)}

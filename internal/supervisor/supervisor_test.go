@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -380,5 +381,48 @@ func TestListenIsOnePerNode(t *testing.T) {
 	ln.Close()
 	if _, err := os.Stat(sock); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a closed listener left its socket: %v", err)
+	}
+	// An older stratum's supervisor takes no lock: answering on the socket
+	// is enough to be refused, and its socket is left in place.
+	old, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	go func() {
+		for {
+			c, err := old.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	if _, err := Listen(sock); !errors.Is(err, ErrAlreadyRunning) {
+		t.Fatalf("Listen beside a lockless supervisor answering on the socket: %v, want ErrAlreadyRunning", err)
+	}
+	if _, err := os.Stat(sock); err != nil {
+		t.Fatalf("the refused Listen removed the running supervisor's socket: %v", err)
+	}
+}
+
+// TestShutdownRefusesStarts: once Shutdown began, a start (a renewal's
+// restart through the socket) is refused instead of starting what is being
+// stopped.
+func TestShutdownRefusesStarts(t *testing.T) {
+	s, _ := newSup(t, Spec{Name: "svc", Command: shell("sleep 1000")})
+	ctx := context.Background()
+	if err := s.StartService(ctx, "svc"); err != nil {
+		t.Fatal(err)
+	}
+	s.Shutdown()
+	if err := s.StartService(ctx, "svc"); !errors.Is(err, ErrShuttingDown) {
+		t.Fatalf("start after Shutdown = %v, want ErrShuttingDown", err)
+	}
+	if err := s.RestartService(ctx, "svc"); !errors.Is(err, ErrShuttingDown) {
+		t.Fatalf("restart after Shutdown = %v, want ErrShuttingDown", err)
+	}
+	if st, _ := s.ServiceStatus(ctx, "svc"); st.Running {
+		t.Fatalf("status after Shutdown and the refused starts = %+v", st)
 	}
 }

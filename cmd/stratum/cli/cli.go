@@ -190,8 +190,8 @@ var completionExamples = map[string]string{
   source <(stratum completion bash)
   # Every new shell
   stratum completion bash > /etc/bash_completion.d/stratum`,
-	"zsh": `  stratum completion zsh > "${fpath[1]}/_stratum"`,
-	"fish": `  stratum completion fish > ~/.config/fish/completions/stratum.fish`,
+	"zsh":        `  stratum completion zsh > "${fpath[1]}/_stratum"`,
+	"fish":       `  stratum completion fish > ~/.config/fish/completions/stratum.fish`,
 	"powershell": `  stratum completion powershell | Out-String | Invoke-Expression`,
 }
 

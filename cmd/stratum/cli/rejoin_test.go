@@ -27,6 +27,7 @@ func TestRejoinRepointSnapshotUsageAndRefusals(t *testing.T) {
 		{[]string{"server", "--vip", "vip.example"}, ExitUsage, `--vip: the VIP "vip.example" is not an IP address`},
 		{[]string{"server", "--vip", "fd00::10"}, ExitUsage, "--vip: the VIP fd00::10 is not an IPv4 address"},
 		{[]string{"repoint", "--vip", "fd00::10"}, ExitUsage, "is not an IPv4 address"},
+		{[]string{"server", "--vip", "::ffff:10.0.0.10"}, ExitUsage, "is not an IPv4 address"},
 		{[]string{"etcd", "rejoin", "--server", "10.0.0.1", "--force"}, ExitRefused, "no node state"},
 		{[]string{"etcd", "rejoin", "--server", "10.0.0.1", "--dry-run"}, ExitRefused, "no node state"},
 		{[]string{"etcd", "rejoin", "--server", "https://10.0.0.1:6443", "--dry-run"}, ExitRefused, "no node state"},

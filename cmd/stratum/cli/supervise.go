@@ -33,8 +33,8 @@ import (
 // `k3s server` are: `stratum up` and `stratum server` prepare the node with
 // the ha code, running its services (etcd, kube-apiserver, the VIP, the
 // operator) as children of this process through internal/supervisor, then
-// stay in the foreground serving the control socket until SIGINT or SIGTERM
-// stops them all. Every other command reaches that supervisor through the
+// stay in the foreground serving the control socket until SIGINT, SIGTERM or
+// SIGHUP stops them all. Every other command reaches that supervisor through the
 // socket.
 
 // Service names the supervisor runs beyond ha's.
@@ -372,10 +372,11 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
 	served := make(chan error, 1)
 	go func() { served <- sup.Serve(serveCtx, ln) }()
-	// The socket closes before the services stop: a call arriving during
-	// the stops (a renewal's restart) would start what is being stopped,
-	// to be killed with this process.
-	defer func() { stopServing(); <-served; sup.Shutdown() }()
+	// The services stop while the socket still answers (a status says
+	// what still runs, and no start is accepted once the stops began), so
+	// no restore or reset takes an etcd that is still stopping for one
+	// that is stopped; the socket and its lock go last.
+	defer func() { sup.Shutdown(); stopServing(); <-served }()
 
 	st, err := prepare(ctx, n)
 	if err != nil {
