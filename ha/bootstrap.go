@@ -134,13 +134,14 @@ func CheckVIP(addr string) error {
 // kube-vip can take it. A different VIP than the recorded one is refused:
 // every node's certificates and kubeconfigs name the recorded one.
 func (n *Node) adoptVIP(st *nodestate.NodeState, vip nodestate.VIP) error {
-	switch {
-	case vip.Address == "" || vip.Address == st.VIP.Address:
+	if vip.Address == "" || vip.Address == st.VIP.Address {
 		return nil
+	}
+	switch bad := CheckVIP(vip.Address); {
 	case st.VIP.Address != "":
 		return Refusal(fmt.Errorf("stratum up refused: this cluster's VIP is %s, not %s; nothing was changed: run `stratum up` without --vip", st.VIP.Address, vip.Address))
-	case CheckVIP(vip.Address) != nil:
-		return Refusal(fmt.Errorf("stratum up refused: %w; nothing was changed", CheckVIP(vip.Address)))
+	case bad != nil:
+		return Refusal(fmt.Errorf("stratum up refused: %w; nothing was changed", bad))
 	case vip.Address == st.NodeIP:
 		return Refusal(fmt.Errorf("stratum up refused: the VIP %s is this node's own address; nothing was changed", vip.Address))
 	}

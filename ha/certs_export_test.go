@@ -14,6 +14,9 @@ type (
 	BundleGrant   = certbundle.Grant
 )
 
+// CAsMakingPath is the marker of cluster CAs being written (clustercas.go).
+var CAsMakingPath = casMakingPath
+
 const (
 	CertsSecretName   = certsSecret
 	FenceLeaseName    = fenceLease

@@ -132,7 +132,7 @@ func upAndReach(t *testing.T, ctx context.Context, h *sim.Host) {
 	if left := sharedFilesOn(t, h); len(left) != len(pki.SharedFileNames()) {
 		t.Fatalf("after the re-run: CA files %v, want all", left)
 	}
-	if _, err := h.Files().Stat(version.StateDir + "/cluster-cas-making.json"); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := h.Files().Stat(ha.CAsMakingPath); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("the CA marker outlived a bring-up: %v", err)
 	}
 	cfg, err := h.AdminConfig()
