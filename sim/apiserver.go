@@ -165,7 +165,8 @@ func (a *apiServer) waitReady(ctx context.Context, url string, caPEM []byte) err
 	}
 }
 
-// getOK GETs url and reports an error unless it answers 200.
+// getOK GETs url and reports an error unless it answers 200; a failing
+// /readyz's error names its failing checks.
 func getOK(ctx context.Context, client *http.Client, url string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -175,11 +176,7 @@ func getOK(ctx context.Context, client *http.Client, url string) error {
 	if err != nil {
 		return err
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("status %s", resp.Status)
-	}
-	return nil
+	return controlplane.ReadyzAnswer(resp)
 }
 
 // stop stops the apiserver: SIGTERM to its process group, then SIGKILL after

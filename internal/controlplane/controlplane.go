@@ -14,6 +14,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"net/http"
@@ -261,11 +262,11 @@ func WaitAPIServerReady(ctx context.Context, ip string, caPEM []byte) error {
 		}
 		resp, err := client.Do(req)
 		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
+			err = ReadyzAnswer(resp)
+			if err == nil {
 				return nil
 			}
-			err = fmt.Errorf("%s answered %s", u, resp.Status)
+			err = fmt.Errorf("%s: %w", u, err)
 		}
 		last = err
 		select {
@@ -274,6 +275,33 @@ func WaitAPIServerReady(ctx context.Context, ip string, caPEM []byte) error {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// ReadyzAnswer reads and closes an apiserver's /readyz (or /healthz, /livez)
+// response: nil on 200, otherwise an error with the status and the checks
+// that failed. A failing /readyz lists every check as "[+]name ok" or
+// "[-]name failed: reason withheld"; naming the failed ones says what the
+// apiserver waits for (its etcd, a post-start hook) where the status alone
+// does not.
+func ReadyzAnswer(resp *http.Response) error {
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusOK {
+		return nil
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var failed []string
+	for _, line := range strings.Split(string(body), "\n") {
+		name, ok := strings.CutPrefix(strings.TrimSpace(line), "[-]")
+		if !ok {
+			continue
+		}
+		name, _, _ = strings.Cut(name, " ")
+		failed = append(failed, name)
+	}
+	if len(failed) == 0 {
+		return fmt.Errorf("status %s", resp.Status)
+	}
+	return fmt.Errorf("status %s, failing checks: %s", resp.Status, strings.Join(failed, ", "))
 }
 
 // LogPath is the named service's log.

@@ -3,7 +3,10 @@ package controlplane
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -143,5 +146,24 @@ func TestPortsFreeNamesTheBusyPort(t *testing.T) {
 	port := ln.Addr().(*net.TCPAddr).Port
 	if err := PortsFree([]int{port}); err == nil || !strings.Contains(err.Error(), "in use") {
 		t.Fatalf("busy port: %v", err)
+	}
+}
+
+func TestReadyzAnswerNamesTheFailingChecks(t *testing.T) {
+	answer := func(code int, body string) *http.Response {
+		return &http.Response{StatusCode: code, Status: fmt.Sprintf("%d %s", code, http.StatusText(code)), Body: io.NopCloser(strings.NewReader(body))}
+	}
+	if err := ReadyzAnswer(answer(200, "ok")); err != nil {
+		t.Fatalf("200: %v", err)
+	}
+	// A failing /readyz as kube-apiserver writes it.
+	failing := "[+]ping ok\n[+]log ok\n[-]etcd failed: reason withheld\n[+]etcd-readiness ok\n" +
+		"[-]poststarthook/rbac/bootstrap-roles failed: reason withheld\n[+]shutdown ok\nreadyz check failed\n"
+	err := ReadyzAnswer(answer(500, failing))
+	if err == nil || err.Error() != "status 500 Internal Server Error, failing checks: etcd, poststarthook/rbac/bootstrap-roles" {
+		t.Fatalf("failing readyz: %v", err)
+	}
+	if err := ReadyzAnswer(answer(503, "")); err == nil || err.Error() != "status 503 Service Unavailable" {
+		t.Fatalf("503 without a body: %v", err)
 	}
 }
