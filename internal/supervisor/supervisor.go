@@ -2,7 +2,8 @@
 // children, the way `k0s controller` and `k3s server` do: each service is a
 // child process (etcd, kube-apiserver) whose command line is rendered afresh
 // at every start, or an in-process task (the VIP, the operator), restarted
-// with backoff when it exits, its output appended to a log file, and stopped
+// with backoff when it exits, its output appended to a log file that rotates
+// by size (internal/rotlog), and stopped
 // cleanly (SIGTERM, then SIGKILL after a grace period) on Stop or Shutdown.
 //
 // A Supervisor implements host.Services, so the ha code starts, stops and
@@ -19,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -31,6 +33,7 @@ import (
 	"time"
 
 	"stratum.dev/stratum/internal/host"
+	"stratum.dev/stratum/internal/rotlog"
 )
 
 // Command is one start of a process service: the program and its arguments.
@@ -81,13 +84,20 @@ type Config struct {
 	// LogDir is the directory (a real path) each service's log is appended
 	// to, as <name>.log.
 	LogDir string
-	Log    *slog.Logger
+	// LogMaxBytes and LogKeep bound each service's log: past LogMaxBytes
+	// it rotates at a line end to <name>.log.1, keeping LogKeep old files
+	// (rotlog.DefaultMaxBytes and rotlog.DefaultKeep when zero).
+	LogMaxBytes int64
+	LogKeep     int
+	Log         *slog.Logger
 }
 
 // Supervisor runs Config.Services on demand. Safe for concurrent use.
 type Supervisor struct {
-	logDir string
-	log    *slog.Logger
+	logDir      string
+	logMaxBytes int64
+	logKeep     int
+	log         *slog.Logger
 
 	mu    sync.Mutex
 	units map[string]*unit
@@ -116,7 +126,13 @@ func New(cfg Config) (*Supervisor, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Supervisor{logDir: cfg.LogDir, log: log, units: map[string]*unit{}, exit: make(chan struct{})}
+	s := &Supervisor{logDir: cfg.LogDir, logMaxBytes: cfg.LogMaxBytes, logKeep: cfg.LogKeep, log: log, units: map[string]*unit{}, exit: make(chan struct{})}
+	if s.logMaxBytes <= 0 {
+		s.logMaxBytes = rotlog.DefaultMaxBytes
+	}
+	if s.logKeep <= 0 {
+		s.logKeep = rotlog.DefaultKeep
+	}
 	for _, sp := range cfg.Services {
 		if sp.Name == "" || (sp.Command == nil) == (sp.Run == nil) {
 			return nil, fmt.Errorf("supervisor: service %q needs a name and exactly one of Command and Run", sp.Name)
@@ -503,19 +519,43 @@ func (u *unit) launch(ctx context.Context) (exited <-chan error, stop func(), er
 	if err != nil {
 		return nil, nil, err
 	}
+	// The child writes into a pipe the supervisor drains into the log,
+	// which rotates by size; a child writing to the file itself would keep
+	// writing to it after a rotation.
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		logFile.Close()
+		return nil, nil, fmt.Errorf("start %s: output pipe: %w", u.spec.Name, err)
+	}
 	cmd := exec.Command(c.Path, c.Args...)
 	cmd.Env = append(os.Environ(), c.Env...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Stdout, cmd.Stderr = pw, pw
 	cmd.SysProcAttr = childAttr()
 	fmt.Fprintf(logFile, "--- stratum: starting %s at %s\n", u.spec.Name, time.Now().Format(time.RFC3339))
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	pw.Close() // the child holds its own copy
+	if err != nil {
+		pr.Close()
 		logFile.Close()
 		return nil, nil, fmt.Errorf("start %s (%s): %w", u.spec.Name, c.Path, err)
 	}
+	drained := make(chan struct{})
+	go func() {
+		drainInto(logFile, pr)
+		close(drained)
+	}()
 	ch := make(chan error, 1)
 	done := make(chan struct{})
 	go func() {
 		err := cmd.Wait()
+		// The pipe ends when every holder of its write end has exited;
+		// something the child left behind may hold it longer.
+		select {
+		case <-drained:
+		case <-time.After(drainAfterExit):
+		}
+		pr.Close()
+		<-drained
 		fmt.Fprintf(logFile, "--- stratum: %s exited at %s: %v\n", u.spec.Name, time.Now().Format(time.RFC3339), exitText(err))
 		logFile.Close()
 		ch <- err
@@ -524,6 +564,27 @@ func (u *unit) launch(ctx context.Context) (exited <-chan error, stop func(), er
 	u.setRunning(cmd.Process.Pid, time.Now(), nil)
 	stop = func() { stopGroup(cmd.Process.Pid, done, u.spec.StopTimeout) }
 	return ch, stop, nil
+}
+
+// drainAfterExit is how long the output pipe is drained after the child
+// exited before it is closed.
+const drainAfterExit = 2 * time.Second
+
+// drainInto copies a child's output into its log until the pipe ends. A
+// write that fails (a full disk) drops that output and the copy goes on: a
+// child blocked on a full pipe would stop serving, which a lost log line
+// never justifies.
+func drainInto(log io.Writer, pipe io.Reader) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := pipe.Read(buf)
+		if n > 0 {
+			_, _ = log.Write(buf[:n])
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 func exitText(err error) string {
@@ -556,14 +617,16 @@ func (s *Supervisor) logPath(name string) string {
 	return filepath.Join(s.logDir, name+".log")
 }
 
-func (s *Supervisor) openLog(name string) (*os.File, error) {
+// openLog opens the service's log, rotating by the supervisor's limits (the
+// null device when the supervisor keeps no logs).
+func (s *Supervisor) openLog(name string) (io.WriteCloser, error) {
 	if s.logDir == "" {
 		return os.OpenFile(os.DevNull, os.O_WRONLY, 0)
 	}
 	if err := os.MkdirAll(s.logDir, 0o750); err != nil {
 		return nil, fmt.Errorf("log directory %s: %w", s.logDir, err)
 	}
-	f, err := os.OpenFile(s.logPath(name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+	f, err := rotlog.Open(s.logPath(name), s.logMaxBytes, s.logKeep)
 	if err != nil {
 		return nil, fmt.Errorf("open %s's log: %w", name, err)
 	}

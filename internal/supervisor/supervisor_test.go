@@ -426,3 +426,72 @@ func TestShutdownRefusesStarts(t *testing.T) {
 		t.Fatalf("status after Shutdown and the refused starts = %+v", st)
 	}
 }
+
+// TestServiceLogsRotate: a child's output goes through the supervisor into a
+// log that rotates by size: the files beside it are at most LogKeep, they
+// read (oldest first) as the end of the output with no line lost or split
+// between them, and the supervisor's exit line comes after the child's last
+// output.
+func TestServiceLogsRotate(t *testing.T) {
+	logDir := t.TempDir()
+	s, err := New(Config{LogDir: logDir, LogMaxBytes: 1000, LogKeep: 2, Services: []Spec{
+		{Name: "chatty", Command: shell("seq 1 2000; sleep 1000"), StopTimeout: 2 * time.Second},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Shutdown)
+	ctx := context.Background()
+	if err := s.StartService(ctx, "chatty"); err != nil {
+		t.Fatal(err)
+	}
+	current := filepath.Join(logDir, "chatty.log")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if data, _ := os.ReadFile(current); strings.HasSuffix(string(data), "\n2000\n") {
+			break
+		}
+		if time.Now().After(deadline) {
+			data, _ := os.ReadFile(current)
+			t.Fatalf("the child's last line never reached %s; it holds %d bytes", current, len(data))
+		}
+	}
+	if err := s.StopService(ctx, "chatty"); err != nil {
+		t.Fatal(err)
+	}
+	entries, _ := os.ReadDir(logDir)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if strings.Join(names, " ") != "chatty.log chatty.log.1 chatty.log.2" {
+		t.Fatalf("the log directory holds %v, want chatty.log and two old files", names)
+	}
+	var all string
+	for _, n := range []string{"chatty.log.2", "chatty.log.1", "chatty.log"} {
+		data, err := os.ReadFile(filepath.Join(logDir, n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(data) > 2000 {
+			t.Fatalf("%s holds %d bytes with a limit of 1000", n, len(data))
+		}
+		all += string(data)
+	}
+	lines := strings.Split(strings.TrimSuffix(all, "\n"), "\n")
+	if last := lines[len(lines)-1]; !strings.HasPrefix(last, "--- stratum: chatty exited at ") {
+		t.Fatalf("the log's last line is %q, want the supervisor's exit line", last)
+	}
+	lines = lines[:len(lines)-1]
+	first, err := strconv.Atoi(lines[0])
+	if err != nil {
+		t.Fatalf("the oldest kept file starts with %q, not a whole line of the output", lines[0])
+	}
+	for i, l := range lines {
+		if l != strconv.Itoa(first+i) {
+			t.Fatalf("line %d of the kept logs is %q, want %d: a line lost or split", i, l, first+i)
+		}
+	}
+	if first+len(lines)-1 != 2000 || first == 1 {
+		t.Fatalf("the kept logs hold lines %d to %d, want the end of 1 to 2000 with the oldest dropped", first, first+len(lines)-1)
+	}
+}
