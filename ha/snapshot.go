@@ -11,8 +11,10 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -414,7 +416,8 @@ const revBytesLen = 17
 // data directory, and the cleanup that removes it. Nothing of the node is
 // touched.
 func restoreToScratch(st *nodestate.NodeState, dbPath string, bump uint64) (string, func(), error) {
-	scratch, err := os.MkdirTemp("", "stratum-restore-")
+	sweepRestoreScratch()
+	scratch, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", restoreScratchPrefix, os.Getpid()))
 	if err != nil {
 		return "", nil, fmt.Errorf("snapshot restore: scratch directory: %w; nothing was changed", err)
 	}
@@ -439,6 +442,36 @@ func restoreToScratch(st *nodestate.NodeState, dbPath string, bump uint64) (stri
 		return "", nil, fmt.Errorf("snapshot restore of %s: %w; nothing was changed", dbPath, err)
 	}
 	return out, cleanup, nil
+}
+
+// restoreScratchPrefix begins the name of a restore's scratch directory in
+// the temporary directory: stratum-restore-<pid>-<random>, the pid being the
+// restoring process's.
+const restoreScratchPrefix = "stratum-restore-"
+
+// sweepRestoreScratch removes the scratch directories of restores whose
+// process no longer runs: one killed before its cleanup (SIGKILL, a power
+// loss where the temporary directory is on disk) leaves a copy of the
+// snapshot's data, as large as the cluster's, that nothing else removes.
+// A directory of a running process (this one included: the simulator runs
+// many nodes in one process) is left alone.
+func sweepRestoreScratch() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), restoreScratchPrefix+"*"))
+	for _, d := range dirs {
+		pidText, _, ok := strings.Cut(strings.TrimPrefix(filepath.Base(d), restoreScratchPrefix), "-")
+		pid, err := strconv.Atoi(pidText)
+		if !ok || err != nil || pid <= 0 || pid == os.Getpid() || processRuns(pid) {
+			continue
+		}
+		_ = os.RemoveAll(d)
+	}
+}
+
+// processRuns reports whether a process with this pid exists (one of
+// another user's, which a signal may not reach, included).
+func processRuns(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // ErrSnapshotNewerThanEtcd matches a restore refused because the snapshot
