@@ -365,11 +365,32 @@ func (u *unit) logHint() string {
 		return ""
 	}
 	p := u.sup.logPath(u.spec.Name)
-	data, err := os.ReadFile(p)
+	data, err := readTail(p, 64<<10)
 	if err != nil {
 		return ""
 	}
 	return fmt.Sprintf("; its log %s ends:\n%s", p, lastLines(string(data), 8))
+}
+
+// readTail reads at most the last n bytes of the file at p: a log may be
+// tens of MiB, and only its end is quoted.
+func readTail(p string, n int64) ([]byte, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	off := max(fi.Size()-n, 0)
+	buf := make([]byte, fi.Size()-off)
+	m, err := f.ReadAt(buf, off)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	return buf[:m], nil
 }
 
 // stop cancels the keeper and waits until its instance has exited; until

@@ -125,7 +125,8 @@ func TestAnExitedServiceIsRestarted(t *testing.T) {
 func TestStartFailuresAreReported(t *testing.T) {
 	s, _ := newSup(t,
 		Spec{Name: "missing", Command: func() (Command, error) { return Command{Path: "/nonexistent/etcd"}, nil }},
-		Spec{Name: "unready", Command: shell("echo cannot bind 2379 >&2; sleep 1000"), Ready: func(context.Context) error {
+		// Its log is larger than the tail the error quotes.
+		Spec{Name: "unready", Command: shell("seq 1 100000; echo cannot bind 2379 >&2; sleep 1000"), Ready: func(context.Context) error {
 			time.Sleep(300 * time.Millisecond)
 			return errors.New("no answer on :2379")
 		}},
@@ -139,7 +140,7 @@ func TestStartFailuresAreReported(t *testing.T) {
 		t.Fatal("a service that could not launch reports running")
 	}
 	err := s.StartService(ctx, "unready")
-	if err == nil || !strings.Contains(err.Error(), "no answer on :2379") || !strings.Contains(err.Error(), "cannot bind 2379") {
+	if err == nil || !strings.Contains(err.Error(), "no answer on :2379") || !strings.Contains(err.Error(), "99999\n  100000\n  cannot bind 2379") {
 		t.Fatalf("start of an unready service = %v, want the reason and the log's tail", err)
 	}
 	err = s.CheckServices(ctx, []string{"blocked", "nope"})
