@@ -35,6 +35,9 @@ type File struct {
 	mu   sync.Mutex
 	f    *os.File
 	size int64
+	// atLineEnd: the last byte written ends a line (taken as so for a
+	// file opened as it was).
+	atLineEnd bool
 	// movedAside: the file written is already renamed to name.log.1 and
 	// a new name.log could not be opened yet.
 	movedAside bool
@@ -42,7 +45,7 @@ type File struct {
 }
 
 // Open opens path for appending, creating it (mode 0640) if need be. A file
-// already at or past maxBytes rotates at its next line end. maxBytes <= 0
+// already at or past maxBytes rotates before the first write. maxBytes <= 0
 // takes DefaultMaxBytes, keep < 1 takes 1.
 func Open(path string, maxBytes int64, keep int) (*File, error) {
 	if maxBytes <= 0 {
@@ -71,18 +74,19 @@ func (l *File) open() error {
 		f.Close()
 		return err
 	}
-	l.f, l.size = f, fi.Size()
+	l.f, l.size, l.atLineEnd = f, fi.Size(), true
 	return nil
 }
 
 // Path is the current log file's path.
 func (l *File) Path() string { return l.path }
 
-// Write appends p. When the file would pass the size limit it writes up to
-// the first line end at or past the limit, rotates, and goes on with the
-// rest, as often as p needs. A line still unfinished at twice the limit is
-// cut there, so a log that never ends a line is bounded too. A failed
-// rotation keeps appending to the current file and reports the error.
+// Write appends p. A file at the size limit whose last line is complete
+// rotates first; a write that would pass the limit is written up to the
+// first line end at or past it, and the rest goes on the same way. A line
+// still unfinished at twice the limit is cut there, so a log that never ends
+// a line is bounded too. A failed rotation keeps appending to the current
+// file and reports the error.
 func (l *File) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -91,6 +95,12 @@ func (l *File) Write(p []byte) (int, error) {
 	}
 	written := 0
 	for {
+		if l.size >= l.maxBytes && (l.atLineEnd || l.size >= 2*l.maxBytes) {
+			if err := l.rotate(); err != nil {
+				n, _ := l.append(p)
+				return written + n, fmt.Errorf("rotate %s: %w", l.path, err)
+			}
+		}
 		room := l.maxBytes - l.size
 		if int64(len(p)) <= room {
 			n, err := l.append(p)
@@ -106,14 +116,13 @@ func (l *File) Write(p []byte) (int, error) {
 		}
 		n, err := l.append(p[:cut])
 		written += n
-		if err != nil {
+		if err != nil || cut == len(p) {
+			// Nothing left: the next write rotates, so no rotation
+			// leaves an empty log behind the last line (a service's
+			// exit line, say).
 			return written, err
 		}
 		p = p[cut:]
-		if err := l.rotate(); err != nil {
-			n, _ := l.append(p)
-			return written + n, fmt.Errorf("rotate %s: %w", l.path, err)
-		}
 	}
 }
 
@@ -133,6 +142,9 @@ func lineEndFrom(p []byte, from int64) int {
 func (l *File) append(p []byte) (int, error) {
 	n, err := l.f.Write(p)
 	l.size += int64(n)
+	if n > 0 {
+		l.atLineEnd = p[n-1] == '\n'
+	}
 	return n, err
 }
 

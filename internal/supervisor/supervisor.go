@@ -29,6 +29,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -359,6 +360,9 @@ func (u *unit) start(ctx context.Context) error {
 	return nil
 }
 
+// logHintLines is how many of its log's last lines a failed start quotes.
+const logHintLines = 8
+
 // logHint names the service's log and quotes its last lines.
 func (u *unit) logHint() string {
 	if u.spec.Command == nil || u.sup.logDir == "" {
@@ -369,7 +373,13 @@ func (u *unit) logHint() string {
 	if err != nil {
 		return ""
 	}
-	return fmt.Sprintf("; its log %s ends:\n%s", p, lastLines(string(data), 8))
+	if strings.Count(string(data), "\n") < logHintLines {
+		// Just rotated: the lines before are in the newest old file.
+		if older, err := readTail(p+".1", 64<<10); err == nil {
+			data = append(older, data...)
+		}
+	}
+	return fmt.Sprintf("; its log %s ends:\n%s", p, lastLines(string(data), logHintLines))
 }
 
 // readTail reads at most the last n bytes of the file at p: a log may be
@@ -560,50 +570,84 @@ func (u *unit) launch(ctx context.Context) (exited <-chan error, stop func(), er
 		logFile.Close()
 		return nil, nil, fmt.Errorf("start %s (%s): %w", u.spec.Name, c.Path, err)
 	}
-	drained := make(chan struct{})
-	go func() {
-		drainInto(logFile, pr)
-		close(drained)
-	}()
+	d := &drain{log: logFile, pipe: pr, done: make(chan struct{})}
+	d.touch()
+	go d.run()
 	ch := make(chan error, 1)
+	reaped := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
 		err := cmd.Wait()
-		// The pipe ends when every holder of its write end has exited;
-		// something the child left behind may hold it longer.
-		select {
-		case <-drained:
-		case <-time.After(drainAfterExit):
-		}
-		pr.Close()
-		<-drained
+		close(reaped)
+		d.finish(pr)
 		fmt.Fprintf(logFile, "--- stratum: %s exited at %s: %v\n", u.spec.Name, time.Now().Format(time.RFC3339), exitText(err))
 		logFile.Close()
 		ch <- err
 		close(done)
 	}()
 	u.setRunning(cmd.Process.Pid, time.Now(), nil)
-	stop = func() { stopGroup(cmd.Process.Pid, done, u.spec.StopTimeout) }
+	stop = func() {
+		stopGroup(cmd.Process.Pid, reaped, u.spec.StopTimeout)
+		<-done
+	}
 	return ch, stop, nil
 }
 
-// drainAfterExit is how long the output pipe is drained after the child
-// exited before it is closed.
-const drainAfterExit = 2 * time.Second
+// drainIdleAfterExit: once the child has exited, its output pipe is closed
+// when nothing came through it for this long. The pipe ends by itself when
+// every holder of its write end has exited; something the child left
+// behind may hold it longer.
+const drainIdleAfterExit = 2 * time.Second
 
-// drainInto copies a child's output into its log until the pipe ends. A
-// write that fails (a full disk) drops that output and the copy goes on: a
-// child blocked on a full pipe would stop serving, which a lost log line
-// never justifies.
-func drainInto(log io.Writer, pipe io.Reader) {
+// drain copies a child's output from its pipe into its log until the pipe
+// ends. A write that fails (a full disk) drops that output and the copy
+// goes on: a child blocked on a full pipe would stop serving, which a lost
+// log line never justifies.
+type drain struct {
+	log  io.Writer
+	pipe io.Reader
+	done chan struct{}
+	// last is when a read last returned output or a write to the log
+	// ended (Unix nanoseconds).
+	last atomic.Int64
+}
+
+func (d *drain) touch() { d.last.Store(time.Now().UnixNano()) }
+
+func (d *drain) run() {
+	defer close(d.done)
 	buf := make([]byte, 32<<10)
 	for {
-		n, err := pipe.Read(buf)
+		n, err := d.pipe.Read(buf)
 		if n > 0 {
-			_, _ = log.Write(buf[:n])
+			d.touch()
+			_, _ = d.log.Write(buf[:n])
+			d.touch()
 		}
 		if err != nil {
 			return
+		}
+	}
+}
+
+// finish waits, after the child's exit, until the drain has copied all
+// there is: the pipe's end, or drainIdleAfterExit without output, when the
+// read end is closed. A crash's last output (a panic's trace) is never cut
+// while it still comes.
+func (d *drain) finish(readEnd io.Closer) {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-d.done:
+			readEnd.Close()
+			return
+		case <-tick.C:
+			if time.Since(time.Unix(0, d.last.Load())) >= drainIdleAfterExit {
+				readEnd.Close()
+				<-d.done
+				return
+			}
 		}
 	}
 }
@@ -622,16 +666,17 @@ func childAttr() *syscall.SysProcAttr {
 }
 
 // stopGroup sends SIGTERM to the process group pgid, waits up to grace for
-// the leader to exit (done), then SIGKILLs the group. The group is killed in
-// the end either way, so nothing it spawned lingers.
-func stopGroup(pgid int, done <-chan struct{}, grace time.Duration) {
+// the leader to exit (reaped), then SIGKILLs the group. The group is killed
+// in the end either way, so nothing it spawned lingers (nor holds the
+// leader's output pipe open).
+func stopGroup(pgid int, reaped <-chan struct{}, grace time.Duration) {
 	_ = syscall.Kill(-pgid, syscall.SIGTERM)
 	select {
-	case <-done:
+	case <-reaped:
 	case <-time.After(grace):
 	}
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
-	<-done
+	<-reaped
 }
 
 func (s *Supervisor) logPath(name string) string {

@@ -125,8 +125,7 @@ func TestAnExitedServiceIsRestarted(t *testing.T) {
 func TestStartFailuresAreReported(t *testing.T) {
 	s, _ := newSup(t,
 		Spec{Name: "missing", Command: func() (Command, error) { return Command{Path: "/nonexistent/etcd"}, nil }},
-		// Its log is larger than the tail the error quotes.
-		Spec{Name: "unready", Command: shell("seq 1 100000; echo cannot bind 2379 >&2; sleep 1000"), Ready: func(context.Context) error {
+		Spec{Name: "unready", Command: shell("seq 1 1000; echo cannot bind 2379 >&2; sleep 1000"), Ready: func(context.Context) error {
 			time.Sleep(300 * time.Millisecond)
 			return errors.New("no answer on :2379")
 		}},
@@ -140,7 +139,7 @@ func TestStartFailuresAreReported(t *testing.T) {
 		t.Fatal("a service that could not launch reports running")
 	}
 	err := s.StartService(ctx, "unready")
-	if err == nil || !strings.Contains(err.Error(), "no answer on :2379") || !strings.Contains(err.Error(), "99999\n  100000\n  cannot bind 2379") {
+	if err == nil || !strings.Contains(err.Error(), "no answer on :2379") || !strings.Contains(err.Error(), "999\n  1000\n  cannot bind 2379") {
 		t.Fatalf("start of an unready service = %v, want the reason and the log's tail", err)
 	}
 	err = s.CheckServices(ctx, []string{"blocked", "nope"})
@@ -494,5 +493,52 @@ func TestServiceLogsRotate(t *testing.T) {
 	}
 	if first+len(lines)-1 != 2000 || first == 1 {
 		t.Fatalf("the kept logs hold lines %d to %d, want the end of 1 to 2000 with the oldest dropped", first, first+len(lines)-1)
+	}
+}
+
+// TestReadTailReadsOnlyTheEnd: a failed start quotes its log's end without
+// reading a log of tens of MiB whole.
+func TestReadTailReadsOnlyTheEnd(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "etcd.log")
+	var all strings.Builder
+	for i := range 20000 {
+		fmt.Fprintf(&all, "line %d\n", i)
+	}
+	if err := os.WriteFile(p, []byte(all.String()), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	got, err := readTail(p, 1000)
+	if err != nil || string(got) != all.String()[all.Len()-1000:] {
+		t.Fatalf("readTail(1000) = %d bytes, %v; want the file's last 1000", len(got), err)
+	}
+	got, err = readTail(p, 1<<30)
+	if err != nil || string(got) != all.String() {
+		t.Fatalf("readTail of more than the file = %d bytes, %v; want the whole %d", len(got), err, all.Len())
+	}
+}
+
+// TestAFailedStartRightAfterARotationQuotesTheLinesBefore: when the log
+// was just rotated, the quote reaches into the newest old file.
+func TestAFailedStartRightAfterARotationQuotesTheLinesBefore(t *testing.T) {
+	logDir := t.TempDir()
+	// 20 lines of 60 bytes past a limit of 1000: the current log holds
+	// the last few and the failure, fewer than the lines quoted.
+	s, err := New(Config{LogDir: logDir, LogMaxBytes: 1000, LogKeep: 1, Services: []Spec{
+		{Name: "unready", Command: shell(`for i in $(seq 10 29); do echo "line $i $(printf '%051d' 0)"; done; echo cannot bind 2379 >&2; sleep 1000`), Ready: func(context.Context) error {
+			time.Sleep(300 * time.Millisecond)
+			return errors.New("no answer on :2379")
+		}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Shutdown)
+	err = s.StartService(context.Background(), "unready")
+	current, _ := os.ReadFile(filepath.Join(logDir, "unready.log"))
+	if n := strings.Count(string(current), "\n"); n >= logHintLines {
+		t.Fatalf("the current log holds %d lines, so the test shows nothing:\n%s", n, current)
+	}
+	if err == nil || !strings.Contains(err.Error(), "  line 23 ") || !strings.Contains(err.Error(), "  line 29 ") || !strings.HasSuffix(err.Error(), "  cannot bind 2379") {
+		t.Fatalf("start of an unready service = %v, want the log's last %d lines, across its rotation", err, logHintLines)
 	}
 }
