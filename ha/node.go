@@ -90,6 +90,20 @@ func (n *Node) stepDone(step string, took time.Duration) {
 	}
 }
 
+// stepSkipped is what a step of a long operation returns when it has
+// nothing to do on this node (no VIP to hold, no operator to run): the step
+// is reported as skipped, with why, rather than as done.
+type stepSkipped struct{ reason string }
+
+func (s stepSkipped) Error() string { return "skipped: " + s.reason }
+
+// stepSkip reports a step that had nothing to do through Env.Progress.
+func (n *Node) stepSkip(step, reason string) {
+	if n.env.Progress != nil {
+		n.env.Progress(fmt.Sprintf("%s: skipped (%s)", step, reason))
+	}
+}
+
 // waitReporter reports what a retrying step waits for through Env.Progress:
 // the first time at once, then at most every WaitReportEvery.
 type waitReporter struct {

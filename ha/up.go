@@ -87,10 +87,14 @@ func (n *Node) StartControlPlane(ctx context.Context) (*nodestate.NodeState, err
 		{"", "etcd members published", n.publishOwnView},
 	} {
 		began := time.Now()
-		if err := step.run(ctx, st); err != nil {
+		var skip stepSkipped
+		if err := step.run(ctx, st); errors.As(err, &skip) {
+			n.stepSkip(step.what, skip.reason)
+		} else if err != nil {
 			return st, err
+		} else {
+			n.stepDone(step.what, time.Since(began))
 		}
-		n.stepDone(step.what, time.Since(began))
 		if step.name != "" {
 			if err := n.checkpoint(ctx, step.name); err != nil {
 				return st, err
@@ -103,11 +107,11 @@ func (n *Node) StartControlPlane(ctx context.Context) (*nodestate.NodeState, err
 // promoteSelf promotes this node's member when it joined as a learner.
 func (n *Node) promoteSelf(ctx context.Context, st *nodestate.NodeState) error {
 	if st.Etcd.InitialClusterState != "existing" {
-		return nil
+		return stepSkipped{"this node's member began the cluster, never a learner"}
 	}
 	peers := peerIPs(st.Etcd.InitialCluster, st.Etcd.PeerURL)
 	if len(peers) == 0 {
-		return nil
+		return stepSkipped{"this node's member was the only one at its join"}
 	}
 	// The initial cluster names only the members there were at the join;
 	// any of them may be down now while the cluster has a quorum without
@@ -155,7 +159,7 @@ func (n *Node) startAPIServer(ctx context.Context, st *nodestate.NodeState) erro
 // every client's TLS check while it holds the VIP does not take it.
 func (n *Node) startVIP(ctx context.Context, st *nodestate.NodeState) error {
 	if st.VIP.Address == "" {
-		return nil
+		return stepSkipped{"this cluster has no VIP"}
 	}
 	if err := n.apiServerCoversVIP(st); err != nil {
 		return fmt.Errorf("kube-vip not started: this node would hold the VIP %s with an apiserver certificate that does not cover it (%w); nothing else was changed: run `stratum up` again, which reissues the certificate", st.VIP.Address, err)
@@ -174,7 +178,10 @@ func (n *Node) startVIP(ctx context.Context, st *nodestate.NodeState) error {
 // is not an error.
 func (n *Node) startOperator(ctx context.Context, _ *nodestate.NodeState) error {
 	err := n.env.Host.StartService(ctx, serviceOperator)
-	if err == nil || host.NotRunHere(err) {
+	if host.NotRunHere(err) {
+		return stepSkipped{"this host runs no stratum-operator"}
+	}
+	if err == nil {
 		return nil
 	}
 	return fmt.Errorf("start the stratum-operator: %w", err)

@@ -283,6 +283,14 @@ func TestUpAndJoinPrintTheirSteps(t *testing.T) {
 			t.Errorf("up printed no line for its step %q:\n%s", step, out)
 		}
 	}
+	// A simulated host runs no stratum-operator: up says it skipped that
+	// step and why, never that it started one.
+	if !strings.Contains(out, "  stratum-operator start: skipped (this host runs no stratum-operator)") {
+		t.Errorf("up did not say it skipped the stratum-operator, which no simulated host runs:\n%s", out)
+	}
+	if !strings.Contains(out, "  learner promotion: skipped (this node's member began the cluster, never a learner)") {
+		t.Errorf("up of the first control plane did not say it had no learner to promote:\n%s", out)
+	}
 	code, out, errOut = runCLI(t, on(cp1), "token", "create", "--control-plane")
 	if code != ExitOK {
 		t.Fatalf("token create: exit %d\n%s", code, errOut)
