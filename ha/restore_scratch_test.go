@@ -1,43 +1,69 @@
 package ha
 
 import (
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 )
 
-// TestSweepRestoreScratchRemovesOnlyDeadRestores: a scratch directory whose
-// restore process is gone is removed; one of a running process (pid 1, this
-// test's own) and anything not named as a scratch directory stay.
-func TestSweepRestoreScratchRemovesOnlyDeadRestores(t *testing.T) {
+// TestSweepRestoreScratchRemovesOnlyAbandonedOnes: a scratch directory no
+// restore holds is removed; one a restore holds (its lock taken, here by
+// this process), one just made, a symlink and anything not named as a
+// scratch directory stay.
+func TestSweepRestoreScratchRemovesOnlyAbandonedOnes(t *testing.T) {
 	tmp := t.TempDir()
 	t.Setenv("TMPDIR", tmp)
-	gone := exec.Command("/bin/true")
-	if err := gone.Run(); err != nil {
-		t.Fatal(err)
+	other := t.TempDir() // a symlink's target, outside the temporary directory
+	type dir struct {
+		name        string
+		old, locked bool
+		kept        bool
 	}
-	dirs := map[string]bool{ // name: kept
-		fmt.Sprintf("%s%d-123", restoreScratchPrefix, gone.Process.Pid): false,
-		fmt.Sprintf("%s%d-456", restoreScratchPrefix, os.Getpid()):      true,
-		fmt.Sprintf("%s1-789", restoreScratchPrefix):                    true,
-		restoreScratchPrefix + "12345678":                               true, // an older stratum's, no pid
-		fmt.Sprintf("other-%d-123", gone.Process.Pid):                   true,
+	dirs := []dir{
+		{name: restoreScratchPrefix + "4242-1", old: true, kept: false},
+		{name: restoreScratchPrefix + "4242-2", old: true, locked: true, kept: true},
+		{name: restoreScratchPrefix + "4242-3", kept: true},
+		{name: "other-4242-4", old: true, kept: true},
 	}
-	for d := range dirs {
-		if err := os.MkdirAll(filepath.Join(tmp, d, "etcd", "member"), 0o700); err != nil {
+	long := time.Now().Add(-2 * restoreScratchGrace)
+	for _, d := range dirs {
+		p := filepath.Join(tmp, d.name)
+		if err := os.MkdirAll(filepath.Join(p, "etcd", "member"), 0o700); err != nil {
 			t.Fatal(err)
 		}
+		if d.old {
+			if err := os.Chtimes(p, long, long); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if d.locked {
+			held, err := lockScratch(p, syscall.LOCK_EX)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer held.Close()
+		}
+	}
+	link := filepath.Join(tmp, restoreScratchPrefix+"4242-5")
+	if err := os.Symlink(other, link); err != nil {
+		t.Fatal(err)
 	}
 	sweepRestoreScratch()
-	for d, kept := range dirs {
-		_, err := os.Stat(filepath.Join(tmp, d))
-		if kept && err != nil {
-			t.Errorf("%s was removed: %v", d, err)
+	for _, d := range dirs {
+		_, err := os.Stat(filepath.Join(tmp, d.name))
+		if d.kept && err != nil {
+			t.Errorf("%s was removed: %v", d.name, err)
 		}
-		if !kept && err == nil {
-			t.Errorf("%s, the scratch of a restore whose process is gone, was kept", d)
+		if !d.kept && err == nil {
+			t.Errorf("%s, a scratch directory no restore holds, was kept", d.name)
 		}
+	}
+	if _, err := os.Lstat(link); err != nil {
+		t.Errorf("the symlink %s was removed: %v", link, err)
+	}
+	if _, err := os.Stat(other); err != nil {
+		t.Errorf("the symlink's target was removed: %v", err)
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -421,7 +420,15 @@ func restoreToScratch(st *nodestate.NodeState, dbPath string, bump uint64) (stri
 	if err != nil {
 		return "", nil, fmt.Errorf("snapshot restore: scratch directory: %w; nothing was changed", err)
 	}
-	cleanup := func() { os.RemoveAll(scratch) }
+	held, err := lockScratch(scratch, syscall.LOCK_EX)
+	if err != nil {
+		os.RemoveAll(scratch)
+		return "", nil, fmt.Errorf("snapshot restore: lock the scratch directory %s: %w; nothing was changed", scratch, err)
+	}
+	cleanup := func() {
+		os.RemoveAll(scratch)
+		held.Close()
+	}
 	out := filepath.Join(scratch, "etcd")
 	token, err := restoreClusterToken()
 	if err != nil {
@@ -445,33 +452,54 @@ func restoreToScratch(st *nodestate.NodeState, dbPath string, bump uint64) (stri
 }
 
 // restoreScratchPrefix begins the name of a restore's scratch directory in
-// the temporary directory: stratum-restore-<pid>-<random>, the pid being the
-// restoring process's.
+// the temporary directory: stratum-restore-<pid>-<random>, the pid naming
+// the restoring process for whoever lists the directory.
 const restoreScratchPrefix = "stratum-restore-"
 
-// sweepRestoreScratch removes the scratch directories of restores whose
-// process no longer runs: one killed before its cleanup (SIGKILL, a power
-// loss where the temporary directory is on disk) leaves a copy of the
-// snapshot's data, as large as the cluster's, that nothing else removes.
-// A directory of a running process (this one included: the simulator runs
-// many nodes in one process) is left alone.
+// restoreScratchGrace: a scratch directory younger than this is never swept,
+// so one just made, not locked yet, is safe.
+const restoreScratchGrace = time.Minute
+
+// lockScratch opens the scratch directory and takes an flock on it (how
+// LOCK_EX, with LOCK_NB to try); the restore holds it for its life and the
+// kernel drops it when the process dies however it dies. The lock, not the
+// pid in the name, says whether a restore still uses the directory: a pid
+// may be reused, or belong to another pid namespace sharing /tmp.
+func lockScratch(dir string, how int) (*os.File, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), how); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// sweepRestoreScratch removes the scratch directories that no restore holds
+// any more: a restore killed before its cleanup (SIGKILL, a power loss
+// where the temporary directory is on disk) leaves a copy of the snapshot's
+// data, as large as the cluster's, that nothing else removes. Only real
+// directories of this user, older than restoreScratchGrace and whose lock
+// can be taken, are removed.
 func sweepRestoreScratch() {
 	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), restoreScratchPrefix+"*"))
 	for _, d := range dirs {
-		pidText, _, ok := strings.Cut(strings.TrimPrefix(filepath.Base(d), restoreScratchPrefix), "-")
-		pid, err := strconv.Atoi(pidText)
-		if !ok || err != nil || pid <= 0 || pid == os.Getpid() || processRuns(pid) {
+		fi, err := os.Lstat(d)
+		if err != nil || !fi.IsDir() || time.Since(fi.ModTime()) < restoreScratchGrace {
 			continue
 		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Geteuid() {
+			continue
+		}
+		held, err := lockScratch(d, syscall.LOCK_EX|syscall.LOCK_NB)
+		if err != nil {
+			continue // a running restore's, or not ours to open
+		}
 		_ = os.RemoveAll(d)
+		held.Close()
 	}
-}
-
-// processRuns reports whether a process with this pid exists (one of
-// another user's, which a signal may not reach, included).
-func processRuns(pid int) bool {
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // ErrSnapshotNewerThanEtcd matches a restore refused because the snapshot
