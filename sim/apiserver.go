@@ -40,7 +40,10 @@ type apiServer struct {
 
 // Timing of an apiserver's start and stop.
 const (
-	apiServerStartTimeout = 60 * time.Second
+	// apiServerStartTimeout is a real host's (controlplane.ServiceReadyWithin):
+	// the simulator runs more apiservers on one machine than any host does,
+	// and a stricter bound only failed starts that were slow, not wrong.
+	apiServerStartTimeout = controlplane.ServiceReadyWithin
 	// apiServerStopTimeout: an apiserver whose etcd lost quorum hangs in
 	// shutdown; it is killed after this.
 	apiServerStopTimeout = 5 * time.Second

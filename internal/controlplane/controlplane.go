@@ -37,6 +37,13 @@ import (
 // (`make dist` puts them in its bin/).
 const DefaultBinDir = "/var/lib/stratum/bin"
 
+// ServiceReadyWithin bounds a start's wait for etcd or the apiserver to
+// serve: a member whose peers are all down never finds a leader. A starting
+// apiserver is CPU-bound for its first seconds (its RBAC bootstrap alone
+// reconciles some 150 objects through itself); on a loaded 2-core machine
+// that took over a minute. The simulator allows its apiservers the same.
+const ServiceReadyWithin = 2 * time.Minute
+
 // LogDir is where the supervisor appends each service's log.
 const LogDir = "/var/log/stratum"
 

@@ -42,9 +42,6 @@ const serviceOperator = "stratum-operator"
 
 // Timing of the real host's elections and passes.
 const (
-	// serviceReadyWithin bounds a start's wait for etcd or the apiserver to
-	// serve: a member whose peers are all down never finds a leader.
-	serviceReadyWithin = 2 * time.Minute
 	// operatorEvery is how often the operator's leader runs a pass.
 	operatorEvery = 30 * time.Second
 	// OperatorLeaseName is the Lease the control planes' operators elect
@@ -130,7 +127,7 @@ func waitEtcdServes(ctx context.Context, h host.Host, n *ha.Node) error {
 		return err
 	}
 	self := controlplane.ClientHost(st.Etcd.ClientURL)
-	ctx, cancel := context.WithTimeout(ctx, serviceReadyWithin)
+	ctx, cancel := context.WithTimeout(ctx, controlplane.ServiceReadyWithin)
 	defer cancel()
 	for {
 		// A member that listens but does not serve yet (etcd accepts
@@ -165,7 +162,7 @@ func waitAPIServerServes(ctx context.Context, h host.Host) error {
 		return err
 	}
 	ip, _, _ := strings.Cut(st.NodeIP, ",")
-	ctx, cancel := context.WithTimeout(ctx, serviceReadyWithin)
+	ctx, cancel := context.WithTimeout(ctx, controlplane.ServiceReadyWithin)
 	defer cancel()
 	return controlplane.WaitAPIServerReady(ctx, ip, ca)
 }
