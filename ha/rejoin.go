@@ -97,12 +97,16 @@ type RejoinPlanReport struct {
 	Seed          string `json:"seed"`
 	SeedClusterID string `json:"seedClusterID"`
 	// Steps are the steps a rejoin would run, in order (stop, wipe,
-	// member-remove, member-add, state-save, start); none when the node is
-	// already a voter of the seed's cluster.
+	// member-remove, member-add, state-save, start); only start when the
+	// node already belongs to the seed's cluster (the re-run starts and
+	// promotes its member), none when refused before the steps are known.
 	Steps []string `json:"steps"`
-	// Refused is the refusal the rejoin would meet: this node's etcd too
-	// old for the seed's cluster (even with force), or, without force, its
-	// wipe while the old cluster may still have a quorum; "" for none.
+	// Refused is the refusal the rejoin would meet ("" for none): a reset
+	// under way, no node state, this node named as the seed, the seed not
+	// answering; this node's etcd too old for the seed's cluster (even
+	// with force); or, without force, its wipe while the old cluster may
+	// still have a quorum. Member is empty when refused before the node
+	// state was read.
 	Refused string `json:"refused,omitempty"`
 }
 
@@ -112,7 +116,9 @@ type RejoinPlanReport struct {
 func (n *Node) RejoinPlanOf(ctx context.Context, cp1IP string, force bool) (RejoinPlanReport, error) {
 	rep := RejoinPlanReport{Seed: cp1IP, Steps: []string{}}
 	if net.ParseIP(cp1IP) == nil {
-		return rep, Refusal(fmt.Errorf("etcd rejoin: --server %q is not an IP address; nothing was changed", cp1IP))
+		err := fmt.Errorf("etcd rejoin: --server %q is not an IP address; nothing was changed", cp1IP)
+		rep.Refused = err.Error()
+		return rep, Refusal(err)
 	}
 	if err := n.refuseResetUnderWay("etcd rejoin"); err != nil {
 		rep.Refused = err.Error()
@@ -120,6 +126,9 @@ func (n *Node) RejoinPlanOf(ctx context.Context, cp1IP string, force bool) (Rejo
 	}
 	st, obs, steps, err := n.planRejoinHere(ctx, cp1IP)
 	if err != nil {
+		// No node state, this node named as the seed, the seed not
+		// answering: refused before any step is known.
+		rep.Refused = err.Error()
 		return rep, Refusal(err)
 	}
 	rep.Member, rep.SeedClusterID = st.Etcd.Name, obs.SeedClusterID

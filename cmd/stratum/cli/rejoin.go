@@ -64,7 +64,7 @@ resumes), 2 on bad usage; a dry run exits 0 or 3 as the rejoin would.`,
 			}
 			if dryRun && out.machine() {
 				rep, err := n.RejoinPlanOf(cmd.Context(), server, force)
-				if rep.Member == "" {
+				if rep.Member == "" && rep.Refused == "" {
 					return err
 				}
 				if werr := a.write(out, rep, nil); werr != nil {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -55,5 +56,26 @@ func TestRejoinRepointSnapshotUsageAndRefusals(t *testing.T) {
 				t.Errorf("%v wrote %s", tc.args, p)
 			}
 		}
+	}
+}
+
+// TestRejoinDryRunJSONCarriesAnEarlyRefusal: a rejoin dry run refused before
+// its steps are known (here: no node state) still prints its report with
+// -o json, the refusal in `refused`, so a script reading .refused sees why.
+func TestRejoinDryRunJSONCarriesAnEarlyRefusal(t *testing.T) {
+	opts, _ := onTempHost(t)
+	code, out, errOut := runCLI(t, opts, "etcd", "rejoin", "--server", "10.0.0.1", "--dry-run", "-o", "json")
+	if code != ExitRefused {
+		t.Fatalf("exit %d, want %d\n%s\n%s", code, ExitRefused, out, errOut)
+	}
+	var rep struct {
+		Member, Seed, Refused string
+		Steps                 []string
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("stdout is no JSON report (%v):\n%s\nstderr:\n%s", err, out, errOut)
+	}
+	if !strings.Contains(rep.Refused, "no node state") || rep.Seed != "10.0.0.1" || rep.Member != "" || rep.Steps == nil || len(rep.Steps) != 0 {
+		t.Fatalf("report = %+v, want the refusal naming the missing node state, the seed, no member and no steps", rep)
 	}
 }
