@@ -320,6 +320,21 @@ func recoverFromSnapshot(ctx context.Context, t *testing.T, tl *tools, seed, fir
 			return errBefore == nil && errAfter != nil && strings.Contains(eAfter, "NotFound")
 		}, nil)
 	}
+	// The restore and the rejoins stopped every control plane whole, its
+	// stratum-operator with it; their start brought each back: `stratum
+	// status` exits 0 and names the operator running on every node.
+	operatorRuns := regexp.MustCompile(`(?m)^stratum-operator +running since `)
+	for _, h := range []*host{seed, first, last} {
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			o, e, err := h.Run(ctx, tl.stratum, "status")
+			if err == nil && operatorRuns.MatchString(o) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("stratum status on %s after the recovery = %v, want exit 0 naming the stratum-operator running\nstdout:\n%s\nstderr:\n%s", h.Name(), err, o, e)
+			}
+		}
+	}
 }
 
 // crashMidReset leaves h as a crash right after its reset began would: every
