@@ -116,7 +116,9 @@ func (n *Node) RepublishPlan(ctx context.Context, w io.Writer, op string) error 
 // the snapshot are checked as the restore checks them, the snapshot is
 // restored into a scratch directory (etcd's restore, which verifies its
 // hash) that is removed again, and the steps the restore would run are
-// written. It takes no lock.
+// written. It takes no node lock and changes nothing of the node; like a
+// restore, it removes the scratch directories earlier restores abandoned
+// (sweepRestoreScratch).
 func (n *Node) SnapshotRestorePlan(ctx context.Context, w io.Writer, dbPath string) error {
 	h := n.env.Host
 	if err := n.refuseResetUnderWay("snapshot restore"); err != nil {

@@ -105,8 +105,8 @@ type RejoinPlanReport struct {
 	// under way, no node state, this node named as the seed, the seed not
 	// answering; this node's etcd too old for the seed's cluster (even
 	// with force); or, without force, its wipe while the old cluster may
-	// still have a quorum. Member is empty when refused before the node
-	// state was read.
+	// still have a quorum. Member is empty for a refusal met before the
+	// steps are known.
 	Refused string `json:"refused,omitempty"`
 }
 

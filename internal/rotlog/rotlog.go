@@ -107,12 +107,12 @@ func (l *File) Write(p []byte) (int, error) {
 			return written + n, err
 		}
 		cut := lineEndFrom(p, max(room-1, 0))
-		if cut < 0 {
-			if l.size+int64(len(p)) < 2*l.maxBytes {
-				n, err := l.append(p)
-				return written + n, err
-			}
-			cut = int(max(2*l.maxBytes-l.size, 0))
+		if cut < 0 && l.size+int64(len(p)) < 2*l.maxBytes {
+			n, err := l.append(p)
+			return written + n, err
+		}
+		if limit := int(max(2*l.maxBytes-l.size, 0)); cut < 0 || cut > limit {
+			cut = limit // a line unfinished at twice the limit
 		}
 		n, err := l.append(p[:cut])
 		written += n

@@ -87,13 +87,13 @@ func TestRotationKeepsWholeLinesInOrder(t *testing.T) {
 			if len(b) > 0 && b[len(b)-1] != '\n' && int64(len(b)) < 2*maxBytes {
 				rt.Fatalf("%s does not end a line: %q", names[i], b)
 			}
-			// Up to the first line end past the limit, or cut at
-			// twice the limit.
-			if limit := max(maxBytes+int64(longestLine), 2*maxBytes); int64(len(b)) > limit {
+			// Up to the first line end past the limit, and never
+			// past twice the limit.
+			if limit := min(maxBytes+int64(longestLine), 2*maxBytes); int64(len(b)) > limit {
 				rt.Fatalf("%s holds %d bytes, past %d", names[i], len(b), limit)
 			}
 		}
-		if cur := data[len(data)-1]; int64(len(cur)) > max(maxBytes+int64(longestLine), 2*maxBytes) {
+		if cur := data[len(data)-1]; int64(len(cur)) > min(maxBytes+int64(longestLine), 2*maxBytes) {
 			rt.Fatalf("the current log holds %d bytes with a limit of %d", len(cur), maxBytes)
 		}
 	})

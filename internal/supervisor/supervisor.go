@@ -630,20 +630,26 @@ func (d *drain) run() {
 	}
 }
 
+// drainAtMostAfterExit bounds the drain after the child's exit whatever
+// still comes: something the child left in a session of its own may hold
+// the pipe and write for ever, and the exit must still reach the keeper.
+const drainAtMostAfterExit = 10 * time.Second
+
 // finish waits, after the child's exit, until the drain has copied all
-// there is: the pipe's end, or drainIdleAfterExit without output, when the
-// read end is closed. A crash's last output (a panic's trace) is never cut
-// while it still comes.
+// there is: the pipe's end, or drainIdleAfterExit without output (at most
+// drainAtMostAfterExit in all), when the read end is closed. A crash's last
+// output (a panic's trace) is not cut while it still comes.
 func (d *drain) finish(readEnd io.Closer) {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
+	deadline := time.Now().Add(drainAtMostAfterExit)
 	for {
 		select {
 		case <-d.done:
 			readEnd.Close()
 			return
 		case <-tick.C:
-			if time.Since(time.Unix(0, d.last.Load())) >= drainIdleAfterExit {
+			if time.Since(time.Unix(0, d.last.Load())) >= drainIdleAfterExit || time.Now().After(deadline) {
 				readEnd.Close()
 				<-d.done
 				return
