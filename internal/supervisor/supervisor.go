@@ -640,6 +640,10 @@ const drainAtMostAfterExit = 10 * time.Second
 // drainAtMostAfterExit in all), when the read end is closed. A crash's last
 // output (a panic's trace) is not cut while it still comes.
 func (d *drain) finish(readEnd io.Closer) {
+	// The exit counts as output: the idle time runs from it at the
+	// earliest, so a drain not yet scheduled when the child died still
+	// copies its last words.
+	d.touch()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	deadline := time.Now().Add(drainAtMostAfterExit)

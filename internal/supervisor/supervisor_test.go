@@ -542,3 +542,46 @@ func TestAFailedStartRightAfterARotationQuotesTheLinesBefore(t *testing.T) {
 		t.Fatalf("start of an unready service = %v, want the log's last %d lines, across its rotation", err, logHintLines)
 	}
 }
+
+// TestAnExitIsSeenThoughADescendantHoldsTheOutput: a child that leaves a
+// process in a session of its own (out of reach of the group kill) holding
+// its output pipe and writing for ever still has its exit seen, within the
+// drain's bound, and a stop returns.
+func TestAnExitIsSeenThoughADescendantHoldsTheOutput(t *testing.T) {
+	pids := filepath.Join(t.TempDir(), "leavers")
+	t.Cleanup(func() {
+		data, _ := os.ReadFile(pids)
+		for _, f := range strings.Fields(string(data)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	s, _ := newSup(t, Spec{Name: "leaver", StopTimeout: time.Second,
+		Command: shell("setsid sh -c 'echo $$ >> " + pids + "; while :; do echo tick; sleep 0.5; done' & sleep 0.2; exit 3")})
+	ctx := context.Background()
+	if err := s.StartService(ctx, "leaver"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(drainAtMostAfterExit + 10*time.Second)
+	for {
+		st, _ := s.ServiceStatus(ctx, "leaver")
+		if strings.Contains(st.Detail, "exit status 3") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the child's exit was never seen while a descendant held its output: %+v", st)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- s.StopService(ctx, "leaver") }()
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(drainAtMostAfterExit + 10*time.Second):
+		t.Fatal("the stop did not return while a descendant held the output")
+	}
+}
