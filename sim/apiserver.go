@@ -2,11 +2,7 @@ package sim
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -129,57 +125,16 @@ func (h *Host) startAPIServer(ctx context.Context) (*apiServer, error) {
 	}
 	a := &apiServer{cmd: cmd, done: make(chan struct{}), log: logFile}
 	go func() { _ = cmd.Wait(); close(a.done) }()
-	if err := a.waitReady(ctx, h.APIServerURL()+"/readyz", caPEM); err != nil {
+	waitCtx, cancel := context.WithTimeout(ctx, apiServerStartTimeout)
+	err = controlplane.WaitReadyz(waitCtx, h.APIServerURL()+"/readyz", caPEM, apiServerPollEvery, a.done)
+	cancel()
+	if err != nil {
 		stopChild(cmd, a.done, syscall.SIGKILL, 0)
 		logFile.Close()
 		tail, _ := os.ReadFile(logPath)
 		return nil, fmt.Errorf("start kube-apiserver on %s: %w; log %s ends: %s", h.name, err, logPath, lastLines(string(tail), 5))
 	}
 	return a, nil
-}
-
-// waitReady polls url (the apiserver's /readyz, verified against the cluster
-// CA) until it answers 200, the process exits, or the start times out.
-func (a *apiServer) waitReady(ctx context.Context, url string, caPEM []byte) error {
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caPEM) {
-		return errors.New("the cluster CA file holds no certificate")
-	}
-	client := &http.Client{
-		Timeout:   time.Second,
-		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}},
-	}
-	defer client.CloseIdleConnections()
-	ctx, cancel := context.WithTimeout(ctx, apiServerStartTimeout)
-	defer cancel()
-	var last error
-	for {
-		last = getOK(ctx, client, url)
-		if last == nil {
-			return nil
-		}
-		select {
-		case <-a.done:
-			return fmt.Errorf("kube-apiserver exited before it was ready (%s: %v)", url, last)
-		case <-ctx.Done():
-			return fmt.Errorf("kube-apiserver not ready: %w (%s: %v)", ctx.Err(), url, last)
-		case <-time.After(apiServerPollEvery):
-		}
-	}
-}
-
-// getOK GETs url and reports an error unless it answers 200; a failing
-// /readyz's error names its failing checks.
-func getOK(ctx context.Context, client *http.Client, url string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return err
-	}
-	return controlplane.ReadyzAnswer(resp)
 }
 
 // stop stops the apiserver: SIGTERM to its process group, then SIGKILL after

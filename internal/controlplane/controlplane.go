@@ -254,16 +254,35 @@ func ClientHost(rawURL string) string {
 // WaitAPIServerReady polls https://<ip>:6443/readyz, verified against the
 // cluster CA in caPEM, until it answers 200 or ctx ends.
 func WaitAPIServerReady(ctx context.Context, ip string, caPEM []byte) error {
+	u := "https://" + net.JoinHostPort(ip, strconv.Itoa(version.APIServerPort)) + "/readyz"
+	if err := WaitReadyz(ctx, u, caPEM, 200*time.Millisecond, nil); err != nil {
+		if errors.Is(err, ErrNoCACertificate) {
+			return fmt.Errorf("%s: %w", pki("ca.crt"), err)
+		}
+		return err
+	}
+	return nil
+}
+
+// ErrNoCACertificate: the cluster CA given to WaitReadyz holds no
+// certificate, so no answer could be verified.
+var ErrNoCACertificate = errors.New("the cluster CA holds no certificate")
+
+// WaitReadyz polls url (a kube-apiserver's /readyz) every interval, with a
+// client that trusts only the cluster CA in caPEM (as a user's client does),
+// until it answers 200, exited is closed (the process ended; nil when the
+// caller watches no process) or ctx ends. The error names the last answer:
+// a failing /readyz's failing checks (ReadyzAnswer).
+func WaitReadyz(ctx context.Context, url string, caPEM []byte, interval time.Duration, exited <-chan struct{}) error {
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(caPEM) {
-		return fmt.Errorf("the cluster CA %s holds no certificate", pki("ca.crt"))
+		return ErrNoCACertificate
 	}
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	defer client.CloseIdleConnections()
-	u := "https://" + net.JoinHostPort(ip, strconv.Itoa(version.APIServerPort)) + "/readyz"
 	var last error
 	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
 			return err
 		}
@@ -273,13 +292,17 @@ func WaitAPIServerReady(ctx context.Context, ip string, caPEM []byte) error {
 			if err == nil {
 				return nil
 			}
-			err = fmt.Errorf("%s: %w", u, err)
 		}
-		last = err
+		if ctx.Err() == nil || last == nil {
+			// A request cut by ctx's end says nothing of the server.
+			last = fmt.Errorf("%s: %w", url, err)
+		}
 		select {
+		case <-exited:
+			return fmt.Errorf("kube-apiserver exited before it was ready (last: %v)", last)
 		case <-ctx.Done():
 			return fmt.Errorf("kube-apiserver not ready: %w (last: %v)", ctx.Err(), last)
-		case <-time.After(200 * time.Millisecond):
+		case <-time.After(interval):
 		}
 	}
 }

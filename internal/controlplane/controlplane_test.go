@@ -2,20 +2,26 @@ package controlplane
 
 import (
 	"context"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"stratum.dev/stratum/internal/certbundle"
 	"stratum.dev/stratum/internal/host"
 	"stratum.dev/stratum/internal/nodestate"
+	pkiutil "stratum.dev/stratum/internal/pki"
 )
 
 func joinedState() *nodestate.NodeState {
@@ -165,5 +171,61 @@ func TestReadyzAnswerNamesTheFailingChecks(t *testing.T) {
 	}
 	if err := ReadyzAnswer(answer(503, "")); err == nil || err.Error() != "status 503 Service Unavailable" {
 		t.Fatalf("503 without a body: %v", err)
+	}
+}
+
+// TestWaitReadyzFollowsTheAnswers: the wait ends at the first 200, trusting
+// only the given CA; it ends early when the watched process exits, names the
+// last failing checks, and refuses a CA that holds no certificate.
+func TestWaitReadyzFollowsTheAnswers(t *testing.T) {
+	var asked atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if asked.Add(1) < 3 {
+			w.WriteHeader(http.StatusInternalServerError)
+			fmt.Fprint(w, "[+]ping ok\n[-]poststarthook/rbac/bootstrap-roles failed: reason withheld\n")
+			return
+		}
+		fmt.Fprint(w, "ok")
+	}))
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the untrusted client's handshakes
+	srv.StartTLS()
+	defer srv.Close()
+	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := WaitReadyz(ctx, srv.URL+"/readyz", caPEM, time.Millisecond, nil); err != nil {
+		t.Fatalf("ready on the third answer: %v", err)
+	}
+	if n := asked.Load(); n != 3 {
+		t.Fatalf("asked %d times, want 3", n)
+	}
+
+	asked.Store(-1 << 20) // failing from now on
+	exited := make(chan struct{})
+	close(exited)
+	err := WaitReadyz(ctx, srv.URL+"/readyz", caPEM, time.Hour, exited)
+	if err == nil || !strings.Contains(err.Error(), "exited before it was ready") || !strings.Contains(err.Error(), "poststarthook/rbac/bootstrap-roles") {
+		t.Fatalf("an exited process: %v", err)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancelShort()
+	if err := WaitReadyz(short, srv.URL+"/readyz", caPEM, time.Millisecond, nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("never ready: %v", err)
+	}
+
+	// Another CA: the server's certificate is not trusted, never ready.
+	other, err := pkiutil.NewCA("another cluster", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherPEM := other.CertPEM
+	asked.Store(10) // answering 200 now
+	short2, cancelShort2 := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancelShort2()
+	if err := WaitReadyz(short2, srv.URL+"/readyz", otherPEM, time.Millisecond, nil); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("an untrusted server: %v", err)
+	}
+	if err := WaitReadyz(ctx, srv.URL+"/readyz", []byte("not PEM"), time.Millisecond, nil); !errors.Is(err, ErrNoCACertificate) {
+		t.Fatalf("no CA certificate: %v", err)
 	}
 }

@@ -46,13 +46,13 @@ type File struct {
 
 // Open opens path for appending, creating it (mode 0640) if need be. A file
 // already at or past maxBytes rotates before the first write. maxBytes <= 0
-// takes DefaultMaxBytes, keep < 1 takes 1.
+// takes DefaultMaxBytes, keep <= 0 takes DefaultKeep.
 func Open(path string, maxBytes int64, keep int) (*File, error) {
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxBytes
 	}
-	if keep < 1 {
-		keep = 1
+	if keep <= 0 {
+		keep = DefaultKeep
 	}
 	l := &File{path: path, maxBytes: maxBytes, keep: keep}
 	if err := l.open(); err != nil {

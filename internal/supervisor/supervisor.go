@@ -87,7 +87,7 @@ type Config struct {
 	LogDir string
 	// LogMaxBytes and LogKeep bound each service's log: past LogMaxBytes
 	// it rotates at a line end to <name>.log.1, keeping LogKeep old files
-	// (rotlog.DefaultMaxBytes and rotlog.DefaultKeep when zero).
+	// (rotlog.Open's defaults when zero).
 	LogMaxBytes int64
 	LogKeep     int
 	Log         *slog.Logger
@@ -95,7 +95,8 @@ type Config struct {
 
 // Supervisor runs Config.Services on demand. Safe for concurrent use.
 type Supervisor struct {
-	logDir      string
+	logDir string
+	// logMaxBytes and logKeep are Config's, passed to rotlog.Open as given.
 	logMaxBytes int64
 	logKeep     int
 	log         *slog.Logger
@@ -128,12 +129,6 @@ func New(cfg Config) (*Supervisor, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Supervisor{logDir: cfg.LogDir, logMaxBytes: cfg.LogMaxBytes, logKeep: cfg.LogKeep, log: log, units: map[string]*unit{}, exit: make(chan struct{})}
-	if s.logMaxBytes <= 0 {
-		s.logMaxBytes = rotlog.DefaultMaxBytes
-	}
-	if s.logKeep <= 0 {
-		s.logKeep = rotlog.DefaultKeep
-	}
 	for _, sp := range cfg.Services {
 		if sp.Name == "" || (sp.Command == nil) == (sp.Run == nil) {
 			return nil, fmt.Errorf("supervisor: service %q needs a name and exactly one of Command and Run", sp.Name)
@@ -360,8 +355,12 @@ func (u *unit) start(ctx context.Context) error {
 	return nil
 }
 
-// logHintLines is how many of its log's last lines a failed start quotes.
-const logHintLines = 8
+// logHintLines is how many of its log's last lines a failed start quotes,
+// read from at most logHintBytes at the end of each file.
+const (
+	logHintLines = 8
+	logHintBytes = 64 << 10
+)
 
 // logHint names the service's log and quotes its last lines.
 func (u *unit) logHint() string {
@@ -369,13 +368,13 @@ func (u *unit) logHint() string {
 		return ""
 	}
 	p := u.sup.logPath(u.spec.Name)
-	data, err := readTail(p, 64<<10)
+	data, err := readTail(p, logHintBytes)
 	if err != nil {
 		return ""
 	}
 	if strings.Count(string(data), "\n") < logHintLines {
 		// Just rotated: the lines before are in the newest old file.
-		if older, err := readTail(p+".1", 64<<10); err == nil {
+		if older, err := readTail(p+".1", logHintBytes); err == nil {
 			data = append(older, data...)
 		}
 	}
@@ -571,7 +570,6 @@ func (u *unit) launch(ctx context.Context) (exited <-chan error, stop func(), er
 		return nil, nil, fmt.Errorf("start %s (%s): %w", u.spec.Name, c.Path, err)
 	}
 	d := &drain{log: logFile, pipe: pr, done: make(chan struct{})}
-	d.touch()
 	go d.run()
 	ch := make(chan error, 1)
 	reaped := make(chan struct{})
