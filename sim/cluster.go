@@ -47,6 +47,14 @@ type Config struct {
 	Fresh bool
 	// APIServers runs a kube-apiserver on each control plane.
 	APIServers bool
+	// WithoutAPIServer names control planes that start (and reboot) without
+	// the apiserver APIServers runs on the others: hosts a test never reads
+	// through, whose apiserver would only load the machine (after a
+	// snapshot restore, a stale member's apiserver retries a leaderless etcd
+	// for the rest of the test). stratum's own starts there (a join, a
+	// rejoin, `up`) still start one. Not the first control plane, which
+	// publishes cluster-info; not with VIP.
+	WithoutAPIServer []string
 	// VIP runs the VIP and a kube-vip candidate on each control plane
 	// (requires APIServers).
 	VIP bool
@@ -84,6 +92,16 @@ func (cfg *Config) defaults() error {
 	if (cfg.VIP || cfg.ControllerManager) && !cfg.APIServers {
 		return errors.New("sim: the VIP and the controller manager need APIServers")
 	}
+	for _, name := range cfg.WithoutAPIServer {
+		switch {
+		case !cfg.APIServers || cfg.VIP:
+			return fmt.Errorf("sim: WithoutAPIServer %s needs APIServers and no VIP (kube-vip follows its host's apiserver)", name)
+		case name == "cp1":
+			return errors.New("sim: the first control plane publishes cluster-info; it cannot be WithoutAPIServer")
+		case !isControlPlaneName(name, cfg.ControlPlanes):
+			return fmt.Errorf("sim: WithoutAPIServer %s is not one of the %d control planes", name, cfg.ControlPlanes)
+		}
+	}
 	if cfg.PodCIDR == "" {
 		cfg.PodCIDR = "10.244.0.0/16"
 	}
@@ -100,6 +118,12 @@ func (cfg *Config) defaults() error {
 		return fmt.Errorf("sim: etcd timing %+v: the heartbeat must be at least 1 ms and the election timeout at least 5 heartbeats", cfg.Etcd)
 	}
 	return nil
+}
+
+// isControlPlaneName: name is one of the first n hosts' (cp1 to cpN).
+func isControlPlaneName(name string, n int) bool {
+	i, err := strconv.Atoi(strings.TrimPrefix(name, "cp"))
+	return err == nil && strings.HasPrefix(name, "cp") && name == "cp"+strconv.Itoa(i) && i >= 1 && i <= n
 }
 
 // Cluster is a running simulation.
@@ -206,10 +230,16 @@ func New(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		}
 	}
 	if cfg.APIServers {
-		if err := c.each(ctx, cps, func(ctx context.Context, h *Host) error { return h.StartAPIServer(ctx) }); err != nil {
+		var withAPIServer []*Host
+		for _, h := range cps {
+			if h.startsAPIServer() {
+				withAPIServer = append(withAPIServer, h)
+			}
+		}
+		if err := c.each(ctx, withAPIServer, func(ctx context.Context, h *Host) error { return h.StartAPIServer(ctx) }); err != nil {
 			return nil, err
 		}
-		c.events.Record("", "action", "%d apiservers ready %s after start", len(cps), time.Since(start).Round(time.Millisecond))
+		c.events.Record("", "action", "%d apiservers ready %s after start", len(withAPIServer), time.Since(start).Round(time.Millisecond))
 		// What `stratum up` publishes for joiners: the CA in cluster-info.
 		admin, err := cps[0].Admin()
 		if err != nil {

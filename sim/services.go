@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"stratum.dev/stratum/internal/host"
@@ -18,6 +19,13 @@ const (
 	ServiceVIP               = "kube-vip"
 	ServiceControllerManager = "kube-controller-manager"
 )
+
+// startsAPIServer: the simulator itself starts an apiserver on this host
+// (at the cluster's start and a reboot): Config.APIServers, unless
+// Config.WithoutAPIServer names it.
+func (h *Host) startsAPIServer() bool {
+	return h.cluster.cfg.APIServers && !slices.Contains(h.cluster.cfg.WithoutAPIServer, h.name)
+}
 
 func (h *Host) startService(ctx context.Context, name string) error {
 	if err := h.servicesBroken("start " + name); err != nil {
@@ -385,13 +393,14 @@ func (h *Host) Reimage() error {
 
 // Reboot starts a crashed (or stopped) host's services again from what is on
 // its disk: etcd when it has node state, then its apiserver and VIP candidate
-// when the cluster runs them. A fresh Handle sees the new incarnation.
+// when the cluster runs them (not on a host WithoutAPIServer names). A fresh
+// Handle sees the new incarnation.
 func (h *Host) Reboot(ctx context.Context) error {
 	h.cluster.events.Record(h.name, "action", "reboot")
 	if err := h.StartEtcd(ctx); err != nil {
 		return err
 	}
-	if h.cluster.cfg.APIServers {
+	if h.startsAPIServer() {
 		if err := h.StartAPIServer(ctx); err != nil {
 			return err
 		}
