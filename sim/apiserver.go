@@ -29,9 +29,22 @@ import (
 // without a parent-death signal (and offers no hook for one): a test binary
 // that panicked or was killed left its apiservers running.
 type apiServer struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	log  *os.File
+	cmd     *exec.Cmd
+	done    chan struct{}
+	log     *os.File
+	started time.Time
+}
+
+// usage says, once the process has ended, how long it ran and the CPU time
+// it used: an apiserver whose etcd member has no leader re-opens its watches
+// in a tight loop (most of a core), which on a simulated cluster's one
+// machine slows every other host.
+func (a *apiServer) usage() string {
+	st := a.cmd.ProcessState
+	if st == nil {
+		return ""
+	}
+	return fmt.Sprintf(" (ran %s, %s of CPU)", time.Since(a.started).Round(100*time.Millisecond), (st.UserTime() + st.SystemTime()).Round(10*time.Millisecond))
 }
 
 // Timing of an apiserver's start and stop.
@@ -123,7 +136,7 @@ func (h *Host) startAPIServer(ctx context.Context) (*apiServer, error) {
 		logFile.Close()
 		return nil, fmt.Errorf("start kube-apiserver on %s: %w", h.name, err)
 	}
-	a := &apiServer{cmd: cmd, done: make(chan struct{}), log: logFile}
+	a := &apiServer{cmd: cmd, done: make(chan struct{}), log: logFile, started: time.Now()}
 	go func() { _ = cmd.Wait(); close(a.done) }()
 	waitCtx, cancel := context.WithTimeout(ctx, apiServerStartTimeout)
 	err = controlplane.WaitReadyz(waitCtx, h.APIServerURL()+"/readyz", caPEM, apiServerPollEvery, a.done)

@@ -433,6 +433,7 @@ func (c *Cluster) Close() {
 				// Hard, as for etcd below: nothing is left to serve.
 				if a := h.takeAPIServer(); a != nil {
 					a.kill()
+					c.events.Record(h.name, "service", "kube-apiserver killed at the cluster's close%s", a.usage())
 				}
 			}()
 		}

@@ -306,10 +306,10 @@ func (h *Host) StopAPIServer() error {
 		return nil
 	}
 	if a.stop() {
-		h.cluster.events.Record(h.name, "service", "kube-apiserver stopped (killed: it did not stop within %s of SIGTERM)", apiServerStopTimeout)
+		h.cluster.events.Record(h.name, "service", "kube-apiserver stopped%s (killed: it did not stop within %s of SIGTERM)", a.usage(), apiServerStopTimeout)
 		return nil
 	}
-	h.cluster.events.Record(h.name, "service", "kube-apiserver stopped")
+	h.cluster.events.Record(h.name, "service", "kube-apiserver stopped%s", a.usage())
 	return nil
 }
 
@@ -330,7 +330,7 @@ func (h *Host) KillAPIServer() error {
 		return nil
 	}
 	a.kill()
-	h.cluster.events.Record(h.name, "fault", "kube-apiserver killed (SIGKILL)")
+	h.cluster.events.Record(h.name, "fault", "kube-apiserver killed (SIGKILL)%s", a.usage())
 	return nil
 }
 

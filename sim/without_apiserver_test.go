@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -60,5 +61,13 @@ func TestWithoutAPIServerStartsNoneThereUntilAsked(t *testing.T) {
 	}
 	if _, err := cs.CoreV1().Namespaces().Get(ctx, "kube-system", metav1.GetOptions{}); err != nil {
 		t.Fatalf("reading through cp2's apiserver, started through its Handle: %v", err)
+	}
+	// Its stop says what it cost: a start alone is a few CPU seconds.
+	if err := cp2.StopAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	stopped := c.Events().Find("service", "kube-apiserver stopped (ran ")
+	if len(stopped) != 1 || !regexp.MustCompile(`ran [0-9.]+m?s, [1-9][0-9.]*m?s of CPU\)$`).MatchString(stopped[0].What) {
+		t.Fatalf("the apiserver's stop event: %v, want its run time and CPU time", stopped)
 	}
 }
