@@ -52,8 +52,9 @@ type Config struct {
 	// through, whose apiserver would only load the machine (after a
 	// snapshot restore, a stale member's apiserver retries a leaderless etcd
 	// for the rest of the test). stratum's own starts there (a join, a
-	// rejoin, `up`) still start one. Not the first control plane, which
-	// publishes cluster-info; not with VIP.
+	// rejoin, `up`) still start one, and a reboot after one starts it
+	// again. Not the first control plane, which publishes cluster-info; not
+	// with VIP.
 	WithoutAPIServer []string
 	// VIP runs the VIP and a kube-vip candidate on each control plane
 	// (requires APIServers).
@@ -433,7 +434,7 @@ func (c *Cluster) Close() {
 				// Hard, as for etcd below: nothing is left to serve.
 				if a := h.takeAPIServer(); a != nil {
 					a.kill()
-					c.events.Record(h.name, "service", "kube-apiserver killed at the cluster's close%s", a.usage())
+					c.events.Record(h.name, "service", "cluster close: kube-apiserver killed%s", a.usage())
 				}
 			}()
 		}

@@ -43,8 +43,11 @@ type Host struct {
 	etcdVersion string
 	etcd        etcdMember
 	apiserver   *apiServer
-	vip         *vipCandidate
-	kcm         *controllerManager
+	// apiServerRan: an apiserver has run here (a reboot starts one again
+	// on a host Config.WithoutAPIServer names).
+	apiServerRan bool
+	vip          *vipCandidate
+	kcm          *controllerManager
 	// brokenServices, when set, is the error every service start and check
 	// fails with (BreakServices).
 	brokenServices error

@@ -22,9 +22,12 @@ const (
 
 // startsAPIServer: the simulator itself starts an apiserver on this host
 // (at the cluster's start and a reboot): Config.APIServers, unless
-// Config.WithoutAPIServer names it.
+// Config.WithoutAPIServer names it and none has run here yet.
 func (h *Host) startsAPIServer() bool {
-	return h.cluster.cfg.APIServers && !slices.Contains(h.cluster.cfg.WithoutAPIServer, h.name)
+	h.mu.Lock()
+	ran := h.apiServerRan
+	h.mu.Unlock()
+	return h.cluster.cfg.APIServers && (ran || !slices.Contains(h.cluster.cfg.WithoutAPIServer, h.name))
 }
 
 func (h *Host) startService(ctx context.Context, name string) error {
@@ -293,7 +296,7 @@ func (h *Host) StartAPIServer(ctx context.Context) error {
 		return err
 	}
 	h.mu.Lock()
-	h.apiserver = a
+	h.apiserver, h.apiServerRan = a, true
 	h.mu.Unlock()
 	h.cluster.events.Record(h.name, "service", "kube-apiserver ready in %s", time.Since(start).Round(time.Millisecond))
 	return nil
@@ -393,8 +396,8 @@ func (h *Host) Reimage() error {
 
 // Reboot starts a crashed (or stopped) host's services again from what is on
 // its disk: etcd when it has node state, then its apiserver and VIP candidate
-// when the cluster runs them (not on a host WithoutAPIServer names). A fresh
-// Handle sees the new incarnation.
+// when the cluster runs them (on a host WithoutAPIServer names, only once one
+// has run there). A fresh Handle sees the new incarnation.
 func (h *Host) Reboot(ctx context.Context) error {
 	h.cluster.events.Record(h.name, "action", "reboot")
 	if err := h.StartEtcd(ctx); err != nil {

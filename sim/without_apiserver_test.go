@@ -8,6 +8,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"stratum.dev/stratum/internal/assets/assetstest"
 )
 
 // TestWithoutAPIServerConfig: only later control planes of a cluster whose
@@ -36,8 +38,9 @@ func TestWithoutAPIServerConfig(t *testing.T) {
 // TestWithoutAPIServerStartsNoneThereUntilAsked: the named control plane
 // starts and reboots without an apiserver; a start through its Handle (what
 // stratum's join, rejoin and up do) still runs one, which a client trusting
-// only the cluster CA reads through.
+// only the cluster CA reads through, and which a reboot starts again.
 func TestWithoutAPIServerStartsNoneThereUntilAsked(t *testing.T) {
+	assetstest.Require(t)
 	c := Start(t, Config{ControlPlanes: 2, APIServers: true, WithoutAPIServer: []string{"cp2"}})
 	cp1, cp2 := c.Host("cp1"), c.Host("cp2")
 	if !cp1.APIServerRunning() || cp2.APIServerRunning() {
@@ -67,7 +70,16 @@ func TestWithoutAPIServerStartsNoneThereUntilAsked(t *testing.T) {
 		t.Fatal(err)
 	}
 	stopped := c.Events().Find("service", "kube-apiserver stopped (ran ")
-	if len(stopped) != 1 || !regexp.MustCompile(`ran [0-9.]+m?s, [1-9][0-9.]*m?s of CPU\)$`).MatchString(stopped[0].What) {
+	if len(stopped) != 1 || !regexp.MustCompile(`^kube-apiserver stopped \(ran \S+, [0-9][0-9.ms]* of CPU\)`).MatchString(stopped[0].What) || strings.Contains(stopped[0].What, " 0s of CPU") {
 		t.Fatalf("the apiserver's stop event: %v, want its run time and CPU time", stopped)
+	}
+	// Once one has run there, a reboot starts it again, as a real host's
+	// supervisor would.
+	cp2.Crash()
+	if err := cp2.Reboot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !cp2.APIServerRunning() {
+		t.Fatal("after a reboot cp2 runs no apiserver, although one ran there")
 	}
 }

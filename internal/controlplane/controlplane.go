@@ -268,12 +268,12 @@ func WaitAPIServerReady(ctx context.Context, ip string, caPEM []byte) error {
 // certificate, so no answer could be verified.
 var ErrNoCACertificate = errors.New("the cluster CA holds no certificate")
 
-// WaitReadyz polls url (a kube-apiserver's /readyz) every interval, with a
+// WaitReadyz polls readyzURL (a kube-apiserver's /readyz) every interval, with a
 // client that trusts only the cluster CA in caPEM (as a user's client does),
 // until it answers 200, exited is closed (the process ended; nil when the
 // caller watches no process) or ctx ends. The error names the last answer:
 // a failing /readyz's failing checks (ReadyzAnswer).
-func WaitReadyz(ctx context.Context, url string, caPEM []byte, interval time.Duration, exited <-chan struct{}) error {
+func WaitReadyz(ctx context.Context, readyzURL string, caPEM []byte, interval time.Duration, exited <-chan struct{}) error {
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(caPEM) {
 		return ErrNoCACertificate
@@ -282,26 +282,27 @@ func WaitReadyz(ctx context.Context, url string, caPEM []byte, interval time.Dur
 	defer client.CloseIdleConnections()
 	var last error
 	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, readyzURL, nil)
 		if err != nil {
 			return err
 		}
-		resp, err := client.Do(req)
+		resp, err := client.Do(req) // a transport error names the URL itself
 		if err == nil {
 			err = ReadyzAnswer(resp)
 			if err == nil {
 				return nil
 			}
+			err = fmt.Errorf("%s: %w", readyzURL, err)
 		}
 		if ctx.Err() == nil || last == nil {
 			// A request cut by ctx's end says nothing of the server.
-			last = fmt.Errorf("%s: %w", url, err)
+			last = err
 		}
 		select {
 		case <-exited:
-			return fmt.Errorf("kube-apiserver exited before it was ready (last: %v)", last)
+			return fmt.Errorf("kube-apiserver exited before it was ready (last: %w)", last)
 		case <-ctx.Done():
-			return fmt.Errorf("kube-apiserver not ready: %w (last: %v)", ctx.Err(), last)
+			return fmt.Errorf("kube-apiserver not ready: %w (last: %w)", ctx.Err(), last)
 		case <-time.After(interval):
 		}
 	}

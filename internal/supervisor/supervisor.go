@@ -87,7 +87,7 @@ type Config struct {
 	LogDir string
 	// LogMaxBytes and LogKeep bound each service's log: past LogMaxBytes
 	// it rotates at a line end to <name>.log.1, keeping LogKeep old files
-	// (rotlog.Open's defaults when zero).
+	// (rotlog.Open's defaults when zero or less).
 	LogMaxBytes int64
 	LogKeep     int
 	Log         *slog.Logger
