@@ -13,6 +13,7 @@ import (
 )
 
 func TestSecretAcrossHostsAndVIPFailover(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	assetstest.Require(t)
 	c := Start(t, Config{ControlPlanes: 3, APIServers: true, VIP: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)

@@ -17,6 +17,7 @@ import (
 // catches up; a second isolation and heal behave the same; and it can be
 // stopped while isolated and started again.
 func TestIsolatingAJoinedMemberHoldsAcrossTicks(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	c := Start(t, Config{ControlPlanes: 3, SpareHosts: 1})
 	cp1, cp4 := c.Host("cp1"), c.Host("cp4")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)

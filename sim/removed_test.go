@@ -164,6 +164,7 @@ func addLearner(t *testing.T, ctx context.Context, c *Cluster, cli *clientv3.Cli
 // A removed leader always applies its own removal (it commits the entry);
 // a removed follower usually learns it from its peers' refusals.
 func TestRemovedMemberStopsWithoutPanic(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	for _, leader := range []bool{false, true} {
 		t.Run(map[bool]string{false: "follower", true: "leader"}[leader], func(t *testing.T) {
 			c := Start(t, Config{ControlPlanes: 3})
@@ -222,6 +223,7 @@ func makeLeader(t *testing.T, ctx context.Context, c *Cluster, id uint64) {
 // starts it anyway (a reboot after a rolled-back join): neither takes the
 // simulator down, and both are reported stopped.
 func TestRemovedLearnerStops(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	c := Start(t, Config{ControlPlanes: 3, SpareHosts: 2})
 	cp1, cp4, cp5 := c.Host("cp1"), c.Host("cp4"), c.Host("cp5")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)

@@ -104,6 +104,7 @@ func contains(xs []string, x string) bool {
 // few seconds, and is refused once that window has passed. A revoked join
 // command is therefore dead at most 10 s after its last use.
 func TestDeletedTokenAuthenticatesWithinTheApiserverCache(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	assetstest.Require(t)
 	c := Start(t, Config{ControlPlanes: 1, APIServers: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)

@@ -59,6 +59,7 @@ func heldVIPSince(c *Cluster, h *Host, since time.Time) bool {
 // was started before the certificate changed wins the lease once it is the
 // only one, refuses to take the VIP and releases it; then a good host takes it.
 func TestVIPRefusedWithoutCoveringCertificate(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	assetstest.Require(t)
 	c := Start(t, Config{ControlPlanes: 3, APIServers: true, VIP: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -40,6 +40,7 @@ func TestWithoutAPIServerConfig(t *testing.T) {
 // stratum's join, rejoin and up do) still runs one, which a client trusting
 // only the cluster CA reads through, and which a reboot starts again.
 func TestWithoutAPIServerStartsNoneThereUntilAsked(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	assetstest.Require(t)
 	c := Start(t, Config{ControlPlanes: 2, APIServers: true, WithoutAPIServer: []string{"cp2"}})
 	cp1, cp2 := c.Host("cp1"), c.Host("cp2")

@@ -55,6 +55,7 @@ func TestConfigFileRefusalsChangeNothing(t *testing.T) {
 // simulated host with a real apiserver): the node state records the file's
 // domain, ranges and VIP, and a flag given beside it wins.
 func TestUpFromAConfigFile(t *testing.T) {
+	t.Parallel() // its own simulated cluster or host
 	c := sim.Start(t, sim.Config{Fresh: true, SpareHosts: 1, APIServers: true, VIP: true})
 	d := c.Hosts()[0].Handle()
 	opts := Options{Host: func() (host.Host, error) { return d, nil }}

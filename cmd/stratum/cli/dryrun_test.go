@@ -26,6 +26,7 @@ import (
 // plan, exits as its operation would, and leaves the node's files, the node
 // state, the shared-certificate Secret and etcd as they were.
 func TestReportsAndDryRunsChangeNothing(t *testing.T) {
+	t.Parallel() // its own simulated cluster or host
 	c, cp1, opts := upOneControlPlane(t, 2)
 	d := cp1.Handle()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -157,6 +157,7 @@ func TestSimUpMissingBinariesNamesMakeAssets(t *testing.T) {
 }
 
 func TestSimUpEndToEnd(t *testing.T) {
+	t.Parallel() // its own simulated cluster or host
 	assetstest.Require(t, assets.KubeAPIServerName)
 	var cluster *sim.Cluster
 	events := filepath.Join(t.TempDir(), "events.json")

@@ -23,6 +23,7 @@ import (
 // maintenance fence rekey and reupload refuse with the Secret unchanged;
 // reupload publishes once the fence is free; operator pass runs.
 func TestCertsRekeyReuploadAndOperatorPass(t *testing.T) {
+	t.Parallel() // its own simulated cluster or host
 	_, cp1, opts := upOneControlPlane(t, 1)
 	d := cp1.Handle()
 	code, out, errOut := runCLI(t, opts, "token", "create", "--control-plane")
@@ -99,6 +100,7 @@ func TestCertsRekeyReuploadAndOperatorPass(t *testing.T) {
 // re-run: new leaves, services restarted onto them and serving; with no
 // supervisor it renews, nothing running to restart.
 func TestCertsCheckAndRenew(t *testing.T) {
+	t.Parallel() // its own simulated cluster or host
 	c, cp1, opts := upOneControlPlane(t, 1)
 	d := cp1.Handle()
 	if code, _, errOut := runCLI(t, opts, "token", "create", "--control-plane"); code != ExitOK {

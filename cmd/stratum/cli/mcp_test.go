@@ -24,6 +24,7 @@ import (
 // answer against etcd and the apiserver; every guarded write refuses without
 // confirm and changes nothing.
 func TestMCPServer(t *testing.T) {
+	t.Parallel() // its own simulated cluster or host
 	c, cp1, opts := upOneControlPlane(t, 1)
 	d := cp1.Handle()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -61,6 +61,7 @@ func TestPlanRemoval(t *testing.T) {
 // (an unknown member, quorum at risk, this node's own member) leave the
 // member list as it was; a removal of a healthy third member goes through.
 func TestEtcdMemberRemove(t *testing.T) {
+	t.Parallel() // its own simulated cluster or host
 	c := sim.Start(t, sim.Config{ControlPlanes: 3})
 	d := c.Host("cp1").Handle()
 	opts := Options{Host: func() (host.Host, error) { return d, nil }}

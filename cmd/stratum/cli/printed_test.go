@@ -105,6 +105,7 @@ func TestEveryExampleRuns(t *testing.T) {
 // but its token and the bootstrap kubeconfig it authorises, which the
 // apiserver accepts as the token's bootstrap identity.
 func TestTokenCreatePrintsWhatRuns(t *testing.T) {
+	t.Parallel() // its own simulated cluster or host
 	c, cp1, opts := upOneControlPlane(t, 1)
 	d := cp1.Handle()
 
@@ -272,6 +273,7 @@ func docSection(doc, path string) string {
 // TestUpAndJoinPrintTheirSteps: up and the printed join command, run on
 // simulated hosts, print a line per step with its duration.
 func TestUpAndJoinPrintTheirSteps(t *testing.T) {
+	t.Parallel() // its own simulated cluster or host
 	c := sim.Start(t, sim.Config{Fresh: true, SpareHosts: 2, APIServers: true, VIP: true})
 	cp1, cp2 := c.Hosts()[0], c.Hosts()[1]
 	code, out, errOut := runCLI(t, on(cp1), "up", "--vip", c.VIPAddress().String())

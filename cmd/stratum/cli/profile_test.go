@@ -26,6 +26,7 @@ import (
 // apiserver rejects, or flags it never got, fail here: the profile once
 // wrote its policy and no apiserver read it.
 func TestCISProfileAuditsTheAPIServer(t *testing.T) {
+	t.Parallel() // its own simulated cluster or host
 	c := sim.Start(t, sim.Config{Fresh: true, SpareHosts: 1, APIServers: true})
 	cp1 := c.Hosts()[0]
 	if code, out, errOut := runCLI(t, on(cp1), "up", "--profile", "cis"); code != ExitOK {

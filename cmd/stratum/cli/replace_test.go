@@ -28,6 +28,7 @@ import (
 //     then the same join again, bring the cluster back to three started
 //     voters with the new machine serving.
 func TestReplacingAControlPlanesMachine(t *testing.T) {
+	t.Parallel() // its own simulated cluster or host
 	c, join := upWithPrintedJoin(t, 3)
 	cp1, cp2, cp3 := c.Hosts()[0], c.Hosts()[1], c.Hosts()[2]
 	if code, out, errOut := runCLI(t, on(cp2), join...); code != ExitOK {

@@ -36,6 +36,7 @@ import (
 //     cp1 alone), makes the machine a started voter again through the
 //     members the cluster published, serving with the cluster CA.
 func TestResetTakesAControlPlaneOut(t *testing.T) {
+	t.Parallel() // its own simulated cluster or host
 	c, join := upWithPrintedJoin(t, 3)
 	hosts := c.Hosts()
 	for _, h := range hosts[1:] {
@@ -135,6 +136,7 @@ func TestResetTakesAControlPlaneOut(t *testing.T) {
 // only) after cp1's reset, then a join command minted on cp2, which names
 // cp2, run on the retired machine.
 func TestJoinedControlPlaneOutlivesItsJoinServer(t *testing.T) {
+	t.Parallel() // its own simulated cluster or host
 	c := sim.Start(t, sim.Config{Fresh: true, SpareHosts: 2, APIServers: true})
 	cp1, cp2 := c.Hosts()[0], c.Hosts()[1]
 	if code, out, errOut := runCLI(t, on(cp1), "up"); code != ExitOK {
@@ -187,6 +189,7 @@ func TestJoinedControlPlaneOutlivesItsJoinServer(t *testing.T) {
 // would destroy the cluster: refused, with nothing changed, unless --force,
 // which leaves nothing behind.
 func TestResetRefusesTheLastVoter(t *testing.T) {
+	t.Parallel() // its own simulated cluster or host
 	c, _ := upWithPrintedJoin(t, 1)
 	cp1 := c.Hosts()[0]
 	filesBefore := configFiles(t, cp1.Root())

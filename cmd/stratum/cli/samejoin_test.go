@@ -23,6 +23,7 @@ import (
 // the fence, and the fence is free for the next operation (a rekey's dry run
 // on cp1 would take it).
 func TestTheSameJoinCommandOnTwoMachinesAtOnce(t *testing.T) {
+	t.Parallel() // its own simulated cluster or host
 	c, join := upWithPrintedJoin(t, 3)
 	cp1, cp2, cp3 := c.Hosts()[0], c.Hosts()[1], c.Hosts()[2]
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

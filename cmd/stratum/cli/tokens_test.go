@@ -23,6 +23,7 @@ import (
 // nothing, a malformed one is a usage error; a delete the cluster refuses is
 // reported as not done.
 func TestTokenListAndDelete(t *testing.T) {
+	t.Parallel() // its own simulated cluster or host
 	_, cp1, opts := upOneControlPlane(t, 1)
 	d := cp1.Handle()
 	mint := func(args ...string) string {

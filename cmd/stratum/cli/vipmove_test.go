@@ -41,6 +41,8 @@ const (
 // cut mint printed, run as printed on a spare host, makes it a control plane
 // that serves with only the cluster CA.
 func TestTokenCreateSurvivesAVIPMove(t *testing.T) {
+	t.Parallel() // its own simulated cluster or host
+
 	c, cp1, opts := upOneControlPlane(t, 2) // cp1, and cp2 to join
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
