@@ -138,6 +138,8 @@ type Cluster struct {
 	network     network
 	checkpoints checkpoints
 	vip         vip
+	// subnet is the cluster's 127.a.b.0/24, held in subnetsInUse until Close.
+	subnet netip.Addr
 
 	stopTick  chan struct{}
 	closeOnce sync.Once
@@ -174,6 +176,7 @@ func New(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
+	c.subnet = base
 	c.vip.addr = base.Next().Next().Next().Next().Next().Next().Next().Next().Next().Next() // .10
 	ip := c.vip.addr
 	for i := 1; i <= n; i++ {
@@ -349,12 +352,40 @@ func firstServiceIP(cidr string) net.IP {
 	return net.IP(p.Masked().Addr().Next().AsSlice())
 }
 
-// freeSubnet picks 127.a.b.0/24 at random until every address the cluster
-// will bind (hosts from .11, the VIP at .10) is free on the standard ports,
-// so concurrent simulations (other test binaries) never collide.
+// subnetsInUse are the /24s this process's open clusters hold. The probe in
+// freeSubnet alone cannot see them: a fresh cluster, or a spare host waiting
+// to join, listens on nothing yet, and a parallel test's cluster could be
+// given the same addresses.
+var subnetsInUse = struct {
+	sync.Mutex
+	m map[netip.Addr]bool
+}{m: map[netip.Addr]bool{}}
+
+// pickSubnet draws a candidate 127.a.b.0/24; a test replaces it.
+var pickSubnet = func() netip.Addr {
+	return netip.AddrFrom4([4]byte{127, byte(64 + rand.IntN(180)), byte(rand.IntN(256)), 0})
+}
+
+// releaseSubnet hands a closed cluster's /24 back.
+func releaseSubnet(base netip.Addr) {
+	subnetsInUse.Lock()
+	defer subnetsInUse.Unlock()
+	delete(subnetsInUse.m, base)
+}
+
+// freeSubnet picks 127.a.b.0/24 at random until one is not held by another
+// cluster of this process and every address the cluster will bind (hosts
+// from .11, the VIP at .10) is free on the standard ports, so concurrent
+// simulations (parallel tests, other test binaries) never collide. The /24
+// is held until releaseSubnet.
 func freeSubnet(hosts int) (netip.Addr, error) {
+	subnetsInUse.Lock()
+	defer subnetsInUse.Unlock()
 	for try := 0; try < 50; try++ {
-		base := netip.AddrFrom4([4]byte{127, byte(64 + rand.IntN(180)), byte(rand.IntN(256)), 0})
+		base := pickSubnet()
+		if subnetsInUse.m[base] {
+			continue
+		}
 		ok := true
 		ip := base
 		for i := 0; i < 10; i++ {
@@ -372,6 +403,7 @@ func freeSubnet(hosts int) (netip.Addr, error) {
 			ip = ip.Next()
 		}
 		if ok {
+			subnetsInUse.m[base] = true
 			return base, nil
 		}
 	}
@@ -451,6 +483,9 @@ func (c *Cluster) Close() {
 		}
 		wg.Wait()
 		c.events.Record("", "action", "cluster closed")
+		if c.subnet.IsValid() {
+			releaseSubnet(c.subnet)
+		}
 		if c.ownDir {
 			os.RemoveAll(c.dir)
 		}

@@ -14,12 +14,15 @@ import (
 const simMarker = "stratum-sim-"
 
 // SimProcesses lists the pids of live processes whose command line names a
-// simulation directory under dir ("" for any): kube-apiservers, etcd
+// path below dir ("" for any simulation directory): kube-apiservers, etcd
 // processes and controller managers started by a simulation.
 func SimProcesses(dir string) []int {
 	marker := simMarker
 	if dir != "" {
-		marker = dir
+		// Every path of the simulation is below dir: with the slash, a
+		// sibling whose name starts with dir's (stratum-sim-12 and
+		// stratum-sim-123) is not taken for it.
+		marker = strings.TrimSuffix(dir, "/") + "/"
 	}
 	var pids []int
 	entries, _ := os.ReadDir("/proc")

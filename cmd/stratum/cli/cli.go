@@ -16,6 +16,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
@@ -163,9 +164,7 @@ processes driven from one process) via "stratum sim", before it acts on real mac
 			}
 			h := slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: lvl})
 			a.log = slog.New(h)
-			// client-go (the simulator's VIP leader election) logs through
-			// klog; its messages, errors included, are debug detail here.
-			klog.SetLogger(logr.FromSlogHandler(debugHandler{h}))
+			routeKlog(h, lvl <= slog.LevelDebug)
 			return nil
 		},
 	}
@@ -223,6 +222,33 @@ func groupRun(cmd *cobra.Command, args []string) error {
 		msg += "; did you mean " + strings.Join(s, " or ") + "?"
 	}
 	return usageError{errors.New(msg)}
+}
+
+// klogRoute guards klog's process-wide logger: commands run in one process
+// (the tests, two at a time) must not rewrite it under each other's
+// clients.
+var klogRoute struct {
+	sync.Mutex
+	silenced bool
+}
+
+// routeKlog sends klog (client-go's logging: the simulator's VIP leader
+// election) to h at debug level when debug is on, and nowhere otherwise:
+// its messages, errors included, are debug detail to a stratum user. A
+// process that already discards klog is left as it is.
+func routeKlog(h slog.Handler, debug bool) {
+	klogRoute.Lock()
+	defer klogRoute.Unlock()
+	if debug {
+		klog.SetLogger(logr.FromSlogHandler(debugHandler{h}))
+		klogRoute.silenced = false
+		return
+	}
+	if !klogRoute.silenced {
+		// A logger replaces every klog output, stderr for errors included.
+		klog.SetLogger(logr.Discard())
+		klogRoute.silenced = true
+	}
 }
 
 // debugHandler logs every record at debug level: for libraries whose own

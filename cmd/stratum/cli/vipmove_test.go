@@ -81,8 +81,8 @@ func TestTokenCreateSurvivesAVIPMove(t *testing.T) {
 			t.Fatalf("token delete %s: exit %d\n%s", id, code, errOut)
 		}
 	}
-	// Uncut mints measure the traffic a mint carries: its bytes, and its
-	// answers, whose count varies by a few (its clients' connections
+	// Uncut mints measure the traffic a mint carries: its bytes (the
+	// fewest of vipMoveMeasures mints), and its answers, whose count varies by a few (its clients' connections
 	// interleave) — fewest and most of vipMoveMeasures mints.
 	var span, fewest, most int64
 	for i := 0; i < vipMoveMeasures; i++ {
@@ -90,7 +90,11 @@ func TestTokenCreateSurvivesAVIPMove(t *testing.T) {
 		id, _ := mint("uncut")
 		bytes, answers = c.VIPBytes()-bytes, c.VIPAnswers()-answers
 		revoke(id)
-		span = bytes
+		// The fewest bytes measured: a mint slowed into a retry carries
+		// more, and a cut placed by it could come after a normal mint ends.
+		if i == 0 || bytes < span {
+			span = bytes
+		}
 		if i == 0 || answers < fewest {
 			fewest = answers
 		}
