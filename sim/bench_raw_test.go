@@ -77,6 +77,7 @@ func freeBase(b *testing.B, hosts int) string {
 	if err != nil {
 		b.Fatal(err)
 	}
+	b.Cleanup(func() { releaseSubnet(addr) })
 	a := addr.As4()
 	return fmt.Sprintf("%d.%d.%d", a[0], a[1], a[2])
 }

@@ -155,7 +155,7 @@ func New(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		return nil, err
 	}
 	ReapOrphans()
-	quietKlog()
+	QuietKlog()
 	c := &Cluster{cfg: cfg, dir: cfg.Dir, events: newEventLog(cfg.EventsTo), stopTick: make(chan struct{})}
 	c.network = network{c: c, isolated: map[string]bool{}, cut: map[[2]string]bool{}}
 	c.checkpoints = checkpoints{c: c, at: map[checkpointKey]*armed{}, seen: map[string]int{}}
@@ -283,9 +283,12 @@ func New(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 
 var klogOnce sync.Once
 
-// quietKlog keeps client-go's leader election (the VIP candidates) from
-// writing to the test output; the event log says what happened.
-func quietKlog() {
+// QuietKlog keeps client-go's leader election (the VIP candidates) from
+// writing to the test output; the event log says what happened. New calls
+// it; only its first call in a process acts, so a caller that routes klog
+// itself (the stratum CLI at --log-level debug) calls it first, and its
+// route then stays.
+func QuietKlog() {
 	klogOnce.Do(func() {
 		// A logger replaces every klog output, stderr for errors included
 		// (LogToStderr(false) alone still sends errors there).

@@ -22,7 +22,10 @@ func SimProcesses(dir string) []int {
 		// Every path of the simulation is below dir: with the slash, a
 		// sibling whose name starts with dir's (stratum-sim-12 and
 		// stratum-sim-123) is not taken for it.
-		marker = strings.TrimSuffix(dir, "/") + "/"
+		// The children's paths are cleaned (filepath.Join), so dir is too.
+		if marker = filepath.Clean(dir); marker != "/" {
+			marker += "/"
+		}
 	}
 	var pids []int
 	entries, _ := os.ReadDir("/proc")

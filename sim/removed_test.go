@@ -86,10 +86,13 @@ func checkRestHealthy(t *testing.T, ctx context.Context, rest []*Host, want int)
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { cli.Close() }) // also when a check below fails
 		// A removed leader's peers elect another within an election
 		// timeout or so, later on a loaded machine.
 		eventually(t, 15*time.Second, h.Name()+" knows a leader after the removal", func() (bool, string) {
-			st, err := cli.Status(ctx, h.ClientURL())
+			askCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			st, err := cli.Status(askCtx, h.ClientURL())
 			if err != nil || st.Leader == 0 {
 				return false, fmt.Sprintf("status %v, err %v", st, err)
 			}

@@ -14,6 +14,9 @@ func TestFreeSubnetSkipsOneHeld(t *testing.T) {
 	draws := []netip.Addr{a, a, b, a}
 	old := pickSubnet
 	pickSubnet = func() netip.Addr {
+		if len(draws) == 0 { // a drawn /24 was busy (another process)
+			return old()
+		}
 		next := draws[0]
 		draws = draws[1:]
 		return next

@@ -239,6 +239,9 @@ var klogRoute struct {
 func routeKlog(h slog.Handler, debug bool) {
 	klogRoute.Lock()
 	defer klogRoute.Unlock()
+	// The simulator silences klog when it first starts a cluster in this
+	// process; taken first, its silencing cannot undo a debug route.
+	sim.QuietKlog()
 	if debug {
 		klog.SetLogger(logr.FromSlogHandler(debugHandler{h}))
 		klogRoute.silenced = false

@@ -82,8 +82,9 @@ func TestTokenCreateSurvivesAVIPMove(t *testing.T) {
 		}
 	}
 	// Uncut mints measure the traffic a mint carries: its bytes (the
-	// fewest of vipMoveMeasures mints), and its answers, whose count varies by a few (its clients' connections
-	// interleave) — fewest and most of vipMoveMeasures mints.
+	// fewest of vipMoveMeasures mints), and its answers, whose count
+	// varies by a few (its clients' connections interleave): the fewest
+	// and most of those mints.
 	var span, fewest, most int64
 	for i := 0; i < vipMoveMeasures; i++ {
 		bytes, answers := c.VIPBytes(), c.VIPAnswers()
@@ -100,7 +101,7 @@ func TestTokenCreateSurvivesAVIPMove(t *testing.T) {
 		}
 		most = max(most, answers)
 	}
-	t.Logf("a mint carries %d bytes through the VIP, %d to %d answers", span, fewest, most)
+	t.Logf("a mint carries at least %d bytes through the VIP, %d to %d answers", span, fewest, most)
 
 	// The cuts: at points spread over the mint's bytes (mostly requests
 	// half sent), then in place of each of its answers in turn (requests
