@@ -33,6 +33,8 @@ type apiServer struct {
 	done    chan struct{}
 	log     *os.File
 	started time.Time
+	// ran is how long the process ran, set before done closes.
+	ran time.Duration
 }
 
 // usage says, once the process has ended, how long it ran and the CPU time
@@ -40,11 +42,13 @@ type apiServer struct {
 // in a tight loop (most of a core), which on a simulated cluster's one
 // machine slows every other host.
 func (a *apiServer) usage() string {
-	st := a.cmd.ProcessState
-	if st == nil {
+	select {
+	case <-a.done:
+	default:
 		return ""
 	}
-	return fmt.Sprintf(" (ran %s, %s of CPU)", time.Since(a.started).Round(100*time.Millisecond), (st.UserTime() + st.SystemTime()).Round(10*time.Millisecond))
+	st := a.cmd.ProcessState
+	return fmt.Sprintf(" (ran %s, %s of CPU)", a.ran.Round(100*time.Millisecond), (st.UserTime() + st.SystemTime()).Round(10*time.Millisecond))
 }
 
 // Timing of an apiserver's start and stop.
@@ -137,7 +141,11 @@ func (h *Host) startAPIServer(ctx context.Context) (*apiServer, error) {
 		return nil, fmt.Errorf("start kube-apiserver on %s: %w", h.name, err)
 	}
 	a := &apiServer{cmd: cmd, done: make(chan struct{}), log: logFile, started: time.Now()}
-	go func() { _ = cmd.Wait(); close(a.done) }()
+	go func() {
+		_ = cmd.Wait()
+		a.ran = time.Since(a.started)
+		close(a.done)
+	}()
 	waitCtx, cancel := context.WithTimeout(ctx, apiServerStartTimeout)
 	err = controlplane.WaitReadyz(waitCtx, h.APIServerURL()+"/readyz", caPEM, apiServerPollEvery, a.done)
 	cancel()
