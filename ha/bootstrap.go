@@ -217,18 +217,22 @@ func (r *bootstrapRun) refuse(ctx context.Context) error {
 	if problems := host.ProfileProblems(o.Profile, o.SELinuxOptOut); len(problems) > 0 {
 		return fmt.Errorf("stratum up refused: %w: %s; nothing was changed", host.ErrPrereq, strings.Join(problems, "; "))
 	}
-	// An explicit node IP is checked here, before the CAs are made; a
-	// detected one is the host's own by construction.
-	if c, err := host.ResolveNodeIP(o.NodeIP, o.ConfigNodeIP, "", func() (string, error) { return "", nil }); err != nil {
+	// The node IP is resolved here, before the CAs are made, as the
+	// assembly will resolve it: an explicit one must be this host's (a
+	// detected one is by construction), a host with none to detect is
+	// refused, and neither may be the VIP.
+	c, err := host.ResolveNodeIP(o.NodeIP, o.ConfigNodeIP, "", func() (string, error) { return host.DetectNodeIPs(h, r.netc.DualStack()) })
+	if err != nil {
 		return fmt.Errorf("stratum up refused: %w; nothing was changed", err)
-	} else if c.Source != "detected" {
-		ip := strings.SplitN(c.IP, ",", 2)[0]
+	}
+	ip := strings.SplitN(c.IP, ",", 2)[0]
+	if c.Source != "detected" {
 		if err := checkLocalIP(h, ip); err != nil {
 			return fmt.Errorf("stratum up refused: node IP %s (from %s): %w; nothing was changed: pass --node-ip with an address of this host", ip, c.Source, err)
 		}
-		if o.VIP.Address != "" && o.VIP.Address == ip {
-			return fmt.Errorf("stratum up refused: the VIP %s is this node's own address; nothing was changed: pick an unused address on the node's network for --vip", o.VIP.Address)
-		}
+	}
+	if o.VIP.Address != "" && o.VIP.Address == ip {
+		return fmt.Errorf("stratum up refused: the VIP %s is this node's own address (from %s); nothing was changed: pick an unused address on the node's network for --vip", o.VIP.Address, c.Source)
 	}
 	release, err := nodelock.AcquireBoth(h, "stratum up (bootstrap)")
 	if err != nil {

@@ -401,13 +401,16 @@ func (n *Node) prepareJoin(ctx context.Context, o JoinOptions) (st *nodestate.No
 // a journal it cannot read, retained etcd data.
 func (r *joinRun) refuse(ctx context.Context) error {
 	n, h, o := r.n, r.n.env.Host, r.o
-	if err := checkJoinOptions(o); err != nil {
+	if err := CheckJoinOptions(o); err != nil {
 		return err
 	}
 	// The node IP given, the one that wins by host.ResolveNodeIP's
 	// precedence (a flag overrides the config file), must be this host's; a
-	// detected one is by construction.
-	if c, err := host.ResolveNodeIP(o.NodeIP, o.ConfigNodeIP, "", func() (string, error) { return "", nil }); err != nil {
+	// detected one is by construction, and a host with none to detect is
+	// refused here, before the download writes the shared certificates. Its
+	// primary family is detected: whether the cluster is dual-stack is known
+	// only from the download, and the assembly detects the second address.
+	if c, err := host.ResolveNodeIP(o.NodeIP, o.ConfigNodeIP, "", func() (string, error) { return host.DetectNodeIPs(h, false) }); err != nil {
 		return fmt.Errorf("control-plane join refused: %w; nothing was changed", err)
 	} else if c.Source != "detected" {
 		what := map[string]string{"flag": "--node-ip", "config": "spec.network.nodeIP", "env": "$NODE_IP"}[c.Source]
@@ -925,8 +928,12 @@ func (n *Node) checkNoRetainedData() error {
 	return nil
 }
 
-// checkJoinOptions refuses malformed options before anything is touched.
-func checkJoinOptions(o JoinOptions) error {
+// CheckJoinOptions refuses malformed join options (the server URL, token,
+// CA hash, certificate key and VIP of a join command) before anything is
+// touched. The join checks them first; a caller with checks of its own to
+// make before the join (the CLI's supervisor start: root, socket, binaries)
+// calls it ahead of them, so a mistyped join command is named first.
+func CheckJoinOptions(o JoinOptions) error {
 	var bad []string
 	if u, err := url.Parse(o.Server); err != nil || u.Scheme != "https" || u.Host == "" {
 		bad = append(bad, fmt.Sprintf("--server %q is not https://<host>:<port>", o.Server))

@@ -25,7 +25,7 @@ func TestCheckJoinOptionsToken(t *testing.T) {
 		"":                               false,
 	} {
 		o.Token = tok
-		err := checkJoinOptions(o)
+		err := CheckJoinOptions(o)
 		if ok && err != nil {
 			t.Errorf("token %q refused: %v", tok, err)
 		}

@@ -292,6 +292,11 @@ func (n *Node) coverVIP(ctx context.Context, w io.Writer, vip string) error {
 // (askWhileSilent); a wrong answer (another cluster's certificate, one that
 // does not cover the VIP) refuses at once.
 func (n *Node) checkServes(ctx context.Context, vip string, serves func(context.Context, string) (bool, error)) error {
+	// The VIP is judged by this node's cluster CA: a machine without one
+	// is not a node of any cluster, whatever the VIP serves.
+	if _, err := n.env.Host.ReadFile(version.PKIFile("ca.crt")); errors.Is(err, fs.ErrNotExist) {
+		return Refusal(fmt.Errorf("this machine is not a stratum node (no cluster CA at %s); nothing was changed: run it on a control plane or worker of the cluster", version.PKIFile("ca.crt")))
+	}
 	var ok bool
 	err := n.askWhileSilent(ctx, "the VIP "+vip, errVIPUnreachable, func() error {
 		var err error

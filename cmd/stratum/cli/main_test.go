@@ -289,6 +289,24 @@ func TestSimUpEndToEnd(t *testing.T) {
 type tempHost struct {
 	*host.Local
 	starts []string
+	// nodeAddrs, when set, are the host's only addresses (node-IP
+	// detection's candidates and the addresses it has), in place of this
+	// machine's.
+	nodeAddrs *[]netip.Addr
+}
+
+func (h *tempHost) NodeAddresses() ([]netip.Addr, error) {
+	if h.nodeAddrs != nil {
+		return *h.nodeAddrs, nil
+	}
+	return h.Local.NodeAddresses()
+}
+
+func (h *tempHost) Addresses() ([]netip.Addr, error) {
+	if h.nodeAddrs != nil {
+		return append([]netip.Addr{netip.MustParseAddr("127.0.0.1")}, *h.nodeAddrs...), nil
+	}
+	return h.Local.Addresses()
 }
 
 func (*tempHost) Name() string { return "test-node" }
@@ -392,6 +410,7 @@ func TestControlPlaneCommandsRefuseOnANodeWithoutState(t *testing.T) {
 		{[]string{"etcd", "health"}, "no control-plane state on this node"},
 		{[]string{"certs", "check"}, "no control-plane state on this node"},
 		{[]string{"grants", "prune"}, "admin kubeconfig"},
+		{[]string{"repoint", "--vip", "10.0.0.10"}, "this machine is not a stratum node (no cluster CA at"},
 	} {
 		opts, h := onTempHost(t)
 		code, out, errOut := runCLI(t, opts, tc.args...)

@@ -333,6 +333,11 @@ not in the process list while the control plane runs.`,
 			if err := applyConfigToJoin(cmd, f.config, &o); err != nil {
 				return err
 			}
+			// Before the supervisor's own checks (root, socket, binaries):
+			// a mistyped join command is the first thing to name.
+			if err := ha.CheckJoinOptions(o); err != nil {
+				return refused(err)
+			}
 			// The join's interrupt context: a signal stops it at a step
 			// boundary, and is held through the member-add window. It is
 			// not under the command's own signal context, which would end

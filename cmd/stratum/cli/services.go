@@ -63,7 +63,8 @@ unit. Nothing requires systemd: without it, run "stratum up" under any superviso
 
 The pinned etcd and kube-apiserver must be in --bin-dir (made absolute) before
 anything is written, as "stratum up" checks them; a path holding a space, a quote, a
-backslash, %, $ or ; is refused, since ExecStart would split or expand it. --dry-run checks
+backslash, %, $ or ; is refused, since ExecStart would split or expand it. --unit-dir
+must be an existing directory (systemd reads units only from its own). --dry-run checks
 the same and prints the unit instead.`,
 		Example: `  # After "stratum up ..." or "stratum server ..." once by hand (then Ctrl-C):
   stratum install
@@ -98,15 +99,25 @@ the same and prints the unit instead.`,
 					return refusedf("install refused: the unit's stratum up would not start: %w; nothing was written", err)
 				}
 			}
+			// systemd reads units only from its own directories: a missing
+			// one is most likely a typo, and a unit made there would never
+			// start.
+			if fi, err := os.Stat(unitDir); err != nil || !fi.IsDir() {
+				why := "is not a directory"
+				if err != nil {
+					why = "cannot be used: " + err.Error()
+					if errors.Is(err, fs.ErrNotExist) {
+						why = "does not exist"
+					}
+				}
+				return refusedf("install refused: --unit-dir %s %s; nothing was written: pass systemd's unit directory (/etc/systemd/system by default)", unitDir, why)
+			}
 			unit := systemdUnit(self, binDir)
 			if dryRun {
 				fmt.Fprint(a.stdout, unit)
 				return nil
 			}
 			path := filepath.Join(unitDir, unitName)
-			if err := os.MkdirAll(unitDir, 0o755); err != nil {
-				return fmt.Errorf("install: %w; nothing was written", err)
-			}
 			tmp := path + ".tmp"
 			if err := os.WriteFile(tmp, []byte(unit), 0o644); err != nil {
 				return fmt.Errorf("install: write %s: %w; nothing was written", path, err)

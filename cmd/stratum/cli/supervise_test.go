@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -111,12 +112,34 @@ func TestInstallWritesAUnitThatRunsUpOnlyWithState(t *testing.T) {
 	if !strings.Contains(out, "wrote "+filepath.Join(dir, "stratum.service")) {
 		t.Errorf("stdout does not say what was written:\n%s", out)
 	}
-	code, out, _ = runCLI(t, Options{}, "install", "--dry-run", "--unit-dir", filepath.Join(dir, "other"), "--bin-dir", bin)
+	other := filepath.Join(dir, "other")
+	if err := os.Mkdir(other, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = runCLI(t, Options{}, "install", "--dry-run", "--unit-dir", other, "--bin-dir", bin)
 	if code != ExitOK || !strings.Contains(out, "ExecStart=") {
 		t.Fatalf("dry run: exit %d, stdout:\n%s", code, out)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "other")); err == nil {
-		t.Fatal("a dry run wrote the unit directory")
+	if _, err := os.Stat(filepath.Join(other, "stratum.service")); err == nil {
+		t.Fatal("a dry run wrote the unit")
+	}
+	// A unit directory that is missing (a typo systemd would never read
+	// from) or not a directory is refused, a dry run's too, and made
+	// nothing.
+	for _, unitDir := range []string{filepath.Join(dir, "sytem"), filepath.Join(dir, "stratum.service")} {
+		for _, dry := range []bool{false, true} {
+			args := []string{"install", "--unit-dir", unitDir, "--bin-dir", bin}
+			if dry {
+				args = append(args, "--dry-run")
+			}
+			code, out, errOut := runCLI(t, Options{}, args...)
+			if code != ExitRefused || !strings.Contains(errOut, "--unit-dir "+unitDir) || !strings.Contains(errOut, "nothing was written") || out != "" {
+				t.Fatalf("%v: exit %d, want %d naming the directory; stdout %q, stderr:\n%s", args, code, ExitRefused, out, errOut)
+			}
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "sytem")); err == nil {
+		t.Fatal("a refused install made the missing unit directory")
 	}
 }
 
@@ -158,6 +181,51 @@ func TestUpRefusesBadOptionsBeforeWriting(t *testing.T) {
 					keys = append(keys, k)
 				}
 				t.Fatalf("a refused up wrote %v", keys)
+			}
+		})
+	}
+}
+
+// TestUpAndServerResolveTheNodeIPBeforeWriting: a node IP stratum must
+// detect is resolved among the refusals, so a host with no address to
+// detect, or whose detected address is the VIP, is refused (exit 3) before
+// the bring-up makes its CAs or the join downloads the shared certificates:
+// nothing is written.
+func TestUpAndServerResolveTheNodeIPBeforeWriting(t *testing.T) {
+	join := []string{"server", "--server", "https://10.0.0.10:6443", "--token", "abcdef.0123456789abcdef",
+		"--ca-hash", "sha256:" + strings.Repeat("ab", 32), "--certificate-key", strings.Repeat("cd", 32)}
+	for _, tc := range []struct {
+		name  string
+		addrs []netip.Addr
+		args  []string
+		want  []string
+	}{
+		{"up on a host with no address to detect", nil, []string{"up"},
+			[]string{"stratum up refused", "detect the node IP", "no non-loopback address", "pass --node-ip", "nothing was changed"}},
+		{"up whose detected address is the VIP", []netip.Addr{netip.MustParseAddr("198.18.7.5")}, []string{"up", "--vip", "198.18.7.5"},
+			[]string{"stratum up refused", "the VIP 198.18.7.5 is this node's own address (from detected)", "nothing was changed"}},
+		{"server on a host with no address to detect", nil, join,
+			[]string{"control-plane join refused", "detect the node IP", "no non-loopback address", "pass --node-ip", "nothing was changed"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts, h := onTempHost(t)
+			addrs := tc.addrs
+			h.nodeAddrs = &addrs
+			code, out, errOut := runCLI(t, opts, tc.args...)
+			if code != ExitRefused {
+				t.Fatalf("exit %d, want %d; stdout:\n%s\nstderr:\n%s", code, ExitRefused, out, errOut)
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(errOut, want) {
+					t.Errorf("stderr lacks %q:\n%s", want, errOut)
+				}
+			}
+			if files := filesUnder(t, h.Root); len(files) != 0 {
+				keys := make([]string, 0, len(files))
+				for k := range files {
+					keys = append(keys, k)
+				}
+				t.Fatalf("refused, yet wrote %v", keys)
 			}
 		})
 	}
