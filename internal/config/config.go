@@ -6,20 +6,22 @@
 // (spec.network.nodeIP, spec.selinux, ...), so an error points at a line of
 // the file.
 //
-// A file is read strictly: an unknown key, a wrong apiVersion or kind, or a
-// value that does not parse is an error naming the key, before anything on
-// the node changes.
+// A file is read strictly: an unknown or duplicate key, a second document, a
+// wrong apiVersion or kind, or a value that does not parse is an error naming
+// the key, before anything on the node changes.
 package config
 
 import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"slices"
 	"strings"
 
+	goyaml "go.yaml.in/yaml/v2"
 	"k8s.io/apimachinery/pkg/util/validation"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
@@ -76,11 +78,24 @@ func Load(path string) (*File, error) {
 	return f, nil
 }
 
-// Parse decodes a document strictly (unknown keys are errors) and checks
-// every value, naming the key of each problem.
+// Parse decodes one document strictly (unknown and duplicate keys, and a
+// second document, are errors) and checks every value, naming the key of
+// each problem.
 func Parse(data []byte) (*File, error) {
 	var f File
-	js, err := yaml.YAMLToJSON(data)
+	n, err := documents(data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if n > 1 {
+		return nil, fmt.Errorf("%w: %d documents; stratum reads one", ErrInvalid, n)
+	}
+	// YAMLToJSON would keep the last of duplicate keys, which the JSON
+	// decoder below would then never see.
+	js, err := yaml.YAMLToJSONStrict(data)
+	if te := (*goyaml.TypeError)(nil); errors.As(err, &te) {
+		return nil, fmt.Errorf("%w: %s", ErrInvalid, strings.Join(te.Errors, "; "))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
@@ -147,6 +162,27 @@ func Parse(data []byte) (*File, error) {
 		return nil, fmt.Errorf("%w: %s", ErrInvalid, strings.Join(problems, "; "))
 	}
 	return &f, nil
+}
+
+// documents counts the YAML documents in data up to the last one that is
+// neither empty nor null, so a trailing "---" with nothing after is not one.
+// It uses the parser of sigs.k8s.io/yaml, which reads only the first.
+func documents(data []byte) (int, error) {
+	d := goyaml.NewDecoder(bytes.NewReader(data))
+	n := 0
+	for i := 1; ; i++ {
+		var v any
+		err := d.Decode(&v)
+		if errors.Is(err, io.EOF) {
+			return n, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		if v != nil {
+			n = i
+		}
+	}
 }
 
 // SELinuxOptOut reports whether the file opts out of SELinux (spec.selinux:

@@ -40,6 +40,11 @@ func TestParseGood(t *testing.T) {
 	if _, err := Load(path); err != nil {
 		t.Fatal(err)
 	}
+	for _, doc := range []string{"---\n" + good, good + "---\n", good + "...\n", "---\n" + good + "---\n# end\n", good + "---\n~\n"} {
+		if _, err := Parse([]byte(doc)); err != nil {
+			t.Errorf("Parse(%q) = %v, want one document", doc, err)
+		}
+	}
 	if _, err := Load(filepath.Join(t.TempDir(), "nope.yaml")); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("missing file: %v", err)
 	}
@@ -60,11 +65,27 @@ func TestParseRefusalsNameTheKey(t *testing.T) {
 		{"VIP is the node", strings.Replace(good, "vip: 10.0.0.10", "vip: 10.0.0.11", 1), "spec.vip 10.0.0.11 is spec.network.nodeIP"},
 		{"selinux not a bool", strings.Replace(good, "selinux: true", "selinux: maybe", 1), "selinux"},
 		{"empty", "", "empty"},
+		{"duplicate key", strings.Replace(good, "  vip: 10.0.0.10\n", "  vip: 10.0.0.10\n  vip: 10.0.0.12\n", 1), `line 13: key "vip" already set in map`},
+		{"duplicate nested key", strings.Replace(good, "    nodeIP: 10.0.0.11\n", "    nodeIP: 10.0.0.11\n    nodeIP: 10.0.0.13\n", 1), `line 6: key "nodeIP" already set in map`},
+		{"duplicate key in a flow mapping", strings.Replace(good, "    cilium:\n      enabled: true\n      kubeProxyReplacement: true\n", "    cilium: {enabled: true, kubeProxyReplacement: true, enabled: false}\n", 1), `key "enabled" already set in map`},
+		{"duplicate key, the last of which is valid", "apiVersion: stratum.dev/v1alpha1\nkind: ControlPlaneConfig\nspec: {vip: 10.0.0.10, vip: 10.0.0.12}\n", `key "vip" already set in map`},
+		{"duplicate top-level key", good + "kind: ControlPlaneConfig\n", `key "kind" already set in map`},
+		{"second document", good + "---\n" + strings.Replace(good, "10.0.0.10", "10.0.0.12", 1), "2 documents; stratum reads one"},
+		{"invalid second document", good + "---\n[not yaml\n", "line 16: did not find expected"},
+		{"document after an empty one", "---\n---\n" + good, "2 documents; stratum reads one"},
+		{"three documents", good + "---\nkind: x\n---\nkind: y\n---\n", "3 documents; stratum reads one"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.doc))
 			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Parse = %v, want ErrInvalid naming %q", err, tc.want)
+			}
+			path := filepath.Join(t.TempDir(), "stratum.yaml")
+			if err := os.WriteFile(path, []byte(tc.doc), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := Load(path); !errors.Is(err, ErrInvalid) || !strings.HasPrefix(err.Error(), path+": ") || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Load = %v, want ErrInvalid naming %s and %q", err, path, tc.want)
 			}
 		})
 	}
