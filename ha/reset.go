@@ -108,7 +108,7 @@ type ResetPlanReport struct {
 	// a control plane is left here.
 	Steps []string `json:"steps"`
 	// VotersAfter, HealthyAfter and QuorumAfter describe the cluster
-	// without this node's voter.
+	// without this node's voter; QuorumAfter is 0 when no voter is left.
 	VotersAfter  int `json:"votersAfter"`
 	HealthyAfter int `json:"healthyAfter"`
 	QuorumAfter  int `json:"quorumAfter"`
@@ -261,7 +261,10 @@ func describeMember(rep ResetPlanReport) string {
 // planReset decides the steps and the refusal from an observation.
 func planReset(o resetObservation) ResetPlanReport {
 	rep := ResetPlanReport{Member: o.name, PeerURL: o.peerURL, Role: o.role, Steps: []string{},
-		VotersAfter: o.votersAfter, HealthyAfter: o.healthyAfter, QuorumAfter: o.votersAfter/2 + 1}
+		VotersAfter: o.votersAfter, HealthyAfter: o.healthyAfter}
+	if o.votersAfter > 0 { // no voters left: no quorum to speak of
+		rep.QuorumAfter = o.votersAfter/2 + 1
+	}
 	add := func(s resetStep) { rep.Steps = append(rep.Steps, string(s)) }
 	if o.running[ServiceVIP] || o.running[serviceOperator] {
 		add(resetStopVIP)

@@ -38,3 +38,15 @@ func TestResetPlanStartsEtcdOnlyWhenItCanHelp(t *testing.T) {
 		}
 	}
 }
+
+// TestResetPlanQuorumAfter: the quorum of the voters a reset leaves is a
+// majority of them, and none when it leaves none (a node with nothing of a
+// control plane, or the last voter) rather than a quorum of 1 among 0.
+func TestResetPlanQuorumAfter(t *testing.T) {
+	for _, tc := range []struct{ voters, quorum int }{{0, 0}, {1, 1}, {2, 2}, {3, 2}, {4, 3}} {
+		rep := planReset(resetObservation{role: "voter", running: map[string]bool{}, votersAfter: tc.voters, healthyAfter: tc.voters})
+		if rep.VotersAfter != tc.voters || rep.QuorumAfter != tc.quorum {
+			t.Errorf("%d voters after: plan has %d voters, quorum %d; want quorum %d", tc.voters, rep.VotersAfter, rep.QuorumAfter, tc.quorum)
+		}
+	}
+}

@@ -20,6 +20,7 @@ func TestRejoinRepointSnapshotUsageAndRefusals(t *testing.T) {
 		{[]string{"repoint"}, ExitUsage, "--vip is required"},
 		{[]string{"repoint", "--vip", "vip.example"}, ExitUsage, "is not an IP address"},
 		{[]string{"repoint", "--vip", "10.0.0.10", "--cilium", "--rollout-timeout", "0s"}, ExitUsage, "--rollout-timeout must be positive"},
+		{[]string{"repoint", "--vip", "10.0.0.10", "--rollout-timeout", "30s"}, ExitUsage, "applies only with --cilium"},
 		{[]string{"snapshot", "save"}, ExitUsage, "accepts 1 arg"},
 		{[]string{"snapshot", "restore", "a", "b"}, ExitUsage, "accepts 1 arg"},
 		{[]string{"snapshot", "bogus"}, ExitUsage, "unknown command"},

@@ -63,6 +63,9 @@ VIP does not serve the cluster), 1 when it failed after changing something (re-r
 			if rollout <= 0 {
 				return usagef("--rollout-timeout must be positive, got %s", rollout)
 			}
+			if cmd.Flags().Changed("rollout-timeout") && !cilium {
+				return usagef("--rollout-timeout bounds Cilium's rollout; it applies only with --cilium")
+			}
 			n, _, err := a.localNode()
 			if err != nil {
 				return err
