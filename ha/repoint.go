@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -297,6 +298,9 @@ func (n *Node) checkServes(ctx context.Context, vip string, serves func(context.
 	if _, err := n.env.Host.ReadFile(version.PKIFile("ca.crt")); errors.Is(err, fs.ErrNotExist) {
 		return Refusal(fmt.Errorf("this machine is not a stratum node (no cluster CA at %s); nothing was changed: run it on a control plane or worker of the cluster", version.PKIFile("ca.crt")))
 	}
+	if err := n.refuseMemberAddressAsVIP(ctx, vip); err != nil {
+		return err
+	}
 	var ok bool
 	err := n.askWhileSilent(ctx, "the VIP "+vip, errVIPUnreachable, func() error {
 		var err error
@@ -313,4 +317,33 @@ func (n *Node) checkServes(ctx context.Context, vip string, serves func(context.
 		err = fmt.Errorf("%w: %w", ErrVIPNotServing, err)
 	}
 	return Refusal(fmt.Errorf("%w; nothing was changed: bring up the VIP (kube-vip) on the control planes, with an apiserver certificate that covers it, and retry", err))
+}
+
+// refuseMemberAddressAsVIP refuses, on a control plane, a VIP that is a
+// control plane's own address: it passes the serving check (that node's
+// apiserver certificate covers its own IP), and this node's kube-vip would
+// then announce a live node's address. This node's address comes from its
+// state, the others' from etcd's member list through this node's member; a
+// list that cannot be read refuses too, since the check cannot be made. A
+// worker announces nothing, so its repoint is not checked here.
+func (n *Node) refuseMemberAddressAsVIP(ctx context.Context, vip string) error {
+	st, err := nodestate.Load(n.env.Host)
+	if err != nil || st.Role != nodestate.RoleControlPlane {
+		return nil // a worker, or a state coverVIP reports on
+	}
+	if vip == st.NodeIP {
+		return Refusal(fmt.Errorf("the VIP %s is this node's own address; nothing was changed: the VIP is an unused address on the control planes' network, which their kube-vip announces", vip))
+	}
+	ms, err := n.members(ctx, []string{urlHostOf(st.Etcd.ClientURL)}, "repoint")
+	if err != nil {
+		return Refusal(fmt.Errorf("cannot check that the VIP %s is no control plane's own address: %w; nothing was changed: retry once this node's etcd member answers", vip, err))
+	}
+	for _, m := range ms {
+		for _, u := range append(slices.Clone(m.PeerURLs), m.ClientURLs...) {
+			if urlHost(u) == vip {
+				return Refusal(fmt.Errorf("the VIP %s is the address of control plane %s (etcd member %s); nothing was changed: the VIP is an unused address on the control planes' network, which their kube-vip announces", vip, m.Name, u))
+			}
+		}
+	}
+	return nil
 }

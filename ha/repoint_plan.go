@@ -85,6 +85,22 @@ func (n *Node) RepointPlan(ctx context.Context, w io.Writer, cs kubernetes.Inter
 	return n.repointCiliumPlan(ctx, w, cs, vip)
 }
 
+// CheckRepointCilium makes RepointCiliumWith's checks, the update of each
+// Cilium object as a server-side dry run through cs (the admin client when
+// nil), and changes nothing. `stratum repoint --cilium` runs it before
+// NodeRepoint moves this node's clients, so a cluster without Cilium, or one
+// whose apiserver would refuse the update, refuses the whole repoint rather
+// than failing it midway.
+func (n *Node) CheckRepointCilium(ctx context.Context, cs kubernetes.Interface, vip string) error {
+	if err := n.repointCiliumPlan(ctx, io.Discard, cs, vip); err != nil {
+		if !IsRefusal(err) {
+			err = Refusal(err) // nothing was changed: a dry run
+		}
+		return err
+	}
+	return nil
+}
+
 // repointCiliumPlan is repointCilium's dry run: the objects it would update,
 // each update checked by the apiserver as a server-side dry run.
 func (n *Node) repointCiliumPlan(ctx context.Context, w io.Writer, cs kubernetes.Interface, vip string) error {

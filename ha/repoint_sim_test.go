@@ -74,7 +74,7 @@ func (failingRestart) RestartService(_ context.Context, name string) error {
 func TestNodeRepoint(t *testing.T) {
 	t.Parallel() // its own simulated cluster
 	assetstest.Require(t)
-	c := sim.Start(t, sim.Config{ControlPlanes: 1, SpareHosts: 1, APIServers: true, VIP: true})
+	c := sim.Start(t, sim.Config{ControlPlanes: 2, SpareHosts: 1, APIServers: true, VIP: true})
 	other := sim.Start(t, sim.Config{ControlPlanes: 1, APIServers: true, VIP: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -105,6 +105,26 @@ func TestNodeRepoint(t *testing.T) {
 		}
 		if s, _ := cp1.Files().ReadFile(nodestate.Path); !bytes.Equal(s, stateBefore) {
 			t.Fatalf("NodeRepoint(%s) refused, but changed the node state", bad)
+		}
+	}
+	// A control plane's own address, this node's or another member's,
+	// would pass the serving check (its certificate covers its own IP):
+	// refused before anything changes, kube-vip never told to announce it.
+	for _, addr := range []string{cp1.IP().String(), c.Host("cp2").IP().String()} {
+		_, err := n.NodeRepoint(ctx, &bytes.Buffer{}, addr)
+		if !ha.IsRefusal(err) || !strings.Contains(err.Error(), "the VIP "+addr+" is ") || !strings.Contains(err.Error(), "nothing was changed") {
+			t.Fatalf("NodeRepoint(%s), a control plane's address: %v", addr, err)
+		}
+		if err := n.RepointPlan(ctx, &bytes.Buffer{}, nil, addr, false); !ha.IsRefusal(err) {
+			t.Fatalf("RepointPlan(%s), a control plane's address: %v", addr, err)
+		}
+		for name, b := range confFiles(t, cp1) {
+			if !bytes.Equal(b, before[name]) {
+				t.Fatalf("NodeRepoint(%s) refused, but changed %s", addr, name)
+			}
+		}
+		if s, _ := cp1.Files().ReadFile(nodestate.Path); !bytes.Equal(s, stateBefore) {
+			t.Fatalf("NodeRepoint(%s) refused, but changed the node state", addr)
 		}
 	}
 	// A stand-in check that says no is obeyed too.

@@ -133,6 +133,11 @@ func TestReportsAndDryRunsChangeNothing(t *testing.T) {
 		{[]string{"certs", "reupload", "--dry-run"}, ExitOK, []string{"would take the maintenance fence as reupload@cp1", m.ID}},
 		{[]string{"repoint", "--vip", vip, "--dry-run"}, ExitOK, []string{"the VIP " + vip + " serves this cluster's apiserver", "already at https://" + vip + ":6443: admin.conf"}},
 		{[]string{"repoint", "--vip", unusedIP, "--dry-run"}, ExitRefused, []string{"repoint would be refused", "does not serve"}},
+		// Not dry runs, refused before anything changes: Cilium is checked
+		// before this node's clients move (this cluster runs none), and a
+		// control plane's own address is never taken for the VIP.
+		{[]string{"repoint", "--vip", vip, "--cilium"}, ExitRefused, []string{"daemonset kube-system/cilium", "nothing was changed", "repoint without --cilium"}},
+		{[]string{"repoint", "--vip", cp1.IP().String()}, ExitRefused, []string{"the VIP " + cp1.IP().String() + " is this node's own address", "nothing was changed"}},
 	} {
 		code, out, errOut := runCLI(t, opts, tc.args...)
 		if code != tc.code {

@@ -73,6 +73,13 @@ VIP does not serve the cluster), 1 when it failed after changing something (re-r
 			if dryRun {
 				return n.RepointPlan(cmd.Context(), a.stdout, nil, vip, cilium)
 			}
+			if cilium {
+				// Before this node's clients move: Cilium's refusals
+				// refuse the whole repoint.
+				if err := n.CheckRepointCilium(cmd.Context(), nil, vip); err != nil {
+					return fmt.Errorf("%w; nothing was changed: repoint without --cilium to move only this node's clients", err)
+				}
+			}
 			warnings, err := n.NodeRepoint(cmd.Context(), a.stdout, vip)
 			if err != nil {
 				return explainHost(err)
