@@ -955,6 +955,11 @@ func CheckJoinOptions(o JoinOptions) error {
 	if len(bad) > 0 {
 		return fmt.Errorf("control-plane join refused: %s; nothing was changed: copy the join command printed by `stratum token create --control-plane`", strings.Join(bad, "; "))
 	}
+	// The profile is this node's own (its --config), checked here as the
+	// bring-up checks it, not after the download.
+	if problems := host.ProfileProblems(o.Profile, o.SELinuxOptOut); len(problems) > 0 {
+		return fmt.Errorf("control-plane join refused: %w: %s; nothing was changed", host.ErrPrereq, strings.Join(problems, "; "))
+	}
 	return nil
 }
 

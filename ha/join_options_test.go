@@ -35,6 +35,35 @@ func TestCheckJoinOptionsToken(t *testing.T) {
 	}
 }
 
+// TestCheckJoinOptionsProfile: the joiner's own profile (its --config) is
+// checked with the other options, before the download, as the bring-up
+// checks it: an unknown one, or cis with SELinux opted out, is refused.
+func TestCheckJoinOptionsProfile(t *testing.T) {
+	o := JoinOptions{
+		Server:  "https://10.0.0.10:6443",
+		Token:   "abcdef.0123456789abcdef",
+		CAHash:  "sha256:" + strings.Repeat("ab", 32),
+		CertKey: strings.Repeat("cd", 32),
+	}
+	for _, tc := range []struct {
+		profile string
+		optOut  bool
+		want    string // "" for accepted
+	}{
+		{"", false, ""},
+		{"", true, ""},
+		{"cis", false, ""},
+		{"cis", true, "the cis profile requires SELinux"},
+		{"bogus", false, `unknown profile "bogus"`},
+	} {
+		o.Profile, o.SELinuxOptOut = tc.profile, tc.optOut
+		err := CheckJoinOptions(o)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "nothing was changed")) {
+			t.Errorf("profile %q, SELinux opted out %v: %v, want %q", tc.profile, tc.optOut, err, tc.want)
+		}
+	}
+}
+
 // TestTakeJoinFenceRefusesMalformedID: a token ID not of the bootstrap form
 // is refused before any client is used (a nil one here).
 func TestTakeJoinFenceRefusesMalformedID(t *testing.T) {
