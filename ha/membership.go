@@ -407,11 +407,11 @@ func (n *Node) retryUnhealthy(ctx context.Context, op string, f func() error) er
 		}
 		report.waiting("etcd to accept the %s (it refuses while the cluster is not yet healthy: %v)", op, err)
 		if time.Now().Add(backoff).After(deadline) {
-			return fmt.Errorf("%s: still refused after %s; nothing was changed: check the cluster's health and retry: %w", op, memberAddRetryFor, err)
+			return fmt.Errorf("%s: still refused after %s; etcd's membership was not changed: check the cluster's health and retry: %w", op, memberAddRetryFor, err)
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s: %w (last refusal: %v); nothing was changed", op, ctx.Err(), err)
+			return fmt.Errorf("%s: %w (last refusal: %v); etcd's membership was not changed", op, ctx.Err(), err)
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, memberAddBackoffMax)

@@ -438,7 +438,7 @@ func (n *Node) rejoinStep(ctx context.Context, w io.Writer, s rejoinStep, st *no
 		}
 	case rejoinMemberRemove:
 		if err := n.MemberRemove(ctx, seed, st.Etcd.PeerURL); err != nil {
-			return fmt.Errorf("etcd rejoin: drop this node's stale member from the seed: %w", err)
+			return fmt.Errorf("etcd rejoin: drop this node's stale member from the seed: %w; this node's control plane stays stopped: re-run the same command", err)
 		}
 		fmt.Fprintf(w, "stale member %s removed from the seed\n", st.Etcd.PeerURL)
 		if err := n.checkpoint(ctx, CheckpointRejoinAfterMemberRemove); err != nil {
