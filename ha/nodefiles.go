@@ -2,11 +2,10 @@ package ha
 
 import (
 	"fmt"
-	"net/netip"
-	"strings"
 
 	"stratum.dev/stratum/internal/controlplane"
 	"stratum.dev/stratum/internal/host"
+	"stratum.dev/stratum/internal/netcfg"
 	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/version"
 )
@@ -22,7 +21,7 @@ func writeRuntimeConfigs(h host.Files, st *nodestate.NodeState) error {
 	if st == nil {
 		return fmt.Errorf("runtime configs: no node state to render")
 	}
-	dns, err := clusterDNS(st.ServiceCIDR)
+	dns, err := netcfg.Config{ServiceCIDR: st.ServiceCIDR}.ClusterDNSIP()
 	if err != nil {
 		return err
 	}
@@ -45,21 +44,6 @@ rotateCertificates: true
 		return fmt.Errorf("write %s: %w", kubeletConfigPath, err)
 	}
 	return nil
-}
-
-func clusterDNS(serviceCIDR string) (string, error) {
-	p, err := netip.ParsePrefix(strings.TrimSpace(strings.SplitN(serviceCIDR, ",", 2)[0]))
-	if err != nil {
-		return "", fmt.Errorf("service CIDR %q: %w", serviceCIDR, err)
-	}
-	ip := p.Masked().Addr()
-	for range 10 {
-		ip = ip.Next()
-	}
-	if !p.Contains(ip) {
-		return "", fmt.Errorf("service CIDR %q is too small for a cluster DNS address", serviceCIDR)
-	}
-	return ip.String(), nil
 }
 
 // writeProfileConfigs writes the files a node profile's apiserver flags

@@ -85,18 +85,19 @@ func (n *Node) RepointPlan(ctx context.Context, w io.Writer, cs kubernetes.Inter
 	return n.repointCiliumPlan(ctx, w, cs, vip)
 }
 
-// CheckRepointCilium makes RepointCiliumWith's checks, the update of each
-// Cilium object as a server-side dry run through cs (the admin client when
-// nil), and changes nothing. `stratum repoint --cilium` runs it before
-// NodeRepoint moves this node's clients, so a cluster without Cilium, or one
-// whose apiserver would refuse the update, refuses the whole repoint rather
-// than failing it midway.
+// CheckRepointCilium makes RepointCiliumWith's checks and changes nothing:
+// NodeRepoint's VIP check, then the update of each Cilium object as a
+// server-side dry run through cs (the admin client when nil). `stratum
+// repoint --cilium` runs it before NodeRepoint moves this node's clients, so
+// a cluster without Cilium, or one whose apiserver would refuse the update,
+// refuses the whole repoint rather than failing it midway.
 func (n *Node) CheckRepointCilium(ctx context.Context, cs kubernetes.Interface, vip string) error {
-	if err := n.repointCiliumPlan(ctx, io.Discard, cs, vip); err != nil {
-		if !IsRefusal(err) {
-			err = Refusal(err) // nothing was changed: a dry run
-		}
+	if err := n.checkServes(ctx, vip, n.VIPServes); err != nil {
 		return err
+	}
+	if err := n.repointCiliumPlan(ctx, io.Discard, cs, vip); err != nil {
+		// A dry run: nothing was changed, whatever failed.
+		return Refusal(fmt.Errorf("%w; nothing was changed: repoint without --cilium to move only this node's clients", err))
 	}
 	return nil
 }

@@ -42,12 +42,29 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
+// cidrExamples are the ranges a malformed field's message shows as examples.
+var cidrExamples = map[string]string{
+	"pod CIDR":     DefaultPodCIDR,
+	"service CIDR": DefaultServiceCIDR,
+}
+
+// parseRanges parses field's value s: one range, or one IPv4 and one IPv6
+// range separated by a comma. A part that is not a range is named in plain
+// words (netip's own error names the Go function that failed).
 func parseRanges(field, s string) ([]netip.Prefix, error) {
+	example := cidrExamples[field]
+	if example == "" {
+		example = DefaultPodCIDR
+	}
+	parts := strings.Split(s, ",")
 	var out []netip.Prefix
-	for _, part := range strings.Split(s, ",") {
+	for _, part := range parts {
 		p, err := netip.ParsePrefix(strings.TrimSpace(part))
 		if err != nil {
-			return nil, fmt.Errorf("%s %q: %w", field, s, err)
+			if len(parts) == 1 {
+				return nil, fmt.Errorf("%s %q is not a CIDR (like %s)", field, s, example)
+			}
+			return nil, fmt.Errorf("%s %q: %q is not a CIDR (like %s)", field, s, strings.TrimSpace(part), example)
 		}
 		out = append(out, p.Masked())
 	}
@@ -75,10 +92,28 @@ func (c Config) Validate() error {
 			}
 		}
 	}
+	if _, err := c.ClusterDNSIP(); err != nil {
+		return err
+	}
 	if errs := validation.IsDNS1123Subdomain(c.ClusterDomain); len(errs) > 0 {
-		return fmt.Errorf("cluster domain %q is not a DNS domain: %s", c.ClusterDomain, strings.Join(errs, "; "))
+		return fmt.Errorf("cluster domain %q is not a DNS domain (like %s): %s", c.ClusterDomain, DefaultClusterDomain, domainProblem(c.ClusterDomain, errs))
 	}
 	return nil
+}
+
+// domainProblem says in plain words what was wrong with d, whose RFC 1123
+// subdomain check found the problems errs (the check's own text quotes its
+// regular expression).
+func domainProblem(d string, errs []string) string {
+	var why []string
+	tooLong := len(d) > validation.DNS1123SubdomainMaxLength
+	if tooLong {
+		why = append(why, fmt.Sprintf("it has %d characters, at most %d are allowed", len(d), validation.DNS1123SubdomainMaxLength))
+	}
+	if !tooLong || len(errs) > 1 {
+		why = append(why, "want lower-case letters, digits, '-' and '.', starting and ending with a letter or digit")
+	}
+	return strings.Join(why, "; ")
 }
 
 // DualStack reports whether the pod range has both families.
@@ -92,6 +127,25 @@ func (c Config) FirstServiceIP() (netip.Addr, error) {
 		return netip.Addr{}, err
 	}
 	return svcs[0].Addr().Next(), nil
+}
+
+// ClusterDNSIP is the cluster DNS Service's address, the tenth of the
+// (first) service range as kubeadm has it, which every kubelet is given. A
+// range too small to hold it is an error Validate reports before a node
+// writes anything.
+func (c Config) ClusterDNSIP() (netip.Addr, error) {
+	svcs, err := parseRanges("service CIDR", c.ServiceCIDR)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	ip := svcs[0].Masked().Addr()
+	for range 10 {
+		ip = ip.Next()
+	}
+	if !svcs[0].Contains(ip) {
+		return netip.Addr{}, fmt.Errorf("service CIDR %s is too small: it must hold the cluster DNS address, its tenth (%s, from a /28 for IPv4)", svcs[0], ip)
+	}
+	return ip, nil
 }
 
 // ErrMismatch matches a joiner's configuration that differs from the cluster's.

@@ -19,6 +19,9 @@ func TestValidate(t *testing.T) {
 		{Config{PodCIDR: "10.1.0.0/16", ServiceCIDR: "10.96.0.0/12", ClusterDomain: ""}, "DNS domain"},
 		{Config{PodCIDR: "10.1.0.0/16", ServiceCIDR: "10.96.0.0/12", ClusterDomain: "Bad_Domain!"}, "DNS domain"},
 		{Config{PodCIDR: "10.1.0.0/16", ServiceCIDR: "10.96.0.0/12", ClusterDomain: "cluster.local."}, "DNS domain"},
+		{Config{PodCIDR: "10.1.0.0/16", ServiceCIDR: "10.96.0.0/28", ClusterDomain: "c"}, ""},
+		{Config{PodCIDR: "10.1.0.0/16", ServiceCIDR: "10.96.0.0/29", ClusterDomain: "c"}, "service CIDR 10.96.0.0/29 is too small: it must hold the cluster DNS address, its tenth (10.96.0.10"},
+		{Config{PodCIDR: "10.1.0.0/16,fd00:10:244::/56", ServiceCIDR: "10.96.0.0/30,fd00:10:96::/112", ClusterDomain: "c"}, "too small"},
 	} {
 		err := tc.c.Validate()
 		if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
@@ -27,10 +30,58 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// A malformed field is named in plain words, with an example, and without
+// the Go function or regular expression the check used.
+func TestValidateSaysWhatIsWrongInPlainWords(t *testing.T) {
+	ok := Config{}.WithDefaults()
+	long := strings.Repeat("a", 250) + ".local"
+	for _, tc := range []struct {
+		c    Config
+		want string
+	}{
+		{Config{PodCIDR: "garbage", ServiceCIDR: ok.ServiceCIDR, ClusterDomain: ok.ClusterDomain},
+			`pod CIDR "garbage" is not a CIDR (like 10.244.0.0/16)`},
+		{Config{PodCIDR: "10.244.0.0/33", ServiceCIDR: ok.ServiceCIDR, ClusterDomain: ok.ClusterDomain},
+			`pod CIDR "10.244.0.0/33" is not a CIDR (like 10.244.0.0/16)`},
+		{Config{PodCIDR: ok.PodCIDR, ServiceCIDR: "10.96.0.0", ClusterDomain: ok.ClusterDomain},
+			`service CIDR "10.96.0.0" is not a CIDR (like 10.96.0.0/12)`},
+		{Config{PodCIDR: "10.244.0.0/16,fd00::", ServiceCIDR: ok.ServiceCIDR, ClusterDomain: ok.ClusterDomain},
+			`pod CIDR "10.244.0.0/16,fd00::": "fd00::" is not a CIDR (like 10.244.0.0/16)`},
+		{Config{PodCIDR: ok.PodCIDR, ServiceCIDR: ok.ServiceCIDR, ClusterDomain: "Bad_Domain!"},
+			`cluster domain "Bad_Domain!" is not a DNS domain (like cluster.local): want lower-case letters, digits, '-' and '.', starting and ending with a letter or digit`},
+		{Config{PodCIDR: ok.PodCIDR, ServiceCIDR: ok.ServiceCIDR, ClusterDomain: long},
+			`it has 256 characters, at most 253 are allowed`},
+	} {
+		err := tc.c.Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Validate(%+v) = %v, want %q", tc.c, err, tc.want)
+			continue
+		}
+		for _, internal := range []string{"netip", "ParsePrefix", "regex", "RFC 1123"} {
+			if strings.Contains(err.Error(), internal) {
+				t.Errorf("Validate(%+v) = %v: names %q", tc.c, err, internal)
+			}
+		}
+	}
+	if _, err := (Config{ServiceCIDR: "nope"}).FirstServiceIP(); err == nil || err.Error() != `service CIDR "nope" is not a CIDR (like 10.96.0.0/12)` {
+		t.Errorf("FirstServiceIP of a malformed range = %v", err)
+	}
+}
+
 func TestFirstServiceIP(t *testing.T) {
 	ip, err := Config{ServiceCIDR: "10.96.0.0/12"}.FirstServiceIP()
 	if err != nil || ip.String() != "10.96.0.1" {
 		t.Fatalf("FirstServiceIP = %v, %v", ip, err)
+	}
+}
+
+// TestClusterDNSIP: the tenth address of the first service range, as
+// kubeadm gives the cluster DNS Service.
+func TestClusterDNSIP(t *testing.T) {
+	for cidr, want := range map[string]string{"10.96.0.0/12": "10.96.0.10", "10.96.5.7/24": "10.96.5.10", "fd00:10:96::/112,10.96.0.0/12": "fd00:10:96::a"} {
+		if got, err := (Config{ServiceCIDR: cidr}).ClusterDNSIP(); err != nil || got.String() != want {
+			t.Errorf("ClusterDNSIP(%s) = %v, %v; want %s", cidr, got, err, want)
+		}
 	}
 }
 

@@ -373,6 +373,11 @@ func TestWriteEmptyLog(t *testing.T) {
 	if !strings.Contains(b.String(), "The event log is empty") || !strings.Contains(b.String(), `<g class="lane lane-cluster" data-host="">`) {
 		t.Errorf("the page of an empty log does not say so, or lacks the cluster lane:\n%s", b.String())
 	}
+	// `stratum sim timeline` recognises a page it may replace by Marker in
+	// its head.
+	if i := strings.Index(b.String(), Marker); i < 0 || i+len(Marker) > MarkerWithin {
+		t.Errorf("Marker at %d of the page, want it within its first %d bytes", i, MarkerWithin)
+	}
 }
 
 // WriteFiles leaves the log and its page side by side under a name made

@@ -386,6 +386,7 @@ var pageTemplate = template.Must(template.New("timeline").Funcs(template.FuncMap
 <html lang="en">
 <head>
 <meta charset="utf-8">
+<meta name="generator" content="stratum sim timeline">
 <title>{{.Title}}</title>
 <style>
 body { font: 14px/1.4 system-ui, sans-serif; margin: 16px; color: #222; }

@@ -29,6 +29,15 @@ import (
 	"stratum.dev/stratum/sim"
 )
 
+// Marker is in the head of every page Write renders, within its first
+// MarkerWithin bytes: how `stratum sim timeline` tells a page it wrote (which
+// it may replace) from any other file.
+const Marker = `<meta name="generator" content="stratum sim timeline">`
+
+// MarkerWithin bounds where a page holds Marker: a reader needs only this
+// much of a file's start to recognise a page.
+const MarkerWithin = 512
+
 // Options are what a timeline says besides its events.
 type Options struct {
 	// Title heads the page; "" is "stratum simulation timeline".

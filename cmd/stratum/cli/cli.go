@@ -20,6 +20,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
 	"stratum.dev/stratum/ha"
@@ -113,6 +114,44 @@ func usagef(format string, args ...any) error {
 	return usageError{fmt.Errorf(format, args...)}
 }
 
+// flagValueWants says, by a flag's pflag type, what value it takes: a
+// malformed value's message says this instead of the Go parser's error
+// (`time: invalid duration "banana"`, `strconv.ParseInt: parsing ...`).
+var flagValueWants = map[string]string{
+	"duration": "a duration like 30s, 5m or 2h",
+	"int":      "a whole number",
+	"bool":     "true or false",
+}
+
+// plainFlagError rewrites pflag's error for a flag value it could not parse
+// so that it says what the flag wants; any other error is returned as is.
+func plainFlagError(err error) error {
+	var ive *pflag.InvalidValueError
+	if !errors.As(err, &ive) {
+		return err
+	}
+	f := ive.GetFlag()
+	want, ok := flagValueWants[f.Value.Type()]
+	if !ok {
+		return err
+	}
+	name := "--" + f.Name
+	if f.Shorthand != "" && f.ShorthandDeprecated == "" {
+		name = "-" + f.Shorthand + ", " + name
+	}
+	return &flagValueError{msg: fmt.Sprintf("invalid argument %q for %q flag: want %s", ive.GetValue(), name, want), err: err}
+}
+
+// flagValueError is a flag value pflag could not parse, said in plain words;
+// it wraps pflag's error.
+type flagValueError struct {
+	msg string
+	err error
+}
+
+func (e *flagValueError) Error() string { return e.msg }
+func (e *flagValueError) Unwrap() error { return e.err }
+
 // usageArgs wraps an argument validator so that its refusal is a usage error.
 func usageArgs(v cobra.PositionalArgs) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
@@ -169,7 +208,7 @@ processes driven from one process) via "stratum sim", before it acts on real mac
 		},
 	}
 	root.PersistentFlags().StringVar(&a.logLevel, "log-level", "warn", "log level on stderr: debug, info, warn or error")
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{plainFlagError(err)} })
 	root.AddCommand(a.upCmd(), a.serverCmd(), a.tokenCmd(), a.withRejoin(a.etcdCmd()), a.certsCmd(), a.grantsCmd(), a.simCmd(), a.versionCmd(), a.repointCmd(), a.snapshotCmd(), a.installCmd(), a.statusCmd(), a.operatorCmd(), a.mcpCmd(), a.resetCmd())
 	if a.stdout != nil {
 		root.SetOut(a.stdout)

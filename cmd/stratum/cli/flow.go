@@ -87,6 +87,8 @@ func adminRESTConfig(h host.Host) (*rest.Config, error) {
 	switch {
 	case errors.Is(err, fs.ErrPermission):
 		return nil, refusedf("read the admin kubeconfig: %w; it is readable by root alone: run this as root (sudo); nothing was changed", err)
+	case errors.Is(err, fs.ErrNotExist) && !hasState(h):
+		return nil, errNotAControlPlane()
 	case err != nil:
 		return nil, refusedf("read the admin kubeconfig: %w; run this on a control plane; nothing was changed", err)
 	}
@@ -104,12 +106,25 @@ func adminRESTConfig(h host.Host) (*rest.Config, error) {
 func loadState(h host.Host) (*nodestate.NodeState, error) {
 	st, err := nodestate.Load(h)
 	if errors.Is(err, nodestate.ErrNoState) {
-		return nil, refusedf("no control-plane state on this node (%s): run this on a control plane (`stratum up` or `stratum server` made one); nothing was changed", nodestate.Path)
+		return nil, errNotAControlPlane()
 	}
 	if err != nil {
 		return nil, refused(err)
 	}
 	return st, nil
+}
+
+// errNotAControlPlane is the refusal of a control-plane command on a node
+// without control-plane state.
+func errNotAControlPlane() error {
+	return refusedf("no control-plane state on this node (%s): run this on a control plane (`stratum up` or `stratum server` made one); nothing was changed", nodestate.Path)
+}
+
+// hasState reports whether h may be a control plane: its node state exists
+// (or cannot be told missing).
+func hasState(h host.Host) bool {
+	_, err := nodestate.Load(h)
+	return !errors.Is(err, nodestate.ErrNoState)
 }
 
 // mintGrant is `stratum token create` on a control plane: a control-plane

@@ -7,11 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -61,11 +63,24 @@ func TestHelpShowsExamples(t *testing.T) {
 			}
 		})
 	}
-	// sim up's help says the binaries' remedy and that it runs the real flow.
-	_, out, _ := runCLI(t, Options{}, "sim", "up", "--help")
-	for _, want := range []string{"make assets", `"stratum up"`, `"stratum token create --control-plane"`, `"stratum server"`} {
-		if !strings.Contains(out, want) {
-			t.Errorf("sim up --help lacks %q:\n%s", want, out)
+	// sim up's help says the binaries' remedy, that it needs the checkout
+	// (a `make dist` install cannot run it) and that it runs the real flow;
+	// operator pass's says every part of the pass.
+	for _, tc := range []struct {
+		args  []string
+		wants []string
+	}{
+		{[]string{"sim", "up"}, []string{"make assets", `"stratum up"`, `"stratum token create --control-plane"`, `"stratum server"`,
+			"needs the stratum repository checkout", "tools/versions.mk", `"make dist" install`}},
+		{[]string{"sim"}, []string{"needs the stratum repository checkout", "tools/versions.mk", `"make dist" install`}},
+		{[]string{"operator"}, []string{"publish the etcd members"}},
+		{[]string{"operator", "pass"}, []string{"publish the cluster's current\netcd members", "stratum.dev/etcd-client-urls"}},
+	} {
+		_, out, _ := runCLI(t, Options{}, append(tc.args, "--help")...)
+		for _, want := range tc.wants {
+			if !strings.Contains(out, want) {
+				t.Errorf("%s --help lacks %q:\n%s", strings.Join(tc.args, " "), want, out)
+			}
 		}
 	}
 }
@@ -113,6 +128,24 @@ func TestUsageErrorsExit2(t *testing.T) {
 	}
 }
 
+// A flag value that does not parse is named with what the flag wants, not
+// with the Go parser's error.
+func TestBadFlagValuesSayWhatTheFlagWants(t *testing.T) {
+	for _, tc := range []struct {
+		args       []string
+		want, lack string
+	}{
+		{[]string{"token", "create", "--ttl", "banana"}, `invalid argument "banana" for "--ttl" flag: want a duration like 30s, 5m or 2h`, "time: invalid duration"},
+		{[]string{"sim", "up", "--control-planes", "three"}, `invalid argument "three" for "--control-planes" flag: want a whole number`, "strconv"},
+		{[]string{"sim", "up", "--keep=maybe"}, `invalid argument "maybe" for "--keep" flag: want true or false`, "strconv"},
+	} {
+		code, out, errOut := runCLI(t, Options{}, tc.args...)
+		if code != ExitUsage || !strings.HasPrefix(errOut, "stratum: "+tc.want+"\n") || strings.Contains(errOut, tc.lack) || out != "" {
+			t.Errorf("stratum %s: exit %d, stdout %q, stderr:\n%s\nwant exit %d, `stratum: %s` and no %q", strings.Join(tc.args, " "), code, out, errOut, ExitUsage, tc.want, tc.lack)
+		}
+	}
+}
+
 func TestVersionPrintsPins(t *testing.T) {
 	code, out, errOut := runCLI(t, Options{}, "version")
 	if code != ExitOK {
@@ -153,6 +186,83 @@ func TestSimUpMissingBinariesNamesMakeAssets(t *testing.T) {
 	}
 	if out != "" {
 		t.Errorf("sim up without binaries printed steps:\n%s", out)
+	}
+}
+
+// sim up --events refuses, before anything starts, a FILE it cannot write
+// or that exists and is not an event log of an earlier run (a mistyped
+// path must not destroy a file), and changes nothing. A FILE it may write
+// passes on to the next check: without binaries, the `make assets` refusal.
+func TestSimUpEventsRefusesAFileItDidNotWrite(t *testing.T) {
+	t.Setenv(assets.EnvDir, t.TempDir()) // no binaries: an accepted FILE ends at their refusal
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	readme := write("README.md", "# the project\n")
+	object := write("object.json", `{"time": "2026-12-01T10:00:00Z", "kind": "action"}`)
+	kindless := write("kindless.json", `[{"time": "2026-12-01T10:00:00Z", "what": "x"}]`)
+	empty := write("empty.json", "")
+	emptyLog := write("empty-log.json", "[]\n")
+	earlier := writeEventLog(t, dir, "earlier.json", sampleEvents())
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	missingDir := filepath.Join(dir, "no-dir")
+	snapshot := func() map[string]string {
+		files := map[string]string{}
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			files[e.Name()] = e.Type().String()
+			if e.Type().IsRegular() { // not the FIFO: reading it would block
+				b, _ := os.ReadFile(filepath.Join(dir, e.Name()))
+				files[e.Name()] = string(b)
+			}
+		}
+		return files
+	}
+	for _, tc := range []struct {
+		file        string
+		says, lacks []string
+	}{
+		{readme, []string{"--events " + readme + ": the file exists and is not a stratum event log from an earlier run", "pass a new path, or remove the file", "nothing was started"}, []string{"make assets"}},
+		{object, []string{"is not a stratum event log from an earlier run"}, nil},
+		{kindless, []string{"is not a stratum event log from an earlier run"}, nil},
+		{fifo, []string{"--events " + fifo + ": it exists and is not a regular file"}, nil},
+		{dir, []string{dir + " is a directory"}, nil},
+		{filepath.Join(missingDir, "x.json"), []string{"--events " + filepath.Join(missingDir, "x.json") + ": the directory " + missingDir + " does not exist", "nothing was started"}, []string{".stratum-probe", "open "}},
+		// Accepted: the binaries' refusal comes next.
+		{filepath.Join(dir, "new.json"), []string{"make assets"}, []string{"--events"}},
+		{empty, []string{"make assets"}, []string{"--events"}},
+		{emptyLog, []string{"make assets"}, []string{"--events"}},
+		{earlier, []string{"make assets"}, []string{"--events"}},
+	} {
+		before := snapshot()
+		code, out, errOut := runCLI(t, Options{}, "sim", "up", "--control-planes", "1", "--events", tc.file)
+		if code != ExitRefused || out != "" {
+			t.Errorf("sim up --events %s: exit %d, stdout %q, stderr %q; want exit 3 and nothing printed", tc.file, code, out, errOut)
+		}
+		for _, s := range tc.says {
+			if !strings.Contains(errOut, s) {
+				t.Errorf("sim up --events %s: stderr %q does not say %q", tc.file, errOut, s)
+			}
+		}
+		for _, s := range tc.lacks {
+			if strings.Contains(errOut, s) {
+				t.Errorf("sim up --events %s: stderr %q says %q", tc.file, errOut, s)
+			}
+		}
+		if after := snapshot(); !maps.Equal(before, after) {
+			t.Errorf("sim up --events %s changed %s: %v, then %v", tc.file, dir, before, after)
+		}
 	}
 }
 
@@ -409,7 +519,12 @@ func TestControlPlaneCommandsRefuseOnANodeWithoutState(t *testing.T) {
 		{[]string{"etcd", "members"}, "no control-plane state on this node"},
 		{[]string{"etcd", "health"}, "no control-plane state on this node"},
 		{[]string{"certs", "check"}, "no control-plane state on this node"},
-		{[]string{"grants", "prune"}, "admin kubeconfig"},
+		{[]string{"grants", "prune"}, "no control-plane state on this node"},
+		{[]string{"grants", "list"}, "no control-plane state on this node"},
+		{[]string{"token", "list"}, "no control-plane state on this node"},
+		{[]string{"operator", "pass"}, "no control-plane state on this node"},
+		{[]string{"certs", "rekey"}, "no control-plane state on this node"},
+		{[]string{"certs", "reupload"}, "no control-plane state on this node"},
 		{[]string{"repoint", "--vip", "10.0.0.10"}, "this machine is not a stratum node (no cluster CA at"},
 	} {
 		opts, h := onTempHost(t)

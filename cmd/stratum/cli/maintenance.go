@@ -61,8 +61,13 @@ held, as the command would.`,
 		Example: example + "\n\n  # What it would retire, changing nothing\n  stratum certs " + use + " --dry-run",
 		Args:    usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			n, _, err := a.localNode()
+			n, h, err := a.localNode()
 			if err != nil {
+				return err
+			}
+			// It publishes this control plane's certificates through its
+			// admin kubeconfig: off a control plane, say so.
+			if _, err := loadState(h); err != nil {
 				return err
 			}
 			if dryRun {
@@ -95,13 +100,15 @@ func (a *app) operatorCmd() *cobra.Command {
 	}
 	cmd.AddCommand(&cobra.Command{
 		Use:   "pass",
-		Short: "Promote started etcd learners and prune expired join grants, once, now",
+		Short: "Promote started etcd learners, prune expired join grants and publish the etcd members, once, now",
 		Long: `Run one pass of the stratum-operator from this control plane: promote every etcd
 learner that has started and caught up (a joiner whose own start was interrupted
-between its start and its promotion), and drop the grant entries of expired or deleted
-bootstrap tokens from the shared-certificate Secret. The supervisor runs the same pass
-every 30 s on the elected operator; this runs it now. A learner still catching up is
-reported and left for the next pass (exit 1).`,
+between its start and its promotion), drop the grant entries of expired or deleted
+bootstrap tokens from the shared-certificate Secret, and publish the cluster's current
+etcd members (their client URLs, in the stratum.dev/etcd-client-urls annotation of that
+Secret) when they changed, so a later join finds them. The supervisor runs the same
+pass every 30 s on the elected operator; this runs it now. A learner still catching up
+is reported and left for the next pass (exit 1).`,
 		Example: `  stratum operator pass`,
 		Args:    usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -41,8 +41,8 @@ func TestRejoinRepointSnapshotUsageAndRefusals(t *testing.T) {
 		{[]string{"repoint", "--vip", "10.0.0.10"}, ExitRefused, "cluster CA"},
 		{[]string{"repoint", "--vip", "10.0.0.10", "--cilium"}, ExitRefused, "cluster CA"},
 		{[]string{"repoint", "--vip", "10.0.0.10", "--dry-run"}, ExitRefused, "cluster CA"},
-		{[]string{"certs", "rekey", "--dry-run"}, ExitRefused, "admin kubeconfig"},
-		{[]string{"certs", "reupload", "--dry-run"}, ExitRefused, "admin kubeconfig"},
+		{[]string{"certs", "rekey", "--dry-run"}, ExitRefused, "no control-plane state on this node"},
+		{[]string{"certs", "reupload", "--dry-run"}, ExitRefused, "no control-plane state on this node"},
 	} {
 		opts, h := onTempHost(t)
 		code, out, errOut := runCLI(t, opts, tc.args...)

@@ -77,7 +77,7 @@ VIP does not serve the cluster), 1 when it failed after changing something (re-r
 				// Before this node's clients move: Cilium's refusals
 				// refuse the whole repoint.
 				if err := n.CheckRepointCilium(cmd.Context(), nil, vip); err != nil {
-					return fmt.Errorf("%w; nothing was changed: repoint without --cilium to move only this node's clients", err)
+					return err
 				}
 			}
 			warnings, err := n.NodeRepoint(cmd.Context(), a.stdout, vip)

@@ -348,18 +348,42 @@ func writeStatus(w io.Writer, rep statusReport) error {
 	return tw.Flush()
 }
 
-// checkWritableFile refuses a path whose directory is missing or not
-// writable, or that is a directory, without creating anything.
+// checkWritableFile refuses a path whose directory is missing, is not a
+// directory or is not writable, or that is itself a directory, without
+// creating anything. Its errors name the directory in plain words, never the
+// probe file it creates and removes to find out.
 func checkWritableFile(p string) error {
 	if fi, err := os.Stat(p); err == nil && fi.IsDir() {
 		return fmt.Errorf("%s is a directory", p)
 	}
-	f, err := os.CreateTemp(filepath.Dir(p), ".stratum-probe-*")
+	dir := filepath.Dir(p)
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("the directory %s does not exist", dir)
+	case err != nil:
+		return fmt.Errorf("the directory %s cannot be used: %w", dir, pathErrCause(err))
+	case !fi.IsDir():
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	f, err := os.CreateTemp(dir, ".stratum-probe-*")
 	if err != nil {
-		return err
+		return fmt.Errorf("the directory %s is not writable: %w", dir, pathErrCause(err))
 	}
 	f.Close()
 	return os.Remove(f.Name())
+}
+
+// pathErrCause is the cause of a file operation's error without the
+// operation and path it names ("permission denied" for "open
+// /x/.stratum-probe-123: permission denied"), for a message that names the
+// path itself.
+func pathErrCause(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }
 
 // writeFileAtomic writes data to p as a node's files are written

@@ -1,12 +1,14 @@
 package cli
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"regexp"
@@ -45,8 +47,13 @@ func (a *app) simCmd() *cobra.Command {
 		Long: `Run a simulated stratum cluster on this machine, with no root and no network access.
 Each simulated host gets its own loopback address (127.a.b.N) and its own root
 directory, and runs real servers: an embedded etcd member, a real kube-apiserver and a
-kube-vip-style VIP candidate. The binaries come from "make assets". "stratum sim
-timeline" draws a simulation's event log as a page you can look at.`,
+kube-vip-style VIP candidate. "stratum sim timeline" draws a simulation's event log as
+a page you can look at.
+
+"stratum sim up" needs the stratum repository checkout: it finds the kube-apiserver
+that "make assets" built there through the checkout's tools/versions.mk (above the
+working directory or this binary), so run it inside the checkout or as its
+bin/stratum. A "make dist" install on another machine has no checkout and cannot run it.`,
 		Example: `  # Bring up three control planes, check them, tear them down
   stratum sim up --control-planes 3
 
@@ -92,7 +99,10 @@ Without --keep the cluster is torn down at once; with --keep it runs until Ctrl-
 (SIGINT) or SIGTERM. Ctrl-C at any point tears down everything started so far.
 --spare-hosts adds further empty hosts.
 
-The kube-apiserver and etcd binaries come from "make assets".`,
+It needs the stratum repository checkout: the kube-apiserver comes from "make assets",
+found through the checkout's tools/versions.mk (above the working directory or this
+binary). Run it inside the checkout or as its bin/stratum; a "make dist" install on
+another machine has no checkout and cannot run it.`,
 		Example: `  # Three control planes: bring up, check, tear down
   stratum sim up --control-planes 3
 
@@ -119,14 +129,17 @@ func (a *app) simUp(ctx context.Context, f simUpFlags) (err error) {
 		return usagef("--control-planes %d and --spare-hosts %d: the simulator runs at most %d hosts", f.controlPlanes, f.spareHosts, maxSimHosts)
 	}
 	// Refusals first: nothing has been started yet.
+	if f.events != "" {
+		if err := checkWritableFile(f.events); err != nil {
+			return refusedf("--events %s: %w: pass the path of a file in a directory that exists and is writable (nothing was started)", f.events, err)
+		}
+		if err := checkReplaceable(f.events, "a stratum event log from an earlier run", isEventLog); err != nil {
+			return refusedf("--events %s: %w (nothing was started)", f.events, err)
+		}
+	}
 	for _, name := range []string{assets.KubeAPIServerName} {
 		if _, err := assets.Path(name); err != nil {
 			return refusedf("cannot start the simulator, which runs real servers: %w", err)
-		}
-	}
-	if f.events != "" {
-		if err := checkWritableFile(f.events); err != nil {
-			return refusedf("--events %s: %w (nothing was started)", f.events, err)
 		}
 	}
 
@@ -364,17 +377,99 @@ func (l *liveEvents) stop() error {
 	return l.flush()
 }
 
+// eventLogIs says what an event log is, for a message about a file that is
+// not one.
+const eventLogIs = "a stratum event log (the JSON array of events `stratum sim up --events` writes)"
+
 // readEvents reads an event log `sim up --events` wrote.
 func readEvents(path string) ([]sim.Event, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, fmt.Errorf("%s is not %s: it is empty", path, eventLogIs)
+	}
 	var evs []sim.Event
 	if err := json.Unmarshal(data, &evs); err != nil {
-		return nil, fmt.Errorf("%s is not an event log of `stratum sim up --events`: %w", path, err)
+		return nil, fmt.Errorf("%s is not %s: %s", path, eventLogIs, jsonProblem(err))
 	}
 	return evs, nil
+}
+
+// jsonProblem says in plain words why a file's JSON is not an event log
+// (encoding/json's own error names Go types: "cannot unmarshal object into
+// Go value of type []sim.Event").
+func jsonProblem(err error) string {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return fmt.Sprintf("it is not valid JSON (at byte %d)", se.Offset)
+	case errors.As(err, &te) && te.Field == "":
+		return fmt.Sprintf("it holds a JSON %s, not an array of events", te.Value)
+	case errors.As(err, &te):
+		return fmt.Sprintf("an event's %q is a JSON %s", te.Field, te.Value)
+	}
+	return "its events are not {time, host, kind, what} objects"
+}
+
+// validEvent reports whether e has what every recorded event has: a time
+// and a kind.
+func validEvent(e sim.Event) bool { return !e.Time.IsZero() && e.Kind != "" }
+
+// isEventLog reports whether r holds an event log `sim up --events` wrote
+// (a JSON array of events, each with a time and a kind), or only white
+// space. It decodes one event at a time, so a large file that is not a log
+// is recognised from its start.
+func isEventLog(r io.Reader) bool {
+	dec := json.NewDecoder(r)
+	tok, err := dec.Token()
+	if err == io.EOF {
+		return true
+	}
+	if d, ok := tok.(json.Delim); err != nil || !ok || d != '[' {
+		return false
+	}
+	for dec.More() {
+		var e sim.Event
+		if err := dec.Decode(&e); err != nil || !validEvent(e) {
+			return false
+		}
+	}
+	if _, err := dec.Token(); err != nil { // the closing ']'
+		return false
+	}
+	_, err = dec.Token()
+	return err == io.EOF
+}
+
+// checkReplaceable refuses to let a command replace the file at p unless
+// there is none, it is empty, or ours recognises it as one the command wrote
+// before (what: "an event log from an earlier run"): a mistyped path must
+// not destroy another file. Its error says what to do. It reads the file,
+// never writes it.
+func checkReplaceable(p, what string, ours func(io.Reader) bool) error {
+	fi, err := os.Stat(p)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("the file cannot be checked (%w): pass a new path", pathErrCause(err))
+	case !fi.Mode().IsRegular():
+		return errors.New("it exists and is not a regular file: pass the path of a new file")
+	case fi.Size() == 0:
+		return nil
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return fmt.Errorf("the file exists and cannot be read to check it is %s (%w): pass a new path", what, pathErrCause(err))
+	}
+	defer f.Close()
+	if !ours(bufio.NewReader(f)) {
+		return fmt.Errorf("the file exists and is not %s, so it is not overwritten: pass a new path, or remove the file", what)
+	}
+	return nil
 }
 
 // progress prints the steps of a run as they complete, each with its

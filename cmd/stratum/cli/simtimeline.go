@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -83,8 +84,8 @@ func (a *app) simTimeline(in string, f simTimelineFlags) error {
 		return refusedf("the event log %s holds no events: nothing to draw; nothing was written", in)
 	}
 	for i, e := range evs {
-		if e.Time.IsZero() || e.Kind == "" {
-			return refusedf("event %d of %s has no time or no kind: not an event log of `stratum sim up --events`; nothing was written", i+1, in)
+		if !validEvent(e) {
+			return refusedf("event %d of %s has no time or no kind: it is not %s; nothing was written", i+1, in, eventLogIs)
 		}
 	}
 	if out != "-" {
@@ -92,6 +93,9 @@ func (a *app) simTimeline(in string, f simTimelineFlags) error {
 			return refusedf("-o %s is the event log itself: name another file; nothing was written", out)
 		}
 		if err := checkWritableFile(out); err != nil {
+			return refusedf("-o %s: %w: pass the path of a file in a directory that exists and is writable, or - for stdout; nothing was written", out, err)
+		}
+		if err := checkReplaceable(out, "a timeline page `stratum sim timeline` wrote", isTimelinePage); err != nil {
 			return refusedf("-o %s: %w; nothing was written", out, err)
 		}
 	}
@@ -110,6 +114,14 @@ func (a *app) simTimeline(in string, f simTimelineFlags) error {
 	}
 	fmt.Fprintf(a.stdout, "timeline of %d events on %d hosts written to %s\n", len(evs), countHosts(evs), out)
 	return nil
+}
+
+// isTimelinePage reports whether r holds a page `stratum sim timeline` (or
+// timeline.WriteFiles) wrote: timeline.Marker in its head.
+func isTimelinePage(r io.Reader) bool {
+	head := make([]byte, timeline.MarkerWithin)
+	n, _ := io.ReadFull(r, head)
+	return bytes.Contains(head[:n], []byte(timeline.Marker))
 }
 
 // sameFile reports whether paths a and b name one file: the same path, or

@@ -5,10 +5,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"stratum.dev/stratum/sim"
+	"stratum.dev/stratum/sim/timeline"
 )
 
 // writeEventLog writes events as `sim up --events` does and returns the path.
@@ -51,13 +53,27 @@ func TestSimTimelineWritesThePage(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the default output beside the log: %v", err)
 	}
-	for _, want := range []string{`<g class="lane" data-host="cp3">`, `class="span span-crashed" data-host="cp2"`, `class="mark mark-fault"`, "</svg>"} {
+	for _, want := range []string{timeline.Marker, `<g class="lane" data-host="cp3">`, `class="span span-crashed" data-host="cp2"`, `class="mark mark-fault"`, "</svg>"} {
 		if !strings.Contains(string(html), want) {
 			t.Errorf("%s lacks %q", page, want)
 		}
 	}
+	if i := strings.Index(string(html), timeline.Marker); i < 0 || i+len(timeline.Marker) > timeline.MarkerWithin {
+		t.Errorf("%s holds timeline.Marker at %d, not within its first %d bytes", page, i, timeline.MarkerWithin)
+	}
+	// Drawn again, the page it wrote is replaced.
+	if code, _, errOut := runCLI(t, Options{}, "sim", "timeline", in, "--title", "again"); code != ExitOK {
+		t.Fatalf("sim timeline %s over its own page: exit %d, stderr %q", in, code, errOut)
+	}
+	if html, _ := os.ReadFile(page); !strings.Contains(string(html), "<title>again</title>") {
+		t.Errorf("%s was not replaced by the second run", page)
+	}
 
+	// An empty file (made by mktemp, say) is written over.
 	other := filepath.Join(dir, "other.html")
+	if err := os.WriteFile(other, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	code, _, errOut = runCLI(t, Options{}, "sim", "timeline", in, "-o", other,
 		"--failure", "split leadership reported <healthy>", "--title", "TestSplitBrain check 3", "--replay", "go test ./scenarios -run '^TestSplitBrain$'")
 	if code != ExitOK {
@@ -79,7 +95,7 @@ func TestSimTimelineWritesThePage(t *testing.T) {
 	}
 	entries, _ := os.ReadDir(dir)
 	if len(entries) != 3 {
-		t.Errorf("after three runs %s holds %d files, want run.json, run.html, other.html (no temporary file left)", dir, len(entries))
+		t.Errorf("after four runs %s holds %d files, want run.json, run.html, other.html (no temporary file left)", dir, len(entries))
 	}
 }
 
@@ -101,21 +117,33 @@ func TestSimTimelineRefusesWritingNothing(t *testing.T) {
 	if err := os.WriteFile(out, []byte("the page of an earlier run"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	emptyFile := filepath.Join(dir, "empty-file.json")
+	if err := os.WriteFile(emptyFile, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "fifo.html")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	missing := filepath.Join(dir, "missing.json")
+	noDir := filepath.Join(dir, "no-dir")
 	for _, tc := range []struct {
-		name string
-		args []string
-		code int
-		says []string
+		name        string
+		args        []string
+		code        int
+		says, lacks []string
 	}{
-		{"missing log", []string{missing, "-o", out}, ExitRefused, []string{missing, "no such file", "nothing was written"}},
-		{"not a log", []string{notLog, "-o", out}, ExitRefused, []string{notLog, "is not an event log", "nothing was written"}},
-		{"empty log", []string{empty, "-o", out}, ExitRefused, []string{empty, "holds no events"}},
-		{"event without time", []string{noTime, "-o", out}, ExitRefused, []string{"event 1 of " + noTime, "no time"}},
-		{"output is the log", []string{good, "-o", good}, ExitRefused, []string{"is the event log itself"}},
-		{"output directory missing", []string{good, "-o", filepath.Join(dir, "no-dir", "x.html")}, ExitRefused, []string{"no-dir", "nothing was written"}},
-		{"output is a directory", []string{good, "-o", dir}, ExitRefused, []string{"is a directory"}},
-		{"no log named", nil, ExitUsage, []string{"accepts 1 arg"}},
+		{"missing log", []string{missing, "-o", out}, ExitRefused, []string{missing, "no such file", "nothing was written"}, nil},
+		{"not a log", []string{notLog, "-o", out}, ExitRefused, []string{notLog + " is not a stratum event log (the JSON array of events `stratum sim up --events` writes): it holds a JSON object, not an array of events", "nothing was written"}, []string{"json:", "Go value", "sim.Event"}},
+		{"empty file", []string{emptyFile, "-o", out}, ExitRefused, []string{emptyFile + " is not a stratum event log", "it is empty"}, []string{"json:", "unexpected end"}},
+		{"output is another file", []string{good, "-o", out}, ExitRefused, []string{"-o " + out + ": the file exists and is not a timeline page `stratum sim timeline` wrote", "pass a new path, or remove the file", "nothing was written"}, nil},
+		{"output is not a regular file", []string{good, "-o", fifo}, ExitRefused, []string{"-o " + fifo + ": it exists and is not a regular file"}, nil},
+		{"empty log", []string{empty, "-o", out}, ExitRefused, []string{empty, "holds no events"}, nil},
+		{"event without time", []string{noTime, "-o", out}, ExitRefused, []string{"event 1 of " + noTime, "no time"}, nil},
+		{"output is the log", []string{good, "-o", good}, ExitRefused, []string{"is the event log itself"}, nil},
+		{"output directory missing", []string{good, "-o", filepath.Join(noDir, "x.html")}, ExitRefused, []string{"-o " + filepath.Join(noDir, "x.html") + ": the directory " + noDir + " does not exist", "nothing was written"}, []string{".stratum-probe", "open "}},
+		{"output is a directory", []string{good, "-o", dir}, ExitRefused, []string{"is a directory"}, nil},
+		{"no log named", nil, ExitUsage, []string{"accepts 1 arg"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before, _ := os.ReadDir(dir)
@@ -126,6 +154,11 @@ func TestSimTimelineRefusesWritingNothing(t *testing.T) {
 			for _, s := range tc.says {
 				if !strings.Contains(errOut, s) {
 					t.Errorf("stderr %q does not say %q", errOut, s)
+				}
+			}
+			for _, s := range tc.lacks {
+				if strings.Contains(errOut, s) {
+					t.Errorf("stderr %q says %q", errOut, s)
 				}
 			}
 			if stdout != "" {

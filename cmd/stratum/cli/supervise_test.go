@@ -157,10 +157,12 @@ func TestUpRefusesBadOptionsBeforeWriting(t *testing.T) {
 		want string
 	}{
 		{"unknown profile", []string{"--profile", "bogus"}, ExitRefused, `unknown profile "bogus"`},
-		{"bad cluster domain", []string{"--cluster-domain", "Bad_Domain!"}, ExitRefused, `cluster domain "Bad_Domain!" is not a DNS domain`},
+		{"bad cluster domain", []string{"--cluster-domain", "Bad_Domain!"}, ExitRefused, `cluster domain "Bad_Domain!" is not a DNS domain (like cluster.local): want lower-case letters`},
 		{"overlapping ranges", []string{"--pod-cidr", "10.96.0.0/16"}, ExitRefused, "overlaps"},
-		{"pod CIDR not a CIDR", []string{"--pod-cidr", "10.244.0.0"}, ExitRefused, "10.244.0.0"},
-		{"service CIDR not a CIDR", []string{"--service-cidr", "ten.96/12"}, ExitRefused, "ten.96/12"},
+		{"pod CIDR not a CIDR", []string{"--pod-cidr", "10.244.0.0"}, ExitRefused, `pod CIDR "10.244.0.0" is not a CIDR (like 10.244.0.0/16)`},
+		{"pod CIDR garbage", []string{"--pod-cidr", "garbage"}, ExitRefused, `pod CIDR "garbage" is not a CIDR (like 10.244.0.0/16)`},
+		{"service CIDR not a CIDR", []string{"--service-cidr", "ten.96/12"}, ExitRefused, `service CIDR "ten.96/12" is not a CIDR (like 10.96.0.0/12)`},
+		{"service CIDR too small for the cluster DNS", []string{"--service-cidr", "10.96.0.0/29"}, ExitRefused, "service CIDR 10.96.0.0/29 is too small"},
 		{"VIP is the node's address", []string{"--vip", "127.0.0.1"}, ExitRefused, "the VIP 127.0.0.1 is this node's own address"},
 		{"VIP not an IP", []string{"--vip", "vip.example"}, ExitUsage, `--vip: the VIP "vip.example" is not an IP address`},
 		{"VIP not IPv4", []string{"--vip", "fd00::10"}, ExitUsage, "ARP, which is IPv4 only"},
