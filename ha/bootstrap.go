@@ -198,7 +198,12 @@ func (n *Node) bootstrap(ctx context.Context, o BootstrapOptions) (*nodestate.No
 	}
 	r.release()
 	r.release = nil
-	return n.StartControlPlane(ctx)
+	st, err := n.StartControlPlane(ctx)
+	if err != nil {
+		// Whatever the start refused: the node is laid out.
+		return nil, Midway(fmt.Errorf("%w; the node is set up (its cluster CAs, certificates and node state written), its control plane did not start: fix the cause and run `stratum up` again, which starts it from the saved state", err))
+	}
+	return st, nil
 }
 
 // refuse checks the options, takes the node's locks and refuses a node with

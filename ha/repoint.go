@@ -126,27 +126,10 @@ func RepointKubeconfigs(server string) error {
 // before any kubeconfig is rewritten. Every kubeconfig is parsed and
 // repointed in memory before the first is written.
 func (n *Node) RepointKubeconfigs(server string) error {
-	if u, err := url.Parse(server); err != nil || u.Scheme != "https" || u.Hostname() == "" || u.Port() == "" {
-		return fmt.Errorf("repoint kubeconfigs: %q is not https://<host>:<port>; nothing was changed", server)
-	}
 	h := n.env.Host
-	st, err := nodestate.Load(h)
-	switch {
-	case errors.Is(err, nodestate.ErrNoState):
-		st = nil
-	case err != nil:
-		return fmt.Errorf("repoint kubeconfigs: %w; nothing was changed", err)
-	}
-	rewrites, err := nodeKubeconfigs(h)
+	st, rewrites, err := n.repointedKubeconfigs(server)
 	if err != nil {
-		return fmt.Errorf("repoint kubeconfigs: %w; nothing was changed", err)
-	}
-	for i, rw := range rewrites {
-		out, err := kubeconfig.Repoint(rw.data, server)
-		if err != nil {
-			return fmt.Errorf("repoint kubeconfigs: %s: %w; nothing was changed", rw.path, err)
-		}
-		rewrites[i].data = out
+		return err
 	}
 	for _, rw := range rewrites {
 		if err := h.WriteFile(rw.path, rw.data, rw.perm); err != nil {
@@ -161,6 +144,35 @@ func (n *Node) RepointKubeconfigs(server string) error {
 	}
 	n.log.Info("kubeconfigs repointed", "server", server, "files", len(rewrites))
 	return nil
+}
+
+// repointedKubeconfigs reads the node state (nil when there is none) and
+// every kubeconfig, and repoints each in memory: RepointKubeconfigs' checks,
+// which a repoint also makes before it changes anything.
+func (n *Node) repointedKubeconfigs(server string) (*nodestate.NodeState, []kubeconfigFile, error) {
+	if u, err := url.Parse(server); err != nil || u.Scheme != "https" || u.Hostname() == "" || u.Port() == "" {
+		return nil, nil, fmt.Errorf("repoint kubeconfigs: %q is not https://<host>:<port>; nothing was changed", server)
+	}
+	h := n.env.Host
+	st, err := nodestate.Load(h)
+	switch {
+	case errors.Is(err, nodestate.ErrNoState):
+		st = nil
+	case err != nil:
+		return nil, nil, fmt.Errorf("repoint kubeconfigs: %w; nothing was changed", err)
+	}
+	rewrites, err := nodeKubeconfigs(h)
+	if err != nil {
+		return nil, nil, fmt.Errorf("repoint kubeconfigs: %w; nothing was changed", err)
+	}
+	for i, rw := range rewrites {
+		out, err := kubeconfig.Repoint(rw.data, server)
+		if err != nil {
+			return nil, nil, fmt.Errorf("repoint kubeconfigs: %s: %w; nothing was changed", rw.path, err)
+		}
+		rewrites[i].data = out
+	}
+	return st, rewrites, nil
 }
 
 // kubeconfigFile is one of the node's kubeconfigs, read.
@@ -219,10 +231,15 @@ func (n *Node) nodeRepoint(ctx context.Context, w io.Writer, vip string, serves 
 	if err := n.checkServes(ctx, vip, serves); err != nil {
 		return nil, err
 	}
+	// Every kubeconfig read and repointed in memory before coverVIP's first
+	// change, so one that cannot be is a refusal, as in the dry run.
+	server := apiServerURL(vip)
+	if _, _, err := n.repointedKubeconfigs(server); err != nil {
+		return nil, Refusal(err)
+	}
 	if err := n.coverVIP(ctx, w, vip); err != nil {
 		return nil, err
 	}
-	server := apiServerURL(vip)
 	if err := n.RepointKubeconfigs(server); err != nil {
 		return nil, err
 	}

@@ -127,6 +127,22 @@ func TestNodeRepoint(t *testing.T) {
 			t.Fatalf("NodeRepoint(%s) refused, but changed the node state", addr)
 		}
 	}
+	// A kubeconfig that cannot be repointed (a stray file that is not one)
+	// is found before the node state records the VIP: refused, nothing
+	// changed.
+	stray := path.Join(version.K8sConfDir, "stray.conf")
+	if err := cp1.Files().WriteFile(stray, []byte("not a kubeconfig: ["), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.NodeRepoint(ctx, &bytes.Buffer{}, vip); !ha.IsRefusal(err) || !strings.Contains(err.Error(), "stray.conf") {
+		t.Fatalf("NodeRepoint with a stray kubeconfig: %v", err)
+	}
+	if s, _ := cp1.Files().ReadFile(nodestate.Path); !bytes.Equal(s, stateBefore) {
+		t.Fatal("NodeRepoint refused for a stray kubeconfig, but changed the node state")
+	}
+	if err := cp1.Files().Remove(stray); err != nil {
+		t.Fatal(err)
+	}
 	// A stand-in check that says no is obeyed too.
 	if _, err := n.NodeRepointServes(ctx, &bytes.Buffer{}, vip, func(context.Context, string) (bool, error) { return false, nil }); !errors.Is(err, ha.ErrVIPNotServing) {
 		t.Fatalf("NodeRepoint with a VIP that does not answer: %v", err)

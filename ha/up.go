@@ -122,7 +122,7 @@ func (n *Node) promoteSelf(ctx context.Context, st *nodestate.NodeState) error {
 		peers = append(peers, own)
 	}
 	if err := n.PromoteWhenCaughtUp(ctx, peers, st.Etcd.PeerURL); err != nil {
-		return fmt.Errorf("promote this node's etcd learner: %w; etcd keeps running as a learner, and the next `stratum up` retries", err)
+		return fmt.Errorf("promote this node's etcd learner: %w; its member stays a learner, and the next `stratum up` promotes it", err)
 	}
 	return nil
 }
