@@ -118,13 +118,10 @@ the same and prints the unit instead.`,
 				return nil
 			}
 			path := filepath.Join(unitDir, unitName)
-			tmp := path + ".tmp"
-			if err := os.WriteFile(tmp, []byte(unit), 0o644); err != nil {
-				return fmt.Errorf("install: write %s: %w; nothing was written", path, err)
-			}
-			if err := os.Rename(tmp, path); err != nil {
-				os.Remove(tmp)
-				return fmt.Errorf("install: %w; nothing was written", err)
+			// Atomic: a failed write leaves no partial unit or temporary
+			// file, and an existing unit as it was.
+			if err := writeFileAtomic(path, []byte(unit), 0o644); err != nil {
+				return fmt.Errorf("install: write %s: %w; the unit directory is as it was", path, err)
 			}
 			fmt.Fprintf(a.stdout, "wrote %s (runs %s up --bin-dir %s)\n", path, self, binDir)
 			if _, err := os.Stat("/run/systemd/system"); err != nil {
