@@ -339,26 +339,36 @@ func (n *Node) checkServes(ctx context.Context, vip string, serves func(context.
 // refuseMemberAddressAsVIP refuses, on a control plane, a VIP that is a
 // control plane's own address: it passes the serving check (that node's
 // apiserver certificate covers its own IP), and this node's kube-vip would
-// then announce a live node's address. This node's address comes from its
-// state, the others' from etcd's member list through this node's member; a
-// list that cannot be read refuses too, since the check cannot be made. A
-// worker announces nothing, so its repoint is not checked here.
+// then announce a live node's address. The addresses come from this node's
+// state (its own, and the members its etcd started with) and from etcd's
+// member list, asked through this node's member and those; a list no member
+// answers is a warning, not a refusal, so a control plane whose etcd is down
+// (no supervisor runs) still repoints, checked against what its state knows.
+// A worker announces nothing, so its repoint is not checked here.
 func (n *Node) refuseMemberAddressAsVIP(ctx context.Context, vip string) error {
 	st, err := nodestate.Load(n.env.Host)
 	if err != nil || st.Role != nodestate.RoleControlPlane {
 		return nil // a worker, or a state coverVIP reports on
 	}
-	if vip == st.NodeIP {
-		return Refusal(fmt.Errorf("the VIP %s is this node's own address; nothing was changed: the VIP is an unused address on the control planes' network, which their kube-vip announces", vip))
+	refuse := func(whose string) error {
+		return Refusal(fmt.Errorf("the VIP %s is %s; nothing was changed: the VIP is an unused address on the control planes' network, which their kube-vip announces", vip, whose))
 	}
-	ms, err := n.members(ctx, []string{urlHostOf(st.Etcd.ClientURL)}, "repoint")
+	if vip == st.NodeIP {
+		return refuse("this node's own address")
+	}
+	known := peerIPs(st.Etcd.InitialCluster, st.Etcd.PeerURL)
+	if slices.Contains(known, vip) {
+		return refuse("the address of a control plane this node's etcd started with")
+	}
+	ms, err := n.members(ctx, append([]string{urlHostOf(st.Etcd.ClientURL)}, known...), "repoint")
 	if err != nil {
-		return Refusal(fmt.Errorf("cannot check that the VIP %s is no control plane's own address: %w; nothing was changed: retry once this node's etcd member answers", vip, err))
+		n.log.Warn("the etcd member list could not be read: the VIP is checked against this node's own address and the members its etcd started with only", "vip", vip, "err", err)
+		return nil
 	}
 	for _, m := range ms {
 		for _, u := range append(slices.Clone(m.PeerURLs), m.ClientURLs...) {
 			if urlHost(u) == vip {
-				return Refusal(fmt.Errorf("the VIP %s is the address of control plane %s (etcd member %s); nothing was changed: the VIP is an unused address on the control planes' network, which their kube-vip announces", vip, m.Name, u))
+				return refuse(fmt.Sprintf("the address of control plane %s (etcd member %s)", m.Name, u))
 			}
 		}
 	}

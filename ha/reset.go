@@ -258,13 +258,19 @@ func describeMember(rep ResetPlanReport) string {
 	return fmt.Sprintf("etcd member %s (%s, %s)", rep.Member, rep.PeerURL, rep.Role)
 }
 
+// QuorumOf is the number of voters an etcd cluster of voters needs to
+// commit, a majority; 0 when there are none, which have no quorum to keep.
+func QuorumOf(voters int) int {
+	if voters <= 0 {
+		return 0
+	}
+	return voters/2 + 1
+}
+
 // planReset decides the steps and the refusal from an observation.
 func planReset(o resetObservation) ResetPlanReport {
 	rep := ResetPlanReport{Member: o.name, PeerURL: o.peerURL, Role: o.role, Steps: []string{},
-		VotersAfter: o.votersAfter, HealthyAfter: o.healthyAfter}
-	if o.votersAfter > 0 { // no voters left: no quorum to speak of
-		rep.QuorumAfter = o.votersAfter/2 + 1
-	}
+		VotersAfter: o.votersAfter, HealthyAfter: o.healthyAfter, QuorumAfter: QuorumOf(o.votersAfter)}
 	add := func(s resetStep) { rep.Steps = append(rep.Steps, string(s)) }
 	if o.running[ServiceVIP] || o.running[serviceOperator] {
 		add(resetStopVIP)

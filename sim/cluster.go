@@ -385,7 +385,7 @@ func releaseSubnet(base netip.Addr) {
 // from .11, the VIP at .10) is free on the standard ports. Clusters of this
 // process never share a /24; one of another process is seen only once it
 // listens, so two test binaries drawing the same /24 at once can still
-// collide (docs/architecture.md gives the odds). The /24 is held until
+// collide (docs/architecture.md says when). The /24 is held until
 // releaseSubnet.
 func freeSubnet(hosts int) (netip.Addr, error) {
 	subnetsInUse.Lock()

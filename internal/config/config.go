@@ -22,11 +22,11 @@ import (
 	"strings"
 
 	goyaml "go.yaml.in/yaml/v2"
-	"k8s.io/apimachinery/pkg/util/validation"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
 	"stratum.dev/stratum/internal/addons"
+	"stratum.dev/stratum/internal/netcfg"
 )
 
 // The document's version and kind.
@@ -94,7 +94,11 @@ func Parse(data []byte) (*File, error) {
 	// decoder below would then never see.
 	js, err := yaml.YAMLToJSONStrict(data)
 	if te := (*goyaml.TypeError)(nil); errors.As(err, &te) {
-		return nil, fmt.Errorf("%w: %s", ErrInvalid, strings.Join(te.Errors, "; "))
+		msg := strings.Join(te.Errors, "; ")
+		if bytes.Contains(data, []byte("<<")) && strings.Contains(msg, "already set") {
+			msg += " (a key a YAML merge `<<` brings in cannot be set again beside it: write each key once)"
+		}
+		return nil, fmt.Errorf("%w: %s", ErrInvalid, msg)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
@@ -143,8 +147,8 @@ func Parse(data []byte) (*File, error) {
 		}
 	}
 	if d := s.Network.ClusterDomain; d != "" {
-		if errs := validation.IsDNS1123Subdomain(d); len(errs) > 0 {
-			problems = append(problems, fmt.Sprintf("spec.network.clusterDomain %q: not a DNS domain: %s", d, strings.Join(errs, "; ")))
+		if err := netcfg.CheckClusterDomain(d); err != nil {
+			problems = append(problems, fmt.Sprintf("spec.network.clusterDomain: %v", err))
 		}
 	}
 	if s.VIP != "" {

@@ -74,6 +74,7 @@ func TestParseRefusalsNameTheKey(t *testing.T) {
 		{"invalid second document", good + "---\n[not yaml\n", "line 16: did not find expected"},
 		{"document after an empty one", "---\n---\n" + good, "2 documents; stratum reads one"},
 		{"three documents", good + "---\nkind: x\n---\nkind: y\n---\n", "3 documents; stratum reads one"},
+		{"a merged key set again", "apiVersion: stratum.dev/v1alpha1\nkind: ControlPlaneConfig\nx-net: &net {podCIDR: 10.244.0.0/16}\nspec:\n  network:\n    <<: *net\n    podCIDR: 10.50.0.0/16\n", "cannot be set again beside it"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.doc))

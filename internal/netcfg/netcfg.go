@@ -95,8 +95,14 @@ func (c Config) Validate() error {
 	if _, err := c.ClusterDNSIP(); err != nil {
 		return err
 	}
-	if errs := validation.IsDNS1123Subdomain(c.ClusterDomain); len(errs) > 0 {
-		return fmt.Errorf("cluster domain %q is not a DNS domain (like %s): %s", c.ClusterDomain, DefaultClusterDomain, domainProblem(c.ClusterDomain, errs))
+	return CheckClusterDomain(c.ClusterDomain)
+}
+
+// CheckClusterDomain refuses a cluster domain that is not a DNS domain,
+// saying in plain words what is wrong with it.
+func CheckClusterDomain(d string) error {
+	if errs := validation.IsDNS1123Subdomain(d); len(errs) > 0 {
+		return fmt.Errorf("cluster domain %q is not a DNS domain (like %s): %s", d, DefaultClusterDomain, domainProblem(d, errs))
 	}
 	return nil
 }

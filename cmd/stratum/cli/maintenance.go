@@ -61,13 +61,10 @@ held, as the command would.`,
 		Example: example + "\n\n  # What it would retire, changing nothing\n  stratum certs " + use + " --dry-run",
 		Args:    usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			n, h, err := a.localNode()
-			if err != nil {
-				return err
-			}
 			// It publishes this control plane's certificates through its
 			// admin kubeconfig: off a control plane, say so.
-			if _, err := loadState(h); err != nil {
+			n, _, _, err := a.controlPlaneNode()
+			if err != nil {
 				return err
 			}
 			if dryRun {

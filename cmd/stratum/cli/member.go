@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"stratum.dev/stratum/ha"
 )
 
 // removalPlan is what `etcd member remove` would do, decided from the member
@@ -49,7 +51,7 @@ func planRemoval(rows []memberRow, target, selfPeerURL string) (removalPlan, err
 		return p, fmt.Errorf("no etcd member named %q or with that peer URL (members: %s); nothing was removed", target, strings.Join(names, ", "))
 	}
 	p.VotersAfter, p.HealthyAfter = voters, healthy
-	p.QuorumAfter = voters/2 + 1
+	p.QuorumAfter = ha.QuorumOf(voters)
 	if p.Target.Learner {
 		return p, nil // a learner does not count toward quorum
 	}

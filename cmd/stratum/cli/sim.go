@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"reflect"
 	"regexp"
 	"sync"
 	"time"
@@ -185,7 +186,8 @@ func (a *app) simUp(ctx context.Context, f simUpFlags) (err error) {
 		if ctx.Err() != nil {
 			return errors.New("interrupted; the cluster was torn down")
 		}
-		return fmt.Errorf("%s: %w", what, err)
+		// The error's advice is a real node's; this one is gone.
+		return fmt.Errorf("%s: %w (in the simulation, now torn down: run `stratum sim up` again)", what, err)
 	}
 
 	// The bring-up, as an operator runs it: `stratum up` on cp1, then a
@@ -406,8 +408,10 @@ func jsonProblem(err error) string {
 	switch {
 	case errors.As(err, &se):
 		return fmt.Sprintf("it is not valid JSON (at byte %d)", se.Offset)
-	case errors.As(err, &te) && te.Field == "":
+	case errors.As(err, &te) && te.Field == "" && te.Type != nil && te.Type.Kind() == reflect.Slice:
 		return fmt.Sprintf("it holds a JSON %s, not an array of events", te.Value)
+	case errors.As(err, &te) && te.Field == "":
+		return fmt.Sprintf("it is an array of JSON %ss, not of events", te.Value)
 	case errors.As(err, &te):
 		return fmt.Sprintf("an event's %q is a JSON %s", te.Field, te.Value)
 	}
