@@ -201,7 +201,7 @@ func (n *Node) bootstrap(ctx context.Context, o BootstrapOptions) (*nodestate.No
 	st, err := n.StartControlPlane(ctx)
 	if err != nil {
 		// Whatever the start refused: the node is laid out.
-		return nil, Midway(fmt.Errorf("%w; the node is set up (its cluster CAs, certificates and node state written), its control plane did not start: fix the cause and run `stratum up` again, which starts it from the saved state", err))
+		return nil, Midway(fmt.Errorf("%w. The bring-up before this start set up the node (its cluster CAs, certificates and node state written): fix the cause and run `stratum up` again, which starts it from the saved state", err))
 	}
 	return st, nil
 }

@@ -395,6 +395,42 @@ func TestUpPromotesALearnerLeftBetweenEtcdStartAndPromotion(t *testing.T) {
 	}
 }
 
+// TestUpWhoseStartIsRefusedAfterItsWritesFailsMidway: a first `stratum up`
+// whose control-plane start refuses (here a reset begun meanwhile) after
+// the bring-up wrote the node's files is a failure (exit 1) that says the
+// node is set up and to run `stratum up` again, never a refusal claiming
+// nothing changed; and that re-run, the reset's journal gone, starts it.
+func TestUpWhoseStartIsRefusedAfterItsWritesFailsMidway(t *testing.T) {
+	t.Parallel() // its own simulated cluster
+	assetstest.Require(t)
+	c := sim.Start(t, sim.Config{Fresh: true, SpareHosts: 1, APIServers: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	h := c.Hosts()[0]
+	d := h.Handle()
+	n := ha.NewNode(ha.Env{Host: d, Checkpoint: func(ctx context.Context, name string) error {
+		if name == ha.CheckpointUpAfterStateSave {
+			if err := d.WriteFile(ha.ResetJournalPath(), []byte("{}"), 0o600); err != nil {
+				return err
+			}
+		}
+		return d.Checkpoint(ctx, name)
+	}})
+	_, err := n.Up(ctx, ha.BootstrapOptions{})
+	if err == nil || ha.IsRefusal(err) || !errors.Is(err, ha.ErrResetUnderWay) || !strings.Contains(err.Error(), "set up the node") || !strings.Contains(err.Error(), "run `stratum up` again") {
+		t.Fatalf("up whose start a reset refused: %v; want a failure naming what was set up", err)
+	}
+	if _, err := nodestate.Load(h.Files()); err != nil {
+		t.Fatalf("the node state the bring-up saved: %v", err)
+	}
+	if err := h.Files().Remove(ha.ResetJournalPath()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := joinNodeOn(h).Up(ctx, ha.BootstrapOptions{}); err != nil {
+		t.Fatalf("stratum up again: %v", err)
+	}
+}
+
 // TestUpCrashAtEveryCheckpointThenJoin crashes a first `stratum up` at each of
 // its checkpoints, runs `stratum up` again, and joins a second control plane:
 // every re-run must leave a cluster that can be joined.

@@ -43,7 +43,7 @@ func join(ctx context.Context, n *ha.Node, o ha.JoinOptions) (*nodestate.NodeSta
 	st, err := n.StartControlPlane(ctx)
 	if err != nil {
 		// Whatever the start refused: the member is in the cluster.
-		return nil, ha.Midway(fmt.Errorf("%w; the join itself is done (this node's etcd member was added and its node state saved), its control plane did not start: fix the cause and run `stratum up` to start it, or `stratum reset` to take this node out of the cluster", err))
+		return nil, ha.Midway(fmt.Errorf("%w. The join before this start is done (this node's etcd member was added and its node state saved): fix the cause and run `stratum up` to start it, or `stratum reset` to take this node out of the cluster", err))
 	}
 	return st, nil
 }

@@ -274,7 +274,7 @@ func docSection(doc, path string) string {
 // simulated hosts, print a line per step with its duration.
 func TestUpAndJoinPrintTheirSteps(t *testing.T) {
 	t.Parallel() // its own simulated cluster or host
-	c := sim.Start(t, sim.Config{Fresh: true, SpareHosts: 2, APIServers: true, VIP: true})
+	c := sim.Start(t, sim.Config{Fresh: true, SpareHosts: 3, APIServers: true, VIP: true})
 	cp1, cp2 := c.Hosts()[0], c.Hosts()[1]
 	code, out, errOut := runCLI(t, on(cp1), "up", "--vip", c.VIPAddress().String())
 	if code != ExitOK {
@@ -307,6 +307,35 @@ func TestUpAndJoinPrintTheirSteps(t *testing.T) {
 		if !strings.Contains(out, "  "+step+": done in ") {
 			t.Errorf("the join printed no line for its step %q:\n%s", step, out)
 		}
+	}
+
+	// A join whose start is refused (a reset begun meanwhile) after its
+	// member-add fails (exit 1), saying the join is done and what to run,
+	// never a refusal claiming nothing changed; `stratum up` then starts it.
+	code, out, errOut = runCLI(t, on(cp1), "token", "create", "--control-plane")
+	if code != ExitOK {
+		t.Fatalf("token create: exit %d\n%s", code, errOut)
+	}
+	join = printedCommandLines(out)[0]
+	cp3 := c.Hosts()[2]
+	d3 := cp3.Handle()
+	opts3 := Options{Host: func() (host.Host, error) { return d3, nil }, Checkpoint: func(ctx context.Context, name string) error {
+		if name == ha.CheckpointAfterStateSave {
+			if err := d3.WriteFile(ha.ResetJournalPath(), []byte("{}"), 0o600); err != nil {
+				return err
+			}
+		}
+		return d3.Checkpoint(ctx, name)
+	}}
+	code, _, errOut = runCLI(t, opts3, strings.Fields(join)[1:]...)
+	if code != ExitFail || !strings.Contains(errOut, "a reset of this node is under way") || !strings.Contains(errOut, "The join before this start is done") {
+		t.Fatalf("a join whose start a reset refused: exit %d, want %d saying the join is done:\n%s", code, ExitFail, errOut)
+	}
+	if err := d3.Remove(ha.ResetJournalPath()); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := runCLI(t, on(cp3), "up"); code != ExitOK {
+		t.Fatalf("up after the join's refused start: exit %d\n%s\n%s", code, out, errOut)
 	}
 }
 
