@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"path"
 	"slices"
@@ -498,4 +499,41 @@ func TestJoinNodeStateSaveFailingLate(t *testing.T) {
 			diskFaultCase(t, ops, i, syscall.EIO, false, crash)
 		})
 	}
+}
+
+// TestJoinIntentWriteFailingLateLeavesNoJournal fails the directory fsync
+// after the join's first write of its intent journal, the one point where a
+// failed write leaves the file in place: the join is refused before its
+// member-add, so it must take the journal away too, or the record of a
+// member never added would make `stratum up` refuse and the next join
+// resume it. The same join command then makes cp2 a working control plane.
+func TestJoinIntentWriteFailingLateLeavesNoJournal(t *testing.T) {
+	t.Parallel() // its own simulated clusters
+	assetstest.Require(t)
+	ops := joinDiskOps(t)
+	subj := subjects(ops)
+	i := -1
+	for k, o := range ops {
+		if o.op == faultfs.OpSyncDir && subj[k] == ha.JoinIntentPath() {
+			i = k
+			break
+		}
+	}
+	if i < 0 {
+		t.Fatalf("the recorded join made no directory fsync after writing its intent journal: %v", ops)
+	}
+	d := startDiskCase(t)
+	d.cp2.FailDisk(&firstFault{Rule: ruleAt(ops, i, syscall.EIO, false)})
+	err := runJoin(d.ctx, d.cp2, d.o)
+	d.cp2.DisarmDisk()
+	if !ha.IsRefusal(err) || !errors.Is(err, syscall.EIO) || !strings.Contains(err.Error(), "nothing was added to etcd") {
+		t.Fatalf("the join whose intent journal's directory fsync failed: %v; want a refusal naming EIO", err)
+	}
+	if _, err := d.cp2.Files().Stat(ha.JoinIntentPath()); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a join refused before its member-add left its intent journal (stat: %v)", err)
+	}
+	d.checkFiles(t, "after the refused join")
+	d.checkSafe(t, "after the refused join")
+	d.converge(t)
+	d.checkJoined(t)
 }

@@ -691,6 +691,12 @@ func (r *joinRun) writeIntent(ctx context.Context) error {
 	}
 	r.intent = joinIntent{Name: r.name, PeerURL: r.peerURL, ClusterID: r.clusterID, Endpoints: endpoints, Started: h.Now().UTC(), MemberID: r.intent.MemberID}
 	if err := n.writeJoinIntent(r.intent); err != nil {
+		if !r.resumed {
+			// A write that failed after its rename (the directory's fsync)
+			// leaves the file: a recovery record of a member never added,
+			// which would make `up` refuse and the next join resume.
+			_ = n.ClearJoinIntent(context.WithoutCancel(ctx))
+		}
 		return err
 	}
 	err := n.checkpoint(ctx, CheckpointAfterIntent)

@@ -190,6 +190,11 @@ func (n *Node) ResetControlPlane(ctx context.Context, w io.Writer, force bool) e
 		obs.started = n.env.Host.Now().UTC()
 	}
 	if err := n.writeResetJournal(obs); err != nil {
+		if !obs.journalUnderWay {
+			// A write that failed after its rename (the directory's fsync)
+			// leaves the file, which would refuse every later up or join.
+			_ = n.env.Host.Remove(resetJournalPath)
+		}
 		return Refusal(err)
 	}
 	if err := n.checkpoint(ctx, CheckpointResetStart); err != nil {
