@@ -167,9 +167,8 @@ func (a *app) mcpServer() *mcp.Server {
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "token_create", Description: "Mint a join token (with controlPlane, a control-plane join grant and its join command). Refused unless confirm is true."},
 		func(ctx context.Context, _ *mcp.CallToolRequest, in tokenCreateIn) (*mcp.CallToolResult, mintedReport, error) {
-			if !in.Confirm {
-				return nil, mintedReport{}, errNotConfirmed
-			}
+			// Its input first: a call that cannot succeed is not sent back
+			// for a confirm.
 			ttl := token.DefaultTTL
 			if in.TTL != "" {
 				d, err := time.ParseDuration(in.TTL)
@@ -177,6 +176,9 @@ func (a *app) mcpServer() *mcp.Server {
 					return nil, mintedReport{}, fmt.Errorf("ttl %q: want a positive duration such as 30m or 2h; nothing was created", in.TTL)
 				}
 				ttl = d
+			}
+			if !in.Confirm {
+				return nil, mintedReport{}, errNotConfirmed
 			}
 			n, h, err := a.localNode()
 			if err != nil {

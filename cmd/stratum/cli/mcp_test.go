@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -194,6 +195,23 @@ func TestMCPServer(t *testing.T) {
 	if res := call("sim_events", map[string]any{"file": evFile, "kind": "faults"}, nil); !res.IsError || !strings.Contains(text(res), "want one of action") {
 		t.Fatalf("sim_events with a misspelled kind: %v %q, want it refused naming the kinds", res.IsError, text(res))
 	}
+	// What is not an event log is refused, never read as events: a device
+	// that never ends (it would fill memory), a JSON null, events without
+	// a time or kind.
+	for file, want := range map[string]string{
+		"/dev/zero":                                "not a regular file",
+		writeTemp(t, "null.json", "null"):          "JSON null",
+		writeTemp(t, "empty-event.json", "[{}]"):   "has no time or no kind",
+		writeTemp(t, "other.json", `[{"foo": 1}]`): "has no time or no kind",
+	} {
+		if res := call("sim_events", map[string]any{"file": file}, nil); !res.IsError || !strings.Contains(text(res), want) {
+			t.Fatalf("sim_events on %s: %v %q, want it refused saying %q", file, res.IsError, text(res), want)
+		}
+	}
+	// A call that cannot succeed says why, not to confirm it.
+	if res := call("token_create", map[string]any{"ttl": "bogus"}, nil); !res.IsError || !strings.Contains(text(res), `ttl "bogus"`) {
+		t.Fatalf("token_create with ttl bogus, unconfirmed: %v %q, want the ttl refused", res.IsError, text(res))
+	}
 
 	// A server that is no address is refused before the confirm is asked.
 	if res := call("etcd_rejoin", map[string]any{"server": "cp1"}, nil); !res.IsError || !strings.Contains(text(res), `server "cp1" is not an IP address`) {
@@ -216,4 +234,15 @@ func TestMCPKeepsStdoutForTheProtocol(t *testing.T) {
 	if out.Len() != 0 || !strings.Contains(errOut.String(), "etcd start: done in 1s") {
 		t.Fatalf("stdout %q, stderr %q", out.String(), errOut.String())
 	}
+}
+
+// writeTemp writes content to a new file named name in a test directory and
+// returns its path.
+func writeTemp(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

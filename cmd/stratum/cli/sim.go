@@ -383,18 +383,52 @@ func (l *liveEvents) stop() error {
 // not one.
 const eventLogIs = "a stratum event log (the JSON array of events `stratum sim up --events` writes)"
 
-// readEvents reads an event log `sim up --events` wrote.
+// maxEventLog bounds the event log readEvents reads: far above a long
+// simulation's (a few MiB), far below what would strain the reader's memory.
+const maxEventLog = 256 << 20
+
+// readEvents reads an event log `sim up --events` wrote: a regular file of
+// at most maxEventLog bytes holding a JSON array of events, each with a
+// time and a kind. Anything else (a device, a pipe that never ends, a
+// document of another shape) is an error, never events made up from it.
 func readEvents(path string) ([]sim.Event, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%s does not exist: name the file `stratum sim up --events FILE` writes (a relative path is taken from this process's working directory)", path)
+		}
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	switch {
+	case err != nil:
+		return nil, err
+	case fi.IsDir():
+		return nil, fmt.Errorf("%s is a directory, not %s", path, eventLogIs)
+	case !fi.Mode().IsRegular():
+		return nil, fmt.Errorf("%s is not a regular file, so not %s", path, eventLogIs)
+	case fi.Size() > maxEventLog:
+		return nil, fmt.Errorf("%s holds %d bytes, more than the %d an event log is read up to", path, fi.Size(), maxEventLog)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxEventLog+1))
 	if err != nil {
 		return nil, err
 	}
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, fmt.Errorf("%s is not %s: it is empty", path, eventLogIs)
 	}
+	if bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
+		return nil, fmt.Errorf("%s is not %s: it holds a JSON null", path, eventLogIs)
+	}
 	var evs []sim.Event
 	if err := json.Unmarshal(data, &evs); err != nil {
 		return nil, fmt.Errorf("%s is not %s: %s", path, eventLogIs, jsonProblem(err))
+	}
+	for i, e := range evs {
+		if !validEvent(e) {
+			return nil, fmt.Errorf("event %d of %s has no time or no kind: it is not %s", i+1, path, eventLogIs)
+		}
 	}
 	return evs, nil
 }

@@ -133,7 +133,7 @@ func TestSimTimelineRefusesWritingNothing(t *testing.T) {
 		code        int
 		says, lacks []string
 	}{
-		{"missing log", []string{missing, "-o", out}, ExitRefused, []string{missing, "no such file", "nothing was written"}, nil},
+		{"missing log", []string{missing, "-o", out}, ExitRefused, []string{missing, "does not exist", "nothing was written"}, nil},
 		{"not a log", []string{notLog, "-o", out}, ExitRefused, []string{notLog + " is not a stratum event log (the JSON array of events `stratum sim up --events` writes): it holds a JSON object, not an array of events", "nothing was written"}, []string{"json:", "Go value", "sim.Event"}},
 		{"empty file", []string{emptyFile, "-o", out}, ExitRefused, []string{emptyFile + " is not a stratum event log", "it is empty"}, []string{"json:", "unexpected end"}},
 		{"output is another file", []string{good, "-o", out}, ExitRefused, []string{"-o " + out + ": the file exists and is not a timeline page `stratum sim timeline` wrote", "pass a new path, or remove the file", "nothing was written"}, nil},
