@@ -100,7 +100,7 @@ func (n *Node) writeJoinIntent(in joinIntent) error {
 		return err
 	}
 	if err := n.env.Host.WriteFile(joinIntentPath, append(data, '\n'), 0o600); err != nil {
-		return fmt.Errorf("write the join intent journal %s: %w; nothing was added to etcd", joinIntentPath, err)
+		return fmt.Errorf("write the join intent journal %s: %w", joinIntentPath, err)
 	}
 	return nil
 }

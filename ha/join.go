@@ -695,9 +695,11 @@ func (r *joinRun) writeIntent(ctx context.Context) error {
 			// A write that failed after its rename (the directory's fsync)
 			// leaves the file: a recovery record of a member never added,
 			// which would make `up` refuse and the next join resume.
-			_ = n.ClearJoinIntent(context.WithoutCancel(ctx))
+			if cerr := n.ClearJoinIntent(context.WithoutCancel(ctx)); cerr != nil {
+				return fmt.Errorf("%w; nothing was added to etcd, but %w: remove it by hand before the next `stratum up` or join", err, cerr)
+			}
 		}
-		return err
+		return fmt.Errorf("%w; nothing was added to etcd", err)
 	}
 	err := n.checkpoint(ctx, CheckpointAfterIntent)
 	if err == nil {

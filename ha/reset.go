@@ -193,7 +193,9 @@ func (n *Node) ResetControlPlane(ctx context.Context, w io.Writer, force bool) e
 		if !obs.journalUnderWay {
 			// A write that failed after its rename (the directory's fsync)
 			// leaves the file, which would refuse every later up or join.
-			_ = n.env.Host.Remove(resetJournalPath)
+			if rerr := n.env.Host.Remove(resetJournalPath); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+				return Refusal(fmt.Errorf("%w; the journal could not be removed either (%v): remove %s by hand before the next `stratum up` or join", err, rerr, resetJournalPath))
+			}
 		}
 		return Refusal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -196,12 +197,17 @@ func TestMCPServer(t *testing.T) {
 		t.Fatalf("sim_events with a misspelled kind: %v %q, want it refused naming the kinds", res.IsError, text(res))
 	}
 	// What is not an event log is refused, never read as events: a device
-	// that never ends (it would fill memory), a JSON null, events without
-	// a time or kind.
+	// that never ends (it would fill memory), a pipe no one writes (an open
+	// would block), a JSON null, events without a time or kind.
+	fifo := filepath.Join(t.TempDir(), "pipe")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for file, want := range map[string]string{
-		"/dev/zero":                                "not a regular file",
-		writeTemp(t, "null.json", "null"):          "JSON null",
-		writeTemp(t, "empty-event.json", "[{}]"):   "has no time or no kind",
+		"/dev/zero":                              "not a regular file",
+		fifo:                                     "not a regular file",
+		writeTemp(t, "null.json", "null"):        "JSON null",
+		writeTemp(t, "empty-event.json", "[{}]"): "has no time or no kind",
 		writeTemp(t, "other.json", `[{"foo": 1}]`): "has no time or no kind",
 	} {
 		if res := call("sim_events", map[string]any{"file": file}, nil); !res.IsError || !strings.Contains(text(res), want) {

@@ -361,6 +361,9 @@ func (l *liveEvents) flush() error {
 	if len(evs) == l.written {
 		return nil
 	}
+	if evs == nil {
+		evs = []sim.Event{} // an empty array, which readers take; never null
+	}
 	data, err := json.MarshalIndent(evs, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode the event log: %w", err)
@@ -392,15 +395,20 @@ const maxEventLog = 256 << 20
 // time and a kind. Anything else (a device, a pipe that never ends, a
 // document of another shape) is an error, never events made up from it.
 func readEvents(path string) ([]sim.Event, error) {
+	// Stat before the open: opening a pipe no one writes blocks for good.
+	fi, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%s does not exist: name the file `stratum sim up --events FILE` writes (a relative path is taken from this process's working directory)", path)
+	}
+	if err == nil && !fi.IsDir() && !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file, so not %s", path, eventLogIs)
+	}
 	f, err := os.Open(path)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("%s does not exist: name the file `stratum sim up --events FILE` writes (a relative path is taken from this process's working directory)", path)
-		}
 		return nil, err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
+	fi, err = f.Stat() // the file opened, which a rename may have replaced
 	switch {
 	case err != nil:
 		return nil, err
