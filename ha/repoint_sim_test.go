@@ -98,14 +98,7 @@ func TestNodeRepoint(t *testing.T) {
 		if _, err := n.NodeRepoint(ctx, &out, bad); !errors.Is(err, ha.ErrVIPNotServing) {
 			t.Fatalf("NodeRepoint(%s): %v", bad, err)
 		}
-		for name, b := range confFiles(t, cp1) {
-			if !bytes.Equal(b, before[name]) {
-				t.Fatalf("NodeRepoint(%s) refused, but changed %s", bad, name)
-			}
-		}
-		if s, _ := cp1.Files().ReadFile(nodestate.Path); !bytes.Equal(s, stateBefore) {
-			t.Fatalf("NodeRepoint(%s) refused, but changed the node state", bad)
-		}
+		unchangedBy(t, "NodeRepoint("+bad+")", cp1, before, stateBefore)
 	}
 	// A control plane's own address, this node's or another member's,
 	// would pass the serving check (its certificate covers its own IP):
@@ -118,14 +111,7 @@ func TestNodeRepoint(t *testing.T) {
 		if err := n.RepointPlan(ctx, &bytes.Buffer{}, nil, addr, false); !ha.IsRefusal(err) {
 			t.Fatalf("RepointPlan(%s), a control plane's address: %v", addr, err)
 		}
-		for name, b := range confFiles(t, cp1) {
-			if !bytes.Equal(b, before[name]) {
-				t.Fatalf("NodeRepoint(%s) refused, but changed %s", addr, name)
-			}
-		}
-		if s, _ := cp1.Files().ReadFile(nodestate.Path); !bytes.Equal(s, stateBefore) {
-			t.Fatalf("NodeRepoint(%s) refused, but changed the node state", addr)
-		}
+		unchangedBy(t, "NodeRepoint("+addr+")", cp1, before, stateBefore)
 	}
 	// A kubeconfig that cannot be repointed (a stray file that is not one)
 	// is found before the node state records the VIP: refused, nothing
@@ -177,6 +163,20 @@ func TestNodeRepoint(t *testing.T) {
 		t.Fatalf("NodeRepoint with a failing restart = %q, %v", warnings, err)
 	}
 	checkRepointed(t, cp1, before, c.VIPURL())
+}
+
+// unchangedBy fails t unless h's kubeconfigs are before and its node state
+// is state: what a refused repoint (what) must leave.
+func unchangedBy(t *testing.T, what string, h *sim.Host, before map[string][]byte, state []byte) {
+	t.Helper()
+	for name, b := range confFiles(t, h) {
+		if !bytes.Equal(b, before[name]) {
+			t.Fatalf("%s refused, but changed %s", what, name)
+		}
+	}
+	if s, _ := h.Files().ReadFile(nodestate.Path); !bytes.Equal(s, state) {
+		t.Fatalf("%s refused, but changed the node state", what)
+	}
 }
 
 // checkRepointed: every kubeconfig before names server now, with its
