@@ -246,7 +246,10 @@ func (n *Node) fenced(ctx context.Context, op, what, certKeyHex string, fn func(
 	return nil
 }
 
-// publish seals this node's shared material into stratum-certs.
+// publish seals this node's shared material into stratum-certs. Every
+// failure before its first write (the reader RBAC's) is a refusal: publish
+// changed nothing, whatever its caller did before (a caller with changes of
+// its own behind it marks the error Midway).
 func (n *Node) publish(ctx context.Context, certKeyHex string, owner *metav1.OwnerReference, confirm func(context.Context) error, mode publishMode, o publishOptions) error {
 	op := "upload shared certificates"
 	if mode == publishRetire {
@@ -254,22 +257,22 @@ func (n *Node) publish(ctx context.Context, certKeyHex string, owner *metav1.Own
 	}
 	key, err := certbundle.ParseCertKey(certKeyHex)
 	if err != nil {
-		return fmt.Errorf("%s: %w; nothing was uploaded", op, err)
+		return Refusal(fmt.Errorf("%s: %w; nothing was uploaded", op, err))
 	}
 	tokenID, err := ownerTokenID(owner)
 	if err != nil {
-		return fmt.Errorf("%s: %w", op, err)
+		return Refusal(fmt.Errorf("%s: %w", op, err))
 	}
 	if mode == publishRetire && owner != nil {
-		return fmt.Errorf("%s: a retiring publication takes no owner; nothing was uploaded", op)
+		return Refusal(fmt.Errorf("%s: a retiring publication takes no owner; nothing was uploaded", op))
 	}
 	b, err := n.localBundle(ctx)
 	if err != nil {
-		return fmt.Errorf("%s: %w; nothing was uploaded", op, err)
+		return Refusal(fmt.Errorf("%s: %w; nothing was uploaded", op, err))
 	}
 	cs, err := n.adminClient()
 	if err != nil {
-		return fmt.Errorf("%s: %w; nothing was uploaded", op, err)
+		return Refusal(fmt.Errorf("%s: %w; nothing was uploaded", op, err))
 	}
 	budget := grantSecretBudget
 	if o.budget > 0 {
@@ -294,11 +297,11 @@ func (n *Node) publish(ctx context.Context, certKeyHex string, owner *metav1.Own
 	// anything is written, the grant's RBAC and policy included. The retry
 	// below builds it again on the state it writes over.
 	if _, _, err := next(); err != nil {
-		return fmt.Errorf("%s: %w", op, err)
+		return Refusal(fmt.Errorf("%s: %w", op, err))
 	}
 	if confirm != nil {
 		if err := confirm(ctx); err != nil {
-			return fmt.Errorf("%s: maintenance fence recheck refused the publication: %w; nothing was written", op, err)
+			return Refusal(fmt.Errorf("%s: maintenance fence recheck refused the publication: %w; nothing was written", op, err))
 		}
 	}
 	if o.apiservers == nil {

@@ -451,8 +451,8 @@ func TestCertsTwoMintsAndBudget(t *testing.T) {
 	_, err = e.mint(time.Hour, func(ctx context.Context, k string, o *metav1.OwnerReference) error {
 		return e.node.UploadCertsWithBudget(ctx, k, o, nil, budget)
 	})
-	if !errors.Is(err, ha.ErrOverBudget) {
-		t.Fatalf("third mint over budget: %v, want ErrOverBudget", err)
+	if !errors.Is(err, ha.ErrOverBudget) || !ha.IsRefusal(err) {
+		t.Fatalf("third mint over budget: %v, want a refusal naming ErrOverBudget", err)
 	}
 	after := e.secret()
 	if after.ResourceVersion != before.ResourceVersion {
@@ -977,6 +977,22 @@ func TestFencePolicyEnforcedOnEveryAPIServer(t *testing.T) {
 	}
 	if strings.Contains(probed, e.c.Host("cp3").APIServerURL()) {
 		t.Errorf("the upload probed cp3's stopped apiserver: %q", probed)
+	}
+
+	// Every `stratum up` grants through GrantCertsReader: it probes every
+	// serving apiserver too (it once probed only the client's own).
+	if err := e.c.Host("cp3").StartAPIServer(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mark := len(logs.String())
+	if err := n.GrantCertsReader(ctx, e.admin); err != nil {
+		t.Fatalf("GrantCertsReader: %v", err)
+	}
+	granted := logs.String()[mark:]
+	for _, name := range []string{"cp1", "cp2", "cp3"} {
+		if !strings.Contains(granted, e.c.Host(name).APIServerURL()) {
+			t.Errorf("GrantCertsReader did not probe %s's apiserver for the fence policy:\n%s", name, granted)
+		}
 	}
 }
 

@@ -68,7 +68,8 @@ func certsReaderRole() *rbacv1ac.RoleApplyConfiguration {
 // publishes before the Secret: the admission policy that keeps the
 // control-plane bootstrap group to its own fence, then — once every serving
 // apiserver enforces it — the fence Lease (unheld, if absent), the Role and the
-// RoleBinding. The enforcement probe runs through cs.
+// RoleBinding. The enforcement is probed through cs and on every apiserver
+// of this node's cluster that answers (Node.GrantCertsReader).
 func GrantCertsReader(ctx context.Context, cs kubernetes.Interface) error {
 	n, err := local()
 	if err != nil {
@@ -89,10 +90,14 @@ func NarrowCertsReaderBinding(ctx context.Context, cs kubernetes.Interface) erro
 	return n.NarrowCertsReaderBinding(ctx, cs)
 }
 
-// GrantCertsReader is the package-level GrantCertsReader, probing policy
-// enforcement through cs alone.
+// GrantCertsReader is the package-level GrantCertsReader: it probes policy
+// enforcement through cs and on every serving apiserver it finds through this
+// node's etcd member list and admin kubeconfig (servingAPIServers), as an
+// upload does. Every `stratum up` grants through it, on clusters of several
+// apiservers too; one it cannot list is probed through cs alone, with a
+// warning.
 func (n *Node) GrantCertsReader(ctx context.Context, cs kubernetes.Interface) error {
-	return n.GrantCertsReaderProbing(ctx, cs, nil)
+	return n.GrantCertsReaderProbing(ctx, cs, n.servingAPIServers(ctx))
 }
 
 // GrantCertsReaderProbing is GrantCertsReader probing enforcement on each of

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net/netip"
 	"path"
 	"strings"
@@ -163,6 +164,36 @@ func TestNodeRepoint(t *testing.T) {
 		t.Fatalf("NodeRepoint with a failing restart = %q, %v", warnings, err)
 	}
 	checkRepointed(t, cp1, before, c.VIPURL())
+
+	// A control plane whose etcd no member answers for (every member
+	// stopped, as when no supervisor runs) still checks the VIP against the
+	// addresses its state knows: cp2's etcd started with cp1, so cp1's
+	// address is refused; an address its state does not know passes that
+	// check with a warning (the member list could not be read) and meets
+	// the serving check.
+	cp2 := c.Host("cp2")
+	cp1.StopEtcd()
+	cp2.StopEtcd()
+	before2 := confFiles(t, cp2)
+	state2, _ := cp2.Files().ReadFile(nodestate.Path)
+	var logs bytes.Buffer
+	n2 := ha.NewNode(ha.Env{Host: cp2.Handle(), Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	_, err = n2.NodeRepoint(ctx, &bytes.Buffer{}, cp1.IP().String())
+	if !ha.IsRefusal(err) || !strings.Contains(err.Error(), "a control plane this node's etcd started with") {
+		t.Fatalf("NodeRepoint(cp1's address) on cp2 with etcd down: %v", err)
+	}
+	unchangedBy(t, "NodeRepoint(cp1's address) on cp2", cp2, before2, state2)
+	if logs.Len() != 0 {
+		t.Fatalf("a refusal by the node state's addresses read the member list:\n%s", logs.String())
+	}
+	unused := unusedAddr(c)
+	if _, err := n2.NodeRepoint(ctx, &bytes.Buffer{}, unused); !errors.Is(err, ha.ErrVIPNotServing) {
+		t.Fatalf("NodeRepoint(%s) on cp2 with etcd down: %v", unused, err)
+	}
+	if !strings.Contains(logs.String(), "the etcd member list could not be read") {
+		t.Fatalf("no warning that the member list was not read:\n%s", logs.String())
+	}
+	unchangedBy(t, "NodeRepoint("+unused+") on cp2", cp2, before2, state2)
 }
 
 // unchangedBy fails t unless h's kubeconfigs are before and its node state

@@ -5,13 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"path"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/assets/assetstest"
+	"stratum.dev/stratum/internal/host/faultfs"
 	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/version"
 	"stratum.dev/stratum/sim"
@@ -35,6 +39,29 @@ func TestResetConvergesAfterACrashAtEveryCheckpoint(t *testing.T) {
 	assetstest.Require(t)
 	c := sim.Start(t, sim.Config{ControlPlanes: 3, APIServers: true, VIP: true})
 	cp1, cp3 := nodeOn(c.Host("cp1")), c.Host("cp3")
+	// The reset journal's first write fails at the directory fsync after
+	// its rename: the reset is refused with nothing changed, and the file
+	// that rename left is taken away, so `stratum up` is not refused as if
+	// a reset were under way.
+	t.Run("the journal's first write failing late", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cp3.FailDisk(&faultfs.Rule{Ops: []faultfs.Op{faultfs.OpSyncDir}, Prefix: path.Dir(ha.ResetJournalPath()), Errno: syscall.EIO})
+		err := joinNodeOn(cp3).ResetControlPlane(ctx, io.Discard, false)
+		cp3.DisarmDisk()
+		if !ha.IsRefusal(err) || !errors.Is(err, syscall.EIO) {
+			t.Fatalf("the reset whose journal's directory fsync failed: %v; want a refusal naming EIO", err)
+		}
+		if _, err := cp3.Files().Stat(ha.ResetJournalPath()); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("the refused reset left its journal (stat: %v)", err)
+		}
+		if _, err := joinNodeOn(cp3).Up(ctx, ha.BootstrapOptions{}); err != nil {
+			t.Fatalf("up after the refused reset: %v", err)
+		}
+		if err := nodeOn(c.Host("cp1")).EtcdClusterHealthy(ctx, ipsOf(c, "cp1", "cp2", "cp3")); err != nil {
+			t.Fatalf("the cluster after cp3's refused reset: %v", err)
+		}
+	})
 	for i, checkpoint := range ha.ResetCheckpoints {
 		ok := t.Run(checkpoint, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
