@@ -2,13 +2,21 @@ package discovery_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"stratum.dev/stratum/internal/assets/assetstest"
 	"stratum.dev/stratum/internal/discovery"
+	"stratum.dev/stratum/internal/kubeconfig"
 	"stratum.dev/stratum/internal/pki"
 	"stratum.dev/stratum/sim"
 )
@@ -64,5 +72,63 @@ func TestFetchCAPinsTheHash(t *testing.T) {
 	}
 	if _, _, err := discovery.FetchCA(ctx, server, hash, joiner.DialContext); !errors.Is(err, discovery.ErrUnreachable) {
 		t.Fatalf("a fetch from a server that is down = %v, want ErrUnreachable", err)
+	}
+}
+
+// TestFetchCARefusesCertificatesBesideThePinnedOne: whoever answers for the
+// server (on the VIP's segment, say) knows the cluster CA's certificate, which
+// is public. cluster-info carrying it with a certificate of their own appended
+// matches the pin by its first certificate, and a kubeconfig made of it would
+// trust both, sending the bootstrap token to a server the appended CA signed:
+// it is refused. The same server with the CA alone is answered, so the refusal
+// is the extra certificate's.
+func TestFetchCARefusesCertificatesBesideThePinnedOne(t *testing.T) {
+	now := time.Now()
+	cluster, err := pki.NewCA("stratum-ca", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := pki.NewCA("appended", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hash, err := pki.CAHash(cluster.CertPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var served []byte
+	var credentials atomic.Bool
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "" {
+			credentials.Store(true)
+		}
+		if r.URL.Path != "/api/v1/namespaces/"+discovery.Namespace+"/configmaps/"+discovery.ConfigMap {
+			http.NotFound(w, r)
+			return
+		}
+		kc, err := kubeconfig.ForCA("https://"+r.Host, served)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(corev1.ConfigMap{Data: map[string]string{discovery.KubeconfigKey: string(kc)}})
+	}))
+	defer srv.Close()
+	ctx := context.Background()
+
+	served = cluster.CertPEM
+	if got, _, err := discovery.FetchCA(ctx, srv.URL, hash, nil); err != nil || string(got) != string(cluster.CertPEM) {
+		t.Fatalf("cluster-info with the CA alone: %q, %v", got, err)
+	}
+	served = append(slices.Clone(cluster.CertPEM), other.CertPEM...)
+	got, _, err := discovery.FetchCA(ctx, srv.URL, hash, nil)
+	if !errors.Is(err, discovery.ErrNotOneCertificate) || got != nil {
+		t.Fatalf("cluster-info with a certificate appended to the pinned CA: %d bytes trusted, %v; want ErrNotOneCertificate", len(got), err)
+	}
+	if !strings.Contains(err.Error(), "nothing was sent to it") {
+		t.Errorf("the refusal does not say nothing was sent: %v", err)
+	}
+	if credentials.Load() {
+		t.Fatal("FetchCA sent credentials")
 	}
 }
