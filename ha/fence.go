@@ -235,7 +235,19 @@ func leaseEnd(l *coordinationv1.Lease) time.Time {
 	return t.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second)
 }
 
+// leaseRanOut reports whether l's hold has run out by now. A hold renewed
+// (or taken) later than now by more than two clocks may differ
+// (maxClockSkew, what a join tolerates) is judged run out too: no holder's
+// clock wrote it, and the admission policy, which cannot read the time,
+// lets a control-plane bootstrap token write its own hold so — until 2099,
+// as far as renewTime plus duration goes — which would refuse every mint,
+// rekey and join until the Lease was deleted by hand.
 func leaseRanOut(l *coordinationv1.Lease, now time.Time) bool {
+	for _, t := range []*metav1.MicroTime{l.Spec.RenewTime, l.Spec.AcquireTime} {
+		if t != nil && t.Time.After(now.Add(maxClockSkew)) {
+			return true
+		}
+	}
 	return !now.Before(leaseEnd(l))
 }
 

@@ -204,7 +204,37 @@ func TestJoinFence(t *testing.T) {
 	if got := fenceHolder(ctx, t, e.admin); got != "" {
 		t.Fatalf("fence after the join's release: held by %q", got)
 	}
-	if _, err := e.node.TakeFence(ctx, e.admin, "rekey@cp1", time.Minute); err != nil {
+	rekey, err := e.node.TakeFence(ctx, e.admin, "rekey@cp1", time.Minute)
+	if err != nil {
 		t.Fatalf("admin take after the join's release: %v", err)
+	}
+	if err := rekey.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// A token that writes itself a hold renewed in the future: admission,
+	// which cannot read the time, lets it (the Lease was unheld), but by
+	// stratum's clock no holder wrote it, so it holds nothing: the
+	// operator's rekey takes the fence, and the next join finds it free
+	// once the rekey is done. It once held the fence until the year 2126.
+	l := fenceLease(ctx, t, e.admin)
+	future := metav1.NewMicroTime(time.Now().Add(100 * 365 * 24 * time.Hour))
+	secs := int32(900)
+	l.Spec.HolderIdentity, l.Spec.AcquireTime, l.Spec.RenewTime, l.Spec.LeaseDurationSeconds = &me, &future, &future, &secs
+	if _, err := cs.CoordinationV1().Leases("kube-system").Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("the token's hold from the future was not admitted (the policy changed?): %v", err)
+	}
+	if holder, _, err := e.node.FenceHolder(ctx); err != nil || holder != "" {
+		t.Fatalf("FenceHolder with a hold renewed in the future = %q, %v; want none", holder, err)
+	}
+	rekey, err = e.node.TakeFence(ctx, e.admin, "rekey@cp1", time.Minute)
+	if err != nil {
+		t.Fatalf("admin take over a hold renewed in the future: %v", err)
+	}
+	if err := rekey.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := certsNodeOn(e.cp1).TakeJoinFence(ctx, cs2, id2, time.Minute); err != nil {
+		t.Fatalf("a join fence after the rekey took over the hold from the future: %v", err)
 	}
 }
