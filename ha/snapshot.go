@@ -89,9 +89,14 @@ type SnapshotStatus struct {
 // SnapshotSave saves a snapshot of this node's etcd member (its client URL
 // from the node state) to dbPath, a path on the machine running the command
 // (not under the host's root), through clientv3's snapshot package: the
-// member streams its backend, the file is written as dbPath.part, its
-// integrity hash checked, then renamed. The saved file is read back with
-// etcdutl's status and described.
+// member streams its backend into a directory made afresh beside dbPath
+// (mode 0700, a name no one could guess), its integrity hash is checked, the
+// file is read back with etcdutl's status, and only then renamed onto
+// dbPath, mode 0600. clientv3 writes dbPath.part itself, opened without
+// O_EXCL or O_NOFOLLOW: in a directory other users can write (/tmp) a
+// .part file or link they placed there would be written through, as root,
+// and kept their owner and mode — a readable dump of every Secret. In the
+// private directory nothing but this save is there.
 func (n *Node) SnapshotSave(ctx context.Context, dbPath string) (SnapshotStatus, error) {
 	st, err := nodestate.Load(n.env.Host)
 	if err != nil {
@@ -104,16 +109,37 @@ func (n *Node) SnapshotSave(ctx context.Context, dbPath string) (SnapshotStatus,
 	if err != nil {
 		return SnapshotStatus{}, err
 	}
-	lg := zap.NewNop()
-	if _, err := clientsnapshot.SaveWithVersion(ctx, lg, cfg, dbPath); err != nil {
-		return SnapshotStatus{}, fmt.Errorf("snapshot save from %s to %s: %w", st.Etcd.ClientURL, dbPath, err)
-	}
-	ss, err := snapshotStatus(dbPath)
+	private, err := os.MkdirTemp(filepath.Dir(dbPath), ".stratum-snapshot-")
 	if err != nil {
-		return SnapshotStatus{}, fmt.Errorf("snapshot saved to %s, but it does not read back: %w", dbPath, err)
+		return SnapshotStatus{}, fmt.Errorf("snapshot save: %w; nothing was saved: save to a directory this user can write", err)
+	}
+	defer os.RemoveAll(private)
+	saved := filepath.Join(private, "snapshot.db")
+	if _, err := clientsnapshot.SaveWithVersion(ctx, zap.NewNop(), cfg, saved); err != nil {
+		return SnapshotStatus{}, fmt.Errorf("snapshot save from %s to %s: %w; nothing was saved", st.Etcd.ClientURL, dbPath, err)
+	}
+	ss, err := snapshotStatus(saved)
+	if err != nil {
+		return SnapshotStatus{}, fmt.Errorf("snapshot save from %s: the saved file does not read back: %w; nothing was saved to %s", st.Etcd.ClientURL, err, dbPath)
+	}
+	if err := os.Rename(saved, dbPath); err != nil {
+		return SnapshotStatus{}, fmt.Errorf("snapshot save: %w; nothing was saved to %s", err, dbPath)
+	}
+	if err := syncDir(filepath.Dir(dbPath)); err != nil {
+		return SnapshotStatus{}, fmt.Errorf("snapshot saved to %s, but its directory was not synced: %w; a crash now may lose it: save it again", dbPath, err)
 	}
 	n.log.Info("etcd snapshot saved", "path", dbPath, "revision", ss.Revision, "keys", ss.TotalKeys)
 	return ss, nil
+}
+
+// syncDir makes a rename or removal in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 // snapshotStatus is etcdutl's status of the snapshot file at dbPath.

@@ -3,6 +3,7 @@ package ha_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -29,10 +30,30 @@ func TestSnapshotRestoreNeverMovesTheRevisionBack(t *testing.T) {
 	cp1 := c.Host("cp1")
 	n := joinNodeOn(cp1)
 	putMany(t, ctx, cp1, "before", 50)
-	snap := filepath.Join(t.TempDir(), "etcd.db")
+	// The save goes where the operator asked, in a directory others may
+	// write: a link planted at the name clientv3 writes through (dbPath.part)
+	// is not followed, and the snapshot is a file of root's alone.
+	dir := t.TempDir()
+	snap := filepath.Join(dir, "etcd.db")
+	victim := filepath.Join(dir, "not-the-snapshot")
+	if err := os.WriteFile(victim, []byte("kept"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(victim, snap+".part"); err != nil {
+		t.Fatal(err)
+	}
 	ss, err := n.SnapshotSave(ctx, snap)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "kept" {
+		t.Fatalf("the save wrote through the link at %s.part (%d bytes there now)", snap, len(b))
+	}
+	if fi, err := os.Lstat(snap); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the saved snapshot %s: %v (%v), want a regular file of mode 0600", snap, fi.Mode(), err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, ".stratum-snapshot-*")); len(left) > 0 {
+		t.Fatalf("the save left its private directory: %v", left)
 	}
 	restore := func() string {
 		t.Helper()

@@ -18,9 +18,10 @@ func (a *app) snapshotCmd() *cobra.Command {
 	save := &cobra.Command{
 		Use:   "save <file>",
 		Short: "Save a snapshot of this control plane's etcd member to a file",
-		Long: `Stream a snapshot of this control plane's etcd member into <file> (written as
-<file>.part, its integrity hash checked, then renamed), and print its revision and key
-count. Exits 0 once saved, 1 on failure, 2 on bad usage, 3 when refused with nothing
+		Long: `Stream a snapshot of this control plane's etcd member into <file> (written in a
+private directory made beside it, its integrity hash checked and the file read back, then
+renamed onto <file>, mode 0600), and print its revision and key count. It holds every
+Secret of the cluster: keep it where only root reads it. Exits 0 once saved, 1 on failure, 2 on bad usage, 3 when refused with nothing
 written (not a control plane).`,
 		Example: `  stratum snapshot save /root/etcd-backup.db`,
 		Args:    usageArgs(cobra.ExactArgs(1)),
