@@ -646,6 +646,15 @@ func (n *Node) openAndWrite(ctx context.Context, s *corev1.Secret, entry string,
 			return certbundle.Grant{}, fmt.Errorf("write %s: %w; a re-run rewrites every file", certbundle.FilePath(name), err)
 		}
 	}
+	if !g.CarriesAtRestKey {
+		// A key an earlier download left (a join that failed after it,
+		// before the cluster dropped at-rest encryption) would survive a
+		// keyless bundle, and this node's apiserver, started with it,
+		// would write Secrets no other apiserver can read.
+		if err := n.env.Host.Remove(certbundle.EncryptionConfigPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return certbundle.Grant{}, fmt.Errorf("remove the at-rest encryption config %s an earlier download left (this cluster's bundle carries none): %w; a re-run removes it", certbundle.EncryptionConfigPath, err)
+		}
+	}
 	return g, nil
 }
 

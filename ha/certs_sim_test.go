@@ -810,6 +810,20 @@ func TestCertsAtRestKeyProofAndKeySetAt(t *testing.T) {
 	if err != nil || !later.After(setAt.Add(30*time.Minute)) {
 		t.Errorf("key-set-at after a re-key by a clock an hour on: %v (was %v), %v", later, setAt, err)
 	}
+
+	// cp2 still holds the key its download wrote (as a join that failed
+	// after it would leave it). Its download of the keyless bundle takes
+	// it away: its apiserver would otherwise encrypt Secrets with a key no
+	// other apiserver holds.
+	m2 := e.mustMint(time.Hour)
+	e.waitAuthenticated(m2.Token)
+	j2, h2, kc2 := e.joiner("cp2", m2.Token)
+	if g, err := j2.DownloadCerts(ctx, kc2, m2.CertKey, nil); err != nil || g.CarriesAtRestKey {
+		t.Fatalf("download of the keyless bundle: %+v, %v", g, err)
+	}
+	if _, err := h2.Files().Stat("/etc/stratum/encryption-config.yaml"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the at-rest key an earlier download left survived a keyless bundle (stat: %v)", err)
+	}
 }
 
 // TestMaintenanceFence: the fence is exclusive until it runs out by stratum's

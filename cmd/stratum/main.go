@@ -1,6 +1,8 @@
 // Command stratum is the CLI of stratum's HA control-plane join reference
 // implementation; the command tree is package cli. main binds it to this
-// machine: os.Args, the process's streams, and SIGINT / SIGTERM / SIGHUP
+// machine: os.Args, the process's streams, execve (with which `stratum
+// server` moves join secrets given as flags out of its command line), and
+// SIGINT / SIGTERM / SIGHUP
 // cancelling the running command (which tears down what it started): a
 // foreground `stratum up` whose SSH session drops stops its control plane
 // cleanly, releasing the VIP, instead of dying with its children killed
@@ -11,6 +13,7 @@ import (
 	"context"
 	"os"
 	"os/signal"
+	"syscall"
 
 	"stratum.dev/stratum/cmd/stratum/cli"
 	"stratum.dev/stratum/internal/interrupt"
@@ -18,7 +21,10 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), interrupt.Signals()...)
-	code := cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr, cli.Options{})
+	code := cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr, cli.Options{Exec: func(argv, env []string) error {
+		// This very binary, even if the file was replaced since it started.
+		return syscall.Exec("/proc/self/exe", argv, env)
+	}})
 	stop()
 	os.Exit(code)
 }

@@ -60,6 +60,14 @@ type Options struct {
 	// right after it is up, so a test can learn its directory and check
 	// that nothing it started survives the run.
 	OnCluster func(*sim.Cluster)
+	// Exec, when set, replaces this process with the program run as argv
+	// (argv[0] its name) in env, as execve does; cmd/stratum sets it.
+	// `stratum server` on a real host uses it once, before it changes
+	// anything, to run itself again with the join secrets it was given as
+	// flags moved into its environment: /proc/<pid>/cmdline, which every
+	// local user reads, then no longer carries them for the life of the
+	// supervisor. Nil (tests) leaves them where they are.
+	Exec func(argv, env []string) error
 }
 
 // Run executes the command line args (without the program name) under ctx,
@@ -72,7 +80,7 @@ type Options struct {
 // etcd member-add and its saved node state is held until that window closes;
 // a caller that needs a bound on a join waits for Run with its own deadline.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer, o Options) int {
-	app := &app{stdout: stdout, stderr: stderr, opts: o}
+	app := &app{stdout: stdout, stderr: stderr, opts: o, args: args}
 	root := app.rootCmd()
 	root.SetArgs(args)
 	root.SetOut(stdout)
@@ -166,8 +174,10 @@ func usageArgs(v cobra.PositionalArgs) cobra.PositionalArgs {
 type app struct {
 	stdout, stderr io.Writer
 	opts           Options
-	logLevel       string
-	log            *slog.Logger
+	// args is the command line Run was given, without the program name.
+	args     []string
+	logLevel string
+	log      *slog.Logger
 }
 
 func (a *app) rootCmd() *cobra.Command {

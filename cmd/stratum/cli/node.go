@@ -285,7 +285,10 @@ On a real host the joined control plane then stays in the foreground under this
 process, as "stratum up" does (see its help); run as root. The token and the
 certificate-key can come from files (--token-file, --certificate-key-file) or the
 environment ($STRATUM_TOKEN, $STRATUM_CERTIFICATE_KEY) instead of flags, so they are
-not in the process list while the control plane runs.`,
+not in the process list while the control plane runs. Given as flags, they are moved
+there: before it changes anything, stratum server runs itself again with them in its
+environment instead of its command line (still visible to every local user for those
+first milliseconds; the file form never is).`,
 		Example: `  # The join command printed by "stratum token create --control-plane"
   stratum server --server https://10.0.0.10:6443 --token abcdef.0123456789abcdef \
     --ca-hash sha256:<64 hex digits> --certificate-key <64 hex digits> --node-ip 10.0.0.12
@@ -348,6 +351,9 @@ not in the process list while the control plane runs.`,
 				return join(run.Context(), n, o)
 			}
 			if a.opts.Host == nil {
+				if err := a.secretsOutOfArgv(&f, tok, key); err != nil {
+					return err
+				}
 				return a.supervise(cmd.Context(), "stratum server", "joined as a control plane", f.superviseFlags, func(_ context.Context, n *ha.Node) (*nodestate.NodeState, error) {
 					return joinOnce(n)
 				})
@@ -516,7 +522,7 @@ func (a *app) printMinted(m *token.Minted, controlPlane bool) {
 	}
 	fmt.Fprintf(a.stdout, "control-plane join grant %s, expires %s\n\n  %s\n", m.ID, m.Expires.UTC().Format(time.RFC3339), m.JoinCommand)
 	fmt.Fprintf(a.stdout, "\nThe certificate-key decrypts the cluster's shared certificates: pass it to the joiner out of band.\n")
-	fmt.Fprintf(a.stdout, "\nTo keep the token and the certificate-key out of the joiner's process list, run instead:\n\n")
+	fmt.Fprintf(a.stdout, "\nTo keep the token and the certificate-key out of the joiner's process list altogether (the command above moves them into its environment as it starts) and out of its shell history, run instead:\n\n")
 	for _, line := range strings.Split(m.JoinCommandSecretFiles, "\n") {
 		fmt.Fprintf(a.stdout, "  %s\n", line)
 	}

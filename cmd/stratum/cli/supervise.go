@@ -444,3 +444,50 @@ func secret(flag, value, fileFlag, file, env string) (string, error) {
 	}
 	return strings.TrimSpace(os.Getenv(env)), nil
 }
+
+// secretsOutOfArgv runs this `stratum server` again (Options.Exec) when the
+// join's token or certificate-key came as flags: the same command line
+// without them, each moved into the environment (tok, key as resolved),
+// where only root reads them and which the children do not inherit (the
+// re-run unsets them once read). Nothing has been changed yet; an exec that
+// fails is a refusal. Without Exec, or with no secret in a flag, it returns
+// at once.
+func (a *app) secretsOutOfArgv(f *serverFlags, tok, key string) error {
+	if a.opts.Exec == nil || f.token == "" && f.certKey == "" {
+		return nil
+	}
+	env := os.Environ()
+	if f.token != "" {
+		env = append(env, envToken+"="+tok)
+	}
+	if f.certKey != "" {
+		env = append(env, envCertKey+"="+key)
+	}
+	a.log.Debug("running again with the join secrets in the environment, out of the process list")
+	argv := append([]string{os.Args[0]}, withoutSecretFlags(a.args)...)
+	if err := a.opts.Exec(argv, env); err != nil {
+		return refusedf("run stratum server again with the join secrets out of its command line: %v; nothing was changed: pass them with --token-file and --certificate-key-file (or $%s and $%s) instead", err, envToken, envCertKey)
+	}
+	return nil
+}
+
+// withoutSecretFlags is args without --token and --certificate-key and
+// their values (given as "--flag value" or "--flag=value"); arguments after
+// "--" are kept as they are.
+func withoutSecretFlags(args []string) []string {
+	var out []string
+	for i := 0; i < len(args); i++ {
+		if args[i] == "--" {
+			return append(out, args[i:]...)
+		}
+		name, _, inline := strings.Cut(args[i], "=")
+		if name == "--token" || name == "--certificate-key" {
+			if !inline {
+				i++ // its value
+			}
+			continue
+		}
+		out = append(out, args[i])
+	}
+	return out
+}

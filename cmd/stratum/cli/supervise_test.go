@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -319,6 +320,64 @@ func TestServerTakesItsSecretsOutOfTheEnvironment(t *testing.T) {
 	for _, env := range []string{envToken, envCertKey} {
 		if v, ok := os.LookupEnv(env); ok {
 			t.Errorf("$%s is still in the environment (%q) after the join read it", env, v)
+		}
+	}
+}
+
+// TestServerMovesFlagSecretsIntoItsEnvironment: `stratum server` given its
+// secrets as flags runs itself again (Options.Exec) with the same command
+// line less those flags and their values, each secret in the environment the
+// re-run reads (and then unsets). The file form, or no Exec, runs nothing;
+// an exec that fails is a refusal that says what to do. The real exec is
+// e2e's (checkSecretsNotInProcessList).
+func TestServerMovesFlagSecretsIntoItsEnvironment(t *testing.T) {
+	tok, key := "abcdef.0123456789abcdef", strings.Repeat("cd", 32)
+	args := []string{"server", "--server", "https://10.0.0.10:6443", "--token", tok, "--ca-hash", "sha256:" + strings.Repeat("ab", 32),
+		"--certificate-key=" + key, "--node-ip", "10.0.0.12", "--token-file-not-a-secret", "x"}
+	var gotArgv, gotEnv []string
+	a := &app{args: args, log: slog.New(slog.DiscardHandler), opts: Options{Exec: func(argv, env []string) error {
+		gotArgv, gotEnv = argv, env
+		return nil
+	}}}
+	if err := a.secretsOutOfArgv(&serverFlags{token: tok, certKey: key}, tok, key); err != nil {
+		t.Fatal(err)
+	}
+	want := append([]string{os.Args[0]}, "server", "--server", "https://10.0.0.10:6443", "--ca-hash", "sha256:"+strings.Repeat("ab", 32),
+		"--node-ip", "10.0.0.12", "--token-file-not-a-secret", "x")
+	if !slices.Equal(gotArgv, want) {
+		t.Fatalf("re-run as %q, want %q", gotArgv, want)
+	}
+	if !slices.Contains(gotEnv, envToken+"="+tok) || !slices.Contains(gotEnv, envCertKey+"="+key) {
+		t.Fatalf("the re-run's environment lacks the secrets: %q", gotEnv)
+	}
+
+	// Only the secret given as a flag moves; the file form runs nothing.
+	gotArgv, gotEnv = nil, nil
+	if err := a.secretsOutOfArgv(&serverFlags{certKey: key, tokenFile: "stratum-join-token"}, tok, key); err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(gotEnv, envToken+"="+tok) || !slices.Contains(gotEnv, envCertKey+"="+key) {
+		t.Fatalf("a token from its file moved into the environment, or the flag's key did not: %q", gotEnv)
+	}
+	gotArgv = nil
+	if err := a.secretsOutOfArgv(&serverFlags{tokenFile: "t", certKeyFile: "k"}, tok, key); err != nil || gotArgv != nil {
+		t.Fatalf("the file form ran again (%q, %v)", gotArgv, err)
+	}
+	a.opts.Exec = func([]string, []string) error { return errors.New("exec format error") }
+	err := a.secretsOutOfArgv(&serverFlags{token: tok}, tok, key)
+	if !ha.IsRefusal(err) || !strings.Contains(err.Error(), "--token-file") || !strings.Contains(err.Error(), "nothing was changed") {
+		t.Fatalf("a failed exec: %v, want a refusal naming the file form", err)
+	}
+
+	for _, tc := range []struct{ in, want []string }{
+		{[]string{"--token", "t", "--x"}, []string{"--x"}},
+		{[]string{"--token=t", "--certificate-key", "k"}, nil},
+		{[]string{"--token"}, nil},
+		{[]string{"--y", "--", "--token", "t"}, []string{"--y", "--", "--token", "t"}},
+		{[]string{"--token-file", "f", "--certificate-key-file=g"}, []string{"--token-file", "f", "--certificate-key-file=g"}},
+	} {
+		if got := withoutSecretFlags(tc.in); !slices.Equal(got, tc.want) {
+			t.Errorf("withoutSecretFlags(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
 }
