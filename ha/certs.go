@@ -100,14 +100,22 @@ func RekeySharedCerts(certKeyHex string, confirm func(context.Context) error) er
 	return n.RekeySharedCerts(context.Background(), certKeyHex, confirm)
 }
 
+// bundleProfile and bundleGrant are the names the seed's DownloadCerts
+// signature gives the bundle's profile and a download's grant; the codec that
+// defines them moved to internal/certbundle (fuzzed there).
+type (
+	bundleProfile = certbundle.Profile
+	bundleGrant   = certbundle.Grant
+)
+
 // DownloadCerts fetches and decrypts this grant's shared certificates with the
 // bootstrap kubeconfig at the host path bootstrapKubeconfig and writes them.
 // The grant's EtcdEndpoints lead with the etcd client URLs the cluster
 // published last (etcdClientURLsAnnotation), then those of its mint.
-func DownloadCerts(bootstrapKubeconfig, certKeyHex string, check func(certbundle.Profile) error) (certbundle.Grant, error) {
+func DownloadCerts(bootstrapKubeconfig, certKeyHex string, check func(bundleProfile) error) (bundleGrant, error) {
 	n, err := local()
 	if err != nil {
-		return certbundle.Grant{}, err
+		return bundleGrant{}, err
 	}
 	return n.DownloadCerts(context.Background(), bootstrapKubeconfig, certKeyHex, check)
 }

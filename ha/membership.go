@@ -37,7 +37,9 @@ const promoteRetryFor = 2 * time.Minute
 // caught up.
 //
 // It retries etcd's "unhealthy cluster" refusal (and its "too many learners"
-// one), and only those. etcd's strict reconfiguration check refuses a
+// one, and the "member not found" it answers for about half a second after a
+// member with the same peer URL was removed: addRefusedNothingAdded), and
+// only those. etcd's strict reconfiguration check refuses a
 // MemberAdd until every member has been connected for a few seconds, so a join
 // that follows another one closely, which is what a scripted three-node
 // bring-up does, was refused outright and the node exited half-joined. The
