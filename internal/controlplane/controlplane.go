@@ -25,6 +25,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"stratum.dev/stratum/internal/certbundle"
@@ -111,6 +112,9 @@ func (b Binaries) Check(ctx context.Context, name string) error {
 	if fi.IsDir() || fi.Mode().Perm()&0o111 == 0 {
 		return fmt.Errorf("%w: %s is not an executable file (mode %v): chmod +x it or %s", ErrBinary, p, fi.Mode(), fix)
 	}
+	if err := RootOnlyWritable(p); err != nil {
+		return fmt.Errorf("%w: %w", ErrBinary, err)
+	}
 	vctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(vctx, p, "--version").CombinedOutput()
@@ -119,6 +123,44 @@ func (b Binaries) Check(ctx context.Context, name string) error {
 	}
 	if want := wantVersion[name]; want != "" && !strings.Contains(string(out), want) {
 		return fmt.Errorf("%w: %s is %q, this stratum runs %q: %s", ErrBinary, p, firstLine(string(out)), want, fix)
+	}
+	return nil
+}
+
+// RootOnlyWritable refuses, when this process runs as root, a program that
+// another user could change or replace before root runs it: the file (or
+// what its path resolves to) owned by another user or writable by its group
+// or others, or in a directory that is (a sticky one, such as /tmp, lets no
+// one replace another's file). Root runs control-plane binaries at every
+// start and stratum itself at every boot: one under a user's home or an
+// extracted archive of theirs would run their code as root.
+func RootOnlyWritable(p string) error {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	paths := []string{p, filepath.Dir(p)}
+	if real, err := filepath.EvalSymlinks(p); err == nil && real != p {
+		paths = append(paths, real, filepath.Dir(real))
+	}
+	for i, q := range paths {
+		fi, err := os.Stat(q)
+		if err != nil {
+			return fmt.Errorf("%s: %w", q, err)
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok {
+			continue
+		}
+		what := "the file"
+		if i%2 == 1 {
+			what = "its directory"
+		}
+		switch {
+		case st.Uid != 0:
+			return fmt.Errorf("%s, run by root, is not root's alone: %s %s belongs to uid %d, who could replace it: chown root it (and its directory), or use a copy in a root-owned directory", p, what, q, st.Uid)
+		case fi.Mode().Perm()&0o022 != 0 && (i%2 == 0 || fi.Mode()&fs.ModeSticky == 0):
+			return fmt.Errorf("%s, run by root, is not root's alone: %s %s is writable by its group or others (mode %v): chmod go-w it, or use a copy in a root-owned directory", p, what, q, fi.Mode())
+		}
 	}
 	return nil
 }

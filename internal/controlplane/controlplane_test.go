@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log"
 	"net"
 	"net/http"
@@ -141,6 +142,54 @@ func TestBinariesCheck(t *testing.T) {
 	script(APIServerBinary, "Kubernetes v1.37.2", 0o755)
 	if err := b.Check(ctx, APIServerBinary); err != nil {
 		t.Fatalf("the pinned apiserver: %v", err)
+	}
+
+	// Run by root, a binary another user could change or replace is
+	// refused before it is run: writable by its group, owned by another
+	// user, in a directory others may write (unless sticky), or reached by
+	// a link from such a directory. Not root, nothing is judged.
+	etcd := b.Path(EtcdBinary)
+	refused := func(what, want string) {
+		t.Helper()
+		err := b.Check(ctx, EtcdBinary)
+		if os.Geteuid() != 0 {
+			if err != nil {
+				t.Fatalf("%s, not run by root: %v", what, err)
+			}
+			return
+		}
+		if !errors.Is(err, ErrBinary) || !strings.Contains(err.Error(), want) {
+			t.Fatalf("%s: %v, want ErrBinary naming %q", what, err, want)
+		}
+	}
+	mustDo(t, os.Chmod(etcd, 0o775))
+	refused("a group-writable etcd", "is writable by its group or others (mode -rwxrwxr-x)")
+	mustDo(t, os.Chmod(etcd, 0o755))
+	mustDo(t, os.Chown(etcd, 1000, 1000))
+	refused("an etcd of uid 1000", "belongs to uid 1000")
+	mustDo(t, os.Chown(etcd, 0, 0))
+	mustDo(t, os.Chmod(dir, 0o777))
+	refused("an etcd in a world-writable directory", "its directory "+dir+" is writable")
+	mustDo(t, os.Chmod(dir, 0o777|fs.ModeSticky))
+	if err := b.Check(ctx, EtcdBinary); err != nil {
+		t.Fatalf("an etcd in a sticky world-writable directory (its file root's alone): %v", err)
+	}
+	mustDo(t, os.Chmod(dir, 0o755))
+	linked := t.TempDir()
+	mustDo(t, os.Symlink(etcd, filepath.Join(linked, EtcdBinary)))
+	mustDo(t, os.Chmod(linked, 0o777))
+	b = Binaries{Dir: linked}
+	refused("a link to etcd in a world-writable directory", "its directory "+linked+" is writable")
+	mustDo(t, os.Chmod(linked, 0o755))
+	if err := b.Check(ctx, EtcdBinary); err != nil {
+		t.Fatalf("a link to the pinned etcd, both root's: %v", err)
+	}
+}
+
+func mustDo(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 

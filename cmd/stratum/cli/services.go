@@ -93,6 +93,10 @@ the same and prints the unit instead.`,
 			if c := unitUnsafe(self); c != "" {
 				return refusedf("install refused: this stratum binary's path %q holds %q, which a systemd ExecStart would split or expand; nothing was written: install stratum under a path without it", self, c)
 			}
+			// systemd runs it as root at every boot.
+			if err := controlplane.RootOnlyWritable(self); err != nil {
+				return refusedf("install refused: %w; nothing was written", err)
+			}
 			bins := controlplane.Binaries{Dir: binDir}
 			for _, name := range []string{controlplane.EtcdBinary, controlplane.APIServerBinary} {
 				if err := bins.Check(cmd.Context(), name); err != nil {
