@@ -381,11 +381,18 @@ func (n *Node) localDataRevision() (int64, error) {
 	}
 	defer r.Close()
 	n.log.Info("no member of the old cluster answered: reading this node's etcd data offline", "path", src)
-	scratch, err := os.CreateTemp("", "stratum-old-etcd-*.db")
+	// In a restore scratch directory: a process killed before it removes
+	// its copy of the cluster's data leaves it to the next restore's sweep.
+	dir, cleanup, err := newRestoreScratch()
+	if err != nil {
+		return 0, err
+	}
+	defer cleanup()
+	copied := filepath.Join(dir, "old-etcd.db")
+	scratch, err := os.OpenFile(copied, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return 0, fmt.Errorf("scratch file: %w", err)
 	}
-	defer os.Remove(scratch.Name())
 	_, err = io.Copy(scratch, r)
 	if cerr := scratch.Close(); err == nil {
 		err = cerr
@@ -393,7 +400,7 @@ func (n *Node) localDataRevision() (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("copy %s: %w", src, err)
 	}
-	rev, err := backendRevision(scratch.Name())
+	rev, err := backendRevision(copied)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", src, err)
 	}
@@ -441,19 +448,9 @@ const revBytesLen = 17
 // data directory, and the cleanup that removes it. Nothing of the node is
 // touched.
 func restoreToScratch(st *nodestate.NodeState, dbPath string, bump uint64) (string, func(), error) {
-	sweepRestoreScratch()
-	scratch, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", restoreScratchPrefix, os.Getpid()))
+	scratch, cleanup, err := newRestoreScratch()
 	if err != nil {
-		return "", nil, fmt.Errorf("snapshot restore: scratch directory: %w; nothing was changed", err)
-	}
-	held, err := lockScratch(scratch, syscall.LOCK_EX)
-	if err != nil {
-		os.RemoveAll(scratch)
-		return "", nil, fmt.Errorf("snapshot restore: lock the scratch directory %s: %w; nothing was changed", scratch, err)
-	}
-	cleanup := func() {
-		os.RemoveAll(scratch)
-		held.Close()
+		return "", nil, fmt.Errorf("snapshot restore: %w; nothing was changed", err)
 	}
 	out := filepath.Join(scratch, "etcd")
 	token, err := restoreClusterToken()
@@ -475,6 +472,26 @@ func restoreToScratch(st *nodestate.NodeState, dbPath string, bump uint64) (stri
 		return "", nil, fmt.Errorf("snapshot restore of %s: %w; nothing was changed", dbPath, err)
 	}
 	return out, cleanup, nil
+}
+
+// newRestoreScratch makes a restore scratch directory, locked for this
+// process's life (lockScratch), after sweeping those no restore holds any
+// more; cleanup removes it. A copy of the cluster's data goes nowhere else.
+func newRestoreScratch() (dir string, cleanup func(), err error) {
+	sweepRestoreScratch()
+	dir, err = os.MkdirTemp("", fmt.Sprintf("%s%d-", restoreScratchPrefix, os.Getpid()))
+	if err != nil {
+		return "", nil, fmt.Errorf("scratch directory: %w", err)
+	}
+	held, err := lockScratch(dir, syscall.LOCK_EX)
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", nil, fmt.Errorf("lock the scratch directory %s: %w", dir, err)
+	}
+	return dir, func() {
+		os.RemoveAll(dir)
+		held.Close()
+	}, nil
 }
 
 // restoreScratchPrefix begins the name of a restore's scratch directory in
