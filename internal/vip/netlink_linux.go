@@ -54,6 +54,29 @@ type NetlinkAnnouncer struct {
 
 	mu      sync.Mutex
 	renewal chan struct{} // closed by Release to stop the renewals and re-announcements
+	// renewalDone is closed when the keeping goroutine has returned.
+	renewalDone chan struct{}
+	// lastWrite and within gate the renewals and re-announcements on the
+	// lease (leaseGate, handed in by Run): nil keeps them ungated.
+	lastWrite func() time.Time
+	within    time.Duration
+}
+
+// gate makes the renewals and re-announcements run only while lastWrite is
+// younger than within (leaseGate).
+func (a *NetlinkAnnouncer) gate(lastWrite func() time.Time, within time.Duration) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.lastWrite, a.within = lastWrite, within
+}
+
+// leaseFresh reports whether the lease this node holds the VIP by was
+// written recently enough to keep announcing it; always, ungated.
+func (a *NetlinkAnnouncer) leaseFresh() bool {
+	a.mu.Lock()
+	lastWrite, within := a.lastWrite, a.within
+	a.mu.Unlock()
+	return lastWrite == nil || time.Since(lastWrite()) < within
 }
 
 // InterfaceOf names the interface that carries ip, or returns an error
@@ -161,9 +184,10 @@ func (a *NetlinkAnnouncer) keep(link netlink.Link, addr *netlink.Addr, name stri
 			return fmt.Errorf("open the ARP socket to re-announce the VIP: %w", err)
 		}
 	}
-	stop := make(chan struct{})
-	a.renewal = stop
+	stop, done := make(chan struct{}), make(chan struct{})
+	a.renewal, a.renewalDone = stop, done
 	go func() {
+		defer close(done)
 		var renewC, arpC <-chan time.Time
 		if nh != nil {
 			defer nh.Close()
@@ -177,14 +201,31 @@ func (a *NetlinkAnnouncer) keep(link netlink.Link, addr *netlink.Addr, name stri
 			defer t.Stop()
 			arpC = t.C
 		}
+		// dropped: the address was taken off because the lease went
+		// stale; a fresh lease again (its renewals came back in time)
+		// puts it back and announces it at once.
+		dropped := false
 		for {
 			select {
 			case <-stop:
 				return
 			case <-renewC:
+				if !a.leaseFresh() {
+					if !dropped {
+						_ = nh.AddrDel(link, addr) // a failure leaves it to its lifetime
+						dropped = true
+					}
+					continue
+				}
 				_ = nh.AddrReplace(link, addr) // a failure is retried next tick; the lifetime bounds the damage
+				if dropped {
+					dropped = false
+					_ = ga.round()
+				}
 			case <-arpC:
-				_ = ga.round() // a failure is retried next tick
+				if a.leaseFresh() && !dropped {
+					_ = ga.round() // a failure is retried next tick
+				}
 			}
 		}
 	}()
@@ -192,13 +233,17 @@ func (a *NetlinkAnnouncer) keep(link netlink.Link, addr *netlink.Addr, name stri
 }
 
 // stopRenewal stops the renewals and re-announcements, leaving the address
-// to expire: what a killed holder leaves behind.
+// to expire: what a killed holder leaves behind. It returns once the keeping
+// goroutine has, so no renewal in flight re-adds the address after Release
+// removed it.
 func (a *NetlinkAnnouncer) stopRenewal() {
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.renewal != nil {
-		close(a.renewal)
-		a.renewal = nil
+	stop, done := a.renewal, a.renewalDone
+	a.renewal, a.renewalDone = nil, nil
+	a.mu.Unlock()
+	if stop != nil {
+		close(stop)
+		<-done
 	}
 }
 

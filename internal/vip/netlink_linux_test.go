@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -303,23 +304,7 @@ func TestNetlinkAnnouncer(t *testing.T) {
 // killed) the kernel removes it within a lifetime.
 func TestNetlinkAnnouncerLifetime(t *testing.T) {
 	throwawayNetns(t, "st-vip-lft")
-	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "st-lft0"}, PeerName: "st-lft1"}
-	if err := netlink.LinkAdd(veth); err != nil {
-		t.Fatal(err)
-	}
-	link, err := netlink.LinkByName("st-lft0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{"st-lft0", "st-lft1"} {
-		l, err := netlink.LinkByName(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := netlink.LinkSetUp(l); err != nil {
-			t.Fatal(err)
-		}
-	}
+	link := upVeth(t, "st-lft0", "st-lft1")
 	vip := netip.MustParseAddr("198.18.0.100")
 	a := &NetlinkAnnouncer{Interface: "st-lft0", Addr: vip, Lifetime: 2 * time.Second}
 	held := func() (bool, int) {
@@ -360,4 +345,98 @@ func TestNetlinkAnnouncerLifetime(t *testing.T) {
 	if err := a.Release(); err != nil {
 		t.Fatalf("release of an expired VIP: %v", err)
 	}
+}
+
+// TestNetlinkAnnouncerKeepsTheVIPOnlyWhileTheLeaseIsFresh: gated on the
+// lease (as Run gates it), a held VIP is renewed while the lease's last write
+// is younger than the renew deadline, taken off once it is older (the
+// holder's renewals stalled: its apiserver stopped answering, or the process
+// was frozen) before any other candidate may win the lease (the write plus
+// the lease duration), though Release never ran, and put back as soon as a
+// write is fresh again. Ungated, it was renewed until client-go gave the
+// lease up, seconds after another node could hold the VIP.
+func TestNetlinkAnnouncerKeepsTheVIPOnlyWhileTheLeaseIsFresh(t *testing.T) {
+	throwawayNetns(t, "st-vip-gate")
+	link := upVeth(t, "st-gate0", "st-gate1")
+	vip := netip.MustParseAddr("198.18.0.101")
+	held := func() bool {
+		t.Helper()
+		for _, p := range addrsOf(t, link) {
+			if p.Addr() == vip {
+				return true
+			}
+		}
+		return false
+	}
+	var mu sync.Mutex
+	lastWrite, writing := time.Now(), true
+	go func() { // a holder renewing its lease every RetryPeriod, until told to stop
+		for range time.Tick(DefaultRetryPeriod) {
+			mu.Lock()
+			if writing {
+				lastWrite = time.Now()
+			}
+			mu.Unlock()
+		}
+	}()
+	a := &NetlinkAnnouncer{Interface: "st-gate0", Addr: vip, Lifetime: DefaultAddressLifetime, Reannounce: DefaultReannounce}
+	a.gate(func() time.Time { mu.Lock(); defer mu.Unlock(); return lastWrite }, DefaultRenewDeadline)
+	if err := a.Hold(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer a.Release()
+	time.Sleep(2 * DefaultLeaseDuration)
+	if !held() {
+		t.Fatal("the VIP went although its lease was renewed")
+	}
+
+	mu.Lock()
+	writing = false
+	stalled := lastWrite
+	mu.Unlock()
+	time.Sleep(time.Until(stalled.Add(DefaultRenewDeadline - 500*time.Millisecond)))
+	if !held() {
+		t.Fatal("the VIP went before its lease's last write was as old as the renew deadline")
+	}
+	for held() {
+		if time.Since(stalled) > DefaultLeaseDuration {
+			t.Fatalf("the VIP outlived its lease's last write by the lease duration (%s): another node may hold it by now", DefaultLeaseDuration)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("taken off %s after the lease's last write (deadline %s, lease %s)", time.Since(stalled).Round(10*time.Millisecond), DefaultRenewDeadline, DefaultLeaseDuration)
+
+	mu.Lock()
+	writing, lastWrite = true, time.Now()
+	mu.Unlock()
+	deadline := time.Now().Add(2 * time.Second)
+	for !held() {
+		if time.Now().After(deadline) {
+			t.Fatal("the VIP did not come back once its lease was written again")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// upVeth makes a veth pair a-b in the current network namespace, both ends
+// up, and returns a.
+func upVeth(t *testing.T, a, b string) netlink.Link {
+	t.Helper()
+	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: a}, PeerName: b}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{b, a} {
+		l, err := netlink.LinkByName(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := netlink.LinkSetUp(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := netlink.LinkByName(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }

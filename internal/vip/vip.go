@@ -79,6 +79,53 @@ type Announcer interface {
 	Release() error
 }
 
+// leaseGate is implemented by an Announcer that keeps the address alive
+// after Hold (NetlinkAnnouncer's lifetime renewals and re-announcements).
+// Before each term Run hands it when this candidate last wrote the lease
+// (lastWrite: the start of its last successful create or update) and the
+// renew deadline: the announcer keeps the address only while that write is
+// younger than the deadline. No other candidate counts the lease run out
+// before lastWrite plus LeaseDuration, and client-go gives the lease up only
+// after the deadline and a release's read (up to RenewDeadline more), so a
+// holder whose renewals stall (an apiserver or etcd that stops answering, a
+// process frozen and resumed) stops announcing the address before anyone
+// else may take it, instead of refreshing it until client-go notices.
+type leaseGate interface {
+	gate(lastWrite func() time.Time, within time.Duration)
+}
+
+// writeClock is a lease lock that records when its last successful write
+// (Create or Update) began.
+type writeClock struct {
+	resourcelock.Interface
+	mu   sync.Mutex
+	last time.Time
+}
+
+func (w *writeClock) Create(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
+	return w.wrote(time.Now(), w.Interface.Create(ctx, r))
+}
+
+func (w *writeClock) Update(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
+	return w.wrote(time.Now(), w.Interface.Update(ctx, r))
+}
+
+func (w *writeClock) wrote(began time.Time, err error) error {
+	if err == nil {
+		w.mu.Lock()
+		w.last = began
+		w.mu.Unlock()
+	}
+	return err
+}
+
+// lastWrite is when the last successful write began; zero before one.
+func (w *writeClock) lastWrite() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.last
+}
+
 // withDefaults returns cfg with its zero timings and lease name defaulted, or
 // an error for a field Run cannot do without.
 func (cfg Config) withDefaults() (Config, error) {
@@ -213,12 +260,16 @@ func runElection(ctx context.Context, cfg Config) error {
 	stopAfterRelease := func() { t.end(); cancel() }
 	defer context.AfterFunc(ctx, stopAfterRelease)()
 
+	lock := &writeClock{Interface: &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Name: cfg.Lease, Namespace: LeaseNamespace},
+		Client:     cfg.Client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: cfg.Identity},
+	}}
+	if g, ok := cfg.Announcer.(leaseGate); ok {
+		g.gate(lock.lastWrite, cfg.RenewDeadline)
+	}
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock: &resourcelock.LeaseLock{
-			LeaseMeta:  metav1.ObjectMeta{Name: cfg.Lease, Namespace: LeaseNamespace},
-			Client:     cfg.Client.CoordinationV1(),
-			LockConfig: resourcelock.ResourceLockConfig{Identity: cfg.Identity},
-		},
+		Lock:            lock,
 		LeaseDuration:   cfg.LeaseDuration,
 		RenewDeadline:   cfg.RenewDeadline,
 		RetryPeriod:     cfg.RetryPeriod,

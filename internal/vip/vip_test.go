@@ -11,8 +11,10 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"stratum.dev/stratum/internal/assets"
@@ -349,5 +351,61 @@ func TestRunRefusesIncompleteConfig(t *testing.T) {
 				t.Fatalf("Run = %v, want an error naming %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// gatedRecorder is a recorder that keeps the address alive after Hold, as
+// NetlinkAnnouncer does, so Run hands it the lease gate.
+type gatedRecorder struct {
+	*recorder
+	mu        sync.Mutex
+	lastWrite func() time.Time
+	within    time.Duration
+}
+
+func (g *gatedRecorder) gate(lastWrite func() time.Time, within time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.lastWrite, g.within = lastWrite, within
+}
+
+func (g *gatedRecorder) written() (time.Time, time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.lastWrite == nil {
+		return time.Time{}, 0
+	}
+	return g.lastWrite(), g.within
+}
+
+// TestRunGatesTheAnnouncerOnItsLeaseWrites: Run hands an announcer that keeps
+// the address alive when the candidate last wrote its lease and the renew
+// deadline; each renewal moves that time on, and once the lease's writes
+// fail (an apiserver that stops answering) it stays where the last one left
+// it, so the announcer stops keeping the address before the lease can pass
+// to another node (TestNetlinkAnnouncerKeepsTheVIPOnlyWhileTheLeaseIsFresh).
+func TestRunGatesTheAnnouncerOnItsLeaseWrites(t *testing.T) {
+	cs := fake.NewClientset()
+	g := &gatedRecorder{recorder: newBoard().recorder("cp1")}
+	startCandidate(t, cs, DefaultLease, "cp1", g, nil)
+	eventually(t, 10*time.Second, "cp1 holds the VIP", g.holds)
+	first, within := g.written()
+	if within != testRenewDeadline || time.Since(first) > 3*testRetryPeriod {
+		t.Fatalf("the gate Run handed: last write %s ago, within %s; want a write in the last %s and the renew deadline %s", time.Since(first), within, 3*testRetryPeriod, testRenewDeadline)
+	}
+	eventually(t, 10*time.Second, "a renewal moves the last write on", func() bool {
+		w, _ := g.written()
+		return w.After(first)
+	})
+	cs.PrependReactor("update", "leases", func(clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("injected: the apiserver does not answer")
+	})
+	time.Sleep(2 * testRetryPeriod) // a write in flight lands or fails
+	stalled, _ := g.written()
+	// The term ends after the renew deadline and the next one has no
+	// write of its own yet (zero, as stale as can be): never a newer one.
+	time.Sleep(2 * testRenewDeadline)
+	if w, _ := g.written(); w.After(stalled) {
+		t.Fatalf("the last write moved from %s to %s while every lease update failed", stalled.Format(time.StampMilli), w.Format(time.StampMilli))
 	}
 }
