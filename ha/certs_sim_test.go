@@ -978,12 +978,7 @@ func TestFencePolicyEnforcedOnEveryAPIServer(t *testing.T) {
 	if err := n.UploadCertsFenced(ctx, k, nil); err != nil {
 		t.Fatalf("an upload with cp3's apiserver down: %v", err)
 	}
-	var probed string
-	for _, l := range strings.Split(logs.String(), "\n") {
-		if strings.Contains(l, "the join fence policy is enforced") {
-			probed = l
-		}
-	}
+	probed := enforcedLine(logs.String())
 	for _, name := range []string{"cp1", "cp2"} {
 		if !strings.Contains(probed, e.c.Host(name).APIServerURL()) {
 			t.Errorf("the upload did not probe %s's apiserver for the fence policy: %q", name, probed)
@@ -1002,12 +997,24 @@ func TestFencePolicyEnforcedOnEveryAPIServer(t *testing.T) {
 	if err := n.GrantCertsReader(ctx, e.admin); err != nil {
 		t.Fatalf("GrantCertsReader: %v", err)
 	}
-	granted := logs.String()[mark:]
+	enforced := enforcedLine(logs.String()[mark:])
 	for _, name := range []string{"cp1", "cp2", "cp3"} {
-		if !strings.Contains(granted, e.c.Host(name).APIServerURL()) {
-			t.Errorf("GrantCertsReader did not probe %s's apiserver for the fence policy:\n%s", name, granted)
+		if !strings.Contains(enforced, e.c.Host(name).APIServerURL()) {
+			t.Errorf("GrantCertsReader did not probe %s's apiserver for the fence policy: %q", name, enforced)
 		}
 	}
+}
+
+// enforcedLine is the last log line of logs saying which apiservers were
+// found enforcing the join fence policy.
+func enforcedLine(logs string) string {
+	var last string
+	for _, l := range strings.Split(logs, "\n") {
+		if strings.Contains(l, "the join fence policy is enforced") {
+			last = l
+		}
+	}
+	return last
 }
 
 // TestRekeyRefusedWhenFenceLostWhileStalled: a rekey that stalls before its

@@ -235,16 +235,22 @@ func leaseEnd(l *coordinationv1.Lease) time.Time {
 	return t.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second)
 }
 
+// fenceFutureSlack is how far ahead of this machine's clock a hold's renewal
+// (or take) may be and still count as a holder's: far beyond what two clocks
+// differ by when each passes a join's skew check (2 × maxClockSkew), or an
+// admin node's clock that no join checks is plausibly off by, and far short
+// of a hold that never ends.
+const fenceFutureSlack = 30 * time.Minute
+
 // leaseRanOut reports whether l's hold has run out by now. A hold renewed
-// (or taken) later than now by more than two clocks may differ
-// (maxClockSkew, what a join tolerates) is judged run out too: no holder's
-// clock wrote it, and the admission policy, which cannot read the time,
-// lets a control-plane bootstrap token write its own hold so — until 2099,
-// as far as renewTime plus duration goes — which would refuse every mint,
-// rekey and join until the Lease was deleted by hand.
+// (or taken) further ahead of now than fenceFutureSlack is judged run out
+// too: no holder's clock wrote it, and the admission policy, which cannot
+// read the time, lets a control-plane bootstrap token write its own hold so
+// (until 2126, as far as renewTime plus duration goes), which refused every
+// mint, rekey and join until the Lease was deleted by hand.
 func leaseRanOut(l *coordinationv1.Lease, now time.Time) bool {
 	for _, t := range []*metav1.MicroTime{l.Spec.RenewTime, l.Spec.AcquireTime} {
-		if t != nil && t.Time.After(now.Add(maxClockSkew)) {
+		if t != nil && t.Time.After(now.Add(fenceFutureSlack)) {
 			return true
 		}
 	}

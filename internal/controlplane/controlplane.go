@@ -128,38 +128,46 @@ func (b Binaries) Check(ctx context.Context, name string) error {
 }
 
 // RootOnlyWritable refuses, when this process runs as root, a program that
-// another user could change or replace before root runs it: the file (or
-// what its path resolves to) owned by another user or writable by its group
-// or others, or in a directory that is (a sticky one, such as /tmp, lets no
-// one replace another's file). Root runs control-plane binaries at every
-// start and stratum itself at every boot: one under a user's home or an
-// extracted archive of theirs would run their code as root.
+// another user could change or replace before root runs it: the file, or
+// any directory above it, owned by another user or writable by its group or
+// others (a sticky directory, such as /tmp, lets no one replace another's
+// entry), or a link on the way that is not root's — on the path as given and
+// on the path its links resolve to. Root runs control-plane binaries at
+// every start and stratum itself at every boot: one in a user's home or in
+// an archive a user extracted would run that user's code as root.
 func RootOnlyWritable(p string) error {
 	if os.Geteuid() != 0 {
 		return nil
 	}
-	paths := []string{p, filepath.Dir(p)}
-	if real, err := filepath.EvalSymlinks(p); err == nil && real != p {
-		paths = append(paths, real, filepath.Dir(real))
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return err
 	}
-	for i, q := range paths {
-		fi, err := os.Stat(q)
-		if err != nil {
-			return fmt.Errorf("%s: %w", q, err)
-		}
-		st, ok := fi.Sys().(*syscall.Stat_t)
-		if !ok {
-			continue
-		}
-		what := "the file"
-		if i%2 == 1 {
-			what = "its directory"
-		}
-		switch {
-		case st.Uid != 0:
-			return fmt.Errorf("%s, run by root, is not root's alone: %s %s belongs to uid %d, who could replace it: chown root it (and its directory), or use a copy in a root-owned directory", p, what, q, st.Uid)
-		case fi.Mode().Perm()&0o022 != 0 && (i%2 == 0 || fi.Mode()&fs.ModeSticky == 0):
-			return fmt.Errorf("%s, run by root, is not root's alone: %s %s is writable by its group or others (mode %v): chmod go-w it, or use a copy in a root-owned directory", p, what, q, fi.Mode())
+	starts := []string{abs}
+	if real, err := filepath.EvalSymlinks(abs); err == nil && real != abs {
+		starts = append(starts, real)
+	}
+	for _, start := range starts {
+		for q := start; ; q = filepath.Dir(q) {
+			fi, err := os.Lstat(q)
+			if err != nil {
+				return fmt.Errorf("%s: %w", q, err)
+			}
+			what := "the directory"
+			if q == start {
+				what = "the file"
+			}
+			st, ok := fi.Sys().(*syscall.Stat_t)
+			switch {
+			case !ok:
+			case st.Uid != 0:
+				return fmt.Errorf("%s, run by root, is not root's alone: %s %s belongs to uid %d, who could replace it: chown root it, or use a copy in a root-owned directory", p, what, q, st.Uid)
+			case fi.Mode()&fs.ModeSymlink == 0 && fi.Mode().Perm()&0o022 != 0 && (q == start || fi.Mode()&fs.ModeSticky == 0):
+				return fmt.Errorf("%s, run by root, is not root's alone: %s %s is writable by its group or others (mode %v): chmod go-w it, or use a copy in a root-owned directory", p, what, q, fi.Mode())
+			}
+			if filepath.Dir(q) == q {
+				break
+			}
 		}
 	}
 	return nil

@@ -116,11 +116,13 @@ func TestAPIServerArgsFromNodeState(t *testing.T) {
 
 func TestBinariesCheck(t *testing.T) {
 	dir := t.TempDir()
+	mustDo(t, os.Chmod(dir, 0o755)) // whatever the umask made it
 	script := func(name, out string, mode os.FileMode) {
 		os.Remove(filepath.Join(dir, name))
 		if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\necho '"+out+"'\n"), mode); err != nil {
 			t.Fatal(err)
 		}
+		mustDo(t, os.Chmod(filepath.Join(dir, name), mode)) // whatever the umask made it
 	}
 	b := Binaries{Dir: dir}
 	ctx := context.Background()
@@ -146,19 +148,20 @@ func TestBinariesCheck(t *testing.T) {
 
 	// Run by root, a binary another user could change or replace is
 	// refused before it is run: writable by its group, owned by another
-	// user, in a directory others may write (unless sticky), or reached by
-	// a link from such a directory. Not root, nothing is judged.
+	// user, in a directory others may write (unless sticky) or below one
+	// another user owns, or reached by a link from such a directory. Not
+	// root, nothing is judged.
 	etcd := b.Path(EtcdBinary)
+	if os.Geteuid() != 0 {
+		mustDo(t, os.Chmod(etcd, 0o775))
+		if err := b.Check(ctx, EtcdBinary); err != nil {
+			t.Fatalf("a group-writable etcd, not run by root: %v", err)
+		}
+		return
+	}
 	refused := func(what, want string) {
 		t.Helper()
-		err := b.Check(ctx, EtcdBinary)
-		if os.Geteuid() != 0 {
-			if err != nil {
-				t.Fatalf("%s, not run by root: %v", what, err)
-			}
-			return
-		}
-		if !errors.Is(err, ErrBinary) || !strings.Contains(err.Error(), want) {
+		if err := b.Check(ctx, EtcdBinary); !errors.Is(err, ErrBinary) || !strings.Contains(err.Error(), want) {
 			t.Fatalf("%s: %v, want ErrBinary naming %q", what, err, want)
 		}
 	}
@@ -166,20 +169,24 @@ func TestBinariesCheck(t *testing.T) {
 	refused("a group-writable etcd", "is writable by its group or others (mode -rwxrwxr-x)")
 	mustDo(t, os.Chmod(etcd, 0o755))
 	mustDo(t, os.Chown(etcd, 1000, 1000))
-	refused("an etcd of uid 1000", "belongs to uid 1000")
+	refused("an etcd of uid 1000", "the file "+etcd+" belongs to uid 1000")
 	mustDo(t, os.Chown(etcd, 0, 0))
 	mustDo(t, os.Chmod(dir, 0o777))
-	refused("an etcd in a world-writable directory", "its directory "+dir+" is writable")
+	refused("an etcd in a world-writable directory", "the directory "+dir+" is writable")
 	mustDo(t, os.Chmod(dir, 0o777|fs.ModeSticky))
 	if err := b.Check(ctx, EtcdBinary); err != nil {
 		t.Fatalf("an etcd in a sticky world-writable directory (its file root's alone): %v", err)
 	}
 	mustDo(t, os.Chmod(dir, 0o755))
+	mustDo(t, os.Chown(filepath.Dir(dir), 1000, 1000))
+	refused("an etcd below a directory of uid 1000", "the directory "+filepath.Dir(dir)+" belongs to uid 1000")
+	mustDo(t, os.Chown(filepath.Dir(dir), 0, 0))
 	linked := t.TempDir()
+	mustDo(t, os.Chmod(linked, 0o755))
 	mustDo(t, os.Symlink(etcd, filepath.Join(linked, EtcdBinary)))
 	mustDo(t, os.Chmod(linked, 0o777))
 	b = Binaries{Dir: linked}
-	refused("a link to etcd in a world-writable directory", "its directory "+linked+" is writable")
+	refused("a link to etcd in a world-writable directory", "the directory "+linked+" is writable")
 	mustDo(t, os.Chmod(linked, 0o755))
 	if err := b.Check(ctx, EtcdBinary); err != nil {
 		t.Fatalf("a link to the pinned etcd, both root's: %v", err)

@@ -11,6 +11,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -88,19 +89,11 @@ var ErrNotPublished = errors.New("cluster-info not published")
 // again.
 var ErrUnreachable = errors.New("the server did not answer")
 
-// ErrNotOneCertificate: cluster-info's CA data holds more than the one
-// certificate stratum publishes there. Only the first is compared with the
-// pinned hash, and a kubeconfig trusts every certificate of its CA data, so
-// one appended beside the cluster's (public) CA by whoever answers for the
-// server would be trusted with the bootstrap token.
-var ErrNotOneCertificate = errors.New("cluster-info's CA data is not one certificate")
-
 // Dialer dials from the joining host.
 type Dialer func(ctx context.Context, network, address string) (net.Conn, error)
 
 // FetchCA reads cluster-info from server anonymously and returns the CA in it
-// once its public key matches caHash and it is the only certificate there
-// (ErrNotOneCertificate), and the server's clock as its answer's
+// whose public key matches caHash, that certificate alone (pinnedCA), and the server's clock as its answer's
 // Date header says (zero when it has none; one-second resolution), which a
 // joiner compares with its own before it issues certificates. Until the hash
 // check passes nothing from the server is trusted, and no credential is sent
@@ -153,14 +146,41 @@ func FetchCA(ctx context.Context, server, caHash string, dial Dialer) (caPEM []b
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("cluster-info from %s: %w", server, err)
 	}
-	if err := pki.CheckCAHash(caPEM, caHash); err != nil {
+	if caPEM, err = pinnedCA(caPEM, caHash); err != nil {
 		return nil, time.Time{}, fmt.Errorf("the CA %s serves does not match --ca-hash; nothing was sent to it and nothing was changed: check the join command, or whether %s is the cluster you meant: %w", server, server, err)
-	}
-	// CheckCAHash parsed every block already: only the count is left.
-	if certs, _ := certutil.ParseCertsPEM(caPEM); len(certs) != 1 {
-		return nil, time.Time{}, fmt.Errorf("%w: the cluster-info %s serves carries %d certificates where stratum publishes the cluster CA alone; nothing was sent to it and nothing was changed: something between this machine and %s, or on it, changed cluster-info; check the network path, and on a control plane `kubectl -n kube-public get configmap cluster-info -o yaml`", ErrNotOneCertificate, server, len(certs), server)
 	}
 	// A missing or malformed Date leaves serverTime zero: not judged.
 	serverTime, _ = http.ParseTime(resp.Header.Get("Date"))
 	return caPEM, serverTime, nil
+}
+
+// pinnedCA is the certificate of bundle (PEM) whose public key has the hash
+// pin, alone. The joiner's bootstrap kubeconfig trusts what this returns: a
+// bundle's other certificates are not pinned, and one appended beside the
+// cluster's (public) CA by whoever answers for the server would otherwise
+// be trusted with the bootstrap token. A bundle of old and new CA, as a CA
+// rotation publishes, is answered with the pinned one.
+func pinnedCA(bundle []byte, pin string) ([]byte, error) {
+	certs, err := certutil.ParseCertsPEM(bundle)
+	if err != nil {
+		return nil, fmt.Errorf("parse the CA: %w", err)
+	}
+	var first error
+	for _, c := range certs {
+		one := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
+		err := pki.CheckCAHash(one, pin)
+		if err == nil {
+			return one, nil
+		}
+		if errors.Is(err, pki.ErrCAHashMalformed) {
+			return nil, err
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	if len(certs) > 1 {
+		return nil, fmt.Errorf("none of its %d certificates: %w", len(certs), first)
+	}
+	return nil, first
 }

@@ -75,14 +75,14 @@ func TestFetchCAPinsTheHash(t *testing.T) {
 	}
 }
 
-// TestFetchCARefusesCertificatesBesideThePinnedOne: whoever answers for the
-// server (on the VIP's segment, say) knows the cluster CA's certificate, which
-// is public. cluster-info carrying it with a certificate of their own appended
-// matches the pin by its first certificate, and a kubeconfig made of it would
-// trust both, sending the bootstrap token to a server the appended CA signed:
-// it is refused. The same server with the CA alone is answered, so the refusal
-// is the extra certificate's.
-func TestFetchCARefusesCertificatesBesideThePinnedOne(t *testing.T) {
+// TestFetchCATrustsThePinnedCertificateAlone: whoever answers for the server
+// (on the VIP's segment, say) knows the cluster CA's certificate, which is
+// public. cluster-info carrying it with a certificate of their own appended
+// (or put first) matched the pin by its first certificate, and the bootstrap
+// kubeconfig made of it trusted both, sending the token to a server the
+// other CA signed: FetchCA returns the pinned certificate alone, in either
+// order, and a bundle that holds none is refused.
+func TestFetchCATrustsThePinnedCertificateAlone(t *testing.T) {
 	now := time.Now()
 	cluster, err := pki.NewCA("stratum-ca", now)
 	if err != nil {
@@ -116,17 +116,23 @@ func TestFetchCARefusesCertificatesBesideThePinnedOne(t *testing.T) {
 	defer srv.Close()
 	ctx := context.Background()
 
-	served = cluster.CertPEM
-	if got, _, err := discovery.FetchCA(ctx, srv.URL, hash, nil); err != nil || string(got) != string(cluster.CertPEM) {
-		t.Fatalf("cluster-info with the CA alone: %q, %v", got, err)
+	for _, tc := range []struct {
+		name   string
+		served []byte
+	}{
+		{"the CA alone", cluster.CertPEM},
+		{"another certificate appended", append(slices.Clone(cluster.CertPEM), other.CertPEM...)},
+		{"another certificate first", append(slices.Clone(other.CertPEM), cluster.CertPEM...)},
+	} {
+		served = tc.served
+		got, _, err := discovery.FetchCA(ctx, srv.URL, hash, nil)
+		if err != nil || string(got) != string(cluster.CertPEM) {
+			t.Fatalf("cluster-info with %s: trusted %d bytes (%v), want the pinned CA's %d alone", tc.name, len(got), err, len(cluster.CertPEM))
+		}
 	}
-	served = append(slices.Clone(cluster.CertPEM), other.CertPEM...)
-	got, _, err := discovery.FetchCA(ctx, srv.URL, hash, nil)
-	if !errors.Is(err, discovery.ErrNotOneCertificate) || got != nil {
-		t.Fatalf("cluster-info with a certificate appended to the pinned CA: %d bytes trusted, %v; want ErrNotOneCertificate", len(got), err)
-	}
-	if !strings.Contains(err.Error(), "nothing was sent to it") {
-		t.Errorf("the refusal does not say nothing was sent: %v", err)
+	served = other.CertPEM
+	if got, _, err := discovery.FetchCA(ctx, srv.URL, hash, nil); !errors.Is(err, pki.ErrCAHashMismatch) || got != nil || !strings.Contains(err.Error(), "nothing was sent to it") {
+		t.Fatalf("cluster-info without the pinned CA: %d bytes, %v; want ErrCAHashMismatch, nothing sent", len(got), err)
 	}
 	if credentials.Load() {
 		t.Fatal("FetchCA sent credentials")

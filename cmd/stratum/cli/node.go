@@ -286,9 +286,10 @@ process, as "stratum up" does (see its help); run as root. The token and the
 certificate-key can come from files (--token-file, --certificate-key-file) or the
 environment ($STRATUM_TOKEN, $STRATUM_CERTIFICATE_KEY) instead of flags, so they are
 not in the process list while the control plane runs. Given as flags, they are moved
-there: before it changes anything, stratum server runs itself again with them in its
-environment instead of its command line (still visible to every local user for those
-first milliseconds; the file form never is).`,
+there: before it reads or changes anything, stratum server runs itself again with them in
+its environment instead of its command line (still visible to every local user for those
+first milliseconds, and for the life of a wrapper such as sudo, whose own command line
+stratum cannot change; the file form never is).`,
 		Example: `  # The join command printed by "stratum token create --control-plane"
   stratum server --server https://10.0.0.10:6443 --token abcdef.0123456789abcdef \
     --ca-hash sha256:<64 hex digits> --certificate-key <64 hex digits> --node-ip 10.0.0.12
@@ -303,6 +304,13 @@ first milliseconds; the file form never is).`,
 			}
 			if err := checkVIP(f.vip); err != nil {
 				return err
+			}
+			// On a real host, before any file or variable is read (a
+			// --config or --token-file that is a pipe reads once).
+			if a.opts.Host == nil {
+				if err := a.secretsOutOfArgv(&f); err != nil {
+					return err
+				}
 			}
 			tok, err := secret("--token", f.token, "--token-file", f.tokenFile, envToken)
 			if err != nil {
@@ -351,9 +359,6 @@ first milliseconds; the file form never is).`,
 				return join(run.Context(), n, o)
 			}
 			if a.opts.Host == nil {
-				if err := a.secretsOutOfArgv(&f, tok, key); err != nil {
-					return err
-				}
 				return a.supervise(cmd.Context(), "stratum server", "joined as a control plane", f.superviseFlags, func(_ context.Context, n *ha.Node) (*nodestate.NodeState, error) {
 					return joinOnce(n)
 				})
@@ -522,7 +527,7 @@ func (a *app) printMinted(m *token.Minted, controlPlane bool) {
 	}
 	fmt.Fprintf(a.stdout, "control-plane join grant %s, expires %s\n\n  %s\n", m.ID, m.Expires.UTC().Format(time.RFC3339), m.JoinCommand)
 	fmt.Fprintf(a.stdout, "\nThe certificate-key decrypts the cluster's shared certificates: pass it to the joiner out of band.\n")
-	fmt.Fprintf(a.stdout, "\nTo keep the token and the certificate-key out of the joiner's process list altogether (the command above moves them into its environment as it starts) and out of its shell history, run instead:\n\n")
+	fmt.Fprintf(a.stdout, "\nTo keep the token and the certificate-key out of the joiner's process list altogether (the command above moves them into its environment as it starts), run instead:\n\n")
 	for _, line := range strings.Split(m.JoinCommandSecretFiles, "\n") {
 		fmt.Fprintf(a.stdout, "  %s\n", line)
 	}

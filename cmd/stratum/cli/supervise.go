@@ -426,7 +426,7 @@ const (
 // variable, in that order; giving both the flag and the file is refused.
 func secret(flag, value, fileFlag, file, env string) (string, error) {
 	if value != "" && file != "" {
-		return "", usagef("%s and %s both given: pass one", flag, fileFlag)
+		return "", bothGiven(flag, fileFlag)
 	}
 	if value != "" {
 		return value, nil
@@ -447,28 +447,50 @@ func secret(flag, value, fileFlag, file, env string) (string, error) {
 
 // secretsOutOfArgv runs this `stratum server` again (Options.Exec) when the
 // join's token or certificate-key came as flags: the same command line
-// without them, each moved into the environment (tok, key as resolved),
-// where only root reads them and which the children do not inherit (the
-// re-run unsets them once read). Nothing has been changed yet; an exec that
-// fails is a refusal. Without Exec, or with no secret in a flag, it returns
-// at once.
-func (a *app) secretsOutOfArgv(f *serverFlags, tok, key string) error {
+// without them, each moved into the environment (replacing a variable of
+// the same name, which the flag overrode), where only root reads it and
+// which the children do not inherit (the re-run unsets them once read). It
+// runs before anything is read or changed, so the re-run reads every file
+// (--config, --token-file, a pipe among them) and variable itself, once. A
+// flag given beside its file is refused first, as secret refuses it. An
+// exec that fails (no /proc) leaves the secrets where they are, with a
+// warning, and the join goes on. Without Exec, or with no secret in a flag,
+// it returns at once.
+func (a *app) secretsOutOfArgv(f *serverFlags) error {
 	if a.opts.Exec == nil || f.token == "" && f.certKey == "" {
 		return nil
 	}
-	env := os.Environ()
-	if f.token != "" {
-		env = append(env, envToken+"="+tok)
+	moved := map[string]string{}
+	for _, s := range []struct{ flag, value, fileFlag, file, env string }{
+		{"--token", f.token, "--token-file", f.tokenFile, envToken},
+		{"--certificate-key", f.certKey, "--certificate-key-file", f.certKeyFile, envCertKey},
+	} {
+		if s.value != "" && s.file != "" {
+			return bothGiven(s.flag, s.fileFlag)
+		}
+		if s.value != "" {
+			moved[s.env] = s.value
+		}
 	}
-	if f.certKey != "" {
-		env = append(env, envCertKey+"="+key)
+	var env []string
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); moved[k] == "" {
+			env = append(env, kv)
+		}
+	}
+	for k, v := range moved {
+		env = append(env, k+"="+v)
 	}
 	a.log.Debug("running again with the join secrets in the environment, out of the process list")
 	argv := append([]string{os.Args[0]}, withoutSecretFlags(a.args)...)
-	if err := a.opts.Exec(argv, env); err != nil {
-		return refusedf("run stratum server again with the join secrets out of its command line: %v; nothing was changed: pass them with --token-file and --certificate-key-file (or $%s and $%s) instead", err, envToken, envCertKey)
-	}
+	err := a.opts.Exec(argv, env)
+	a.log.Warn("could not run stratum server again with the join secrets out of its command line: they stay in it, where every local user can read them; pass them with --token-file and --certificate-key-file (or $"+envToken+" and $"+envCertKey+") to avoid that", "err", err)
 	return nil
+}
+
+// bothGiven is the usage error of a secret given as a flag and a file.
+func bothGiven(flag, fileFlag string) error {
+	return usagef("%s and %s both given: pass one", flag, fileFlag)
 }
 
 // withoutSecretFlags is args without --token and --certificate-key and

@@ -325,21 +325,35 @@ func TestServerTakesItsSecretsOutOfTheEnvironment(t *testing.T) {
 }
 
 // TestServerMovesFlagSecretsIntoItsEnvironment: `stratum server` given its
-// secrets as flags runs itself again (Options.Exec) with the same command
-// line less those flags and their values, each secret in the environment the
-// re-run reads (and then unsets). The file form, or no Exec, runs nothing;
-// an exec that fails is a refusal that says what to do. The real exec is
-// e2e's (checkSecretsNotInProcessList).
+// secrets as flags runs itself again (Options.Exec), before it reads any file
+// or variable, with the same command line less those flags and their values,
+// each secret in the environment the re-run reads (and then unsets) in place
+// of a variable of the same name; a secret from a file or the environment is
+// left for the re-run to read. A flag beside its file is refused first; the
+// file form, or no Exec, runs nothing; an exec that fails goes on with a
+// warning. The real exec is e2e's (checkSecretsNotInProcessList).
 func TestServerMovesFlagSecretsIntoItsEnvironment(t *testing.T) {
 	tok, key := "abcdef.0123456789abcdef", strings.Repeat("cd", 32)
 	args := []string{"server", "--server", "https://10.0.0.10:6443", "--token", tok, "--ca-hash", "sha256:" + strings.Repeat("ab", 32),
 		"--certificate-key=" + key, "--node-ip", "10.0.0.12", "--token-file-not-a-secret", "x"}
 	var gotArgv, gotEnv []string
+	execs := 0
 	a := &app{args: args, log: slog.New(slog.DiscardHandler), opts: Options{Exec: func(argv, env []string) error {
 		gotArgv, gotEnv = argv, env
+		execs++
 		return nil
 	}}}
-	if err := a.secretsOutOfArgv(&serverFlags{token: tok, certKey: key}, tok, key); err != nil {
+	envOf := func(name string) []string {
+		var vs []string
+		for _, kv := range gotEnv {
+			if k, v, _ := strings.Cut(kv, "="); k == name {
+				vs = append(vs, v)
+			}
+		}
+		return vs
+	}
+	t.Setenv(envToken, "an.older-one-the-flag-overrides")
+	if err := a.secretsOutOfArgv(&serverFlags{token: tok, certKey: key}); err != nil {
 		t.Fatal(err)
 	}
 	want := append([]string{os.Args[0]}, "server", "--server", "https://10.0.0.10:6443", "--ca-hash", "sha256:"+strings.Repeat("ab", 32),
@@ -347,26 +361,37 @@ func TestServerMovesFlagSecretsIntoItsEnvironment(t *testing.T) {
 	if !slices.Equal(gotArgv, want) {
 		t.Fatalf("re-run as %q, want %q", gotArgv, want)
 	}
-	if !slices.Contains(gotEnv, envToken+"="+tok) || !slices.Contains(gotEnv, envCertKey+"="+key) {
-		t.Fatalf("the re-run's environment lacks the secrets: %q", gotEnv)
+	if got := envOf(envToken); !slices.Equal(got, []string{tok}) {
+		t.Fatalf("the re-run's $%s: %q, want the flag's alone", envToken, got)
+	}
+	if got := envOf(envCertKey); !slices.Equal(got, []string{key}) {
+		t.Fatalf("the re-run's $%s: %q, want the flag's", envCertKey, got)
 	}
 
-	// Only the secret given as a flag moves; the file form runs nothing.
-	gotArgv, gotEnv = nil, nil
-	if err := a.secretsOutOfArgv(&serverFlags{certKey: key, tokenFile: "stratum-join-token"}, tok, key); err != nil {
+	// The token as a flag, the key from the environment: the key is left
+	// there for the re-run (it once lost it, exit 2).
+	t.Setenv(envCertKey, key)
+	if err := a.secretsOutOfArgv(&serverFlags{token: tok}); err != nil {
 		t.Fatal(err)
 	}
-	if slices.Contains(gotEnv, envToken+"="+tok) || !slices.Contains(gotEnv, envCertKey+"="+key) {
-		t.Fatalf("a token from its file moved into the environment, or the flag's key did not: %q", gotEnv)
+	if !slices.Equal(envOf(envToken), []string{tok}) || !slices.Equal(envOf(envCertKey), []string{key}) {
+		t.Fatalf("the re-run's environment: token %q, key %q", envOf(envToken), envOf(envCertKey))
 	}
-	gotArgv = nil
-	if err := a.secretsOutOfArgv(&serverFlags{tokenFile: "t", certKeyFile: "k"}, tok, key); err != nil || gotArgv != nil {
-		t.Fatalf("the file form ran again (%q, %v)", gotArgv, err)
+
+	// A flag beside its file is refused as the join would, before any exec;
+	// the file form runs nothing.
+	execs = 0
+	var ue usageError
+	if err := a.secretsOutOfArgv(&serverFlags{token: tok, tokenFile: "t"}); !errors.As(err, &ue) || !strings.Contains(err.Error(), "--token and --token-file both given") {
+		t.Fatalf("--token beside --token-file: %v, want the usage error", err)
 	}
-	a.opts.Exec = func([]string, []string) error { return errors.New("exec format error") }
-	err := a.secretsOutOfArgv(&serverFlags{token: tok}, tok, key)
-	if !ha.IsRefusal(err) || !strings.Contains(err.Error(), "--token-file") || !strings.Contains(err.Error(), "nothing was changed") {
-		t.Fatalf("a failed exec: %v, want a refusal naming the file form", err)
+	if err := a.secretsOutOfArgv(&serverFlags{tokenFile: "t", certKeyFile: "k"}); err != nil || execs != 0 {
+		t.Fatalf("the file form ran again (%d execs, %v)", execs, err)
+	}
+	// An exec that fails (no /proc) goes on, the secrets where they were.
+	a.opts.Exec = func([]string, []string) error { return errors.New("no such file or directory") }
+	if err := a.secretsOutOfArgv(&serverFlags{token: tok}); err != nil {
+		t.Fatalf("a failed exec: %v, want the join to go on", err)
 	}
 
 	for _, tc := range []struct{ in, want []string }{
