@@ -856,3 +856,25 @@ func exitCode(err error) int {
 	}
 	return -1
 }
+
+// TestStratumOutlivesAClosedOutput: stratum writing to a stdout whose reader
+// is gone (a `stratum up | tee up.log` whose tee died with the terminal)
+// gets EPIPE and goes on, instead of being killed by SIGPIPE, which for a
+// supervisor skipped its whole shutdown (etcd and the apiserver killed by
+// their parent-death signal, the VIP and the operator's leases never
+// released).
+func TestStratumOutlivesAClosedOutput(t *testing.T) {
+	tl := buildTools(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close() // no reader
+	cmd := exec.Command(tl.stratum, "--help")
+	cmd.Stdout = w
+	err = cmd.Run()
+	w.Close()
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		t.Fatalf("stratum --help with its stdout's reader gone was killed by %v (%v)", ws.Signal(), err)
+	}
+}

@@ -20,6 +20,12 @@ import (
 )
 
 func main() {
+	// A write to a stdout or stderr whose reader is gone (a `| tee` that
+	// died with the terminal) fails with EPIPE instead of killing stratum
+	// with SIGPIPE before its shutdown runs, as Go does to a program that
+	// does not ask for SIGPIPE. A caught signal is reset across exec: the
+	// children keep the default.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), interrupt.Signals()...)
 	code := cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr, cli.Options{Exec: func(argv, env []string) error {
 		// This very binary, even if the file was replaced since it started.
