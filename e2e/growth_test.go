@@ -89,6 +89,12 @@ func TestSingleControlPlaneGrowsIntoHA(t *testing.T) {
 	if after := readMachineFiles(t, cp1, kept...); !maps.Equal(before, after) {
 		t.Fatalf("a refused stratum up --vip changed %v on cp1", kept)
 	}
+	// `stratum up --as-supervisor` (the systemd unit's) beside the running
+	// supervisor refuses, doing nothing, so systemd tries it again until
+	// that supervisor stops (it once started through it and exited 0).
+	if o, e, err := cp1.Run(ctx, tools.stratum, "up", "--as-supervisor"); exitCode(err) != refusedExit || !strings.Contains(e, "with --as-supervisor stratum up runs this node's supervisor or nothing") || strings.Contains(o, "starting what its node state records") {
+		t.Fatalf("stratum up --as-supervisor beside cp1's running supervisor = %v, want a refusal\nstdout:\n%s\nstderr:\n%s", err, o, e)
+	}
 	// A plain `stratum up` beside the running supervisor (what error
 	// messages advise) starts through it what is not running, and exits.
 	if o, e, err := cp1.Run(ctx, tools.stratum, "up"); err != nil || !strings.Contains(o, "starting what its node state records through it") || !strings.Contains(o, "control plane up: node ") {

@@ -117,6 +117,9 @@ func checkNodeIP(v string) error {
 // upFlags are `stratum up`'s flags.
 type upFlags struct {
 	nodeIP, vip, podCIDR, serviceCIDR, clusterDomain, profile, config string
+	// asSupervisor: be this node's supervisor or do nothing; never act
+	// through one already running (the unit `stratum install` writes).
+	asSupervisor bool
 	superviseFlags
 }
 
@@ -183,6 +186,9 @@ them all. Other stratum commands reach it through /run/stratum/supervisor.sock;
 					return n.Up(ctx, o)
 				})
 				if errors.Is(err, supervisor.ErrAlreadyRunning) {
+					if f.asSupervisor {
+						return refusedf("%w; nothing was done: with --as-supervisor stratum up runs this node's supervisor or nothing (the unit `stratum install` writes runs it so, and tries again every 5 s: it takes over once that supervisor stops)", err)
+					}
 					if cmd.Flags().Changed("bin-dir") || cmd.Flags().Changed("operator") {
 						fmt.Fprintln(a.stderr, "warning: --bin-dir and --operator apply when a supervisor starts; the running one keeps its own")
 					}
@@ -210,6 +216,7 @@ them all. Other stratum commands reach it through /run/stratum/supervisor.sock;
 	fl.StringVar(&f.clusterDomain, "cluster-domain", "", "the cluster's DNS `domain` (default cluster.local)")
 	fl.StringVar(&f.profile, "profile", "", "the node profile this control plane runs, by `name` (e.g. cis); none by default")
 	fl.StringVar(&f.config, "config", "", "read the network, VIP, profile, SELinux and Cilium settings from this YAML `FILE` (kind ControlPlaneConfig); flags override it")
+	fl.BoolVar(&f.asSupervisor, "as-supervisor", false, "be this node's supervisor or do nothing: when one already runs, refuse (exit 3) instead of starting through it what is stopped (the systemd unit runs up so)")
 	f.superviseFlags.add(cmd)
 	return cmd
 }

@@ -37,7 +37,7 @@ ConditionPathExists=%s
 
 [Service]
 Type=simple
-ExecStart=%s up --bin-dir %s
+ExecStart=%s up --as-supervisor --bin-dir %s
 Restart=always
 RestartSec=5
 KillMode=mixed
@@ -127,7 +127,7 @@ the same and prints the unit instead.`,
 			if err := writeFileAtomic(path, []byte(unit), 0o644); err != nil {
 				return fmt.Errorf("install: write %s: %w; the unit directory is as it was", path, err)
 			}
-			fmt.Fprintf(a.stdout, "wrote %s (runs %s up --bin-dir %s)\n", path, self, binDir)
+			fmt.Fprintf(a.stdout, "wrote %s (runs %s up --as-supervisor --bin-dir %s)\n", path, self, binDir)
 			if _, err := os.Stat("/run/systemd/system"); err != nil {
 				fmt.Fprintln(a.stdout, "systemd is not running on this machine: the unit is written for when it does; meanwhile run `stratum up` under your own supervisor")
 				return nil

@@ -105,7 +105,7 @@ func TestInstallWritesAUnitThatRunsUpOnlyWithState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{" up --bin-dir " + bin + "\n", "ConditionPathExists=/var/lib/stratum/node-state.json", "Restart=always", "WantedBy=multi-user.target"} {
+	for _, want := range []string{" up --as-supervisor --bin-dir " + bin + "\n", "ConditionPathExists=/var/lib/stratum/node-state.json", "Restart=always", "WantedBy=multi-user.target"} {
 		if !strings.Contains(string(unit), want) {
 			t.Errorf("unit lacks %q:\n%s", want, unit)
 		}
