@@ -145,11 +145,17 @@ func TestNodeRepoint(t *testing.T) {
 	}
 	checkRepointed(t, cp1, before, c.VIPURL())
 
-	// `stratum up` on the repointed node keeps the VIP.
+	// `stratum up` on the repointed node keeps the VIP. Like every start
+	// it trusts the pod range in the firewall again (a reboot drops the
+	// rule the assembly made).
 	cp1.Crash()
+	trusted := len(c.Events().Find("action", "firewall trusts "+c.Config().PodCIDR))
 	st, err := joinNodeOn(cp1).StartControlPlane(ctx)
 	if err != nil {
 		t.Fatalf("stratum up after the repoint: %v", err)
+	}
+	if got := len(c.Events().Find("action", "firewall trusts "+c.Config().PodCIDR)); got != trusted+1 {
+		t.Fatalf("stratum up trusted the pod range %s %d times, want once", c.Config().PodCIDR, got-trusted)
 	}
 	if st.Server != c.VIPURL() {
 		t.Fatalf("node state server after up: %s, want %s", st.Server, c.VIPURL())
