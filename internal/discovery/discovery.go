@@ -154,30 +154,35 @@ func FetchCA(ctx context.Context, server, caHash string, dial Dialer) (caPEM []b
 	return caPEM, serverTime, nil
 }
 
-// pinnedCA is the certificate of bundle (PEM) whose public key has the hash
+// pinnedCA is the certificates of bundle (PEM) whose public key has the hash
 // pin, alone. The joiner's bootstrap kubeconfig trusts what this returns: a
 // bundle's other certificates are not pinned, and one appended beside the
 // cluster's (public) CA by whoever answers for the server would otherwise
 // be trusted with the bootstrap token. A bundle of old and new CA, as a CA
-// rotation publishes, is answered with the pinned one.
+// rotation publishes, is answered with the pinned one; an expired and a
+// renewed certificate of the pinned key, with both (the key is what is
+// pinned).
 func pinnedCA(bundle []byte, pin string) ([]byte, error) {
 	certs, err := certutil.ParseCertsPEM(bundle)
 	if err != nil {
 		return nil, fmt.Errorf("parse the CA: %w", err)
 	}
+	var pinned []byte
 	var first error
 	for _, c := range certs {
 		one := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
 		err := pki.CheckCAHash(one, pin)
-		if err == nil {
-			return one, nil
-		}
-		if errors.Is(err, pki.ErrCAHashMalformed) {
+		switch {
+		case err == nil:
+			pinned = append(pinned, one...)
+		case errors.Is(err, pki.ErrCAHashMalformed):
 			return nil, err
-		}
-		if first == nil {
+		case first == nil:
 			first = err
 		}
+	}
+	if pinned != nil {
+		return pinned, nil
 	}
 	if len(certs) > 1 {
 		return nil, fmt.Errorf("none of its %d certificates: %w", len(certs), first)

@@ -2,8 +2,12 @@ package discovery_test
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
+	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -129,6 +133,19 @@ func TestFetchCATrustsThePinnedCertificateAlone(t *testing.T) {
 		if err != nil || string(got) != string(cluster.CertPEM) {
 			t.Fatalf("cluster-info with %s: trusted %d bytes (%v), want the pinned CA's %d alone", tc.name, len(got), err, len(cluster.CertPEM))
 		}
+	}
+	// A renewed certificate of the same key beside the old: the key is what
+	// is pinned, so both are trusted, in their order.
+	tmpl := *cluster.Cert
+	tmpl.SerialNumber = big.NewInt(2)
+	der, err := x509.CreateCertificate(rand.Reader, &tmpl, &tmpl, cluster.Key.Public(), cluster.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	renewed := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	served = slices.Concat(cluster.CertPEM, other.CertPEM, renewed)
+	if got, _, err := discovery.FetchCA(ctx, srv.URL, hash, nil); err != nil || string(got) != string(slices.Concat(cluster.CertPEM, renewed)) {
+		t.Fatalf("cluster-info with two certificates of the pinned key and another: trusted %d bytes (%v), want the two (%d)", len(got), err, len(cluster.CertPEM)+len(renewed))
 	}
 	served = other.CertPEM
 	if got, _, err := discovery.FetchCA(ctx, srv.URL, hash, nil); !errors.Is(err, pki.ErrCAHashMismatch) || got != nil || !strings.Contains(err.Error(), "nothing was sent to it") {

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
@@ -81,21 +82,26 @@ type Announcer interface {
 
 // leaseGate is implemented by an Announcer that keeps the address alive
 // after Hold (NetlinkAnnouncer's lifetime renewals and re-announcements).
-// Before each term Run hands it when this candidate last wrote the lease
-// (lastWrite: the start of its last successful create or update) and the
-// renew deadline: the announcer keeps the address only while that write is
-// younger than the deadline. No other candidate counts the lease run out
-// before lastWrite plus LeaseDuration, and client-go gives the lease up only
-// after the deadline and a release's read (up to RenewDeadline more), so a
-// holder whose renewals stall (an apiserver or etcd that stops answering, a
-// process frozen and resumed) stops announcing the address before anyone
-// else may take it, instead of refreshing it until client-go notices.
+// Before each term Run hands it when this candidate last renewed the lease
+// (lastWrite: the start of its last successful write naming itself the
+// holder; zero once a write found another holder) and how long after that
+// it may keep the address: LeaseDuration less one RetryPeriod, about when
+// client-go itself gives the lease up (its renewals fail for RenewDeadline
+// after waiting RetryPeriod). No other candidate counts the lease run out
+// before lastWrite plus LeaseDuration, so a holder whose renewals stall (an
+// apiserver or etcd that stops answering, a process frozen and resumed)
+// stops announcing the address before anyone else may take it, instead of
+// refreshing it until client-go notices and its release read times out.
 type leaseGate interface {
 	gate(lastWrite func() time.Time, within time.Duration)
 }
 
-// writeClock is a lease lock that records when its last successful write
-// (Create or Update) began.
+// writeClock is a lease lock that records when its last successful renewal
+// (a Create or Update naming this candidate the holder) began. client-go's
+// release, which writes no holder, is not a renewal; a write refused as a
+// conflict (another candidate wrote the lease since it was read) clears it:
+// a process whose clock stood still (a VM paused with kvmclock) meets one
+// at its first write after it resumes.
 type writeClock struct {
 	resourcelock.Interface
 	mu   sync.Mutex
@@ -103,23 +109,26 @@ type writeClock struct {
 }
 
 func (w *writeClock) Create(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
-	return w.wrote(time.Now(), w.Interface.Create(ctx, r))
+	return w.wrote(time.Now(), r, w.Interface.Create(ctx, r))
 }
 
 func (w *writeClock) Update(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
-	return w.wrote(time.Now(), w.Interface.Update(ctx, r))
+	return w.wrote(time.Now(), r, w.Interface.Update(ctx, r))
 }
 
-func (w *writeClock) wrote(began time.Time, err error) error {
-	if err == nil {
-		w.mu.Lock()
+func (w *writeClock) wrote(began time.Time, r resourcelock.LeaderElectionRecord, err error) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case err == nil && r.HolderIdentity == w.Identity() && r.LeaseDurationSeconds > 1:
 		w.last = began
-		w.mu.Unlock()
+	case apierrors.IsConflict(err):
+		w.last = time.Time{}
 	}
 	return err
 }
 
-// lastWrite is when the last successful write began; zero before one.
+// lastWrite is when the last successful renewal began; zero before one.
 func (w *writeClock) lastWrite() time.Time {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -266,7 +275,7 @@ func runElection(ctx context.Context, cfg Config) error {
 		LockConfig: resourcelock.ResourceLockConfig{Identity: cfg.Identity},
 	}}
 	if g, ok := cfg.Announcer.(leaseGate); ok {
-		g.gate(lock.lastWrite, cfg.RenewDeadline)
+		g.gate(lock.lastWrite, cfg.LeaseDuration-cfg.RetryPeriod)
 	}
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,

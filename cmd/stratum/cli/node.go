@@ -187,7 +187,7 @@ them all. Other stratum commands reach it through /run/stratum/supervisor.sock;
 				})
 				if errors.Is(err, supervisor.ErrAlreadyRunning) {
 					if f.asSupervisor {
-						return refusedf("%w; nothing was done: with --as-supervisor stratum up runs this node's supervisor or nothing (the unit `stratum install` writes runs it so, and tries again every 5 s: it takes over once that supervisor stops)", err)
+						return refusedf("%w; with --as-supervisor stratum up runs this node's supervisor or nothing (the unit `stratum install` writes runs it so, and tries again every 5 s: it takes over within 5 s of that supervisor stopping)", err)
 					}
 					if cmd.Flags().Changed("bin-dir") || cmd.Flags().Changed("operator") {
 						fmt.Fprintln(a.stderr, "warning: --bin-dir and --operator apply when a supervisor starts; the running one keeps its own")
