@@ -149,8 +149,18 @@ func (l *Local) TrustCIDR(cidr netip.Prefix) error {
 	}
 	rule := []string{"INPUT", "-s", cidr.Masked().String(), "-m", "comment", "--comment", "stratum", "-j", "ACCEPT"}
 	args := func(op string) []string { return slices.Concat(xtablesWait, []string{op}, rule) }
-	if _, err := run.Run(tool, args("-C")...); err == nil {
+	// -C answers 1 for a rule that is not there; anything else (4 when the
+	// xtables lock did not come within -w's wait) says nothing about it,
+	// and inserting then could add it twice.
+	out, err := run.Run(tool, args("-C")...)
+	if err == nil {
 		return nil
+	}
+	if ec, ok := errors.AsType[interface {
+		error
+		ExitCode() int
+	}](err); !ok || ec.ExitCode() != 1 {
+		return fmt.Errorf("trust %s in the firewall: check for the rule (%s -C): %w: %s; nothing was changed: run `stratum up` again", cidr, tool, err, strings.TrimSpace(string(out)))
 	}
 	if out, err := run.Run(tool, args("-I")...); err != nil {
 		return fmt.Errorf("trust %s in the firewall (%s): %w: %s", cidr, tool, err, strings.TrimSpace(string(out)))

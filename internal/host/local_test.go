@@ -2,6 +2,7 @@ package host
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -34,12 +35,19 @@ func TestLocalAddressesRoutableFirstLoopbackKept(t *testing.T) {
 }
 
 // recordingRunner records the commands TrustCIDR runs; tools lists the
-// commands it has, and fail makes a command (by its op, "-C" or "-I") fail.
+// commands it has, and fail makes a command (by its op, "-C" or "-I") exit
+// with that code.
 type recordingRunner struct {
 	tools map[string]bool
-	fail  map[string]bool
+	fail  map[string]int
 	ran   []string
 }
+
+// exitStatus is a command's nonzero exit, as *exec.ExitError reports it.
+type exitStatus int
+
+func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+func (e exitStatus) ExitCode() int { return int(e) }
 
 func (r *recordingRunner) LookPath(name string) (string, error) {
 	if !r.tools[name] {
@@ -51,8 +59,12 @@ func (r *recordingRunner) LookPath(name string) (string, error) {
 func (r *recordingRunner) Run(name string, args ...string) ([]byte, error) {
 	r.ran = append(r.ran, name+" "+strings.Join(args, " "))
 	for _, a := range args {
-		if r.fail[a] {
-			return []byte("iptables: Bad rule.\n"), errors.New("exit status 1")
+		switch code := r.fail[a]; code {
+		case 0:
+		case 4:
+			return []byte("Another app is currently holding the xtables lock. Stopped waiting after 5s.\n"), exitStatus(code)
+		default:
+			return []byte("iptables: Bad rule.\n"), exitStatus(code)
 		}
 	}
 	return nil, nil
@@ -72,15 +84,19 @@ func TestTrustCIDRWaitsForTheXtablesLock(t *testing.T) {
 		want    []string
 		wantErr string
 	}{
-		{"absent: checked, then inserted", "10.244.1.0/16", &recordingRunner{tools: both, fail: map[string]bool{"-C": true}},
+		{"absent: checked, then inserted", "10.244.1.0/16", &recordingRunner{tools: both, fail: map[string]int{"-C": 1}},
 			[]string{"iptables -w 5 -C " + rule, "iptables -w 5 -I " + rule}, ""},
 		{"present: checked only", "10.244.0.0/16", &recordingRunner{tools: both},
 			[]string{"iptables -w 5 -C " + rule}, ""},
-		{"IPv6: ip6tables", "fd00::/56", &recordingRunner{tools: both, fail: map[string]bool{"-C": true}},
+		{"IPv6: ip6tables", "fd00::/56", &recordingRunner{tools: both, fail: map[string]int{"-C": 1}},
 			[]string{"ip6tables -w 5 -C " + rule6, "ip6tables -w 5 -I " + rule6}, ""},
 		{"no iptables: nothing run", "10.244.0.0/16", &recordingRunner{}, nil, ""},
-		{"insert refused: the tool's words", "10.244.0.0/16", &recordingRunner{tools: both, fail: map[string]bool{"-C": true, "-I": true}},
+		{"insert refused: the tool's words", "10.244.0.0/16", &recordingRunner{tools: both, fail: map[string]int{"-C": 1, "-I": 1}},
 			[]string{"iptables -w 5 -C " + rule, "iptables -w 5 -I " + rule}, "iptables: Bad rule."},
+		// The check timed out on the lock (exit 4): whether the rule is
+		// there is not known, and inserting could add it twice.
+		{"check without the lock: nothing inserted", "10.244.0.0/16", &recordingRunner{tools: both, fail: map[string]int{"-C": 4}},
+			[]string{"iptables -w 5 -C " + rule}, "holding the xtables lock"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := &Local{commands: tc.r}
