@@ -240,6 +240,10 @@ func (n *Node) MemberAdd(ctx context.Context, cpIPs []string, newName, newPeerUR
 // it) refused with nothing added: the caller has nothing to roll back.
 var errMemberAddRefused = errors.New("member add refused; nothing was added")
 
+// errSignalBeforeAdd: a signal came inside a member-add attempt's window
+// before its add RPC was sent; the attempt stops there with nothing added.
+var errSignalBeforeAdd = fmt.Errorf("%w: a signal came before the add was sent", errMemberAddRefused)
+
 // memberNotFoundRetries bounds the retries of etcd's transient "member not
 // found" answer to an add (about half a second after a removal of the same
 // peer URL); past it the answer is taken as final.
@@ -265,7 +269,9 @@ func (n *Node) memberAdd(ctx context.Context, cpIPs []string, newName, newPeerUR
 // add that landed, or an error that may hide one (its answer lost), returns
 // with its window still open: wctx is the window's context and end closes
 // it, once the caller has recorded the member or rolled it back. On a
-// refusal end does nothing and wctx is ctx without its cancellation.
+// refusal end does nothing and wctx is ctx without its cancellation. A
+// signal held during an attempt's lookup, before its add is sent, stops the
+// attempt there with nothing added (interrupt.SignalHeld).
 func (n *Node) memberAddWindowed(ctx context.Context, cpIPs []string, newName, newPeerURL string) (ic string, id uint64, wctx context.Context, end func(), err error) {
 	closed := func() {}
 	refused := func(err error) (string, uint64, context.Context, func(), error) {
@@ -299,6 +305,9 @@ func (n *Node) memberAddWindowed(ctx context.Context, cpIPs []string, newName, n
 			return "", 0, wctx, end, err // it may hide an add that landed: the caller rolls back in the window
 		}
 		end() // nothing was added: a signal held during the attempt stops the add now
+		if errors.Is(err, errSignalBeforeAdd) {
+			return refused(fmt.Errorf("etcd member add of %s: stopped before it (%w); %w", newName, context.Cause(ctx), errMemberAddRefused))
+		}
 		if ctx.Err() != nil {
 			return refused(fmt.Errorf("etcd member add of %s: stopped after a refused attempt (%w; the refusal: %v); %w", newName, context.Cause(ctx), err, errMemberAddRefused))
 		}
@@ -341,6 +350,13 @@ func (n *Node) memberAddOnce(ctx context.Context, cpIPs []string, newName, newPe
 			n.log.Info("etcd learner with this peer URL already added and not started; taking it as this add", "member", newName, "peerURL", newPeerURL, "id", fmt.Sprintf("%x", m.ID))
 			ic, id = initialCluster(ml.Members, m.ID, newName), m.ID
 			return nil
+		}
+		// The last moment the add can still not happen: a signal held
+		// since the attempt's window opened (during the lookup above,
+		// seconds when an endpoint does not answer) stops it here, with
+		// nothing added, as a signal before the window would have.
+		if interrupt.SignalHeld(ctx) {
+			return errSignalBeforeAdd
 		}
 		wctx, cancel := context.WithTimeout(ctx, etcdWriteTimeout)
 		defer cancel()

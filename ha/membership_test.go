@@ -4,12 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"stratum.dev/stratum/ha"
+	"stratum.dev/stratum/internal/interrupt"
+	"stratum.dev/stratum/internal/version"
 	"stratum.dev/stratum/sim"
 )
 
@@ -329,5 +335,55 @@ func TestMemberAddRetriesTooManyLearners(t *testing.T) {
 	}
 	if got, _ := n.MemberCount(ctx, ips); got != 4 {
 		t.Errorf("MemberCount = %d, want 4", got)
+	}
+}
+
+// TestMemberAddSignalDuringItsLookupAddsNothing: a member-add attempt looks
+// its peer URL up before it adds, inside the deferral window that holds a
+// signal until an add's answer is known. A SIGINT that comes during that
+// lookup (here, while the first endpoint accepts the connection and never
+// answers) is held, and must still stop the add before it is sent: nothing
+// added, the run's context ended. The add was once sent anyway, because the
+// signal came inside the window.
+func TestMemberAddSignalDuringItsLookupAddsNothing(t *testing.T) {
+	t.Parallel() // its own simulated cluster
+	c := sim.Start(t, sim.Config{ControlPlanes: 1, SpareHosts: 2})
+	ctx := context.Background()
+	silent := c.Host("cp3").IP().String()
+	ln, err := net.Listen("tcp", net.JoinHostPort(silent, strconv.Itoa(version.EtcdClientPort)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	sigs := make(chan os.Signal, 1)
+	run := interrupt.NewWithSignals(ctx, sigs, nil)
+	defer run.Stop()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		conn, err := ln.Accept() // the lookup dials the silent endpoint first
+		if err != nil {
+			close(accepted)
+			return
+		}
+		accepted <- conn
+		sigs <- syscall.SIGINT
+	}()
+	defer func() {
+		ln.Close()
+		if conn, ok := <-accepted; ok {
+			conn.Close()
+		}
+	}()
+	n := nodeOn(c.Host("cp1"))
+	spare := c.Host("cp2")
+	_, err = n.MemberAdd(run.Context(), []string{silent, c.Host("cp1").IP().String()}, "cp2", spare.PeerURL())
+	if err == nil || !strings.Contains(err.Error(), "nothing was added") {
+		t.Fatalf("a member add whose lookup saw a signal = %v, want it stopped with nothing added", err)
+	}
+	if found, _ := isLearner(t, c.Host("cp1"), spare.PeerURL()); found {
+		t.Fatal("a signal during the member add's lookup did not stop the add: the learner was added")
+	}
+	if run.Context().Err() == nil {
+		t.Fatal("the held signal was never delivered to the run")
 	}
 }

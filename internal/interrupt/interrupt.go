@@ -150,6 +150,22 @@ func WindowContext(ctx context.Context) (wctx context.Context, end func()) {
 	return wctx, r.open(&windowCtx{cancel: cancel})
 }
 
+// SignalHeld reports whether the run ctx belongs to holds a signal in a
+// deferral window: the operator asked to stop while a window's work runs.
+// Work inside a window that has not yet made the change the window protects
+// (a member-add whose lookup is done but whose add RPC is not sent) checks
+// it and stops there, changing nothing, as a signal before the window would
+// have. False for a context that is not a run's.
+func SignalHeld(ctx context.Context) bool {
+	r, ok := ctx.Value(runKey{}).(*Run)
+	if !ok {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pending != nil
+}
+
 // Context ends when the run is interrupted. It carries the run, so code
 // handed only the context can open a deferral window (DeferFrom).
 func (r *Run) Context() context.Context { return r.ctx }

@@ -169,3 +169,36 @@ func TestWindowContextWithoutRun(t *testing.T) {
 	end()
 	waitDone(t, wctx, false)
 }
+
+// TestSignalHeldSeesTheSignalAWindowHolds: work inside a window can tell
+// that the operator asked to stop, through the window's own context, while
+// that context and the run's still run; the held signal ends the run once the
+// window closes, and no signal is held then.
+func TestSignalHeldSeesTheSignalAWindowHolds(t *testing.T) {
+	if SignalHeld(context.Background()) {
+		t.Fatal("SignalHeld of a context that is no run's = true")
+	}
+	sigs := make(chan os.Signal, 1)
+	r := NewWithSignals(context.Background(), sigs, nil)
+	defer r.Stop()
+	wctx, end := WindowContext(r.Context())
+	if SignalHeld(wctx) {
+		t.Fatal("SignalHeld before any signal = true")
+	}
+	sigs <- syscall.SIGINT
+	for deadline := time.Now().Add(5 * time.Second); !SignalHeld(wctx); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("SignalHeld never saw the signal the window holds")
+		}
+	}
+	if !SignalHeld(r.Context()) {
+		t.Error("SignalHeld of the run's context = false while its window holds a signal")
+	}
+	waitDone(t, wctx, false)
+	waitDone(t, r.Context(), false)
+	end()
+	waitDone(t, r.Context(), true)
+	if SignalHeld(wctx) {
+		t.Error("SignalHeld after the window delivered the signal = true")
+	}
+}

@@ -28,6 +28,15 @@ var mutants = []mutant{
 		},
 	},
 	{
+		Name: "member-add-sent-after-a-held-signal",
+		File: "ha/membership.go",
+		Old:  "if interrupt.SignalHeld(ctx) {",
+		New:  "if false && interrupt.SignalHeld(ctx) {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestMemberAddSignalDuringItsLookupAddsNothing|TestJoinSignal"},
+		},
+	},
+	{
 		Name: "refused-add-exits-midway",
 		File: "ha/join.go",
 		Old:  "return nil, reachedAdd && !r.addRefused, err",
