@@ -244,6 +244,9 @@ func (r *bootstrapRun) refuse(ctx context.Context) error {
 		return err
 	}
 	r.release = release
+	if err := refuseUnfinishedJoin(h); err != nil {
+		return err
+	}
 	entries, err := h.ReadDir(version.EtcdDataDir)
 	switch {
 	case err == nil && len(entries) > 0:
@@ -252,6 +255,26 @@ func (r *bootstrapRun) refuse(ctx context.Context) error {
 		return fmt.Errorf("%w? %s cannot be read (%v); nothing was changed: make it readable, or remove it", ErrRetainedData, version.EtcdDataDir, err)
 	}
 	return nil
+}
+
+// refuseUnfinishedJoin refuses a bootstrap on a node that holds a join's
+// bootstrap kubeconfig without node state or intent journal: a `stratum
+// server` killed (or whose machine lost power) between its discovery and its
+// journal, which left the cluster's downloaded CAs and keys behind. A
+// bootstrap would take those CAs for its own (a complete set is reused) and
+// start a second, empty cluster under them: an apiserver every client of
+// the real cluster trusts, and with a VIP, a contender for the real
+// cluster's. Only a join writes bootstrap.conf; a reset removes it.
+func refuseUnfinishedJoin(h host.Host) error {
+	p := version.Kubeconfig("bootstrap")
+	_, err := h.ReadFile(p)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("stratum up refused: %s cannot be read (%v); nothing was changed: make it readable, or remove it if this node never joined a cluster", p, err)
+	}
+	return fmt.Errorf("stratum up refused: this node holds %s, a control-plane join's bootstrap kubeconfig, but no node state: a `stratum server` join stopped before it saved its state (killed, or the machine lost power), leaving the cluster's certificates it downloaded. A bootstrap here would start a second cluster under that cluster's CAs. Nothing was changed: run the same join command again, which finishes the join, or `stratum reset --force` to clear this node before bootstrapping a new cluster on it", p)
 }
 
 // makeCAs makes the cluster's CAs once: a re-run after a crash keeps the

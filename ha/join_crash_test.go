@@ -13,6 +13,7 @@ import (
 	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/interrupt"
 	"stratum.dev/stratum/internal/nodestate"
+	"stratum.dev/stratum/internal/version"
 )
 
 // clusterIDOf is the etcd cluster ID the member on name reports.
@@ -118,11 +119,20 @@ func TestJoinCrashAtEveryCheckpointConverges(t *testing.T) {
 			}
 			j.checkSafe()
 
-			// Reboot: `stratum up`.
+			// Reboot: `stratum up`, as the operator runs it (Up: on a node
+			// with no state it would bootstrap a cluster of its own).
 			n := joinNodeOn(h)
-			_, upErr := n.StartControlPlane(j.ctx)
 			_, stateErr := h.Files().ReadFile(nodestate.Path)
 			_, intentErr := h.Files().ReadFile(ha.JoinIntentPath())
+			_, kcErr := h.Files().ReadFile(version.Kubeconfig("bootstrap"))
+			var upErr error
+			if stateErr == nil || intentErr == nil || kcErr == nil {
+				_, upErr = n.Up(j.ctx, ha.BootstrapOptions{})
+			} else {
+				// Nothing of the join on disk (a crash at its start): a
+				// bootstrap there would be a new cluster's, not this test's.
+				_, upErr = n.StartControlPlane(j.ctx)
+			}
 			switch {
 			case stateErr == nil:
 				if upErr != nil {
@@ -131,6 +141,19 @@ func TestJoinCrashAtEveryCheckpointConverges(t *testing.T) {
 			case intentErr == nil:
 				if !errors.Is(upErr, ha.ErrIntentSurvives) {
 					t.Fatalf("stratum up over a surviving intent = %v, want ErrIntentSurvives", upErr)
+				}
+			case kcErr == nil:
+				// The join's discovery is done, its downloads maybe: a
+				// bootstrap would start a second cluster under the real
+				// one's CAs. It once did.
+				if !ha.IsRefusal(upErr) || !strings.Contains(upErr.Error(), version.Kubeconfig("bootstrap")) {
+					t.Fatalf("stratum up on a node a join left without state = %v, want a refusal naming %s", upErr, version.Kubeconfig("bootstrap"))
+				}
+				if _, err := h.Files().ReadFile(nodestate.Path); err == nil {
+					t.Fatal("stratum up on a node a join left without state saved a node state")
+				}
+				if h.EtcdRunning() {
+					t.Fatal("stratum up on a node a join left without state started etcd")
 				}
 			default:
 				if upErr == nil {

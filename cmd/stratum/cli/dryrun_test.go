@@ -88,6 +88,30 @@ func TestReportsAndDryRunsChangeNothing(t *testing.T) {
 	if code != ExitFail || json.Unmarshal([]byte(out), &st) != nil || st.Node != nil || !strings.Contains(st.Problem, "this machine is not a control plane") {
 		t.Fatalf("status -o json on a machine with no node state: exit %d\n%s%s", code, out, errOut)
 	}
+	// A machine a join left without state (stopped between its discovery
+	// and its journal, with the cluster's certificates downloaded): status
+	// says so and what to do, and `stratum up` refuses to bootstrap a second
+	// cluster under those CAs, which it once did.
+	half := c.Hosts()[1]
+	if err := half.Files().WriteFile(version.Kubeconfig("bootstrap"), []byte("apiVersion: v1\nkind: Config\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = runCLI(t, on(half), "status")
+	if code != ExitFail || !strings.Contains(errOut, "a control-plane join stopped on this machine before it saved its state") || !strings.Contains(errOut, "stratum reset --force") || strings.Contains(errOut, "start a NEW cluster") {
+		t.Fatalf("status on a machine a join left without state: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = runCLI(t, on(half), "up")
+	if code != ExitRefused || !strings.Contains(errOut, version.Kubeconfig("bootstrap")) {
+		t.Fatalf("stratum up on a machine a join left without state: exit %d, want %d (refused)\n%s%s", code, ExitRefused, out, errOut)
+	}
+	if _, err := half.Files().ReadFile(nodestate.Path); err == nil {
+		t.Fatal("stratum up on a machine a join left without state saved a node state")
+	}
+	// What the refusal advises clears the machine.
+	code, out, errOut = runCLI(t, on(half), "reset", "--force")
+	if _, err := half.Files().ReadFile(version.Kubeconfig("bootstrap")); code != ExitOK || err == nil {
+		t.Fatalf("stratum reset --force on a machine a join left without state: exit %d, bootstrap.conf still there: %t\n%s%s", code, err == nil, out, errOut)
+	}
 
 	cs, err := adminClient(d)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"stratum.dev/stratum/internal/controlplane"
 	"stratum.dev/stratum/internal/host"
 	"stratum.dev/stratum/internal/nodestate"
+	"stratum.dev/stratum/internal/version"
 )
 
 // unitName is the systemd unit `stratum install` writes.
@@ -174,6 +175,10 @@ type statusReport struct {
 	// ResetUnderWay: a `stratum reset` began here and has not finished
 	// (its journal is there); run it again to finish it.
 	ResetUnderWay bool `json:"resetUnderWay"`
+	// JoinUnfinished: a join stopped here before its journal and its node
+	// state (its bootstrap kubeconfig is left, and maybe the cluster's
+	// certificates): run its join command again, or reset the machine.
+	JoinUnfinished bool `json:"joinUnfinished,omitempty"`
 	// Problem is what status exits 1 for, with what to do; absent when this
 	// node is a control plane whose supervisor runs every service.
 	Problem string `json:"problem,omitempty"`
@@ -193,6 +198,9 @@ func (rep *statusReport) problem(serr error) error {
 	if rep.Node == nil && !rep.JoinIntentSurvives {
 		if rep.ResetUnderWay {
 			return fmt.Errorf("this machine's control plane is being reset (%s): run `stratum reset` to finish it", ha.ResetJournalPath())
+		}
+		if rep.JoinUnfinished {
+			return fmt.Errorf("a control-plane join stopped on this machine before it saved its state (%s is left, maybe with the cluster's certificates; no node state at %s): run the same join command again to finish it, or `stratum reset --force` to clear this machine", version.Kubeconfig("bootstrap"), nodestate.Path)
 		}
 		// Nothing here to start: advising `stratum up` would make a
 		// second, separate cluster on a machine meant to join one.
@@ -247,6 +255,11 @@ func nodeStatus(ctx context.Context, n *ha.Node, h host.Host) (statusReport, err
 	st, err := nodestate.Load(h)
 	switch {
 	case errors.Is(err, nodestate.ErrNoState):
+		if _, err := h.Stat(version.Kubeconfig("bootstrap")); err == nil {
+			rep.JoinUnfinished = !survives
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return rep, fmt.Errorf("check for a join's bootstrap kubeconfig %s: %w", version.Kubeconfig("bootstrap"), err)
+		}
 	case err != nil:
 		return rep, err
 	default:
