@@ -91,6 +91,10 @@ type Config struct {
 	LogMaxBytes int64
 	LogKeep     int
 	Log         *slog.Logger
+	// OnShutdownStop, when set, is told the name of each service Shutdown
+	// is about to stop, so a long shutdown (a SIGTERM grace of seconds)
+	// shows what it waits for.
+	OnShutdownStop func(service string)
 }
 
 // Supervisor runs Config.Services on demand. Safe for concurrent use.
@@ -111,6 +115,11 @@ type Supervisor struct {
 	// to end (Client.Exit).
 	exit     chan struct{}
 	exitOnce sync.Once
+	// force is closed by Force: every stop from then on, and every stop
+	// waiting out its grace, kills at once.
+	force     chan struct{}
+	forceOnce sync.Once
+	onStop    func(string)
 }
 
 // ErrServicesRunning: an exit asked of a supervisor that still runs
@@ -128,7 +137,7 @@ func New(cfg Config) (*Supervisor, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Supervisor{logDir: cfg.LogDir, logMaxBytes: cfg.LogMaxBytes, logKeep: cfg.LogKeep, log: log, units: map[string]*unit{}, exit: make(chan struct{})}
+	s := &Supervisor{logDir: cfg.LogDir, logMaxBytes: cfg.LogMaxBytes, logKeep: cfg.LogKeep, log: log, units: map[string]*unit{}, exit: make(chan struct{}), force: make(chan struct{}), onStop: cfg.OnShutdownStop}
 	for _, sp := range cfg.Services {
 		if sp.Name == "" || (sp.Command == nil) == (sp.Run == nil) {
 			return nil, fmt.Errorf("supervisor: service %q needs a name and exactly one of Command and Run", sp.Name)
@@ -273,9 +282,25 @@ func (s *Supervisor) Shutdown() {
 	s.mu.Unlock()
 	for i := len(order) - 1; i >= 0; i-- {
 		if u, err := s.unit(order[i]); err == nil {
+			if s.onStop != nil && u.active() {
+				s.onStop(order[i])
+			}
 			u.stop()
 		}
 	}
+}
+
+// Force makes every stop kill at once: a process service's group gets
+// SIGKILL without its SIGTERM grace (also one already waiting it out), and
+// an in-process service's stop no longer waits for it to return. It is the
+// operator's second signal during a shutdown: stop now, at the price of a
+// clean stop (etcd and the apiserver killed mid-write, as a crash would;
+// the VIP's lease left to expire instead of released). It cannot be undone.
+func (s *Supervisor) Force() {
+	s.forceOnce.Do(func() {
+		s.log.Warn("stopping every service at once: SIGKILL, no grace")
+		close(s.force)
+	})
 }
 
 func (s *Supervisor) isShuttingDown() bool {
@@ -539,7 +564,13 @@ func (u *unit) launch(ctx context.Context) (exited <-chan error, stop func(), er
 			ch <- u.spec.Run(rctx)
 		}()
 		u.setRunning(0, time.Now(), nil)
-		return ch, func() { cancel(); <-done }, nil
+		return ch, func() {
+			cancel()
+			select {
+			case <-done:
+			case <-u.sup.force: // it ends with the process
+			}
+		}, nil
 	}
 	c, err := u.spec.Command()
 	if err != nil {
@@ -585,7 +616,7 @@ func (u *unit) launch(ctx context.Context) (exited <-chan error, stop func(), er
 	}()
 	u.setRunning(cmd.Process.Pid, time.Now(), nil)
 	stop = func() {
-		stopGroup(cmd.Process.Pid, reaped, u.spec.StopTimeout)
+		stopGroup(cmd.Process.Pid, reaped, u.spec.StopTimeout, u.sup.force)
 		<-done
 	}
 	return ch, stop, nil
@@ -674,14 +705,21 @@ func childAttr() *syscall.SysProcAttr {
 }
 
 // stopGroup sends SIGTERM to the process group pgid, waits up to grace for
-// the leader to exit (reaped), then SIGKILLs the group. The group is killed
-// in the end either way, so nothing it spawned lingers (nor holds the
-// leader's output pipe open).
-func stopGroup(pgid int, reaped <-chan struct{}, grace time.Duration) {
-	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+// the leader to exit (reaped), or until force is closed, then SIGKILLs the
+// group. The group is killed in the end either way, so nothing it spawned
+// lingers (nor holds the leader's output pipe open).
+func stopGroup(pgid int, reaped <-chan struct{}, grace time.Duration, force <-chan struct{}) {
 	select {
-	case <-reaped:
-	case <-time.After(grace):
+	case <-force:
+	default:
+		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		t := time.NewTimer(grace)
+		defer t.Stop()
+		select {
+		case <-reaped:
+		case <-t.C:
+		case <-force:
+		}
 	}
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	<-reaped

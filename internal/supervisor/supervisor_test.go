@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -31,6 +32,25 @@ func newSup(t *testing.T, specs ...Spec) (*Supervisor, string) {
 	}
 	t.Cleanup(s.Shutdown)
 	return s, dir
+}
+
+// deafService is a shell service that ignores SIGTERM, touching trapped
+// once its trap is set.
+func deafService(trapped string) func() (Command, error) {
+	return shell("trap '' TERM; touch " + trapped + "; while :; do sleep 0.1; done")
+}
+
+// waitTrapped waits until a deafService has set its trap.
+func waitTrapped(t *testing.T, trapped string) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(trapped); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the service never set its SIGTERM trap")
+		}
+	}
 }
 
 func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
@@ -307,20 +327,13 @@ func TestChildrenDieWithAKilledSupervisor(t *testing.T) {
 // beside it; an exit request is refused while it lives.
 func TestAStopInItsGraceIsStoppingNotStopped(t *testing.T) {
 	trapped := filepath.Join(t.TempDir(), "trapped")
-	s, _ := newSup(t, Spec{Name: "svc", Command: shell("trap '' TERM; touch " + trapped + "; while :; do sleep 0.1; done"), StopTimeout: 1500 * time.Millisecond})
+	s, _ := newSup(t, Spec{Name: "svc", Command: deafService(trapped), StopTimeout: 1500 * time.Millisecond})
 	ctx := context.Background()
 	if err := s.StartService(ctx, "svc"); err != nil {
 		t.Fatal(err)
 	}
 	old := pidOf(t, s, "svc")
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, err := os.Stat(trapped); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the service never set its SIGTERM trap")
-		}
-	}
+	waitTrapped(t, trapped)
 	stopped := make(chan struct{})
 	go func() { s.StopService(ctx, "svc"); close(stopped) }()
 	for deadline := time.Now().Add(time.Second); ; {
@@ -583,5 +596,62 @@ func TestAnExitIsSeenThoughADescendantHoldsTheOutput(t *testing.T) {
 		}
 	case <-time.After(drainAtMostAfterExit + 10*time.Second):
 		t.Fatal("the stop did not return while a descendant held the output")
+	}
+}
+
+// TestForceEndsAShutdownAtOnce: a shutdown names each service as it stops
+// it, newest first, and waits out a SIGTERM grace (here an hour, a service
+// that ignores SIGTERM) and an in-process service that does not return;
+// Force (the operator's second signal) ends both waits: the process group
+// is killed and the shutdown returns.
+func TestForceEndsAShutdownAtOnce(t *testing.T) {
+	trapped := filepath.Join(t.TempDir(), "trapped")
+	stuck := make(chan struct{})
+	defer close(stuck)
+	var stopping []string
+	var mu sync.Mutex
+	s, err := New(Config{LogDir: t.TempDir(), OnShutdownStop: func(name string) {
+		mu.Lock()
+		defer mu.Unlock()
+		stopping = append(stopping, name)
+	}, Services: []Spec{
+		{Name: "deaf", Command: deafService(trapped), StopTimeout: time.Hour},
+		{Name: "stuck", Run: func(context.Context) error { <-stuck; return nil }},
+		{Name: "idle", Run: func(ctx context.Context) error { <-ctx.Done(); return nil }},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, name := range []string{"deaf", "stuck"} {
+		if err := s.StartService(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pid := pidOf(t, s, "deaf")
+	waitTrapped(t, trapped)
+	done := make(chan struct{})
+	go func() { s.Shutdown(); close(done) }()
+	// The stuck in-process service is stopped first (newest first) and
+	// holds the shutdown; then the deaf process would hold it for an hour.
+	select {
+	case <-done:
+		t.Fatal("the shutdown returned while an in-process service had not")
+	case <-time.After(300 * time.Millisecond):
+	}
+	s.Force()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the shutdown still waits after Force")
+	}
+	waitGone(t, pid, "the service that ignores SIGTERM, after Force")
+	mu.Lock()
+	defer mu.Unlock()
+	if got := strings.Join(stopping, " "); got != "stuck deaf" {
+		t.Errorf("the shutdown named %q as it stopped them, want \"stuck deaf\" (newest first; the idle service never ran)", got)
+	}
+	if err := s.StartService(ctx, "idle"); !errors.Is(err, ErrShuttingDown) {
+		t.Errorf("a start after the shutdown = %v, want ErrShuttingDown", err)
 	}
 }

@@ -149,8 +149,9 @@ foreground running etcd and the kube-apiserver (from --bin-dir, checked before a
 changes) as its children, restarted with backoff if they exit and logged under
 /var/log/stratum, plus the VIP (a /32 on the node's interface, announced by gratuitous
 ARP, held by the winner of a Lease election) and the operator. SIGINT, SIGTERM or SIGHUP stops
-them all. Other stratum commands reach it through /run/stratum/supervisor.sock;
-"stratum install" writes a systemd unit that runs it at boot. It must run as root.
+them all, newest first; a second one kills what still runs at once. Other stratum commands
+reach it through /run/stratum/supervisor.sock; "stratum install" writes a systemd unit that
+runs it at boot. It must run as root.
 "stratum sim up" runs the same flow on simulated hosts.`,
 		Example: `  # First control plane of a new cluster, fronted by a VIP
   stratum up --node-ip 10.0.0.11 --vip 10.0.0.10

@@ -10,8 +10,10 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,6 +24,7 @@ import (
 	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/controlplane"
 	"stratum.dev/stratum/internal/host"
+	"stratum.dev/stratum/internal/interrupt"
 	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/pki"
 	"stratum.dev/stratum/internal/supervisor"
@@ -114,7 +117,9 @@ func (a *app) nodeSupervisor(h host.Host, n *ha.Node, binDir string, operator bo
 	if operator {
 		services = append(services, supervisor.Spec{Name: serviceOperator, Run: func(ctx context.Context) error { return a.runOperator(ctx, h, n) }})
 	}
-	return supervisor.New(supervisor.Config{LogDir: controlplane.LogDir, Log: a.log, Services: services})
+	return supervisor.New(supervisor.Config{LogDir: controlplane.LogDir, Log: a.log, Services: services, OnShutdownStop: func(name string) {
+		fmt.Fprintf(a.stdout, "  stopping %s ...\n", name)
+	}})
 }
 
 // readyProbeTimeout bounds one readiness probe of a starting service.
@@ -358,6 +363,10 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 		return refusedf("%s refused: %w; nothing was changed", verb, err)
 	}
 	l.Services = startProgress{sup, a.stdout}
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, interrupt.Signals()...)
+	endForce := forceOnSecondSignal(sigs, sup.Force, a.stdout)
+	defer func() { signal.Stop(sigs); endForce() }() // after the shutdown below
 	ln, err := supervisor.Listen(supervisor.SocketPath)
 	if err != nil {
 		return refusedf("%s refused: %w; nothing was changed", verb, err)
@@ -385,14 +394,45 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 		}
 	}
 	a.printState(done, st)
-	fmt.Fprintf(a.stdout, "supervising this control plane (logs in %s, control socket %s); SIGINT, SIGTERM or SIGHUP stops it\n", controlplane.LogDir, supervisor.SocketPath)
+	fmt.Fprintf(a.stdout, "supervising this control plane (logs in %s, control socket %s); SIGINT, SIGTERM or SIGHUP stops it (a second one kills what still runs)\n", controlplane.LogDir, supervisor.SocketPath)
 	select {
 	case <-ctx.Done():
-		fmt.Fprintln(a.stdout, "stopping the control plane")
+		fmt.Fprintln(a.stdout, "stopping the control plane (a second SIGINT, SIGTERM or SIGHUP kills what still runs at once)")
 	case <-sup.ExitRequested():
 		fmt.Fprintln(a.stdout, "nothing is left to run on this node (its control plane was reset): the supervisor ends")
 	}
 	return nil
+}
+
+// forceOnSecondSignal calls force (Supervisor.Force) on the second signal
+// that comes on sigs, which receives every SIGINT, SIGTERM and SIGHUP of the
+// command: the first ends the command's context and starts the orderly
+// shutdown, which may wait out each service's SIGTERM grace (tens of seconds
+// in all); an operator who presses Ctrl-C again means now, and should not
+// have to kill -9 stratum itself, which would leave its children to their
+// parent-death signal and its control socket behind. end stops watching.
+func forceOnSecondSignal(sigs <-chan os.Signal, force func(), w io.Writer) (end func()) {
+	done := make(chan struct{})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		seen := 0
+		for {
+			select {
+			case <-done:
+				return
+			case s := <-sigs:
+				if seen++; seen < 2 {
+					continue
+				}
+				fmt.Fprintf(w, "second signal (%s): killing what still runs at once (SIGKILL, no grace); the VIP lease is left to expire\n", s)
+				force()
+				return
+			}
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { close(done) }); <-ended }
 }
 
 // progress prints a long operation's step and waiting lines (ha's

@@ -1,15 +1,19 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/assets"
@@ -404,5 +408,43 @@ func TestServerMovesFlagSecretsIntoItsEnvironment(t *testing.T) {
 		if got := withoutSecretFlags(tc.in); !slices.Equal(got, tc.want) {
 			t.Errorf("withoutSecretFlags(%q) = %q, want %q", tc.in, got, tc.want)
 		}
+	}
+}
+
+// TestASecondSignalForcesTheShutdown: the first signal is the orderly
+// shutdown's (the command's context ends on it), so the watcher does
+// nothing; the second forces the supervisor's stops, once, saying so.
+func TestASecondSignalForcesTheShutdown(t *testing.T) {
+	sigs := make(chan os.Signal, 2)
+	var out bytes.Buffer // read after end, which waits for the watcher
+	forced := make(chan struct{}, 2)
+	end := forceOnSecondSignal(sigs, func() { forced <- struct{}{} }, &out)
+	sigs <- syscall.SIGTERM
+	select {
+	case <-forced:
+		t.Fatal("the first signal forced the shutdown")
+	case <-time.After(200 * time.Millisecond):
+	}
+	sigs <- syscall.SIGINT
+	select {
+	case <-forced:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second signal did not force the shutdown")
+	}
+	end()
+	if got := out.String(); !strings.Contains(got, "second signal (interrupt): killing what still runs at once") {
+		t.Errorf("the forced shutdown printed %q", got)
+	}
+
+	// Ended before a second signal: it never forces.
+	sigs = make(chan os.Signal, 2)
+	end = forceOnSecondSignal(sigs, func() { forced <- struct{}{} }, io.Discard)
+	sigs <- syscall.SIGINT
+	end()
+	sigs <- syscall.SIGINT
+	select {
+	case <-forced:
+		t.Fatal("a watcher that was ended forced the shutdown")
+	case <-time.After(200 * time.Millisecond):
 	}
 }
