@@ -37,6 +37,16 @@ var mutants = []mutant{
 		},
 	},
 	{
+		Name: "bootstrap-over-an-unfinished-join",
+		File: "ha/bootstrap.go",
+		Old:  "if err := refuseUnfinishedJoin(h); err != nil {",
+		New:  "if err := error(nil); err != nil {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestJoinCrashAtEveryCheckpointConverges"},
+			{"./cmd/stratum/cli", "-run", "TestReportsAndDryRunsChangeNothing"},
+		},
+	},
+	{
 		Name: "refused-add-exits-midway",
 		File: "ha/join.go",
 		Old:  "return nil, reachedAdd && !r.addRefused, err",
