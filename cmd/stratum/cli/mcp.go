@@ -258,11 +258,30 @@ the node's state and admin kubeconfig are readable by root alone.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			a.protocolOwnsStdout()
-			err := a.mcpServer().Run(cmd.Context(), &mcp.StdioTransport{})
-			if cmd.Context().Err() != nil {
-				return nil
-			}
-			return err
+			return serveMCP(cmd.Context(), a.mcpServer(), &mcp.StdioTransport{})
 		},
 	}
+}
+
+// serveMCP runs s on t until ctx ends (the command's signal) or the client
+// goes. Every call in flight is cancelled when ctx ends: the SDK neither
+// passes a stdio server's end on to its handlers nor returns before they
+// do, so a tool of minutes (an etcd_rejoin waiting on its promotion) held
+// `stratum mcp` past SIGINT and SIGTERM until it finished. A call cancelled
+// so stops at its operation's next step boundary, as the same command
+// stopped by Ctrl-C does.
+func serveMCP(ctx context.Context, s *mcp.Server, t mcp.Transport) error {
+	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(rctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			rctx, cancel := context.WithCancelCause(rctx)
+			defer cancel(nil)
+			defer context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })()
+			return next(rctx, method, req)
+		}
+	})
+	err := s.Run(ctx, t)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"maps"
 	"os"
@@ -251,4 +252,57 @@ func writeTemp(t *testing.T, name, content string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// TestServeMCPStopsCallsInFlightWhenItEnds: the command's end (its signal)
+// cancels a tool call in flight, and the server returns; the SDK once kept
+// `stratum mcp` running until the call finished by itself.
+func TestServeMCPStopsCallsInFlightWhenItEnds(t *testing.T) {
+	s := mcp.NewServer(&mcp.Implementation{Name: "test", Version: "v0"}, nil)
+	entered := make(chan struct{})
+	stopped := make(chan error, 1)
+	mcp.AddTool(s, &mcp.Tool{Name: "slow"}, func(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, struct{}, error) {
+		close(entered)
+		select {
+		case <-ctx.Done():
+			stopped <- context.Cause(ctx)
+			return nil, struct{}{}, ctx.Err()
+		case <-time.After(time.Minute): // a failing run ends, not hangs
+			stopped <- nil
+			return nil, struct{}{}, nil
+		}
+	})
+	ctx, cancel := context.WithCancelCause(context.Background())
+	st, ct := mcp.NewInMemoryTransports()
+	served := make(chan error, 1)
+	go func() { served <- serveMCP(ctx, s, st) }()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "v0"}, nil).Connect(context.Background(), ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	go func() { _, _ = cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "slow", Arguments: map[string]any{}}) }()
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the tool call never reached its handler")
+	}
+	sig := errors.New("interrupted by terminated")
+	cancel(sig)
+	select {
+	case cause := <-stopped:
+		if !errors.Is(cause, sig) {
+			t.Errorf("the call in flight ended with %v, want the command's cause %v", cause, sig)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the command's end did not cancel the tool call in flight")
+	}
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Errorf("serveMCP after its context ended = %v, want nil", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("serveMCP did not return after its context ended")
+	}
 }
