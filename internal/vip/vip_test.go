@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -389,6 +390,19 @@ func (g *gatedRecorder) written() (time.Time, time.Duration) {
 // to another node (TestNetlinkAnnouncerKeepsTheVIPOnlyWhileTheLeaseIsFresh).
 func TestRunGatesTheAnnouncerOnItsLeaseWrites(t *testing.T) {
 	cs := fake.NewClientset()
+	// The lease writes' faults are switched on below; the reactor is
+	// registered before the candidate writes (the fake's reactor list is not
+	// safe to change while it is used).
+	var slow, failing atomic.Bool
+	cs.PrependReactor("update", "leases", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if failing.Load() {
+			return true, nil, errors.New("injected: the apiserver does not answer")
+		}
+		if slow.Load() {
+			time.Sleep(testRenewDeadline / 2)
+		}
+		return false, nil, nil // then the tracker writes it
+	})
 	g := &gatedRecorder{recorder: newBoard().recorder("cp1")}
 	startCandidate(t, cs, DefaultLease, "cp1", g, nil)
 	eventually(t, 10*time.Second, "cp1 holds the VIP", g.holds)
@@ -405,19 +419,14 @@ func TestRunGatesTheAnnouncerOnItsLeaseWrites(t *testing.T) {
 	// period after the last one ended, so the gate's age peaks at a retry
 	// period plus two writes' latency. A gate at the renew deadline closed
 	// so, dropping a VIP whose lease no one else could take.
-	cs.PrependReactor("update", "leases", func(clienttesting.Action) (bool, runtime.Object, error) {
-		time.Sleep(testRenewDeadline / 2)
-		return false, nil, nil // then the tracker writes it
-	})
+	slow.Store(true)
 	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
 		w, within := g.written()
 		if age := time.Since(w); age >= within || !g.holds() {
 			t.Fatalf("with writes of %s, the gate closed (last write %s ago, within %s; holding: %v)", testRenewDeadline/2, age.Round(time.Millisecond), within, g.holds())
 		}
 	}
-	cs.PrependReactor("update", "leases", func(clienttesting.Action) (bool, runtime.Object, error) {
-		return true, nil, errors.New("injected: the apiserver does not answer")
-	})
+	failing.Store(true)
 	time.Sleep(2 * testRetryPeriod) // a write in flight lands or fails
 	stalled, _ := g.written()
 	// The term ends after the renew deadline and the next one has no

@@ -281,7 +281,9 @@ func TestServeMCPStopsCallsInFlightWhenItEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cs.Close()
-	go func() { _, _ = cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "slow", Arguments: map[string]any{}}) }()
+	go func() {
+		_, _ = cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "slow", Arguments: map[string]any{}})
+	}()
 	select {
 	case <-entered:
 	case <-time.After(30 * time.Second):
