@@ -108,6 +108,15 @@ func (n *Node) writeJoinIntent(in joinIntent) error {
 // errNoIntent matches readJoinIntent on a node with no journal.
 var errNoIntent = errors.New("no join intent")
 
+// errIntentDamaged matches readJoinIntent on a journal that is not one
+// (unparsable, or naming no peer URL): no command can reconcile with it, and
+// a forced reset may wipe the node, naming the member to look for.
+var errIntentDamaged = errors.New("join intent journal damaged")
+
+// intentDamagedHint is what to do about a damaged journal: its member, if
+// the add landed, is found by this node's peer URL.
+const intentDamagedHint = "it was left as it is: on a running control plane, `stratum etcd members` shows whether this node's address has a member (remove it with `stratum etcd member remove NAME`); then `stratum reset --force` clears this node, and the join command joins it again"
+
 // readJoinIntent reads the journal. Absent is errNoIntent; unreadable or
 // malformed is any other error, never "absent": treating a damaged recovery
 // record as no record is how a node would bootstrap over its membership.
@@ -121,13 +130,13 @@ func (n *Node) readJoinIntent() (joinIntent, error) {
 		return in, fmt.Errorf("read the join intent journal %s: %w", joinIntentPath, err)
 	}
 	if err := json.Unmarshal(data, &in); err != nil {
-		return in, fmt.Errorf("the join intent journal %s is damaged (%v); it was left as it is: inspect it, and run `stratum server` again with the same join command to reconcile", joinIntentPath, err)
+		return in, fmt.Errorf("%w: %s cannot be parsed (%v); %s", errIntentDamaged, joinIntentPath, err, intentDamagedHint)
 	}
 	if in.Version > joinIntentVersion {
 		return in, fmt.Errorf("the join intent journal %s has format %d, newer than this stratum's %d; upgrade stratum", joinIntentPath, in.Version, joinIntentVersion)
 	}
 	if in.PeerURL == "" {
-		return in, fmt.Errorf("the join intent journal %s names no peer URL; it was left as it is", joinIntentPath)
+		return in, fmt.Errorf("%w: %s names no peer URL; %s", errIntentDamaged, joinIntentPath, intentDamagedHint)
 	}
 	return in, nil
 }

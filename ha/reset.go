@@ -140,6 +140,11 @@ type resetObservation struct {
 	// mayStartEtcd: a plan may start this node's etcd again (not forced).
 	mayStartEtcd bool
 	started      time.Time
+	// unreadable is why a forced reset could not read the record of this
+	// node's member (a malformed node state, a damaged join journal): it
+	// wipes without removing the member, and names what to look for.
+	unreadable error
+	hostName   string
 }
 
 // ResetControlPlane is `stratum reset`: it takes this control plane out of
@@ -165,7 +170,7 @@ func (n *Node) ResetControlPlane(ctx context.Context, w io.Writer, force bool) e
 		return Refusal(err)
 	}
 	defer release()
-	obs, err := n.observeReset(ctx)
+	obs, err := n.observeReset(ctx, force)
 	if err != nil {
 		return Refusal(err)
 	}
@@ -238,7 +243,7 @@ func (n *Node) restartEtcdForReset(ctx context.Context, w io.Writer, obs resetOb
 			memberRef(obs.name, obs.peerURL), strings.Join(obs.asked, ", "), err))
 	}
 	fmt.Fprintf(w, "etcd started\n")
-	next, err := n.observeReset(ctx)
+	next, err := n.observeReset(ctx, false)
 	if err != nil {
 		return obs, Refusal(err)
 	}
@@ -250,7 +255,7 @@ func (n *Node) restartEtcdForReset(ctx context.Context, w io.Writer, obs resetOb
 // this node's etcd again) and the refusal it would meet without force. It
 // changes nothing.
 func (n *Node) ResetPlanOf(ctx context.Context, force bool) (ResetPlanReport, error) {
-	obs, err := n.observeReset(ctx)
+	obs, err := n.observeReset(ctx, force)
 	if err != nil {
 		return ResetPlanReport{Steps: []string{}}, Refusal(err)
 	}
@@ -286,6 +291,9 @@ func planReset(o resetObservation) ResetPlanReport {
 		add(resetStopAPIServer)
 	}
 	removeHint := fmt.Sprintf("remove its etcd member from a running control plane: `stratum etcd member remove %s`", memberRef(o.name, o.peerURL))
+	if o.unreadable != nil {
+		rep.Remaining = fmt.Sprintf("this node's record of its etcd member could not be read (%v): if it was a member, remove it from a running control plane: `stratum etcd members` lists them (this node's is likely named %s), then `stratum etcd member remove NAME`", o.unreadable, o.hostName)
+	}
 	switch {
 	case o.role == "unknown" && o.journalUnderWay && o.stateSaved && !o.removed && o.mayStartEtcd && !o.running[ServiceEtcd]:
 		// A crash stopped this node's etcd mid-reset, before the member was
@@ -332,10 +340,12 @@ func memberRef(name, peerURL string) string {
 
 // observeReset reads what planReset plans from. A node state or a join's
 // journal that cannot be read is an error: the member it records would be
-// left behind.
-func (n *Node) observeReset(ctx context.Context) (resetObservation, error) {
+// left behind. Forced, one that is damaged (not a record at all: no command
+// could read the member from it) is noted instead, and the node is planned
+// as one that records no member, for a wipe that names what to remove.
+func (n *Node) observeReset(ctx context.Context, force bool) (resetObservation, error) {
 	h := n.env.Host
-	o := resetObservation{running: map[string]bool{}, role: "absent"}
+	o := resetObservation{running: map[string]bool{}, role: "absent", hostName: h.Name()}
 	var own string
 	recorded := true // the node state or a join's journal records the member
 	st, err := nodestate.Load(h)
@@ -356,9 +366,13 @@ func (n *Node) observeReset(ctx context.Context) (resetObservation, error) {
 			}
 		case errors.Is(ierr, errNoIntent):
 			recorded = false
+		case force && errors.Is(ierr, errIntentDamaged):
+			recorded, o.unreadable = false, ierr
 		default:
 			return o, fmt.Errorf("reset: %w", ierr)
 		}
+	case force && errors.Is(err, nodestate.ErrMalformed):
+		recorded, o.unreadable = false, err
 	default:
 		return o, fmt.Errorf("reset: %w; nothing was changed", err)
 	}

@@ -65,6 +65,10 @@ func (n *Node) StartControlPlane(ctx context.Context) (*nodestate.NodeState, err
 		if survives, ierr := n.JoinIntentSurvives(ctx); ierr != nil {
 			return nil, Refusal(ierr)
 		} else if survives {
+			if _, rerr := n.readJoinIntent(); errors.Is(rerr, errIntentDamaged) {
+				// No join can reconcile with it: re-running one is no answer.
+				return nil, Refusal(fmt.Errorf("%w and the node has no saved state, but %w", ErrIntentSurvives, rerr))
+			}
 			return nil, Refusal(fmt.Errorf("%w (%s) and the node has no saved state: a join was interrupted after it began adding this node to etcd. "+
 				"`stratum up` will not bootstrap a new cluster here; nothing was changed: re-run the same `stratum server` join command to finish or roll back that join",
 				ErrIntentSurvives, JoinIntentPath()))

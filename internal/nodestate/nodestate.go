@@ -22,6 +22,11 @@ var Path = path.Join(version.StateDir, "node-state.json")
 // ErrNoState matches a Load on a node that has never saved its state.
 var ErrNoState = errors.New("no node state")
 
+// ErrMalformed matches a Load of a state file that is not a node state
+// (truncated by a damaged disk, edited by hand): a forced reset may wipe
+// such a node, naming the member it could not read.
+var ErrMalformed = errors.New("malformed node state")
+
 // Role is what a node is in the cluster.
 type Role string
 
@@ -96,7 +101,7 @@ func Load(h host.Files) (*NodeState, error) {
 	}
 	var st NodeState
 	if err := json.Unmarshal(data, &st); err != nil {
-		return nil, fmt.Errorf("node state %s is malformed (%v); it was not changed: restore it from a backup or remove it to bring the node up fresh", Path, err)
+		return nil, fmt.Errorf("%w: %s cannot be parsed (%v); it was not changed: restore it from a backup, or take this node out with `stratum reset --force` (which then names its etcd member to remove from a running control plane) and join it again", ErrMalformed, Path, err)
 	}
 	if st.Version > CurrentVersion {
 		return nil, fmt.Errorf("node state %s has format version %d, newer than this stratum's %d; upgrade stratum", Path, st.Version, CurrentVersion)

@@ -15,6 +15,7 @@ import (
 
 	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/kubeconfig"
+	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/version"
 	"stratum.dev/stratum/sim"
 )
@@ -279,4 +280,48 @@ func clientURLs(hosts ...*sim.Host) string {
 		urls = append(urls, h.ClientURL())
 	}
 	return strings.Join(sorted(urls), ",")
+}
+
+// TestResetClearsANodeWhoseRecordIsDamaged: a node state or a join journal
+// that is not one (a damaged disk, a hand edit) names no member a command
+// could act on. Every command refused it, the reset too, with advice that
+// went round in a circle (re-run the join, which refused the same way) or
+// led to a bootstrap; now the refusal points to `stratum reset --force`,
+// which wipes the node and names the member to look for.
+func TestResetClearsANodeWhoseRecordIsDamaged(t *testing.T) {
+	t.Parallel() // its own simulated host
+	c := sim.Start(t, sim.Config{Fresh: true, SpareHosts: 1})
+	h := c.Hosts()[0]
+	for _, damaged := range []struct{ what, path, data, refusedBy string }{
+		{"a truncated node state", nodestate.Path, `{"role": "control-pl`, "status"},
+		{"a join journal naming no peer URL", ha.JoinIntentPath(), `{"version": 1}`, "up"},
+	} {
+		if err := h.Files().WriteFile(damaged.path, []byte(damaged.data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		code, out, errOut := runCLI(t, on(h), damaged.refusedBy)
+		if code == ExitOK || !strings.Contains(out+errOut, "stratum reset --force") {
+			t.Errorf("%s with %s: exit %d, want a failure pointing to `stratum reset --force`\n%s%s", damaged.refusedBy, damaged.what, code, out, errOut)
+		}
+		// The node's lock files appear with its first lock: not a change.
+		notLocks := func(p, _ string) bool { return strings.HasPrefix(p, "/run/") }
+		before := configFiles(t, h.Root())
+		maps.DeleteFunc(before, notLocks)
+		code, out, errOut = runCLI(t, on(h), "reset")
+		if code != ExitRefused || !strings.Contains(errOut, damaged.path) || !strings.Contains(errOut, "stratum reset --force") {
+			t.Fatalf("reset with %s: exit %d, want 3 naming the file and --force\n%s%s", damaged.what, code, out, errOut)
+		}
+		after := configFiles(t, h.Root())
+		maps.DeleteFunc(after, notLocks)
+		if !maps.Equal(before, after) {
+			t.Fatalf("the refused reset with %s changed files: %v, then %v", damaged.what, keysOf(before), keysOf(after))
+		}
+		code, out, errOut = runCLI(t, on(h), "reset", "--force")
+		if code != ExitOK || !strings.Contains(out, "could not be read") || !strings.Contains(out, "likely named "+h.Name()) {
+			t.Fatalf("reset --force with %s: exit %d, want 0 naming the member to look for\n%s%s", damaged.what, code, out, errOut)
+		}
+		if left := filesUnder(t, h.Root()); !onlyRuntimeAndLogs(left) {
+			t.Fatalf("reset --force with %s left %v", damaged.what, keysOf(left))
+		}
+	}
 }
