@@ -33,10 +33,11 @@ const (
 // RenewCheckpoints are a renewal's checkpoints in order.
 var RenewCheckpoints = []string{CheckpointRenewAfterLeaves, CheckpointRenewAfterKubeconfigs}
 
-// renewRestartOrder is the order a renewal restarts the services that run:
-// etcd first (its serving and peer certificates), then the apiserver that
-// talks to it, then what talks to the apiserver.
-var renewRestartOrder = []string{ServiceEtcd, ServiceAPIServer, ServiceVIP, serviceOperator}
+// renewRestartOrder is the order a renewal restarts the services the VIP's
+// handover brackets: etcd first (its serving and peer certificates), then
+// the apiserver that talks to it. What talks to the apiserver (the VIP
+// candidate, the operator) follows (restartOntoRenewed).
+var renewRestartOrder = []string{ServiceEtcd, ServiceAPIServer}
 
 // RenewCerts is `stratum certs renew`: it reissues this control plane's leaf
 // certificates (apiserver, etcd server, peer and clients, front-proxy client)
@@ -111,21 +112,74 @@ func (n *Node) RenewCerts(ctx context.Context) (written, restarted []string, err
 	if err := n.checkpoint(ctx, CheckpointRenewAfterKubeconfigs); err != nil {
 		return nil, nil, err
 	}
-	for _, s := range renewRestartOrder {
-		ss, err := h.ServiceStatus(ctx, s)
-		if host.NotRunning(ss, err) {
-			continue // not running here (no supervisor runs anything): it reads the new files when it starts
+	restarted, err = n.restartOntoRenewed(ctx)
+	sort.Strings(written)
+	return slices.Compact(written), restarted, err
+}
+
+// restartOntoRenewed restarts the services that run here onto the renewed
+// files and returns those it restarted, in order: etcd and the apiserver
+// (renewRestartOrder), the VIP candidate, the operator. The VIP candidate,
+// when it runs, is stopped before the others, which releases the VIP's
+// lease to another control plane (within its retry period, about 2 s)
+// instead of leaving the VIP on an apiserver that restarts for seconds; it
+// is started again after the apiserver, also when a restart before failed,
+// so a failed renewal never leaves this node out of the VIP's election.
+func (n *Node) restartOntoRenewed(ctx context.Context) ([]string, error) {
+	h := n.env.Host
+	vipRuns, err := n.renewedServiceRuns(ctx, ServiceVIP)
+	if err != nil {
+		return nil, err
+	}
+	if vipRuns {
+		if n.env.Progress != nil {
+			n.env.Progress("handing the VIP over before the restarts: stopping " + ServiceVIP + " here")
 		}
-		if err != nil {
-			return written, restarted, fmt.Errorf("certs renew: status of %s: %w; the certificates are renewed: restart it", s, err)
+		if err := h.StopService(ctx, ServiceVIP); err != nil {
+			return nil, fmt.Errorf("certs renew: stop %s to hand the VIP over: %w; the certificates are renewed: re-run `stratum certs renew`", ServiceVIP, err)
+		}
+	}
+	var restarted []string
+	restart := func(s string) error {
+		runs, err := n.renewedServiceRuns(ctx, s)
+		if err != nil || !runs {
+			return err
 		}
 		if err := h.RestartService(ctx, s); err != nil {
-			return written, restarted, fmt.Errorf("certs renew: restart %s onto its renewed certificates: %w; the certificates are renewed: re-run `stratum certs renew` or restart it", s, err)
+			return fmt.Errorf("certs renew: restart %s onto its renewed certificates: %w; the certificates are renewed: re-run `stratum certs renew` or restart it", s, err)
 		}
 		restarted = append(restarted, s)
+		return nil
 	}
-	sort.Strings(written)
-	return slices.Compact(written), restarted, nil
+	var failed error
+	for _, s := range renewRestartOrder {
+		if failed = restart(s); failed != nil {
+			break
+		}
+	}
+	if vipRuns {
+		if err := h.StartService(context.WithoutCancel(ctx), ServiceVIP); err != nil {
+			return restarted, errors.Join(failed, fmt.Errorf("certs renew: start %s again after handing the VIP over: %w; `stratum up` starts it", ServiceVIP, err))
+		}
+		restarted = append(restarted, ServiceVIP)
+	}
+	if failed != nil {
+		return restarted, failed
+	}
+	return restarted, restart(serviceOperator)
+}
+
+// renewedServiceRuns reports whether the service s runs here; one that does
+// not (no supervisor runs anything) reads the renewed files when it starts.
+func (n *Node) renewedServiceRuns(ctx context.Context, s string) (bool, error) {
+	ss, err := n.env.Host.ServiceStatus(ctx, s)
+	if host.NotRunning(ss, err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("certs renew: status of %s: %w; the certificates are renewed: restart it", s, err)
+	}
+	return true, nil
 }
 
 // loadSharedCAs reads the cluster's shared CAs from this node, refusing

@@ -476,6 +476,15 @@ var mutants = []mutant{
 		},
 	},
 	{
+		Name: "renew-keeps-the-vip-through-restarts",
+		File: "ha/renew.go",
+		Old:  "\tif vipRuns {\n\t\tif n.env.Progress != nil {",
+		New:  "\tif false && vipRuns {\n\t\tif n.env.Progress != nil {",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestTokenCreateSurvivesAVIPMove"},
+		},
+	},
+	{
 		Name: "renew-restarts-nothing",
 		File: "ha/renew.go",
 		Old:  "\tfor _, s := range renewRestartOrder {",

@@ -199,6 +199,44 @@ func TestTokenCreateSurvivesAVIPMove(t *testing.T) {
 		t.Fatalf("%s (printed by a cut mint), run on %s: exit %d\n%s\n%s", cutJoin, cp2.Name(), code, out, errOut)
 	}
 	servesWithClusterCA(ctx, t, cp2)
+	renewHandsTheVIPOver(ctx, t, c)
+}
+
+// renewHandsTheVIPOver runs `stratum certs renew` on the VIP's holder of c,
+// a cluster of two control planes: the holder's VIP candidate stops, which
+// releases the VIP to the other, before its etcd and apiserver restart; it
+// once restarted the VIP candidate last, so the VIP pointed at an apiserver
+// restarting for seconds. Clients trusting only the cluster CA are then
+// served through the VIP.
+func renewHandsTheVIPOver(ctx context.Context, t *testing.T, c *sim.Cluster) {
+	t.Helper()
+	holder := c.VIPHolder()
+	if holder == nil {
+		t.Fatal("no control plane holds the VIP")
+	}
+	from := len(c.Events().Events())
+	code, out, errOut := runCLI(t, on(holder), "certs", "renew")
+	if code != ExitOK || !strings.Contains(out, "restarted onto them: etcd, kube-apiserver, kube-vip") || !strings.Contains(out, "handing the VIP over") {
+		t.Fatalf("certs renew on the VIP's holder %s: exit %d\n%s\n%s", holder.Name(), code, out, errOut)
+	}
+	released, restarted := -1, -1
+	for i, e := range c.Events().Events()[from:] {
+		switch {
+		case e.Host != holder.Name():
+		case released < 0 && e.Kind == "vip" && strings.Contains(e.What, "released the VIP"):
+			released = i
+		case restarted < 0 && e.Kind == "service" && (strings.HasPrefix(e.What, "etcd stopped") || strings.HasPrefix(e.What, "kube-apiserver stopped")):
+			restarted = i
+		}
+	}
+	if released < 0 || restarted < 0 || released > restarted {
+		t.Fatalf("certs renew on the VIP's holder %s: its VIP released at event %d, its first restart at event %d; want the VIP released first:\n%s", holder.Name(), released, restarted, c.Events())
+	}
+	cfg, err := c.VIPConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	readyzWithin(ctx, t, "the VIP after the renewal", cfg, time.Minute)
 }
 
 // bootstrapTokens is the IDs of the cluster's bootstrap tokens.
