@@ -327,6 +327,75 @@ type unit struct {
 	since    time.Time
 	lastErr  error
 	waiting  time.Time // when the next restart is due, while backing off
+	// exited is closed, and replaced, at each exit of the service's
+	// instance: a start's readiness wait counts them (exitsBeforeNotReady).
+	exited chan struct{}
+}
+
+// exitsBeforeNotReady is how many exits of a service during its start's
+// readiness wait end that wait: a service that crashes at every launch
+// (a bad flag, a data directory it cannot read) is then reported at once,
+// with its log's end, instead of after the whole readiness bound
+// (minutes) of restarts with backoff.
+const exitsBeforeNotReady = 3
+
+// exitSignal is closed at the service's next exit.
+func (u *unit) exitSignal() <-chan struct{} {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.exited == nil {
+		u.exited = make(chan struct{})
+	}
+	return u.exited
+}
+
+// noteExit wakes the waits on exitSignal.
+func (u *unit) noteExit() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.exited != nil {
+		close(u.exited)
+	}
+	u.exited = make(chan struct{})
+}
+
+// errCrashLoop ends a readiness wait whose service kept exiting.
+type errCrashLoop struct {
+	exits int
+	last  error
+}
+
+func (e errCrashLoop) Error() string {
+	return fmt.Sprintf("it exited %d times while starting (the last: %v); it is restarted with backoff meanwhile", e.exits, e.last)
+}
+
+// readyUnlessCrashLooping is the spec's Ready, ended early once the service
+// has exited exitsBeforeNotReady times during it.
+func (u *unit) readyUnlessCrashLooping(ctx context.Context) error {
+	rctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		for exits := 0; ; {
+			select {
+			case <-rctx.Done():
+				return
+			case <-u.exitSignal():
+				if exits++; exits >= exitsBeforeNotReady {
+					u.mu.Lock()
+					last := u.lastErr
+					u.mu.Unlock()
+					cancel(errCrashLoop{exits: exits, last: last})
+					return
+				}
+			}
+		}
+	}()
+	err := u.spec.Ready(rctx)
+	var loop errCrashLoop
+	if err != nil && errors.As(context.Cause(rctx), &loop) {
+		return loop
+	}
+	return err
 }
 
 // keeper runs a wanted service until cancelled.
@@ -374,7 +443,7 @@ func (u *unit) start(ctx context.Context) error {
 	if u.spec.Ready == nil {
 		return nil
 	}
-	if err := u.spec.Ready(ctx); err != nil {
+	if err := u.readyUnlessCrashLooping(ctx); err != nil {
 		return fmt.Errorf("%s started but is not ready: %w%s", u.spec.Name, err, u.logHint())
 	}
 	return nil
@@ -536,6 +605,7 @@ func (u *unit) keep(ctx context.Context, k *keeper) {
 		u.mu.Lock()
 		u.pid, u.lastErr, u.waiting = 0, err, time.Now().Add(backoff)
 		u.mu.Unlock()
+		u.noteExit()
 		select {
 		case <-ctx.Done():
 			u.setRunning(0, time.Time{}, nil)

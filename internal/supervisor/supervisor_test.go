@@ -655,3 +655,33 @@ func TestForceEndsAShutdownAtOnce(t *testing.T) {
 		t.Errorf("a start after the shutdown = %v, want ErrShuttingDown", err)
 	}
 }
+
+// TestAStartThatKeepsCrashingIsNotReadyAtOnce: a service that exits at every
+// launch ends its start's readiness wait after exitsBeforeNotReady exits,
+// naming the last exit and quoting its log, instead of restarting silently
+// until the wait's bound (two minutes for etcd and the apiserver). It stays
+// wanted: the keeper goes on restarting it.
+func TestAStartThatKeepsCrashingIsNotReadyAtOnce(t *testing.T) {
+	s, _ := newSup(t, Spec{
+		Name:    "crasher",
+		Command: shell("echo 'flag provided but not defined: -bogus'; exit 2"),
+		Ready:   func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() },
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- s.StartService(ctx, "crasher") }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("the start of a service that exits at every launch still waits")
+	}
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("exited %d times while starting", exitsBeforeNotReady)) ||
+		!strings.Contains(err.Error(), "exit status 2") || !strings.Contains(err.Error(), "flag provided but not defined") {
+		t.Fatalf("start of a service that exits at every launch = %v, want its exits, the last exit status and its log's end", err)
+	}
+	if st, _ := s.ServiceStatus(ctx, "crasher"); !strings.HasPrefix(st.Detail, "restarting after") && !strings.HasPrefix(st.Detail, "running") {
+		t.Errorf("status after the failed start = %+v, want it still wanted (restarting)", st)
+	}
+}
