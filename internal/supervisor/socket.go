@@ -96,23 +96,50 @@ func (l *lockedListener) Close() error {
 }
 
 // Serve answers control-socket requests on ln until ctx ends or ln is
-// closed. Only root (uid 0) is answered: a service stop is a root act.
+// closed. Only root (uid 0) is answered: a service stop is a root act. An
+// accept that fails otherwise (EMFILE: the process is out of file
+// descriptors for a moment) is logged and tried again after a pause that
+// grows from acceptRetryMin to acceptRetryMax, as net/http's server does:
+// the socket is how every other command reaches this node's services, and
+// returning would leave it unanswered for the rest of the supervisor's life.
 func (s *Supervisor) Serve(ctx context.Context, ln net.Listener) error {
-	go func() { <-ctx.Done(); ln.Close() }()
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	var pause time.Duration
 	for {
 		c, err := ln.Accept()
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
 				return nil
 			}
-			return err
+			pause = min(max(2*pause, acceptRetryMin), acceptRetryMax)
+			s.log.Warn("control socket: accept failed; trying again", "err", err, "in", pause)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(pause):
+			}
+			continue
 		}
+		pause = 0
 		go s.answer(ctx, c)
 	}
 }
 
+// acceptRetryMin and acceptRetryMax bound the pause after a failed accept.
+const (
+	acceptRetryMin = 5 * time.Millisecond
+	acceptRetryMax = time.Second
+)
+
+// answer serves one request on c. The request runs on a context that also
+// ends when the caller hangs up (a command stopped by Ctrl-C while it waits
+// for a start's readiness), so its wait does not go on for nobody; what the
+// request set going (a wanted service's restarts) goes on.
 func (s *Supervisor) answer(ctx context.Context, c net.Conn) {
 	defer c.Close()
+	ctx, hangUp := context.WithCancel(ctx)
+	defer hangUp()
 	var resp response
 	if uid, err := peerUID(c); err != nil || uid != 0 {
 		resp.Error = fmt.Sprintf("the stratum supervisor answers only root (peer uid %d, %v)", uid, err)
@@ -125,6 +152,13 @@ func (s *Supervisor) answer(ctx context.Context, c net.Conn) {
 		_ = json.NewEncoder(c).Encode(resp)
 		return
 	}
+	// A caller sends one request and then only reads: a read that
+	// returns is its hang-up (or this answer's own close, after it).
+	go func() {
+		var b [1]byte
+		_, _ = c.Read(b[:])
+		hangUp()
+	}()
 	var err error
 	switch req.Op {
 	case "start":
@@ -226,7 +260,7 @@ func (c Client) call(ctx context.Context, req request) (response, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		_ = conn.SetDeadline(dl)
 	}
-	go func() { <-ctx.Done(); conn.SetDeadline(time.Now()) }()
+	defer context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })()
 	if err := json.NewEncoder(conn).Encode(req); err != nil {
 		return response{}, fmt.Errorf("send to the stratum supervisor: %w", err)
 	}

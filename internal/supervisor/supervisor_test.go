@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -51,6 +52,22 @@ func waitTrapped(t *testing.T, trapped string) {
 			t.Fatal("the service never set its SIGTERM trap")
 		}
 	}
+}
+
+// serveOn serves s's control socket on ln until the test ends, and returns
+// the context it serves on.
+func serveOn(t *testing.T, s *Supervisor, ln net.Listener) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return ctx
 }
 
 func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
@@ -204,10 +221,7 @@ func TestControlSocket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(ctx, ln) }()
-	defer func() { cancel(); <-served }()
+	ctx := serveOn(t, s, ln)
 	if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("socket mode = %v, %v; want 0600", fi.Mode().Perm(), err)
 	}
@@ -683,5 +697,70 @@ func TestAStartThatKeepsCrashingIsNotReadyAtOnce(t *testing.T) {
 	}
 	if st, _ := s.ServiceStatus(ctx, "crasher"); !strings.HasPrefix(st.Detail, "restarting after") && !strings.HasPrefix(st.Detail, "running") {
 		t.Errorf("status after the failed start = %+v, want it still wanted (restarting)", st)
+	}
+}
+
+// failingAccepts is a listener whose first failures accepts fail as a
+// process out of file descriptors does.
+type failingAccepts struct {
+	net.Listener
+	failures atomic.Int32
+}
+
+func (l *failingAccepts) Accept() (net.Conn, error) {
+	if l.failures.Add(-1) >= 0 {
+		return nil, syscall.EMFILE
+	}
+	return l.Listener.Accept()
+}
+
+// TestControlSocketOutlivesFailedAccepts: accepts that fail (EMFILE) are
+// tried again; the socket once stopped answering at the first, for the
+// rest of the supervisor's life.
+func TestControlSocketOutlivesFailedAccepts(t *testing.T) {
+	s, _ := newSup(t, Spec{Name: "svc", Command: shell("sleep 1000")})
+	sock := filepath.Join(t.TempDir(), "supervisor.sock")
+	inner, err := Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := &failingAccepts{Listener: inner}
+	ln.failures.Store(5)
+	cctx, ccancel := context.WithTimeout(serveOn(t, s, ln), time.Minute)
+	defer ccancel()
+	if st, err := (Client{Path: sock}).ServiceStatus(cctx, "svc"); err != nil || st.Detail != "stopped" {
+		t.Fatalf("status through a socket whose accepts failed five times = %+v, %v", st, err)
+	}
+}
+
+// TestAHungUpCallerEndsItsRequestsWait: a command stopped while its start
+// waits for the service's readiness hangs up; the supervisor's wait for it
+// ends too (the service stays wanted), instead of waiting its bound for
+// nobody.
+func TestAHungUpCallerEndsItsRequestsWait(t *testing.T) {
+	waitEnded := make(chan error, 1)
+	s, _ := newSup(t, Spec{Name: "svc", Command: shell("sleep 1000"), Ready: func(ctx context.Context) error {
+		<-ctx.Done()
+		waitEnded <- ctx.Err()
+		return ctx.Err()
+	}})
+	sock := filepath.Join(t.TempDir(), "supervisor.sock")
+	ln, err := Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := serveOn(t, s, ln)
+	cctx, hangUp := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer hangUp()
+	if err := (Client{Path: sock}).StartService(cctx, "svc"); err == nil {
+		t.Fatal("a start whose readiness never comes returned nil")
+	}
+	select {
+	case err := <-waitEnded:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("the readiness wait ended with %v, want its caller's hang-up (canceled)", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the supervisor still waits on the readiness of a start whose caller hung up")
 	}
 }
