@@ -110,6 +110,10 @@ type Supervisor struct {
 	order []string // start order, for Shutdown in reverse
 	// shuttingDown is set by Shutdown: no service starts after it.
 	shuttingDown bool
+	// exiting is set by requestExit while it checks that nothing runs, and
+	// kept once it ends the supervisor: no service starts meanwhile, so
+	// none starts between that check and the end.
+	exiting bool
 
 	// exit is closed once a control-socket caller asked an idle supervisor
 	// to end (Client.Exit).
@@ -247,9 +251,12 @@ func (s *Supervisor) CheckServices(ctx context.Context, names []string) error {
 func (s *Supervisor) ExitRequested() <-chan struct{} { return s.exit }
 
 // requestExit closes ExitRequested, refused (ErrServicesRunning, naming
-// them) while any service runs.
+// them) while any service runs. Starts are refused from before its check
+// (exiting; a start that made its keeper before is one the check sees), so
+// no service starts under a supervisor on its way out.
 func (s *Supervisor) requestExit() error {
 	s.mu.Lock()
+	s.exiting = true
 	names := make([]string, 0, len(s.units))
 	for name := range s.units {
 		names = append(names, name)
@@ -263,6 +270,13 @@ func (s *Supervisor) requestExit() error {
 		}
 	}
 	if len(running) > 0 {
+		s.mu.Lock()
+		select {
+		case <-s.exit: // an earlier request ended it
+		default:
+			s.exiting = false
+		}
+		s.mu.Unlock()
 		return fmt.Errorf("%w (%s); it was not ended: stop them first, or send it SIGTERM, which stops them in order", ErrServicesRunning, strings.Join(running, ", "))
 	}
 	s.exitOnce.Do(func() { close(s.exit) })
@@ -306,7 +320,7 @@ func (s *Supervisor) Force() {
 func (s *Supervisor) isShuttingDown() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.shuttingDown
+	return s.shuttingDown || s.exiting
 }
 
 var _ host.Services = (*Supervisor)(nil)

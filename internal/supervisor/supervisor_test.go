@@ -277,6 +277,9 @@ func TestControlSocket(t *testing.T) {
 	if st, _ := c.ServiceStatus(ctx, "svc"); !st.Running {
 		t.Fatal("a refused exit stopped svc")
 	}
+	if err := c.RestartService(ctx, "svc"); err != nil {
+		t.Fatalf("a restart after a refused exit = %v: a refused exit must not keep refusing starts", err)
+	}
 	if err := c.StopService(ctx, "svc"); err != nil {
 		t.Fatal(err)
 	}
@@ -287,6 +290,12 @@ func TestControlSocket(t *testing.T) {
 	case <-s.ExitRequested():
 	case <-time.After(5 * time.Second):
 		t.Fatal("an exit with nothing running did not end the supervisor")
+	}
+	// On its way out, the supervisor starts nothing: a start that came
+	// after the exit's check would run a service the ending supervisor
+	// then stops.
+	if err := c.StartService(ctx, "svc"); !errors.Is(err, ErrShuttingDown) && !strings.Contains(fmt.Sprint(err), ErrShuttingDown.Error()) {
+		t.Fatalf("a start after the exit = %v, want it refused (ErrShuttingDown)", err)
 	}
 	gone := Client{Path: filepath.Join(t.TempDir(), "none.sock")}
 	if err := gone.StopService(ctx, "svc"); !errors.Is(err, ErrNotRunning) {
