@@ -9,10 +9,22 @@ import (
 )
 
 // TestSweepRestoreScratchRemovesOnlyAbandonedOnes: a scratch directory no
-// restore holds is removed; one a restore holds (its lock taken, here by
-// this process), one just made, a symlink and anything not named as a
-// scratch directory stay.
+// restore (or snapshot save, beside the file it saves) holds is removed; one
+// a restore holds (its lock taken, here by this process), one just made, a
+// symlink and anything not named as a scratch directory stay.
 func TestSweepRestoreScratchRemovesOnlyAbandonedOnes(t *testing.T) {
+	for _, family := range []struct {
+		prefix string
+		sweep  func(dir string)
+	}{
+		{restoreScratchPrefix + "4242-", func(string) { sweepRestoreScratch() }},
+		{snapshotScratchPrefix, func(dir string) { sweepScratch(dir, snapshotScratchPrefix) }},
+	} {
+		t.Run(family.prefix, func(t *testing.T) { checkScratchSweep(t, family.prefix, family.sweep) })
+	}
+}
+
+func checkScratchSweep(t *testing.T, prefix string, sweep func(dir string)) {
 	tmp := t.TempDir()
 	t.Setenv("TMPDIR", tmp)
 	other := t.TempDir() // a symlink's target, outside the temporary directory
@@ -22,9 +34,9 @@ func TestSweepRestoreScratchRemovesOnlyAbandonedOnes(t *testing.T) {
 		kept        bool
 	}
 	dirs := []dir{
-		{name: restoreScratchPrefix + "4242-1", old: true, kept: false},
-		{name: restoreScratchPrefix + "4242-2", old: true, locked: true, kept: true},
-		{name: restoreScratchPrefix + "4242-3", kept: true},
+		{name: prefix + "1", old: true, kept: false},
+		{name: prefix + "2", old: true, locked: true, kept: true},
+		{name: prefix + "3", kept: true},
 		{name: "other-4242-4", old: true, kept: true},
 	}
 	long := time.Now().Add(-2 * restoreScratchGrace)
@@ -46,11 +58,11 @@ func TestSweepRestoreScratchRemovesOnlyAbandonedOnes(t *testing.T) {
 			defer held.Close()
 		}
 	}
-	link := filepath.Join(tmp, restoreScratchPrefix+"4242-5")
+	link := filepath.Join(tmp, prefix+"5")
 	if err := os.Symlink(other, link); err != nil {
 		t.Fatal(err)
 	}
-	sweepRestoreScratch()
+	sweep(tmp)
 	for _, d := range dirs {
 		_, err := os.Stat(filepath.Join(tmp, d.name))
 		if d.kept && err != nil {

@@ -109,11 +109,11 @@ func (n *Node) SnapshotSave(ctx context.Context, dbPath string) (SnapshotStatus,
 	if err != nil {
 		return SnapshotStatus{}, err
 	}
-	private, err := os.MkdirTemp(filepath.Dir(dbPath), ".stratum-snapshot-")
+	private, cleanup, err := newScratch(filepath.Dir(dbPath), snapshotScratchPrefix, snapshotScratchPrefix)
 	if err != nil {
 		return SnapshotStatus{}, fmt.Errorf("snapshot save: %w; nothing was saved: save to a directory this user can write", err)
 	}
-	defer os.RemoveAll(private)
+	defer cleanup()
 	saved := filepath.Join(private, "snapshot.db")
 	if _, err := clientsnapshot.SaveWithVersion(ctx, zap.NewNop(), cfg, saved); err != nil {
 		return SnapshotStatus{}, fmt.Errorf("snapshot save from %s to %s: %w; nothing was saved", st.Etcd.ClientURL, dbPath, err)
@@ -474,12 +474,19 @@ func restoreToScratch(st *nodestate.NodeState, dbPath string, bump uint64) (stri
 	return out, cleanup, nil
 }
 
-// newRestoreScratch makes a restore scratch directory, locked for this
-// process's life (lockScratch), after sweeping those no restore holds any
-// more; cleanup removes it. A copy of the cluster's data goes nowhere else.
+// newRestoreScratch makes a restore scratch directory in the temporary
+// directory (newScratch); a copy of the cluster's data goes nowhere else.
 func newRestoreScratch() (dir string, cleanup func(), err error) {
-	sweepRestoreScratch()
-	dir, err = os.MkdirTemp("", fmt.Sprintf("%s%d-", restoreScratchPrefix, os.Getpid()))
+	return newScratch(os.TempDir(), fmt.Sprintf("%s%d-", restoreScratchPrefix, os.Getpid()), restoreScratchPrefix)
+}
+
+// newScratch makes a private (0700) scratch directory in parent named
+// prefix<random>, locked for this process's life (lockScratch), after
+// sweeping the directories named family* there that no process holds any
+// more (sweepScratch); cleanup removes it.
+func newScratch(parent, prefix, family string) (dir string, cleanup func(), err error) {
+	sweepScratch(parent, family)
+	dir, err = os.MkdirTemp(parent, prefix)
 	if err != nil {
 		return "", nil, fmt.Errorf("scratch directory: %w", err)
 	}
@@ -498,6 +505,10 @@ func newRestoreScratch() (dir string, cleanup func(), err error) {
 // the temporary directory: stratum-restore-<pid>-<random>, the pid naming
 // the restoring process for whoever lists the directory.
 const restoreScratchPrefix = "stratum-restore-"
+
+// snapshotScratchPrefix begins the name of a snapshot save's private
+// directory beside the file it saves to.
+const snapshotScratchPrefix = ".stratum-snapshot-"
 
 // restoreScratchGrace: a scratch directory younger than this is never swept,
 // so one just made, not locked yet, is safe.
@@ -520,14 +531,18 @@ func lockScratch(dir string, how int) (*os.File, error) {
 	return f, nil
 }
 
-// sweepRestoreScratch removes the scratch directories that no restore holds
-// any more: a restore killed before its cleanup (SIGKILL, a power loss
-// where the temporary directory is on disk) leaves a copy of the snapshot's
-// data, as large as the cluster's, that nothing else removes. Only real
-// directories of this user, older than restoreScratchGrace and whose lock
-// can be taken, are removed.
-func sweepRestoreScratch() {
-	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), restoreScratchPrefix+"*"))
+// sweepRestoreScratch sweeps the temporary directory's restore scratch
+// directories (sweepScratch).
+func sweepRestoreScratch() { sweepScratch(os.TempDir(), restoreScratchPrefix) }
+
+// sweepScratch removes the scratch directories named family* in parent that
+// no process holds any more: a restore or a snapshot save killed before its
+// cleanup (SIGKILL, a power loss where the directory is on disk) leaves a
+// copy of the cluster's data, every Secret in it, as large as the cluster's,
+// that nothing else removes. Only real directories of this user, older than
+// restoreScratchGrace and whose lock can be taken, are removed.
+func sweepScratch(parent, family string) {
+	dirs, _ := filepath.Glob(filepath.Join(parent, family+"*"))
 	for _, d := range dirs {
 		fi, err := os.Lstat(d)
 		if err != nil || !fi.IsDir() || time.Since(fi.ModTime()) < restoreScratchGrace {
@@ -538,7 +553,7 @@ func sweepRestoreScratch() {
 		}
 		held, err := lockScratch(d, syscall.LOCK_EX|syscall.LOCK_NB)
 		if err != nil {
-			continue // a running restore's, or not ours to open
+			continue // a running restore's or save's, or not ours to open
 		}
 		_ = os.RemoveAll(d)
 		held.Close()

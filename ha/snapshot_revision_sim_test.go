@@ -42,6 +42,19 @@ func TestSnapshotRestoreNeverMovesTheRevisionBack(t *testing.T) {
 	if err := os.Symlink(victim, snap+".part"); err != nil {
 		t.Fatal(err)
 	}
+	// A save killed before its cleanup left its private directory, a part
+	// of every Secret in it: the next save into the directory sweeps it.
+	abandoned := filepath.Join(dir, ".stratum-snapshot-killed")
+	if err := os.MkdirAll(abandoned, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(abandoned, "snapshot.db.part"), []byte("half a dump"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	long := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(abandoned, long, long); err != nil {
+		t.Fatal(err)
+	}
 	ss, err := n.SnapshotSave(ctx, snap)
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +66,7 @@ func TestSnapshotRestoreNeverMovesTheRevisionBack(t *testing.T) {
 		t.Fatalf("the saved snapshot %s: %v (%v), want a regular file of mode 0600", snap, fi.Mode(), err)
 	}
 	if left, _ := filepath.Glob(filepath.Join(dir, ".stratum-snapshot-*")); len(left) > 0 {
-		t.Fatalf("the save left its private directory: %v", left)
+		t.Fatalf("the save left its private directory, or an abandoned one: %v", left)
 	}
 	restore := func() string {
 		t.Helper()
