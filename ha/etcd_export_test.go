@@ -40,3 +40,7 @@ func ClusterVersionAhead(ms []MemberVersions) (string, string) {
 func (n *Node) RemoveOwnMember(ctx context.Context, cpIPs []string, id uint64, peerURL string) error {
 	return n.removeOwnMember(ctx, cpIPs, id, peerURL)
 }
+
+// DataReplacePath exposes the path of the etcd data replacement journal a
+// restore or rejoin writes while it replaces the data.
+func DataReplacePath() string { return dataReplacePath }

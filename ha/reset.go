@@ -140,6 +140,9 @@ type resetObservation struct {
 	// mayStartEtcd: a plan may start this node's etcd again (not forced).
 	mayStartEtcd bool
 	started      time.Time
+	// journalUnreadable: the reset journal is there but cannot be parsed,
+	// so whether this reset removed the member is unknown.
+	journalUnreadable error
 	// unreadable is why a forced reset could not read the record of this
 	// node's member (a malformed node state, a damaged join journal): it
 	// wipes without removing the member, and names what to look for.
@@ -234,7 +237,13 @@ func (n *Node) ResetControlPlane(ctx context.Context, w io.Writer, force bool) e
 // refused as before, naming why.
 func (n *Node) restartEtcdForReset(ctx context.Context, w io.Writer, obs resetObservation) (resetObservation, error) {
 	fmt.Fprintf(w, "no etcd member answered (asked %s) and this node's etcd is not running (the reset was interrupted before its member-remove): starting it, so the cluster has its quorum back and the reset can remove it\n", strings.Join(obs.asked, ", "))
-	st, err := nodestate.Load(n.env.Host)
+	// A restore or rejoin interrupted mid-copy left data etcd must not
+	// start on: the same refusal as `stratum up`'s, naming what finishes it.
+	err := n.refuseDataReplaceUnderWay("reset: start this node's etcd")
+	var st *nodestate.NodeState
+	if err == nil {
+		st, err = nodestate.Load(n.env.Host)
+	}
 	if err == nil {
 		err = n.startEtcd(ctx, st)
 	}
@@ -295,7 +304,7 @@ func planReset(o resetObservation) ResetPlanReport {
 		rep.Remaining = fmt.Sprintf("this node's record of its etcd member could not be read (%v): if it was a member, remove it from a running control plane: `stratum etcd members` lists them (this node's is likely named %s), then `stratum etcd member remove NAME`", o.unreadable, o.hostName)
 	}
 	switch {
-	case o.role == "unknown" && o.journalUnderWay && o.stateSaved && !o.removed && o.mayStartEtcd && !o.running[ServiceEtcd]:
+	case o.role == "unknown" && o.journalUnderWay && o.journalUnreadable == nil && o.stateSaved && !o.removed && o.mayStartEtcd && !o.running[ServiceEtcd]:
 		// A crash stopped this node's etcd mid-reset, before the member was
 		// removed (its node state is there): the others may lack a quorum
 		// without it. Started again, the reset plans the rest anew; this is
@@ -308,6 +317,8 @@ func planReset(o resetObservation) ResetPlanReport {
 	case o.role == "unknown":
 		rep.Refused = fmt.Sprintf("no etcd member answered (asked %s), so this node's member %s cannot be removed", strings.Join(o.asked, ", "), memberRef(o.name, o.peerURL))
 		switch {
+		case o.journalUnreadable != nil:
+			rep.Refused += fmt.Sprintf("; %v, so whether this reset already removed the member is unknown and its etcd is not started again: bring those members back and re-run the reset (--force wipes this node; then check `stratum etcd members` on a running control plane)", o.journalUnreadable)
 		case o.journalUnderWay:
 			rep.Refused += ": bring those members back and re-run the reset"
 		case !o.running[ServiceEtcd]:
@@ -379,7 +390,12 @@ func (n *Node) observeReset(ctx context.Context, force bool) (resetObservation, 
 	if data, err := h.ReadFile(resetJournalPath); err == nil {
 		o.journalUnderWay = true
 		var j resetJournal
-		if json.Unmarshal(data, &j) == nil {
+		if jerr := json.Unmarshal(data, &j); jerr != nil {
+			// Whether this reset removed the member is unknown: never
+			// start that member again on the chance it was not.
+			o.journalUnreadable = fmt.Errorf("the reset journal %s cannot be parsed (%v)", resetJournalPath, jerr)
+			n.log.Warn("reset journal unreadable: whether the member was removed is unknown", "err", jerr)
+		} else {
 			o.removed, o.started = j.Removed, j.Started
 			if o.peerURL == "" {
 				o.name, o.peerURL = j.Name, j.PeerURL

@@ -1,6 +1,7 @@
 package ha
 
 import (
+	"errors"
 	"slices"
 	"testing"
 )
@@ -26,6 +27,9 @@ func TestResetPlanStartsEtcdOnlyWhenItCanHelp(t *testing.T) {
 		{"its etcd running", func(o *resetObservation) { o.running[ServiceEtcd] = true }, false},
 		{"no node state (a join's journal)", func(o *resetObservation) { o.stateSaved = false }, false},
 		{"no reset journal (a first run)", func(o *resetObservation) { o.journalUnderWay = false }, false},
+		{"a reset journal that cannot be parsed (its removal unknown)", func(o *resetObservation) {
+			o.journalUnreadable = errors.New("the reset journal cannot be parsed")
+		}, false},
 	} {
 		o := crashed()
 		tc.change(&o)

@@ -94,6 +94,19 @@ func TestResetConvergesAfterACrashAtEveryCheckpoint(t *testing.T) {
 		if _, err := joinNodeOn(cp2).Up(ctx, ha.BootstrapOptions{}); !errors.Is(err, ha.ErrResetUnderWay) {
 			t.Fatalf("up after cp2's reset crashed: %v, want a refusal naming the reset under way", err)
 		}
+		// A restore or rejoin that was replacing cp2's etcd data when it
+		// stopped left data etcd must not start on: the re-run refuses to
+		// start it, as `stratum up` does, naming the journal.
+		if err := cp2.Files().WriteFile(ha.DataReplacePath(), []byte(`{"op":"etcd rejoin"}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var refused syncBuffer
+		if err := joinNodeOn(cp2).ResetControlPlane(ctx, &refused, false); !ha.IsRefusal(err) || !strings.Contains(err.Error(), ha.DataReplacePath()) || cp2.EtcdRunning() {
+			t.Fatalf("the reset re-run over a data replacement under way = %v (etcd running: %t), want a refusal naming %s\n%s", err, cp2.EtcdRunning(), ha.DataReplacePath(), refused.String())
+		}
+		if err := cp2.Files().Remove(ha.DataReplacePath()); err != nil {
+			t.Fatal(err)
+		}
 		var out syncBuffer
 		if err := joinNodeOn(cp2).ResetControlPlane(ctx, &out, false); err != nil {
 			t.Fatalf("the reset of one of two voters, re-run after a crash: %v\n%s", err, out.String())
