@@ -149,7 +149,7 @@ var mutants = []mutant{
 	{
 		Name: "reset-never-restarts-its-etcd",
 		File: "ha/reset.go",
-		Old:  "case o.role == \"unknown\" && o.journalUnderWay && o.stateSaved && !o.removed && o.mayStartEtcd && !o.running[ServiceEtcd]:",
+		Old:  "case o.role == \"unknown\" && o.journalUnderWay && o.journalUnreadable == nil && o.stateSaved && !o.removed && o.mayStartEtcd && !o.running[ServiceEtcd]:",
 		New:  "case false:",
 		Tests: [][]string{
 			{"./ha", "-run", "TestResetConvergesAfterACrashAtEveryCheckpoint"},
