@@ -418,6 +418,15 @@ func serverPid(t *testing.T, h *host, name string) int {
 // shell that started it) and waits until it has exited.
 func signalStratum(t *testing.T, h *host, sig syscall.Signal) {
 	t.Helper()
+	signalStratumEach(t, h, 0, sig)
+}
+
+// signalStratumEach sends each of sigs in turn, apart, to the stratum
+// process running in h, then waits until it has exited. One that exited
+// before the last signal fails t: the test asked for the signals to reach
+// it while it ran.
+func signalStratumEach(t *testing.T, h *host, apart time.Duration, sigs ...syscall.Signal) {
+	t.Helper()
 	pids, err := netnsPids(filepath.Join(netnsDir, h.NetNS()))
 	if err != nil {
 		t.Fatal(err)
@@ -435,8 +444,16 @@ func signalStratum(t *testing.T, h *host, sig syscall.Signal) {
 	if pid == 0 {
 		t.Fatalf("no stratum runs on %s", h.Name())
 	}
-	if err := syscall.Kill(pid, sig); err != nil {
-		t.Fatal(err)
+	for i, sig := range sigs {
+		if i > 0 {
+			time.Sleep(apart)
+			if st, _, ok := procState(pid); !ok || st == "Z" {
+				t.Fatalf("stratum (pid %d) on %s exited before its %v number %d", pid, h.Name(), sig, i+1)
+			}
+		}
+		if err := syscall.Kill(pid, sig); err != nil {
+			t.Fatal(err)
+		}
 	}
 	deadline := time.Now().Add(time.Minute)
 	for {
@@ -445,7 +462,7 @@ func signalStratum(t *testing.T, h *host, sig syscall.Signal) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("stratum (pid %d) on %s still runs a minute after %v", pid, h.Name(), sig)
+			t.Fatalf("stratum (pid %d) on %s still runs a minute after %v", pid, h.Name(), sigs)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
