@@ -522,7 +522,12 @@ func installedMachines(t *testing.T, n int) (*tools, *network) {
 // as `make dist`'s bin/ is installed on a machine.
 func (tl *tools) installBinDir(t *testing.T, h *host) {
 	t.Helper()
-	dir := h.MachinePath(binDir)
+	tl.installBinDirAt(t, h.MachinePath(binDir))
+}
+
+// installBinDirAt puts the pinned etcd and kube-apiserver in dir.
+func (tl *tools) installBinDirAt(t *testing.T, dir string) {
+	t.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -893,5 +898,52 @@ func TestStratumOutlivesAClosedOutput(t *testing.T) {
 	w.Close()
 	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		t.Fatalf("stratum --help with its stdout's reader gone was killed by %v (%v)", ws.Signal(), err)
+	}
+}
+
+// TestInstallRefusesAStratumOthersCanReplace: `stratum install` writes a
+// unit that systemd runs as root at every boot, so it refuses (exit 3,
+// nothing written) a stratum binary another user could replace: one in a
+// directory group- or world-writable without the sticky bit. The same
+// binary in a directory of root's alone installs (--dry-run prints the unit).
+func TestInstallRefusesAStratumOthersCanReplace(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the check applies to root, which systemd runs the unit as")
+	}
+	tl := buildTools(t)
+	data, err := os.ReadFile(tl.stratum)
+	if err != nil {
+		t.Fatal(err)
+	}
+	binDir := t.TempDir() // the pinned binaries' directory, for the unit's check
+	tl.installBinDirAt(t, binDir)
+	unitDir := t.TempDir()
+	for _, c := range []struct {
+		mode   os.FileMode
+		exit   int
+		reason string
+	}{
+		{0o777, refusedExit, "is writable by its group or others"},
+		{0o775, refusedExit, "is writable by its group or others"},
+		{0o755, 0, ""},
+	} {
+		dir := filepath.Join(t.TempDir(), "bin")
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		self := filepath.Join(dir, "stratum")
+		if err := os.WriteFile(self, data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(dir, c.mode); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(self, "install", "--dry-run", "--bin-dir", binDir, "--unit-dir", unitDir).CombinedOutput()
+		if got := exitCode(err); got != c.exit || c.reason != "" && !strings.Contains(string(out), c.reason) {
+			t.Errorf("stratum install from a directory of mode %#o: exit %d, want %d (%q)\n%s", c.mode, got, c.exit, c.reason, out)
+		}
+		if c.exit == 0 && !strings.Contains(string(out), "ExecStart="+self+" up --as-supervisor") {
+			t.Errorf("stratum install --dry-run from a directory of root's alone printed no unit running it:\n%s", out)
+		}
 	}
 }

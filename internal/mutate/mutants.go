@@ -47,6 +47,15 @@ var mutants = []mutant{
 		},
 	},
 	{
+		Name: "install-takes-a-replaceable-stratum",
+		File: "cmd/stratum/cli/services.go",
+		Old:  "if err := controlplane.RootOnlyWritable(self); err != nil {",
+		New:  "if err := error(nil); err != nil {",
+		Tests: [][]string{
+			{"./e2e", "-run", "TestInstallRefusesAStratumOthersCanReplace"},
+		},
+	},
+	{
 		Name: "refused-add-exits-midway",
 		File: "ha/join.go",
 		Old:  "return nil, reachedAdd && !r.addRefused, err",

@@ -684,7 +684,7 @@ func (u *unit) launch(ctx context.Context) (exited <-chan error, stop func(), er
 		logFile.Close()
 		return nil, nil, fmt.Errorf("start %s (%s): %w", u.spec.Name, c.Path, err)
 	}
-	d := &drain{log: logFile, pipe: pr, done: make(chan struct{})}
+	d := &drain{log: logFile, pipe: pr, done: make(chan struct{}), born: time.Now()}
 	go d.run()
 	ch := make(chan error, 1)
 	reaped := make(chan struct{})
@@ -720,12 +720,17 @@ type drain struct {
 	log  io.Writer
 	pipe io.Reader
 	done chan struct{}
-	// last is when a read last returned output or a write to the log
-	// ended (Unix nanoseconds).
+	// born is when the drain began; last is when a read last returned
+	// output or a write to the log ended, as nanoseconds since born.
+	born time.Time
 	last atomic.Int64
 }
 
-func (d *drain) touch() { d.last.Store(time.Now().UnixNano()) }
+func (d *drain) touch() { d.last.Store(int64(time.Since(d.born))) }
+
+// idle is how long since the last touch, on the monotonic clock (a wall
+// clock stepped by NTP would cut a crash's last output or hold its exit).
+func (d *drain) idle() time.Duration { return time.Since(d.born) - time.Duration(d.last.Load()) }
 
 func (d *drain) run() {
 	defer close(d.done)
@@ -766,7 +771,7 @@ func (d *drain) finish(readEnd io.Closer) {
 			readEnd.Close()
 			return
 		case <-tick.C:
-			if time.Since(time.Unix(0, d.last.Load())) >= drainIdleAfterExit || time.Now().After(deadline) {
+			if d.idle() >= drainIdleAfterExit || time.Now().After(deadline) {
 				readEnd.Close()
 				<-d.done
 				return
