@@ -338,6 +338,10 @@ func (n *Node) memberAddWindowed(ctx context.Context, cpIPs []string, newName, n
 func (n *Node) memberAddOnce(ctx context.Context, cpIPs []string, newName, newPeerURL string) (string, uint64, error) {
 	var ic string
 	var id uint64
+	// sent: an add went out through an endpoint before this one, its
+	// answer lost (viaEach moves on after a timeout): it may land, so
+	// from then on the attempt is the add's, signal or not.
+	sent := false
 	err := n.viaEach(ctx, cpIPs, "etcd member add of "+newPeerURL, func(ctx context.Context, cli *clientv3.Client, ep string) error {
 		ml, err := n.memberList(ctx, cli)
 		if err != nil {
@@ -354,12 +358,14 @@ func (n *Node) memberAddOnce(ctx context.Context, cpIPs []string, newName, newPe
 		// The last moment the add can still not happen: a signal held
 		// since the attempt's window opened (during the lookup above,
 		// seconds when an endpoint does not answer) stops it here, with
-		// nothing added, as a signal before the window would have.
-		if interrupt.SignalHeld(ctx) {
+		// nothing added, as a signal before the window would have —
+		// unless this attempt already sent an add elsewhere.
+		if !sent && interrupt.SignalHeld(ctx) {
 			return errSignalBeforeAdd
 		}
 		wctx, cancel := context.WithTimeout(ctx, etcdWriteTimeout)
 		defer cancel()
+		sent = true
 		resp, err := cli.MemberAddAsLearner(wctx, []string{newPeerURL})
 		if err != nil {
 			return fmt.Errorf("etcd member add (learner) of %s as %s through %s: %w", newPeerURL, newName, ep, err)

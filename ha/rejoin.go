@@ -429,6 +429,12 @@ func (n *Node) rejoinStep(ctx context.Context, w io.Writer, s rejoinStep, st *no
 			return err
 		}
 	case rejoinWipe:
+		// Stopped first, whatever the plan saw: a real supervisor relaunches
+		// an etcd that exits, reporting it not running between launches,
+		// and one launched now would start on half-removed data.
+		if err := n.stopControlPlane(ctx); err != nil {
+			return fmt.Errorf("etcd rejoin: %w; re-run the same command", err)
+		}
 		if err := h.RemoveAll(version.EtcdDataDir); err != nil {
 			return fmt.Errorf("etcd rejoin: remove the stale data directory %s: %w; re-run the same command", version.EtcdDataDir, err)
 		}

@@ -136,7 +136,14 @@ func (n *Node) restartOntoRenewed(ctx context.Context) ([]string, error) {
 			n.env.Progress("handing the VIP over before the restarts: stopping " + ServiceVIP + " here")
 		}
 		if err := h.StopService(ctx, ServiceVIP); err != nil {
-			return nil, fmt.Errorf("certs renew: stop %s to hand the VIP over: %w; the certificates are renewed: re-run `stratum certs renew`", ServiceVIP, err)
+			// The stop may have gone through (a supervisor finishes a stop
+			// its caller gave up on): a re-run would find the candidate
+			// stopped and leave it so, out of the VIP's election.
+			stopErr := fmt.Errorf("certs renew: stop %s to hand the VIP over: %w; the certificates are renewed: re-run `stratum certs renew`", ServiceVIP, err)
+			if serr := h.StartService(context.WithoutCancel(ctx), ServiceVIP); serr != nil {
+				return nil, errors.Join(stopErr, fmt.Errorf("certs renew: start %s again: %w; `stratum up` starts it", ServiceVIP, serr))
+			}
+			return nil, stopErr
 		}
 	}
 	var restarted []string

@@ -236,14 +236,19 @@ func (n *Node) ResetControlPlane(ctx context.Context, w io.Writer, force bool) e
 // then removes it through them. A start that fails leaves the reset
 // refused as before, naming why.
 func (n *Node) restartEtcdForReset(ctx context.Context, w io.Writer, obs resetObservation) (resetObservation, error) {
-	fmt.Fprintf(w, "no etcd member answered (asked %s) and this node's etcd is not running (the reset was interrupted before its member-remove): starting it, so the cluster has its quorum back and the reset can remove it\n", strings.Join(obs.asked, ", "))
 	// A restore or rejoin interrupted mid-copy left data etcd must not
-	// start on: the same refusal as `stratum up`'s, naming what finishes it.
-	err := n.refuseDataReplaceUnderWay("reset: start this node's etcd")
-	var st *nodestate.NodeState
-	if err == nil {
-		st, err = nodestate.Load(n.env.Host)
+	// start on. What finishes them refuses while this reset's journal is
+	// there, so the way on is the other members or --force.
+	if _, err := n.env.Host.Stat(dataReplacePath); !errors.Is(err, fs.ErrNotExist) {
+		why := fmt.Sprintf("a snapshot restore or etcd rejoin began replacing its data and did not finish (%s), so etcd would start on partial data", dataReplacePath)
+		if err != nil {
+			why = fmt.Sprintf("whether a restore or rejoin left its data half replaced is unknown (%v)", err)
+		}
+		return obs, Refusal(fmt.Errorf("reset: this node's member %s cannot be removed: no etcd member answered (asked %s), and this node's etcd is not started again: %s; nothing more was changed: bring the other members back and re-run the reset, or `stratum reset --force` (which wipes this node, leaving its member in the cluster)",
+			memberRef(obs.name, obs.peerURL), strings.Join(obs.asked, ", "), why))
 	}
+	fmt.Fprintf(w, "no etcd member answered (asked %s) and this node's etcd is not running (the reset was interrupted before its member-remove): starting it, so the cluster has its quorum back and the reset can remove it\n", strings.Join(obs.asked, ", "))
+	st, err := nodestate.Load(n.env.Host)
 	if err == nil {
 		err = n.startEtcd(ctx, st)
 	}
@@ -349,6 +354,22 @@ func memberRef(name, peerURL string) string {
 	return peerURL
 }
 
+// refuseWipingUnknownData refuses a forced reset of a node whose record is
+// damaged (why) while it holds etcd data: without the record nothing says
+// whether that data is also on other members, and on a single control plane
+// it is the cluster's only copy, which a wipe would destroy. The operator
+// moves it away (or removes it, knowing), then resets.
+func refuseWipingUnknownData(h host.Files, why error) error {
+	entries, err := h.ReadDir(version.EtcdDataDir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) || err == nil && len(entries) == 0:
+		return nil
+	case err != nil:
+		return fmt.Errorf("reset: %v, and %s cannot be read (%w); nothing was changed", why, version.EtcdDataDir, err)
+	}
+	return fmt.Errorf("reset --force refused: %v, so whether the etcd data in %s is also on other members is unknown (on a single control plane it is the cluster's only copy); nothing was changed: stop this node's stratum, move that directory away (mv %s /root/etcd-data.saved), then run `stratum reset --force` again", why, version.EtcdDataDir, version.EtcdDataDir)
+}
+
 // observeReset reads what planReset plans from. A node state or a join's
 // journal that cannot be read is an error: the member it records would be
 // left behind. Forced, one that is damaged (not a record at all: no command
@@ -386,6 +407,11 @@ func (n *Node) observeReset(ctx context.Context, force bool) (resetObservation, 
 		recorded, o.unreadable = false, err
 	default:
 		return o, fmt.Errorf("reset: %w; nothing was changed", err)
+	}
+	if o.unreadable != nil {
+		if err := refuseWipingUnknownData(h, o.unreadable); err != nil {
+			return o, err
+		}
 	}
 	if data, err := h.ReadFile(resetJournalPath); err == nil {
 		o.journalUnderWay = true
@@ -569,6 +595,14 @@ func (n *Node) resetStep(ctx context.Context, w io.Writer, s resetStep, o resetO
 		n.publishRemaining(ctx, o)
 		return n.checkpoint(ctx, CheckpointResetAfterMemberRemove)
 	case resetWipe:
+		// Every service stopped first, whatever its status said: a real
+		// host's supervisor keeps relaunching a service that exits (a
+		// removed member's etcd, crash-looping) and reports it not
+		// running between two launches, so the plan may have no stop for
+		// it, and a launch during the wipe would run on half-removed data.
+		if err := n.stopControlPlane(ctx); err != nil {
+			return fmt.Errorf("reset: %w; %s", err, again)
+		}
 		// The node state first: once it is gone nothing restarts the
 		// removed member. The reset journal last: until then `up` and a
 		// join refuse.

@@ -96,12 +96,14 @@ func TestResetConvergesAfterACrashAtEveryCheckpoint(t *testing.T) {
 		}
 		// A restore or rejoin that was replacing cp2's etcd data when it
 		// stopped left data etcd must not start on: the re-run refuses to
-		// start it, as `stratum up` does, naming the journal.
+		// start it, naming the journal and the ways on (what finishes a
+		// restore or rejoin refuses while the reset's journal is there).
 		if err := cp2.Files().WriteFile(ha.DataReplacePath(), []byte(`{"op":"etcd rejoin"}`), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		var refused syncBuffer
-		if err := joinNodeOn(cp2).ResetControlPlane(ctx, &refused, false); !ha.IsRefusal(err) || !strings.Contains(err.Error(), ha.DataReplacePath()) || cp2.EtcdRunning() {
+		if err := joinNodeOn(cp2).ResetControlPlane(ctx, &refused, false); !ha.IsRefusal(err) || !strings.Contains(err.Error(), ha.DataReplacePath()) ||
+			!strings.Contains(err.Error(), "stratum reset --force") || strings.Contains(refused.String(), "starting it") || cp2.EtcdRunning() {
 			t.Fatalf("the reset re-run over a data replacement under way = %v (etcd running: %t), want a refusal naming %s\n%s", err, cp2.EtcdRunning(), ha.DataReplacePath(), refused.String())
 		}
 		if err := cp2.Files().Remove(ha.DataReplacePath()); err != nil {

@@ -30,7 +30,7 @@ var mutants = []mutant{
 	{
 		Name: "member-add-sent-after-a-held-signal",
 		File: "ha/membership.go",
-		Old:  "if interrupt.SignalHeld(ctx) {",
+		Old:  "if !sent && interrupt.SignalHeld(ctx) {",
 		New:  "if false && interrupt.SignalHeld(ctx) {",
 		Tests: [][]string{
 			{"./ha", "-run", "TestMemberAddSignalDuringItsLookupAddsNothing|TestJoinSignal"},
@@ -53,6 +53,24 @@ var mutants = []mutant{
 		New:  "if err := error(nil); err != nil {",
 		Tests: [][]string{
 			{"./e2e", "-run", "TestInstallRefusesAStratumOthersCanReplace"},
+		},
+	},
+	{
+		Name: "reset-wipe-leaves-a-wanted-service",
+		File: "ha/reset.go",
+		Old:  "\t\tif err := n.stopControlPlane(ctx); err != nil {\n\t\t\treturn fmt.Errorf(\"reset: %w; %s\", err, again)",
+		New:  "\t\tif err := error(nil); err != nil {\n\t\t\treturn fmt.Errorf(\"reset: %w; %s\", err, again)",
+		Tests: [][]string{
+			{"./ha", "-run", "TestWipesStopAServiceTheSupervisorStillRestarts"},
+		},
+	},
+	{
+		Name: "rejoin-wipe-leaves-a-wanted-service",
+		File: "ha/rejoin.go",
+		Old:  "\t\tif err := n.stopControlPlane(ctx); err != nil {\n\t\t\treturn fmt.Errorf(\"etcd rejoin: %w; re-run the same command\", err)\n\t\t}\n\t\tif err := h.RemoveAll(version.EtcdDataDir)",
+		New:  "\t\tif err := error(nil); err != nil {\n\t\t\treturn fmt.Errorf(\"etcd rejoin: %w; re-run the same command\", err)\n\t\t}\n\t\tif err := h.RemoveAll(version.EtcdDataDir)",
+		Tests: [][]string{
+			{"./ha", "-run", "TestWipesStopAServiceTheSupervisorStillRestarts"},
 		},
 	},
 	{

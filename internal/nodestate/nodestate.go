@@ -101,7 +101,7 @@ func Load(h host.Files) (*NodeState, error) {
 	}
 	var st NodeState
 	if err := json.Unmarshal(data, &st); err != nil {
-		return nil, fmt.Errorf("%w: %s cannot be parsed (%v); it was not changed: restore it from a backup, or take this node out with `stratum reset --force` (which then names its etcd member to remove from a running control plane) and join it again", ErrMalformed, Path, err)
+		return nil, fmt.Errorf("%w: %s cannot be parsed (%v); it was not changed: restore it from a backup (on a cluster's only control plane, the way to keep its data), or take this node out with `stratum reset --force` (which then names its etcd member to remove from a running control plane) and join it again", ErrMalformed, Path, err)
 	}
 	if st.Version > CurrentVersion {
 		return nil, fmt.Errorf("node state %s has format version %d, newer than this stratum's %d; upgrade stratum", Path, st.Version, CurrentVersion)

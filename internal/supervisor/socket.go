@@ -135,7 +135,9 @@ const (
 // answer serves one request on c. The request runs on a context that also
 // ends when the caller hangs up (a command stopped by Ctrl-C while it waits
 // for a start's readiness), so its wait does not go on for nobody; what the
-// request set going (a wanted service's restarts) goes on.
+// request set going (a wanted service's restarts) goes on. The protocol is
+// one JSON request, then the answer on the same connection: a caller that
+// shuts its sending side down after its request (nc -N) is taken as gone.
 func (s *Supervisor) answer(ctx context.Context, c net.Conn) {
 	defer c.Close()
 	ctx, hangUp := context.WithCancel(ctx)

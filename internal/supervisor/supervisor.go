@@ -110,10 +110,11 @@ type Supervisor struct {
 	order []string // start order, for Shutdown in reverse
 	// shuttingDown is set by Shutdown: no service starts after it.
 	shuttingDown bool
-	// exiting is set by requestExit while it checks that nothing runs, and
-	// kept once it ends the supervisor: no service starts meanwhile, so
-	// none starts between that check and the end.
-	exiting bool
+	// exitChecks counts the exit requests checking that nothing runs, and
+	// exited is set once one ended the supervisor: no service starts
+	// meanwhile, so none starts between a check and the end.
+	exitChecks int
+	exited     bool
 
 	// exit is closed once a control-socket caller asked an idle supervisor
 	// to end (Client.Exit).
@@ -256,7 +257,7 @@ func (s *Supervisor) ExitRequested() <-chan struct{} { return s.exit }
 // no service starts under a supervisor on its way out.
 func (s *Supervisor) requestExit() error {
 	s.mu.Lock()
-	s.exiting = true
+	s.exitChecks++
 	names := make([]string, 0, len(s.units))
 	for name := range s.units {
 		names = append(names, name)
@@ -269,16 +270,13 @@ func (s *Supervisor) requestExit() error {
 			running = append(running, name)
 		}
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.exitChecks--
 	if len(running) > 0 {
-		s.mu.Lock()
-		select {
-		case <-s.exit: // an earlier request ended it
-		default:
-			s.exiting = false
-		}
-		s.mu.Unlock()
 		return fmt.Errorf("%w (%s); it was not ended: stop them first, or send it SIGTERM, which stops them in order", ErrServicesRunning, strings.Join(running, ", "))
 	}
+	s.exited = true
 	s.exitOnce.Do(func() { close(s.exit) })
 	s.log.Info("asked to end through the control socket: nothing runs")
 	return nil
@@ -320,7 +318,7 @@ func (s *Supervisor) Force() {
 func (s *Supervisor) isShuttingDown() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.shuttingDown || s.exiting
+	return s.shuttingDown || s.exited || s.exitChecks > 0
 }
 
 var _ host.Services = (*Supervisor)(nil)
@@ -347,11 +345,16 @@ type unit struct {
 }
 
 // exitsBeforeNotReady is how many exits of a service during its start's
-// readiness wait end that wait: a service that crashes at every launch
-// (a bad flag, a data directory it cannot read) is then reported at once,
-// with its log's end, instead of after the whole readiness bound
-// (minutes) of restarts with backoff.
-const exitsBeforeNotReady = 3
+// readiness wait, the last at least crashLoopAfter into it, end that wait:
+// a service that crashes at every launch (a bad flag, a data directory it
+// cannot read) is then reported within seconds, with its log's end,
+// instead of after the whole readiness bound (minutes) of restarts with
+// backoff, while one that exits once or twice on its way up (a peer not
+// ready yet) still gets its time.
+const (
+	exitsBeforeNotReady = 3
+	crashLoopAfter      = 15 * time.Second
+)
 
 // exitSignal is closed at the service's next exit.
 func (u *unit) exitSignal() <-chan struct{} {
@@ -388,13 +391,14 @@ func (e errCrashLoop) Error() string {
 func (u *unit) readyUnlessCrashLooping(ctx context.Context) error {
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	began := time.Now()
 	go func() {
 		for exits := 0; ; {
 			select {
 			case <-rctx.Done():
 				return
 			case <-u.exitSignal():
-				if exits++; exits >= exitsBeforeNotReady {
+				if exits++; exits >= exitsBeforeNotReady && time.Since(began) >= crashLoopAfter {
 					u.mu.Lock()
 					last := u.lastErr
 					u.mu.Unlock()

@@ -179,6 +179,18 @@ func TestCertsCheckAndRenew(t *testing.T) {
 		t.Fatalf("etcd health after renew: exit %d\n%s", code, errOut)
 	}
 
+	// A stop of the VIP candidate whose answer is lost (it went through):
+	// the renewal fails, naming it, and starts the candidate again, which a
+	// re-run, finding it stopped, would never have done.
+	lostStop := Options{Host: func() (host.Host, error) { return stopAnswerLost{d}, nil }, Checkpoint: d.Checkpoint}
+	code, out, errOut = runCLI(t, lostStop, "certs", "renew")
+	if code != ExitFail || !strings.Contains(errOut, "to hand the VIP over") {
+		t.Fatalf("certs renew whose VIP stop's answer was lost: exit %d, want 1 naming the handover\n%s\n%s", code, out, errOut)
+	}
+	if st, err := d.ServiceStatus(context.Background(), ha.ServiceVIP); err != nil || !st.Running {
+		t.Fatalf("after a renewal whose VIP stop failed, the VIP candidate: %+v, %v; want it running again", st, err)
+	}
+
 	// With no supervisor (its socket unanswered, as on a real host whose
 	// `stratum up` is stopped) nothing runs to restart: the renew succeeds,
 	// saying the services read the files when they start.
@@ -189,4 +201,15 @@ func TestCertsCheckAndRenew(t *testing.T) {
 	if code != ExitOK || !strings.Contains(out, "no service runs here now") || !strings.Contains(out, "/etc/stratum/pki/apiserver.crt") {
 		t.Fatalf("certs renew with no supervisor: exit %d\n%s\n%s", code, out, errOut)
 	}
+}
+
+// stopAnswerLost is a host whose service stops go through but answer an
+// error, as a stop whose caller gave up does.
+type stopAnswerLost struct{ *sim.Handle }
+
+func (h stopAnswerLost) StopService(ctx context.Context, name string) error {
+	if err := h.Handle.StopService(ctx, name); err != nil {
+		return err
+	}
+	return errors.New("the answer to the stop of " + name + " was lost (the test)")
 }

@@ -316,6 +316,20 @@ func TestResetClearsANodeWhoseRecordIsDamaged(t *testing.T) {
 		if !maps.Equal(before, after) {
 			t.Fatalf("the refused reset with %s changed files: %v, then %v", damaged.what, keysOf(before), keysOf(after))
 		}
+		// With etcd data here, which without the record may be a
+		// cluster's only copy, even a forced reset refuses, saying how to
+		// keep it; it once wiped it.
+		dataFile := version.EtcdDataDir + "/member/snap/db"
+		if err := h.Files().WriteFile(dataFile, []byte("the cluster's data"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		code, out, errOut = runCLI(t, on(h), "reset", "--force")
+		if _, err := h.Files().ReadFile(dataFile); code != ExitRefused || !strings.Contains(errOut, "move that directory away") || err != nil {
+			t.Fatalf("reset --force with %s and etcd data: exit %d (data kept: %t), want 3 saying how to keep it\n%s%s", damaged.what, code, err == nil, out, errOut)
+		}
+		if err := h.Files().RemoveAll(version.EtcdDataDir); err != nil {
+			t.Fatal(err)
+		}
 		code, out, errOut = runCLI(t, on(h), "reset", "--force")
 		if code != ExitOK || !strings.Contains(out, "could not be read") || !strings.Contains(out, "likely named "+h.Name()) {
 			t.Fatalf("reset --force with %s: exit %d, want 0 naming the member to look for\n%s%s", damaged.what, code, out, errOut)
