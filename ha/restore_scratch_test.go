@@ -29,21 +29,29 @@ func checkScratchSweep(t *testing.T, prefix string, sweep func(dir string)) {
 	t.Setenv("TMPDIR", tmp)
 	other := t.TempDir() // a symlink's target, outside the temporary directory
 	type dir struct {
-		name        string
-		old, locked bool
-		kept        bool
+		name                string
+		old, locked, marked bool
+		kept                bool
 	}
 	dirs := []dir{
-		{name: prefix + "1", old: true, kept: false},
-		{name: prefix + "2", old: true, locked: true, kept: true},
-		{name: prefix + "3", kept: true},
-		{name: "other-4242-4", old: true, kept: true},
+		{name: prefix + "1", old: true, marked: true, kept: false},
+		{name: prefix + "2", old: true, locked: true, marked: true, kept: true},
+		{name: prefix + "3", marked: true, kept: true},
+		{name: "other-4242-4", old: true, marked: true, kept: true},
+		// A user's own directory whose name matches (an archive of
+		// snapshots beside the one being saved): not stratum's.
+		{name: prefix + "archive", old: true, kept: true},
 	}
 	long := time.Now().Add(-2 * restoreScratchGrace)
 	for _, d := range dirs {
 		p := filepath.Join(tmp, d.name)
 		if err := os.MkdirAll(filepath.Join(p, "etcd", "member"), 0o700); err != nil {
 			t.Fatal(err)
+		}
+		if d.marked {
+			if err := os.WriteFile(filepath.Join(p, scratchMarker), nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if d.old {
 			if err := os.Chtimes(p, long, long); err != nil {

@@ -495,6 +495,11 @@ func newScratch(parent, prefix, family string) (dir string, cleanup func(), err 
 		os.RemoveAll(dir)
 		return "", nil, fmt.Errorf("lock the scratch directory %s: %w", dir, err)
 	}
+	if err := os.WriteFile(filepath.Join(dir, scratchMarker), nil, 0o600); err != nil {
+		os.RemoveAll(dir)
+		held.Close()
+		return "", nil, fmt.Errorf("mark the scratch directory %s: %w", dir, err)
+	}
 	return dir, func() {
 		os.RemoveAll(dir)
 		held.Close()
@@ -505,6 +510,12 @@ func newScratch(parent, prefix, family string) (dir string, cleanup func(), err 
 // the temporary directory: stratum-restore-<pid>-<random>, the pid naming
 // the restoring process for whoever lists the directory.
 const restoreScratchPrefix = "stratum-restore-"
+
+// scratchMarker is the empty file every scratch directory holds from its
+// making: a sweep removes only directories that have it, never one of the
+// user's whose name happens to match (a .stratum-snapshot-archive beside
+// their snapshots).
+const scratchMarker = ".stratum-scratch"
 
 // snapshotScratchPrefix begins the name of a snapshot save's private
 // directory beside the file it saves to.
@@ -539,8 +550,9 @@ func sweepRestoreScratch() { sweepScratch(os.TempDir(), restoreScratchPrefix) }
 // no process holds any more: a restore or a snapshot save killed before its
 // cleanup (SIGKILL, a power loss where the directory is on disk) leaves a
 // copy of the cluster's data, every Secret in it, as large as the cluster's,
-// that nothing else removes. Only real directories of this user, older than
-// restoreScratchGrace and whose lock can be taken, are removed.
+// that nothing else removes. Only real directories of this user that hold
+// the scratchMarker, older than restoreScratchGrace and whose lock can be
+// taken, are removed.
 func sweepScratch(parent, family string) {
 	dirs, _ := filepath.Glob(filepath.Join(parent, family+"*"))
 	for _, d := range dirs {
@@ -550,6 +562,9 @@ func sweepScratch(parent, family string) {
 		}
 		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Geteuid() {
 			continue
+		}
+		if mi, err := os.Lstat(filepath.Join(d, scratchMarker)); err != nil || !mi.Mode().IsRegular() {
+			continue // not one stratum made
 		}
 		held, err := lockScratch(d, syscall.LOCK_EX|syscall.LOCK_NB)
 		if err != nil {

@@ -48,8 +48,10 @@ func TestSnapshotRestoreNeverMovesTheRevisionBack(t *testing.T) {
 	if err := os.MkdirAll(abandoned, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(abandoned, "snapshot.db.part"), []byte("half a dump"), 0o600); err != nil {
-		t.Fatal(err)
+	for name, data := range map[string]string{"snapshot.db.part": "half a dump", ".stratum-scratch": ""} {
+		if err := os.WriteFile(filepath.Join(abandoned, name), []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	long := time.Now().Add(-time.Hour)
 	if err := os.Chtimes(abandoned, long, long); err != nil {
