@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +20,7 @@ import (
 
 	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/assets"
+	"stratum.dev/stratum/internal/certbundle"
 	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/version"
 )
@@ -51,7 +54,9 @@ func TestHAControlPlaneOnThreeHosts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 
-	// The first control plane.
+	// The first control plane, with Secrets encrypted at rest by an
+	// encryption config the operator placed, as kubeadm's users do.
+	writeEncryptionConfig(t, cp1)
 	up1 := cp1.Start(tools.stratum, "up", "--vip", vip)
 	waitSupervising(t, up1, 3*time.Minute)
 
@@ -92,6 +97,11 @@ func TestHAControlPlaneOnThreeHosts(t *testing.T) {
 			t.Fatalf("kubectl on %s through the VIP: /readyz = %q", h.Name(), got)
 		}
 	}
+
+	// The joiners received the encryption config with the shared
+	// certificates: a Secret written through the VIP is stored encrypted
+	// in etcd, and every control plane's own apiserver reads it.
+	checkSecretsEncryptedAtRest(ctx, t, tools, cp1, []*host{cp1, cp2, cp3})
 
 	// The supervisor answers other commands through its control socket, and
 	// one operator leads.
@@ -944,6 +954,45 @@ func TestInstallRefusesAStratumOthersCanReplace(t *testing.T) {
 		}
 		if c.exit == 0 && !strings.Contains(string(out), "ExecStart="+self+" up --as-supervisor") {
 			t.Errorf("stratum install --dry-run from a directory of root's alone printed no unit running it:\n%s", out)
+		}
+	}
+}
+
+// writeEncryptionConfig places an at-rest encryption config (aescbc for
+// Secrets, a fresh key) where stratum's apiserver reads it and its uploads
+// carry it to joiners.
+func writeEncryptionConfig(t *testing.T, h *host) {
+	t.Helper()
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		t.Fatal(err)
+	}
+	cfg := "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n  - resources: [secrets]\n    providers:\n      - aescbc:\n          keys:\n            - name: e2e\n              secret: " +
+		base64.StdEncoding.EncodeToString(key) + "\n      - identity: {}\n"
+	p := h.MachinePath(certbundle.EncryptionConfigPath)
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkSecretsEncryptedAtRest writes a Secret with kubectl through the VIP
+// (on via), reads it back through each of readers' own apiservers, and reads
+// its etcd key with etcdctl: stored under the aescbc provider, never in
+// the clear.
+func checkSecretsEncryptedAtRest(ctx context.Context, t *testing.T, tl *tools, via *host, readers []*host) {
+	t.Helper()
+	tl.kubectl(ctx, t, via, "create", "secret", "generic", "at-rest", "--from-literal=word=plaintext-marker")
+	raw := tl.etcdctl(ctx, t, via, "get", "/registry/secrets/default/at-rest", "--print-value-only")
+	if !strings.HasPrefix(raw, "k8s:enc:aescbc:v1:e2e:") || strings.Contains(raw, "plaintext-marker") {
+		t.Fatalf("the Secret in etcd is not encrypted by the placed config (starts %q)", raw[:min(len(raw), 40)])
+	}
+	for _, h := range readers {
+		got := tl.kubectl(ctx, t, h, "--server=https://"+h.IP().String()+":6443", "get", "secret", "at-rest", "-o", "jsonpath={.data.word}")
+		if want := base64.StdEncoding.EncodeToString([]byte("plaintext-marker")); strings.TrimSpace(got) != want {
+			t.Fatalf("%s's own apiserver reads the encrypted Secret as %q, want %q", h.Name(), got, want)
 		}
 	}
 }
