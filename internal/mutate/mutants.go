@@ -31,7 +31,7 @@ var mutants = []mutant{
 		Name: "member-add-sent-after-a-held-signal",
 		File: "ha/membership.go",
 		Old:  "if !sent && interrupt.SignalHeld(ctx) {",
-		New:  "if false && interrupt.SignalHeld(ctx) {",
+		New:  "if !sent && false && interrupt.SignalHeld(ctx) {",
 		Tests: [][]string{
 			{"./ha", "-run", "TestMemberAddSignalDuringItsLookupAddsNothing|TestJoinSignal"},
 		},
