@@ -374,6 +374,13 @@ func (n *Node) memberAddOnce(ctx context.Context, cpIPs []string, newName, newPe
 		ic, id = initialCluster(resp.Members, resp.Member.ID, newName), resp.Member.ID
 		return nil
 	})
+	if err != nil && sent && interrupt.SignalHeld(ctx) {
+		// A refusal after an add whose answer was lost (a peer URL that
+		// exists now, say) says nothing about that add, and the held
+		// signal stops the join before a retry could find it: the caller
+		// must take it as an add that may have landed, and roll it back.
+		err = fmt.Errorf("%v; an add of %s sent earlier in this attempt may have landed (its answer was lost)", err, newPeerURL)
+	}
 	return ic, id, err
 }
 

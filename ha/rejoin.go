@@ -292,7 +292,7 @@ func (n *Node) RejoinEtcd(ctx context.Context, w io.Writer, cp1IP string, force 
 		}
 		began := time.Now()
 		if err := n.rejoinStep(ctx, w, s, st, obs, seed); err != nil {
-			if s == rejoinStop && !earlier {
+			if (s == rejoinStop || errors.Is(err, errDataUntouched)) && !earlier {
 				// The data is untouched: nothing for `stratum up` to refuse.
 				if jerr := n.endDataReplace(); jerr != nil {
 					return fmt.Errorf("%w; the data is untouched, but %w", err, jerr)
@@ -305,6 +305,10 @@ func (n *Node) RejoinEtcd(ctx context.Context, w io.Writer, cp1IP string, force 
 	fmt.Fprintf(w, "rejoined: %s is a voter of etcd cluster %s\n", st.Etcd.Name, obs.SeedClusterID)
 	return nil
 }
+
+// errDataUntouched marks a rejoin step's failure that came before the step
+// touched the etcd data: the replacement journal is not needed for it.
+var errDataUntouched = errors.New("nothing of the etcd data was removed")
 
 // observeRejoin reads what planRejoin plans from.
 func (n *Node) observeRejoin(ctx context.Context, st *nodestate.NodeState, cp1IP, self string) (rejoinObservation, error) {
@@ -433,7 +437,7 @@ func (n *Node) rejoinStep(ctx context.Context, w io.Writer, s rejoinStep, st *no
 		// an etcd that exits, reporting it not running between launches,
 		// and one launched now would start on half-removed data.
 		if err := n.stopControlPlane(ctx); err != nil {
-			return fmt.Errorf("etcd rejoin: %w; re-run the same command", err)
+			return fmt.Errorf("etcd rejoin: %w; the data is untouched (%w): re-run the same command", err, errDataUntouched)
 		}
 		if err := h.RemoveAll(version.EtcdDataDir); err != nil {
 			return fmt.Errorf("etcd rejoin: remove the stale data directory %s: %w; re-run the same command", version.EtcdDataDir, err)

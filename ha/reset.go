@@ -354,10 +354,10 @@ func memberRef(name, peerURL string) string {
 	return peerURL
 }
 
-// refuseWipingUnknownData refuses a forced reset of a node whose record is
-// damaged (why) while it holds etcd data: without the record nothing says
-// whether that data is also on other members, and on a single control plane
-// it is the cluster's only copy, which a wipe would destroy. The operator
+// refuseWipingUnknownData refuses a forced reset of a node whose node state
+// is malformed (why) while it holds etcd data: without the record nothing
+// says whether that data is also on other members, and on a single control
+// plane it is the cluster's only copy, which a wipe would destroy. The operator
 // moves it away (or removes it, knowing), then resets.
 func refuseWipingUnknownData(h host.Files, why error) error {
 	entries, err := h.ReadDir(version.EtcdDataDir)
@@ -408,7 +408,10 @@ func (n *Node) observeReset(ctx context.Context, force bool) (resetObservation, 
 	default:
 		return o, fmt.Errorf("reset: %w; nothing was changed", err)
 	}
-	if o.unreadable != nil {
+	// A damaged join journal (no node state) is a join's, whose data
+	// (a learner's) the cluster has elsewhere; a malformed node state may
+	// be a single control plane's, whose data is the only copy.
+	if o.unreadable != nil && errors.Is(o.unreadable, nodestate.ErrMalformed) {
 		if err := refuseWipingUnknownData(h, o.unreadable); err != nil {
 			return o, err
 		}

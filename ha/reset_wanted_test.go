@@ -3,6 +3,7 @@ package ha
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -87,5 +88,35 @@ func TestWipesStopAServiceTheSupervisorStillRestarts(t *testing.T) {
 	}
 	if st, _ := sup.ServiceStatus(ctx, ServiceEtcd); st.Detail != "stopped" {
 		t.Fatalf("after a rejoin's wipe the supervisor's etcd is %q, want stopped", st.Detail)
+	}
+}
+
+// stopFailsHost is a dirHost whose service stops fail.
+type stopFailsHost struct{ dirHost }
+
+func (stopFailsHost) StopService(_ context.Context, s string) error {
+	return errors.New("stop of " + s + " refused by the test")
+}
+func (stopFailsHost) ServiceStatus(_ context.Context, s string) (host.ServiceStatus, error) {
+	return host.ServiceStatus{Name: s, Running: true}, nil
+}
+
+// TestRejoinWipeWhoseStopFailsLeavesTheDataAndSaysSo: a rejoin's wipe whose
+// stop fails removes nothing and says the data is untouched
+// (errDataUntouched), so the rejoin ends its data-replacement journal and
+// `stratum up` is not refused for a replacement that never began.
+func TestRejoinWipeWhoseStopFailsLeavesTheDataAndSaysSo(t *testing.T) {
+	d := &host.Dir{Root: t.TempDir()}
+	data := version.EtcdDataDir + "/member/snap/db"
+	if err := d.WriteFile(data, []byte("stale"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	err := NewNode(Env{Host: stopFailsHost{dirHost{d}}}).rejoinStep(context.Background(), &out, rejoinWipe, nil, rejoinObservation{}, nil)
+	if !errors.Is(err, errDataUntouched) {
+		t.Fatalf("a rejoin wipe whose stop failed = %v, want errDataUntouched", err)
+	}
+	if _, rerr := d.ReadFile(data); rerr != nil {
+		t.Fatalf("a rejoin wipe whose stop failed removed the data: %v", rerr)
 	}
 }

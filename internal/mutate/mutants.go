@@ -67,8 +67,8 @@ var mutants = []mutant{
 	{
 		Name: "rejoin-wipe-leaves-a-wanted-service",
 		File: "ha/rejoin.go",
-		Old:  "\t\tif err := n.stopControlPlane(ctx); err != nil {\n\t\t\treturn fmt.Errorf(\"etcd rejoin: %w; re-run the same command\", err)\n\t\t}\n\t\tif err := h.RemoveAll(version.EtcdDataDir)",
-		New:  "\t\tif err := error(nil); err != nil {\n\t\t\treturn fmt.Errorf(\"etcd rejoin: %w; re-run the same command\", err)\n\t\t}\n\t\tif err := h.RemoveAll(version.EtcdDataDir)",
+		Old:  "\t\tif err := n.stopControlPlane(ctx); err != nil {\n\t\t\treturn fmt.Errorf(\"etcd rejoin: %w; the data is untouched",
+		New:  "\t\tif err := error(nil); err != nil {\n\t\t\treturn fmt.Errorf(\"etcd rejoin: %w; the data is untouched",
 		Tests: [][]string{
 			{"./ha", "-run", "TestWipesStopAServiceTheSupervisorStillRestarts"},
 		},

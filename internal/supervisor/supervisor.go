@@ -349,8 +349,8 @@ type unit struct {
 // a service that crashes at every launch (a bad flag, a data directory it
 // cannot read) is then reported within seconds, with its log's end,
 // instead of after the whole readiness bound (minutes) of restarts with
-// backoff, while one that exits once or twice on its way up (a peer not
-// ready yet) still gets its time.
+// backoff, while one that exits a few times quickly on its way up (a peer
+// not ready yet) and then serves still starts.
 const (
 	exitsBeforeNotReady = 3
 	crashLoopAfter      = 15 * time.Second

@@ -774,3 +774,32 @@ func TestAHungUpCallerEndsItsRequestsWait(t *testing.T) {
 		t.Fatal("the supervisor still waits on the readiness of a start whose caller hung up")
 	}
 }
+
+// TestAStartThatExitsAFewTimesThenServesStarts: a service that exits three
+// times quickly on its way up (within crashLoopAfter) and then serves is
+// started, not reported as crash-looping.
+func TestAStartThatExitsAFewTimesThenServesStarts(t *testing.T) {
+	count := filepath.Join(t.TempDir(), "launches")
+	script := fmt.Sprintf("n=$(cat %[1]s 2>/dev/null || echo 0); n=$((n+1)); echo $n > %[1]s; [ $n -le 3 ] && exit 1; exec sleep 1000", count)
+	s, _ := newSup(t, Spec{
+		Name:    "slowstarter",
+		Command: shell(script),
+		Ready: func(ctx context.Context) error {
+			for {
+				if b, _ := os.ReadFile(count); strings.TrimSpace(string(b)) == "4" {
+					return nil
+				}
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.StartService(ctx, "slowstarter"); err != nil {
+		t.Fatalf("start of a service that exits three times, then serves: %v", err)
+	}
+}
