@@ -110,11 +110,10 @@ type Supervisor struct {
 	order []string // start order, for Shutdown in reverse
 	// shuttingDown is set by Shutdown: no service starts after it.
 	shuttingDown bool
-	// exitChecks counts the exit requests checking that nothing runs, and
-	// exited is set once one ended the supervisor: no service starts
-	// meanwhile, so none starts between a check and the end.
+	// exitChecks counts the exit requests checking that nothing runs: no
+	// service starts meanwhile (nor once one closed exit), so none starts
+	// between a check and the end.
 	exitChecks int
-	exited     bool
 
 	// exit is closed once a control-socket caller asked an idle supervisor
 	// to end (Client.Exit).
@@ -153,7 +152,7 @@ func New(cfg Config) (*Supervisor, error) {
 		if sp.StopTimeout == 0 {
 			sp.StopTimeout = DefaultStopTimeout
 		}
-		s.units[sp.Name] = &unit{spec: sp, sup: s}
+		s.units[sp.Name] = &unit{spec: sp, sup: s, exited: make(chan struct{})}
 	}
 	return s, nil
 }
@@ -253,8 +252,8 @@ func (s *Supervisor) ExitRequested() <-chan struct{} { return s.exit }
 
 // requestExit closes ExitRequested, refused (ErrServicesRunning, naming
 // them) while any service runs. Starts are refused from before its check
-// (exiting; a start that made its keeper before is one the check sees), so
-// no service starts under a supervisor on its way out.
+// (exitChecks; a start that made its keeper before is one the check sees),
+// so no service starts under a supervisor on its way out.
 func (s *Supervisor) requestExit() error {
 	s.mu.Lock()
 	s.exitChecks++
@@ -276,7 +275,6 @@ func (s *Supervisor) requestExit() error {
 	if len(running) > 0 {
 		return fmt.Errorf("%w (%s); it was not ended: stop them first, or send it SIGTERM, which stops them in order", ErrServicesRunning, strings.Join(running, ", "))
 	}
-	s.exited = true
 	s.exitOnce.Do(func() { close(s.exit) })
 	s.log.Info("asked to end through the control socket: nothing runs")
 	return nil
@@ -318,7 +316,12 @@ func (s *Supervisor) Force() {
 func (s *Supervisor) isShuttingDown() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.shuttingDown || s.exited || s.exitChecks > 0
+	select {
+	case <-s.exit:
+		return true
+	default:
+		return s.shuttingDown || s.exitChecks > 0
+	}
 }
 
 var _ host.Services = (*Supervisor)(nil)
@@ -360,20 +363,7 @@ const (
 func (u *unit) exitSignal() <-chan struct{} {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if u.exited == nil {
-		u.exited = make(chan struct{})
-	}
 	return u.exited
-}
-
-// noteExit wakes the waits on exitSignal.
-func (u *unit) noteExit() {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.exited != nil {
-		close(u.exited)
-	}
-	u.exited = make(chan struct{})
 }
 
 // errCrashLoop ends a readiness wait whose service kept exiting.
@@ -386,8 +376,9 @@ func (e errCrashLoop) Error() string {
 	return fmt.Sprintf("it exited %d times while starting (the last: %v); it is restarted with backoff meanwhile", e.exits, e.last)
 }
 
-// readyUnlessCrashLooping is the spec's Ready, ended early once the service
-// has exited exitsBeforeNotReady times during it.
+// readyUnlessCrashLooping is the spec's Ready, ended early at the service's
+// first exit crashLoopAfter or more into it with exitsBeforeNotReady exits
+// behind it.
 func (u *unit) readyUnlessCrashLooping(ctx context.Context) error {
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -622,8 +613,9 @@ func (u *unit) keep(ctx context.Context, k *keeper) {
 		}
 		u.mu.Lock()
 		u.pid, u.lastErr, u.waiting = 0, err, time.Now().Add(backoff)
+		close(u.exited) // wakes the readiness waits counting exits
+		u.exited = make(chan struct{})
 		u.mu.Unlock()
-		u.noteExit()
 		select {
 		case <-ctx.Done():
 			u.setRunning(0, time.Time{}, nil)
