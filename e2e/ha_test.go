@@ -46,6 +46,9 @@ import (
 // kept, nothing else of a control plane. Then cp1, where the join command
 // was minted, is reset too, and the same command joins cp2 again through
 // the VIP on cp3: a join command outlives the control planes its grant names.
+// cp1's etcd data is on a disk mounted on its data directory, cp2's behind a
+// link: the restore, the rejoin and the resets replace it there, and the
+// disks stay.
 func TestHAControlPlaneOnThreeHosts(t *testing.T) {
 	t.Parallel() // its own machines; the other real-host test runs beside it
 	tools, nw := installedMachines(t, 4)
@@ -55,8 +58,12 @@ func TestHAControlPlaneOnThreeHosts(t *testing.T) {
 	defer cancel()
 
 	// The first control plane, with Secrets encrypted at rest by an
-	// encryption config the operator placed, as kubeadm's users do.
+	// encryption config the operator placed, as kubeadm's users do. Its
+	// etcd data is on a disk of its own, mounted on the data directory (a
+	// lost+found in it); cp2's data directory is a link to another.
 	writeEncryptionConfig(t, cp1)
+	mountEtcdDisk(ctx, t, cp1)
+	linkEtcdDisk(ctx, t, cp2)
 	up1 := cp1.Start(tools.stratum, "up", "--vip", vip)
 	waitSupervising(t, up1, 3*time.Minute)
 
@@ -167,8 +174,11 @@ func TestHAControlPlaneOnThreeHosts(t *testing.T) {
 	supervisor := map[*host]*proc{cp1: up1, cp2: up2, cp3: up3}
 	supervisor[holder] = again
 
-	// Disaster recovery, as docs/rejoin.md tells it.
+	// Disaster recovery, as docs/rejoin.md tells it. The restore on cp1
+	// and the rejoin on cp2 replaced their data on their disks.
 	recoverFromSnapshot(ctx, t, tools, cp1, cp2, cp3)
+	checkEtcdDisk(ctx, t, cp1, true, true)
+	checkEtcdDisk(ctx, t, cp2, false, true)
 	waitVoters(ctx, t, tools, holder, 3)
 	tools.run(ctx, t, holder, "etcd", "health")
 
@@ -222,9 +232,11 @@ func TestHAControlPlaneOnThreeHosts(t *testing.T) {
 	if voters := waitVoters(ctx, t, tools, cp1, 2); slices.Contains(voters, "cp2") {
 		t.Fatalf("etcd voters after cp2's reset: %v", voters)
 	}
+	checkEtcdDisk(ctx, t, cp2, false, false)
 	for f := range hostFiles(t, cp2) {
 		kept := slices.Contains(privateDirs, f) || f == binDir || strings.HasPrefix(f, binDir+"/") ||
-			strings.HasPrefix(f, "/run/stratum/") || strings.HasPrefix(f, "/var/log/stratum/")
+			strings.HasPrefix(f, "/run/stratum/") || strings.HasPrefix(f, "/var/log/stratum/") ||
+			f == version.EtcdDataDir // the link to its etcd disk, which stays
 		if !kept {
 			t.Fatalf("cp2 after its reset still has %s", f)
 		}
@@ -256,6 +268,7 @@ func TestHAControlPlaneOnThreeHosts(t *testing.T) {
 		t.Fatalf("stratum reset on cp1 after a crash printed:\n%s", reset)
 	}
 	waitNoServers(t, cp1)
+	checkEtcdDisk(ctx, t, cp1, true, false)
 	if voters := waitVoters(ctx, t, tools, cp3, 1); !slices.Equal(voters, []string{"cp3"}) {
 		t.Fatalf("etcd voters after cp1's reset: %v", voters)
 	}

@@ -56,7 +56,7 @@ func checkNamespaces() string {
 		return fmt.Sprintf("they need root (CAP_SYS_ADMIN, CAP_NET_ADMIN) and this runs as uid %d; run the tests as root", os.Geteuid())
 	}
 	var missing []string
-	for _, tool := range []string{"ip", "unshare", "nsenter", "mount", "sh", "sleep"} {
+	for _, tool := range []string{"ip", "unshare", "nsenter", "mount", "mountpoint", "sh", "sleep"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			missing = append(missing, tool)
 		}

@@ -247,11 +247,11 @@ func (r *bootstrapRun) refuse(ctx context.Context) error {
 	if err := refuseUnfinishedJoin(h); err != nil {
 		return err
 	}
-	entries, err := h.ReadDir(version.EtcdDataDir)
+	entries, err := etcdDataEntries(h)
 	switch {
 	case err == nil && len(entries) > 0:
-		return fmt.Errorf("%w in %s but no node state; nothing was changed: this node was a member of some cluster, and a bootstrap does not use that data: remove the directory to bootstrap a new cluster here (keep a copy first if that cluster's data may still be needed; a snapshot of it restores on a control plane with `stratum snapshot restore`)", ErrRetainedData, version.EtcdDataDir)
-	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%w in %s but no node state; nothing was changed: this node was a member of some cluster, and a bootstrap does not use that data: remove what it holds to bootstrap a new cluster here (keep a copy first if that cluster's data may still be needed; a snapshot of it restores on a control plane with `stratum snapshot restore`)", ErrRetainedData, version.EtcdDataDir)
+	case err != nil:
 		return fmt.Errorf("%w? %s cannot be read (%v); nothing was changed: make it readable, or remove it", ErrRetainedData, version.EtcdDataDir, err)
 	}
 	return nil

@@ -20,6 +20,7 @@ import (
 	"stratum.dev/stratum/internal/apiretry"
 	"stratum.dev/stratum/internal/certbundle"
 	"stratum.dev/stratum/internal/kubeconfig"
+	"stratum.dev/stratum/internal/nodelock"
 	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/pki"
 	"stratum.dev/stratum/internal/token"
@@ -236,11 +237,21 @@ func (n *Node) RekeySharedCertsFenced(ctx context.Context, certKeyHex string) er
 
 // fenced runs a publication under the maintenance fence held as op@<node>
 // through this node's admin kubeconfig (withFence). The key is checked first:
-// a malformed one is refused without touching the fence.
+// a malformed one is refused without touching the fence. The node's fence
+// lock is held throughout: the holder name is the node's, so a second
+// publication here at once (two `token create` runs, two MCP calls) would
+// take the first's fence as its own; it is refused instead (nodelock.ErrBusy),
+// before anything is written. A crashed one's lock dies with its process, and
+// its fence, same name, is taken again at once.
 func (n *Node) fenced(ctx context.Context, op, what, certKeyHex string, fn func(ctx context.Context, confirm func(context.Context) error) error) error {
 	if _, err := certbundle.ParseCertKey(certKeyHex); err != nil {
 		return Refusal(fmt.Errorf("%s: %w; nothing was changed", what, err))
 	}
+	release, err := nodelock.Acquire(n.env.Host, nodelock.Fence, what)
+	if err != nil {
+		return Refusal(fmt.Errorf("%s: %w", what, err))
+	}
+	defer func() { _ = release() }()
 	cs, err := n.adminClient()
 	if err != nil {
 		return Refusal(fmt.Errorf("%s: %w; nothing was changed", what, err))

@@ -42,7 +42,31 @@ const neverPublishedWithin = 2 * time.Second
 // silent for lostPublishGrace, etcd is restarted once: it publishes again from
 // a log that is caught up, and serves within a second. The restart is safe:
 // the member is still a learner, so no quorum depends on it.
+//
+// A member that has served before (the node state's Etcd.Started) is not
+// started on a data directory without etcd's data (refuseMissingEtcdData);
+// one that serves for the first time is recorded as started.
 func (n *Node) startEtcd(ctx context.Context, st *nodestate.NodeState) error {
+	if err := refuseMissingEtcdData(n.env.Host, st); err != nil {
+		return err
+	}
+	if err := n.startEtcdService(ctx, st); err != nil {
+		return err
+	}
+	if !st.Etcd.Started {
+		st.Etcd.Started = true
+		if err := nodestate.Save(n.env.Host, st); err != nil {
+			// etcd serves: the start stands, unguarded until a later one
+			// records it.
+			n.log.Warn("etcd started, but the node state does not record it yet: a later start records it", "err", err)
+		}
+	}
+	return nil
+}
+
+// startEtcdService is startEtcd's start of the service, watching a new
+// member's first start for a lost publish.
+func (n *Node) startEtcdService(ctx context.Context, st *nodestate.NodeState) error {
 	h := n.env.Host
 	peer, err := n.peerClient()
 	if err != nil || !n.neverPublished(ctx, st) {

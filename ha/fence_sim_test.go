@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"stratum.dev/stratum/ha"
+	"stratum.dev/stratum/internal/nodelock"
 	"stratum.dev/stratum/internal/token"
 	"stratum.dev/stratum/sim"
 )
@@ -93,6 +94,16 @@ func TestFencedPublications(t *testing.T) {
 		}
 		if _, err := e.node.TakeFence(ctx, e.admin, "rotation@elsewhere", time.Minute); !errors.Is(err, ha.ErrFenceHeld) || !strings.Contains(err.Error(), op.holder) {
 			t.Errorf("another take during the %s: %v, want ErrFenceHeld naming %s", op.name, err, op.holder)
+		}
+		// The same operation again on this node would hold the fence
+		// under the same name, taking the first's as its own (which
+		// the first then finds lost): refused, by the node's lock.
+		tokens := e.bootstrapTokenCount()
+		if err := op.run(ctx); !errors.Is(err, nodelock.ErrBusy) || !ha.IsRefusal(err) {
+			t.Errorf("a second %s on this node during the first: %v, want a refusal for the node's fence lock", op.name, err)
+		}
+		if n := e.bootstrapTokenCount(); n != tokens {
+			t.Errorf("%d bootstrap tokens after the refused second %s, want the %d there before", n, op.name, tokens)
 		}
 		pause.Release()
 		if err := <-done; err != nil {

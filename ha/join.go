@@ -648,7 +648,13 @@ func (r *joinRun) preflight(ctx context.Context) error {
 	if err := h.CheckServices(ctx, services); err != nil {
 		return fmt.Errorf("control-plane join refused: this host could not start its control plane: %w; nothing was added to etcd: fix the host, then %s", err, joinHint)
 	}
-	if err := checkWritable(h, version.StateDir, path.Dir(version.EtcdDataDir)); err != nil {
+	// The etcd data directory too when it is there already: a disk of its
+	// own mounted on it may be read-only where the state directory is not.
+	writable := []string{version.StateDir}
+	if _, err := h.Stat(version.EtcdDataDir); err == nil {
+		writable = append(writable, version.EtcdDataDir)
+	}
+	if err := checkWritable(h, writable...); err != nil {
 		return fmt.Errorf("control-plane join refused: %w; nothing was added to etcd: fix the directory, then %s", err, joinHint)
 	}
 	current, err := n.currentMemberIPs(ctx, r.etcdIPs, r.peerURL)
@@ -894,7 +900,7 @@ func checkWritable(h host.Files, dirs ...string) error {
 		if err := h.MkdirAll(d, 0o700); err != nil {
 			return fmt.Errorf("cannot create %s: %w", d, err)
 		}
-		probe := path.Join(d, ".stratum-write-probe")
+		probe := path.Join(d, writeProbe)
 		if err := h.WriteFile(probe, []byte("ok"), 0o600); err != nil {
 			return fmt.Errorf("cannot write %s: %w", d, err)
 		}
@@ -923,15 +929,12 @@ func (n *Node) clusterID(ctx context.Context, etcdIPs []string) (string, error) 
 // anything: data from an earlier cluster, or from an earlier life in this
 // one, must never be started as a fresh joining member.
 func (n *Node) checkNoRetainedData() error {
-	entries, err := n.env.Host.ReadDir(version.EtcdDataDir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil // absent: nothing retained
-	}
+	entries, err := etcdDataEntries(n.env.Host)
 	if err != nil {
 		return fmt.Errorf("%w? %s cannot be read (%v), so it may hold data; nothing was changed: make it readable, or remove it if the data is unwanted, then %s", ErrRetainedData, version.EtcdDataDir, err, joinHint)
 	}
 	if len(entries) > 0 {
-		return fmt.Errorf("%w in %s; nothing was changed: this machine was an etcd member before, and without its node state it cannot rejoin with that data: if its old member is still listed (`stratum etcd members` on a control plane), remove it there (`stratum etcd member remove <name>`), then remove the directory and %s", ErrRetainedData, version.EtcdDataDir, joinHint)
+		return fmt.Errorf("%w in %s; nothing was changed: this machine was an etcd member before, and without its node state it cannot rejoin with that data: if its old member is still listed (`stratum etcd members` on a control plane), remove it there (`stratum etcd member remove <name>`), then remove what the directory holds and %s", ErrRetainedData, version.EtcdDataDir, joinHint)
 	}
 	return nil
 }

@@ -201,10 +201,16 @@ func configMap(name string, data map[string]string) *corev1.ConfigMap {
 // as they were.
 func (j *joinCluster) joinRefused(name string, o ha.JoinOptions, want error, wantText string) {
 	j.t.Helper()
-	h := j.c.Host(name)
+	j.joinRefusedOn(j.c.Host(name), joinNodeOn(j.c.Host(name)), o, want, wantText)
+}
+
+// joinRefusedOn is joinRefused with the joining node n of host h given.
+func (j *joinCluster) joinRefusedOn(h *sim.Host, n *ha.Node, o ha.JoinOptions, want error, wantText string) {
+	j.t.Helper()
+	name := h.Name()
 	membersBefore := j.members()
 	filesBefore := snapshotFiles(j.t, h.Root())
-	_, err := joinNodeOn(h).PrepareControlPlaneJoin(j.ctx, o)
+	_, err := n.PrepareControlPlaneJoin(j.ctx, o)
 	if err == nil {
 		j.t.Fatalf("join on %s was not refused", name)
 	}
@@ -301,6 +307,12 @@ func TestJoinRefusalsChangeNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A machine of the same hostname as a member (cloned VMs): refused
+	// before the add, which etcd would take and the new member's start
+	// would fail on, its initial cluster naming one name twice.
+	twin := j.c.Host("cp2").Handle()
+	j.joinRefusedOn(j.c.Host("cp2"), ha.NewNode(ha.Env{Host: renamedHost{twin, "cp1"}, Checkpoint: twin.Checkpoint}), good, nil, `already has this node's name "cp1"`)
+
 	// A config file's node IP that is not this host's.
 	foreignConfig := good
 	foreignConfig.ConfigNodeIP = j.c.Host("cp1").IP().String()
@@ -384,3 +396,12 @@ func TestUpBootstrapsThenJoinsFromAFreshCluster(t *testing.T) {
 func nodestateVIP(c *sim.Cluster) nodestate.VIP {
 	return nodestate.VIP{Address: c.VIPAddress().String(), Interface: "lo"}
 }
+
+// renamedHost is a simulated host whose hostname is name: a machine cloned
+// from another.
+type renamedHost struct {
+	*sim.Handle
+	name string
+}
+
+func (r renamedHost) Name() string { return r.name }

@@ -204,6 +204,29 @@ func errMemberStarted(m *etcdserverpb.Member, peerURL string) error {
 		peerURL, m.Name, m.ID, role, m.ClientURLs, ref)
 }
 
+// memberByName is the member named name, nil when none is: an unstarted
+// member has no name yet.
+func memberByName(ms []*etcdserverpb.Member, name string) *etcdserverpb.Member {
+	for _, m := range ms {
+		if name != "" && m.Name == name {
+			return m
+		}
+	}
+	return nil
+}
+
+// errMemberNameTaken is MemberAdd's refusal of a member name another member
+// (another peer URL) has: two machines with one hostname (cloned VMs all
+// called "ubuntu"). etcd would take the add, and the new member's initial
+// cluster, two entries under one name, would stop it at its start ("member
+// count is unequal"), to be rolled back after a wait that names no hostname.
+func errMemberNameTaken(m *etcdserverpb.Member, name, peerURL string) error {
+	return fmt.Errorf("etcd member add of %s: member %q (ID %x, peer URLs %v) already has this node's name %q; two members of one name cannot start. "+
+		"Give this machine a hostname of its own (`hostnamectl set-hostname`), then re-run this join; "+
+		"if that member is this machine's old self under another address, remove it on a running control plane first (`stratum etcd member remove %s`)",
+		peerURL, m.Name, m.ID, m.PeerURLs, name, m.Name)
+}
+
 // addRefusedNothingAdded reports whether a member add's error is one of the
 // refusals that mean nothing was added, which MemberAdd retries: etcd's
 // unhealthy-cluster refusal (strict reconfiguration), its too-many-learners
@@ -354,6 +377,9 @@ func (n *Node) memberAddOnce(ctx context.Context, cpIPs []string, newName, newPe
 			n.log.Info("etcd learner with this peer URL already added and not started; taking it as this add", "member", newName, "peerURL", newPeerURL, "id", fmt.Sprintf("%x", m.ID))
 			ic, id = initialCluster(ml.Members, m.ID, newName), m.ID
 			return nil
+		}
+		if m := memberByName(ml.Members, newName); m != nil {
+			return fmt.Errorf("%w: %w", errMemberAddRefused, errMemberNameTaken(m, newName, newPeerURL))
 		}
 		// The last moment the add can still not happen: a signal held
 		// since the attempt's window opened (during the lookup above,

@@ -336,9 +336,11 @@ func (n *Node) observeRejoin(ctx context.Context, st *nodestate.NodeState, cp1IP
 		o.LocalClusterID = fmt.Sprintf("%x", ls.Header.ClusterId)
 	}
 	o.StateJoined = st.Etcd.InitialClusterState == "existing" && st.Etcd.ClusterID == o.SeedClusterID
-	if o.DataDirEmpty, err = dirEmpty(n.env.Host, version.EtcdDataDir); err != nil {
+	held, err := etcdDataEntries(n.env.Host)
+	if err != nil {
 		return o, fmt.Errorf("etcd rejoin: read %s: %w; nothing was changed", version.EtcdDataDir, err)
 	}
+	o.DataDirEmpty = len(held) == 0
 	for _, s := range controlPlaneServices {
 		if ss, err := n.env.Host.ServiceStatus(ctx, s); err == nil && ss.Running {
 			o.Running = true
@@ -439,7 +441,7 @@ func (n *Node) rejoinStep(ctx context.Context, w io.Writer, s rejoinStep, st *no
 		if err := n.stopControlPlane(ctx); err != nil {
 			return fmt.Errorf("etcd rejoin: %w; the data is untouched (%w): re-run the same command", err, errDataUntouched)
 		}
-		if err := h.RemoveAll(version.EtcdDataDir); err != nil {
+		if err := wipeEtcdData(h); err != nil {
 			return fmt.Errorf("etcd rejoin: remove the stale data directory %s: %w; re-run the same command", version.EtcdDataDir, err)
 		}
 		fmt.Fprintf(w, "stale etcd data %s removed\n", version.EtcdDataDir)
@@ -468,6 +470,7 @@ func (n *Node) rejoinStep(ctx context.Context, w io.Writer, s rejoinStep, st *no
 		st.Etcd.InitialClusterState = "existing"
 		st.Etcd.ClusterID = obs.SeedClusterID
 		st.Etcd.MemberID = ""
+		st.Etcd.Started = false // its data is wiped: the first start makes it
 		if err := nodestate.Save(h, st); err != nil {
 			return fmt.Errorf("etcd rejoin: %w; re-run the same command", err)
 		}

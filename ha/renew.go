@@ -121,7 +121,7 @@ func (n *Node) RenewCerts(ctx context.Context) (written, restarted []string, err
 // files and returns those it restarted, in order: etcd and the apiserver
 // (renewRestartOrder), the VIP candidate, the operator. The VIP candidate,
 // when it runs, is stopped before the others, which releases the VIP's
-// lease to another control plane (within its retry period, about 2 s)
+// lease to another control plane (within its retry period, 1 s on a real host)
 // instead of leaving the VIP on an apiserver that restarts for seconds; it
 // is started again after the apiserver, also when a restart before failed,
 // so a failed renewal never leaves this node out of the VIP's election.

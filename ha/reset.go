@@ -360,14 +360,14 @@ func memberRef(name, peerURL string) string {
 // plane it is the cluster's only copy, which a wipe would destroy. The operator
 // moves it away (or removes it, knowing), then resets.
 func refuseWipingUnknownData(h host.Files, why error) error {
-	entries, err := h.ReadDir(version.EtcdDataDir)
+	entries, err := etcdDataEntries(h)
 	switch {
-	case errors.Is(err, fs.ErrNotExist) || err == nil && len(entries) == 0:
+	case err == nil && len(entries) == 0:
 		return nil
 	case err != nil:
 		return fmt.Errorf("reset: %v, and %s cannot be read (%w); nothing was changed", why, version.EtcdDataDir, err)
 	}
-	return fmt.Errorf("reset --force refused: %v, so whether the etcd data in %s is also on other members is unknown (on a single control plane it is the cluster's only copy); nothing was changed: stop this node's stratum, move that directory away (mv %s /root/etcd-data.saved), then run `stratum reset --force` again", why, version.EtcdDataDir, version.EtcdDataDir)
+	return fmt.Errorf("reset --force refused: %v, so whether the etcd data in %s is also on other members is unknown (on a single control plane it is the cluster's only copy); nothing was changed: stop this node's stratum, move that directory's contents away (mkdir /root/etcd-data.saved && mv %s/* /root/etcd-data.saved/), then run `stratum reset --force` again", why, version.EtcdDataDir, version.EtcdDataDir)
 }
 
 // observeReset reads what planReset plans from. A node state or a join's
@@ -511,7 +511,9 @@ func (n *Node) remainingVoters(ctx context.Context, ms []*etcdserverpb.Member, s
 
 // controlPlaneFilesLeft are the entries of the state and configuration
 // directories a reset removes: all but the reset journal and the installed
-// control-plane binaries, which a join on this machine needs again.
+// control-plane binaries, which a join on this machine needs again. The etcd
+// data directory is one while it holds data: emptied, it may be a mount point
+// or a link, which stay.
 func controlPlaneFilesLeft(h host.Files) ([]string, error) {
 	var left []string
 	for _, dir := range []string{version.StateDir, version.K8sConfDir} {
@@ -523,9 +525,22 @@ func controlPlaneFilesLeft(h host.Files) ([]string, error) {
 			return nil, fmt.Errorf("read %s: %w", dir, err)
 		}
 		for _, e := range entries {
-			if p := path.Join(dir, e.Name()); p != resetJournalPath && p != controlplane.DefaultBinDir {
-				left = append(left, p)
+			p := path.Join(dir, e.Name())
+			if p == resetJournalPath || p == controlplane.DefaultBinDir {
+				continue
 			}
+			if p == version.EtcdDataDir {
+				// A mount point or a link stays, emptied: only data
+				// in it is left to remove.
+				held, err := etcdDataEntries(h)
+				if err != nil {
+					return nil, fmt.Errorf("read %s: %w", p, err)
+				}
+				if len(held) == 0 {
+					continue
+				}
+			}
+			left = append(left, p)
 		}
 	}
 	return left, nil
@@ -613,7 +628,18 @@ func (n *Node) resetStep(ctx context.Context, w io.Writer, s resetStep, o resetO
 		if err != nil {
 			return fmt.Errorf("reset: %w; %s", err, again)
 		}
-		for _, p := range append([]string{nodestate.Path, joinIntentPath, version.EtcdDataDir}, left...) {
+		for _, p := range []string{nodestate.Path, joinIntentPath} {
+			if err := h.RemoveAll(p); err != nil {
+				return fmt.Errorf("reset: remove %s: %w; %s", p, err, again)
+			}
+		}
+		if err := wipeEtcdData(h); err != nil {
+			return fmt.Errorf("reset: remove the etcd data in %s: %w; %s", version.EtcdDataDir, err, again)
+		}
+		for _, p := range left {
+			if p == version.EtcdDataDir {
+				continue // wiped above, the directory kept when a mount point or a link
+			}
 			if err := h.RemoveAll(p); err != nil {
 				return fmt.Errorf("reset: remove %s: %w; %s", p, err, again)
 			}

@@ -87,3 +87,34 @@ func checkScratchSweep(t *testing.T, prefix string, sweep func(dir string)) {
 		t.Errorf("the symlink's target was removed: %v", err)
 	}
 }
+
+// TestRestoreTempDirAvoidsATmpfs: a restore's scratch copies (as large as
+// the cluster's data, made while etcd and the apiserver run) go to $TMPDIR
+// when set, else to /tmp, or to /var/tmp when /tmp is a tmpfs, whose memory
+// they would take from etcd and the apiserver.
+func TestRestoreTempDirAvoidsATmpfs(t *testing.T) {
+	fsType := func(t int64, err error) func(string) (int64, error) {
+		return func(string) (int64, error) { return t, err }
+	}
+	const ext4 = 0xef53
+	for _, c := range []struct {
+		name, tmpdir string
+		fsType       func(string) (int64, error)
+		want         string
+	}{
+		{"TMPDIR set", "/srv/scratch", fsType(tmpfsMagic, nil), "/srv/scratch"},
+		{"/tmp on disk", "", fsType(ext4, nil), "/tmp"},
+		{"/tmp a tmpfs", "", fsType(tmpfsMagic, nil), "/var/tmp"},
+		{"/tmp unknown", "", fsType(0, syscall.ENOENT), "/tmp"},
+	} {
+		if got := restoreTempDir(c.tmpdir, c.fsType); got != c.want {
+			t.Errorf("%s: restoreTempDir = %s, want %s", c.name, got, c.want)
+		}
+	}
+	// This machine's own /tmp, as statfs reads it.
+	if typ, err := fsTypeOf("/tmp"); err != nil {
+		t.Fatalf("statfs /tmp: %v", err)
+	} else if got := restoreTempDir("", fsTypeOf); (typ == tmpfsMagic) != (got == "/var/tmp") {
+		t.Errorf("with /tmp of type %#x, restoreTempDir = %s", typ, got)
+	}
+}

@@ -220,7 +220,7 @@ func (n *Node) SnapshotRestore(ctx context.Context, w io.Writer, dbPath string) 
 	}
 	fmt.Fprintf(w, "control plane stopped; replacing %s\n", version.EtcdDataDir)
 	began = time.Now()
-	if err := h.RemoveAll(version.EtcdDataDir); err != nil {
+	if err := wipeEtcdData(h); err != nil {
 		return fmt.Errorf("snapshot restore: remove %s: %w; the control plane is stopped: re-run the restore", version.EtcdDataDir, err)
 	}
 	if err := copyTreeToHost(h, out, version.EtcdDataDir); err != nil {
@@ -474,10 +474,41 @@ func restoreToScratch(st *nodestate.NodeState, dbPath string, bump uint64) (stri
 	return out, cleanup, nil
 }
 
-// newRestoreScratch makes a restore scratch directory in the temporary
-// directory (newScratch); a copy of the cluster's data goes nowhere else.
+// newRestoreScratch makes a restore scratch directory in the restore's
+// temporary directory (newScratch, restoreTempDir); a copy of the cluster's
+// data goes nowhere else.
 func newRestoreScratch() (dir string, cleanup func(), err error) {
-	return newScratch(os.TempDir(), fmt.Sprintf("%s%d-", restoreScratchPrefix, os.Getpid()), restoreScratchPrefix)
+	return newScratch(restoreTempDir(os.Getenv("TMPDIR"), fsTypeOf), fmt.Sprintf("%s%d-", restoreScratchPrefix, os.Getpid()), restoreScratchPrefix)
+}
+
+// tmpfsMagic is statfs(2)'s f_type of a tmpfs.
+const tmpfsMagic = 0x01021994
+
+// restoreTempDir is where a restore's scratch copies go: $TMPDIR when set
+// (tmpdir), else /tmp, unless /tmp is a tmpfs (Debian 13's, Fedora's and
+// Arch's default, half the memory), where /var/tmp, on disk, is used: a
+// restore copies the snapshot's data and this node's database there, as
+// large as the cluster's, while etcd and the apiserver still run, and on a
+// tmpfs that memory is theirs.
+func restoreTempDir(tmpdir string, fsType func(string) (int64, error)) string {
+	if tmpdir != "" {
+		return tmpdir
+	}
+	if t, err := fsType("/tmp"); err == nil && t == tmpfsMagic {
+		if fi, err := os.Stat("/var/tmp"); err == nil && fi.IsDir() {
+			return "/var/tmp"
+		}
+	}
+	return "/tmp"
+}
+
+// fsTypeOf is statfs(2)'s file system type of dir.
+func fsTypeOf(dir string) (int64, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, err
+	}
+	return int64(st.Type), nil
 }
 
 // newScratch makes a private (0700) scratch directory in parent named
@@ -542,9 +573,11 @@ func lockScratch(dir string, how int) (*os.File, error) {
 	return f, nil
 }
 
-// sweepRestoreScratch sweeps the temporary directory's restore scratch
-// directories (sweepScratch).
-func sweepRestoreScratch() { sweepScratch(os.TempDir(), restoreScratchPrefix) }
+// sweepRestoreScratch sweeps the restore's temporary directory's scratch
+// directories (sweepScratch, restoreTempDir).
+func sweepRestoreScratch() {
+	sweepScratch(restoreTempDir(os.Getenv("TMPDIR"), fsTypeOf), restoreScratchPrefix)
+}
 
 // sweepScratch removes the scratch directories named family* in parent that
 // no process holds any more: a restore or a snapshot save killed before its

@@ -10,6 +10,7 @@ package kubeconfig
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"slices"
 	"time"
@@ -174,7 +175,7 @@ const (
 // moving mid-request) are sent again (apiretry.RetryReads), and it allows
 // clientQPS requests a second (burst clientBurst), as kubectl does, not
 // client-go's 5: stratum's steps are short bursts of requests, not a
-// controller's steady stream.
+// controller's steady stream. It never goes through a proxy: see noProxy.
 func RESTConfig(kubeconfig []byte) (*rest.Config, error) {
 	if _, _, err := current(kubeconfig); err != nil {
 		return nil, fmt.Errorf("kubeconfig REST config: %w", err)
@@ -185,8 +186,16 @@ func RESTConfig(kubeconfig []byte) (*rest.Config, error) {
 	}
 	cfg.Wrap(apiretry.RetryReads)
 	cfg.QPS, cfg.Burst = clientQPS, clientBurst
+	cfg.Proxy = noProxy
 	return cfg, nil
 }
+
+// noProxy sends every request directly. stratum's clients talk to the
+// cluster's own control planes (the VIP, node addresses), and client-go takes
+// a nil Proxy as HTTPS_PROXY from the environment: a root shell whose profile
+// sets a corporate proxy sent a join's fence take and a supervisor's VIP and
+// operator elections to the proxy, which refused them.
+func noProxy(*http.Request) (*url.URL, error) { return nil, nil }
 
 // nodeUsers are the client identities of a control-plane node's kubeconfigs,
 // by name: the CN is also the kubeconfig's user name, as kubeadm writes them.

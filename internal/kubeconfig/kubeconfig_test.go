@@ -2,8 +2,10 @@ package kubeconfig
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -466,5 +468,49 @@ func TestNodeKubeconfigsRefuses(t *testing.T) {
 	}
 	if _, err := NodeKubeconfigs(mustCA(t), "http://x:6443", time.Now()); err == nil || !strings.Contains(err.Error(), "https") {
 		t.Errorf("NodeKubeconfigs with an http server: %v, want a refusal naming https", err)
+	}
+}
+
+// TestRESTConfigNeverUsesAProxy: with HTTPS_PROXY set, as a root shell's
+// profile sets it on many corporate hosts, a client of RESTConfig still dials
+// the server itself, never the proxy.
+func TestRESTConfigNeverUsesAProxy(t *testing.T) {
+	const proxy = "192.0.2.1:3128"
+	for _, v := range []string{"HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"} {
+		t.Setenv(v, "http://"+proxy)
+	}
+	for _, v := range []string{"NO_PROXY", "no_proxy"} {
+		t.Setenv(v, "")
+	}
+	cfg, err := RESTConfig(certKubeconfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Proxy == nil {
+		t.Fatal("RESTConfig leaves Proxy nil: client-go then takes the proxy from the environment")
+	}
+	req, _ := http.NewRequest(http.MethodGet, server+"/version", nil)
+	if u, err := cfg.Proxy(req); u != nil || err != nil {
+		t.Fatalf("Proxy(%s) = %v, %v; want a direct connection", server, u, err)
+	}
+	var mu sync.Mutex
+	var dialed []string
+	cfg.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		mu.Lock()
+		dialed = append(dialed, addr)
+		mu.Unlock()
+		return nil, errors.New("no network in this test")
+	}
+	client, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := client.Get(server + "/version"); err == nil {
+		resp.Body.Close()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(dialed) == 0 || slices.ContainsFunc(dialed, func(a string) bool { return a != "10.0.0.1:6443" }) {
+		t.Fatalf("the client dialed %v; want the server 10.0.0.1:6443 alone, never the proxy %s", dialed, proxy)
 	}
 }

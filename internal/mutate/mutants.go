@@ -522,4 +522,78 @@ var mutants = []mutant{
 			{"./scenarios", "-run", "TestMaintenance$", "-rapid.checks=2", "-rapid.steps=8"},
 		},
 	},
+	{
+		Name: "etcd-wipe-removes-the-disk",
+		File: "ha/etcddata.go",
+		Old:  "\tentries, err := etcdDataEntries(h)\n\tif err != nil {\n\t\treturn fmt.Errorf(\"read %s: %w\", version.EtcdDataDir, err)\n\t}\n\tfor _, e := range entries {",
+		New:  "\tif true {\n\t\treturn h.RemoveAll(version.EtcdDataDir)\n\t}\n\tentries, err := etcdDataEntries(h)\n\tif err != nil {\n\t\treturn fmt.Errorf(\"read %s: %w\", version.EtcdDataDir, err)\n\t}\n\tfor _, e := range entries {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestWipeEtcdData"},
+			{"./e2e", "-run", "TestHAControlPlaneOnThreeHosts"},
+		},
+	},
+	{
+		Name: "lost-found-taken-for-etcd-data",
+		File: "ha/etcddata.go",
+		Old:  "if e.Name() == lostFound && e.IsDir() || e.Name() == writeProbe {",
+		New:  "if e.Name() == writeProbe {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestWipeEtcdData"},
+			{"./e2e", "-run", "TestHAControlPlaneOnThreeHosts"},
+		},
+	},
+	{
+		Name: "two-publications-of-one-node-share-the-fence",
+		File: "ha/certs.go",
+		Old:  "release, err := nodelock.Acquire(n.env.Host, nodelock.Fence, what)",
+		New:  "release, err := func() error { return nil }, error(nil)\n\t_ = nodelock.Fence",
+		Tests: [][]string{
+			{"./ha", "-run", "TestFencedPublications"},
+		},
+	},
+	{
+		Name: "etcd-started-where-its-data-is-missing",
+		File: "ha/etcddata.go",
+		Old:  "\tif !st.Etcd.Started {\n\t\treturn nil\n\t}\n\tmember := ",
+		New:  "\tif true || !st.Etcd.Started {\n\t\treturn nil\n\t}\n\tmember := ",
+		Tests: [][]string{
+			{"./ha", "-run", "TestUpRefusesAMemberWhoseDataIsNotThere"},
+		},
+	},
+	{
+		Name: "member-add-of-a-name-taken",
+		File: "ha/membership.go",
+		Old:  "if m := memberByName(ml.Members, newName); m != nil {",
+		New:  "if m := memberByName(ml.Members, newName); false && m != nil {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestJoinRefusalsChangeNothing"},
+		},
+	},
+	{
+		Name: "clients-through-the-environments-proxy",
+		File: "internal/kubeconfig/kubeconfig.go",
+		Old:  "\tcfg.Proxy = noProxy\n",
+		New:  "\t_ = noProxy\n",
+		Tests: [][]string{
+			{"./internal/kubeconfig"},
+		},
+	},
+	{
+		Name: "vip-renewed-on-a-deleted-interface",
+		File: "internal/vip/netlink_linux.go",
+		Old:  "err == nil && cur.Attrs().Index != link.Attrs().Index {",
+		New:  "err == nil && false && cur.Attrs().Index != link.Attrs().Index {",
+		Tests: [][]string{
+			{"./internal/vip", "-run", "TestNetlinkAnnouncer"},
+		},
+	},
+	{
+		Name: "restore-scratch-in-a-tmpfs",
+		File: "ha/snapshot.go",
+		Old:  "if t, err := fsType(\"/tmp\"); err == nil && t == tmpfsMagic {",
+		New:  "if t, err := fsType(\"/tmp\"); err == nil && t == tmpfsMagic && false {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestRestoreTempDirAvoidsATmpfs"},
+		},
+	},
 }

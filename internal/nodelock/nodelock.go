@@ -1,9 +1,11 @@
 // Package nodelock is the node's exclusive locks: the maintenance lock that
 // the join, the rejoin, up, a snapshot restore, a reset and
 // a certificate renewal take so they never race on one node,
-// and the etcd data lock held while anything stops, wipes or rewrites the
-// local etcd member's data. Both are non-blocking: a second operation fails
-// at once, naming the holder, before it has touched anything.
+// the etcd data lock held while anything stops, wipes or rewrites the
+// local etcd member's data, and the fence lock a publication holds while it
+// holds the cluster's maintenance fence as this node. All are non-blocking: a
+// second operation fails at once, naming the holder, before it has touched
+// anything.
 package nodelock
 
 import (
@@ -19,6 +21,11 @@ import (
 const (
 	Maintenance = "maintenance"
 	EtcdData    = "etcd-data"
+	// Fence is held by a publication (a mint's upload, a rekey, a
+	// re-upload) for as long as it holds the cluster's maintenance fence
+	// as <operation>@<node>: two of them at once on one node would hold it
+	// under one name, the second taking the first's as its own.
+	Fence = "fence"
 )
 
 // ErrBusy matches a lock another operation holds.

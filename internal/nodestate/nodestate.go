@@ -62,6 +62,12 @@ type Etcd struct {
 	ClusterID string `json:"clusterID,omitempty"`
 	// MemberID is this member's ID in hex, once known.
 	MemberID string `json:"memberID,omitempty"`
+	// Started is set once this member has served on the data in its data
+	// directory: from then on a data directory without etcd's data is data
+	// that is not there (a disk not mounted at boot), never a first start,
+	// and etcd is not started on it. A rejoin, which replaces the data,
+	// clears it.
+	Started bool `json:"started,omitempty"`
 }
 
 // NodeState is the node's persisted record.

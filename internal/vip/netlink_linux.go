@@ -157,7 +157,10 @@ func (a *NetlinkAnnouncer) Hold(ctx context.Context) error {
 // the gratuitous ARP again every Reannounce, until Release; with neither set
 // there is nothing to keep. The netlink handle and the ARP socket are opened
 // here, in the caller's network namespace, whichever thread the keeping
-// goroutine runs on.
+// goroutine runs on. Each renewal looks the interface up by name: one deleted
+// and made again (a network restart re-creating a bridge, a bond or a VLAN)
+// has a new index, and renewing on the old one failed for good, the address
+// gone within its lifetime while this node kept the lease.
 func (a *NetlinkAnnouncer) keep(link netlink.Link, addr *netlink.Addr, name string) error {
 	if a.Lifetime <= 0 && a.Reannounce <= 0 {
 		return nil
@@ -196,7 +199,8 @@ func (a *NetlinkAnnouncer) keep(link netlink.Link, addr *netlink.Addr, name stri
 			renewC = t.C
 		}
 		if a.Reannounce > 0 {
-			defer ga.close()
+			defer func() { ga.close() }() // the socket of the interface as it is last
+
 			t := time.NewTicker(a.Reannounce)
 			defer t.Stop()
 			arpC = t.C
@@ -217,8 +221,16 @@ func (a *NetlinkAnnouncer) keep(link netlink.Link, addr *netlink.Addr, name stri
 					}
 					continue
 				}
+				remade := false
+				if cur, err := nh.LinkByName(name); err == nil && cur.Attrs().Index != link.Attrs().Index {
+					link, remade = cur, true
+					if ga != nil {
+						ga.close()
+						ga, _ = dialGARP(name, a.Addr) // a failure: nil, no re-announcements until the next remake
+					}
+				}
 				_ = nh.AddrReplace(link, addr) // a failure is retried next tick; the lifetime bounds the damage
-				if dropped {
+				if dropped || remade {
 					dropped = false
 					_ = ga.round()
 				}

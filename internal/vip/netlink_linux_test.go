@@ -441,3 +441,44 @@ func upVeth(t *testing.T, a, b string) netlink.Link {
 	}
 	return l
 }
+
+// TestNetlinkAnnouncerFollowsARecreatedInterface: the held VIP's interface
+// is deleted and made again under its name (a network restart re-creating a
+// bridge or a bond), with a new index. The renewals put the VIP on the new
+// one within a lifetime and keep it there; they renewed on
+// the old index, failing, and the VIP was gone for good while this node
+// kept the lease.
+func TestNetlinkAnnouncerFollowsARecreatedInterface(t *testing.T) {
+	throwawayNetns(t, "st-vip-remade")
+	old := upVeth(t, "st-rmd0", "st-rmd1")
+	vip := netip.MustParseAddr("198.18.0.102")
+	a := &NetlinkAnnouncer{Interface: "st-rmd0", Addr: vip, Lifetime: 2 * time.Second, Reannounce: DefaultReannounce}
+	if err := a.Hold(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer a.Release()
+	if err := netlink.LinkDel(old); err != nil { // its veth peer goes with it
+		t.Fatal(err)
+	}
+	remade := upVeth(t, "st-rmd0", "st-rmd1")
+	if remade.Attrs().Index == old.Attrs().Index {
+		t.Fatalf("the re-created interface kept its index %d", old.Attrs().Index)
+	}
+	deadline := time.Now().Add(4 * time.Second) // two lifetimes
+	for !slices.ContainsFunc(addrsOf(t, remade), func(p netip.Prefix) bool { return p.Addr() == vip }) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the VIP is not on the re-created interface %d s after it was made (addresses %v)", 4, addrsOf(t, remade))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(3 * time.Second) // more than a lifetime: it is renewed there, not added once
+	if !slices.ContainsFunc(addrsOf(t, remade), func(p netip.Prefix) bool { return p.Addr() == vip }) {
+		t.Fatal("the VIP on the re-created interface expired: it is not renewed there")
+	}
+	if err := a.Release(); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	if slices.ContainsFunc(addrsOf(t, remade), func(p netip.Prefix) bool { return p.Addr() == vip }) {
+		t.Fatal("the VIP stayed on the re-created interface after its release")
+	}
+}

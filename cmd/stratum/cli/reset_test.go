@@ -331,7 +331,7 @@ func TestResetClearsANodeWhoseRecordIsDamaged(t *testing.T) {
 		}
 		if damaged.keepsData {
 			code, out, errOut = runCLI(t, on(h), "reset", "--force")
-			if _, err := h.Files().ReadFile(dataFile); code != ExitRefused || !strings.Contains(errOut, "move that directory away") || err != nil {
+			if _, err := h.Files().ReadFile(dataFile); code != ExitRefused || !strings.Contains(errOut, "move that directory's contents away") || err != nil {
 				t.Fatalf("reset --force with %s and etcd data: exit %d (data kept: %t), want 3 saying how to keep it\n%s%s", damaged.what, code, err == nil, out, errOut)
 			}
 			if err := h.Files().RemoveAll(version.EtcdDataDir); err != nil {
