@@ -236,6 +236,9 @@ func (r *bootstrapRun) refuse(ctx context.Context) error {
 			return fmt.Errorf("stratum up refused: node IP %s (from %s): %w; nothing was changed: pass --node-ip with an address of this host", ip, c.Source, err)
 		}
 	}
+	if err := r.netc.CheckNodeIP(ip); err != nil {
+		return fmt.Errorf("stratum up refused: %w; nothing was changed", err)
+	}
 	if o.VIP.Address != "" && o.VIP.Address == ip {
 		return fmt.Errorf("stratum up refused: the VIP %s is this node's own address (from %s); nothing was changed: pick an unused address on the node's network for --vip", o.VIP.Address, c.Source)
 	}

@@ -392,13 +392,32 @@ func TestRejoinCrashAtEachCheckpointResumes(t *testing.T) {
 	for _, cp := range ha.RejoinCheckpoints {
 		t.Run(cp, func(t *testing.T) {
 			t.Parallel() // each on its own cluster
-			rejoinCrashAt(t, cp)
+			rejoinCrashAt(t, cp, false)
 		})
 	}
 }
 
-// rejoinCrashAt is one round of TestRejoinCrashAtEachCheckpointResumes.
-func rejoinCrashAt(t *testing.T, cp string) {
+// TestRejoinResumesAfterItsProcessIsKilled is
+// TestRejoinCrashAtEachCheckpointResumes with only the rejoin's process
+// killed (SIGKILL of `stratum etcd rejoin`), cp2 running on with its
+// services as the rejoin left them, as a real host's supervisor keeps them;
+// the same command run again converges. Killed at its start, every service
+// runs; after its etcd start, etcd runs as a learner. At the checkpoints
+// between, the rejoin has stopped every service, as a host crash leaves it,
+// which TestRejoinCrashAtEachCheckpointResumes covers.
+func TestRejoinResumesAfterItsProcessIsKilled(t *testing.T) {
+	t.Parallel() // its own simulated cluster
+	for _, cp := range []string{ha.CheckpointRejoinStart, ha.CheckpointRejoinAfterEtcdStart} {
+		t.Run(cp, func(t *testing.T) {
+			t.Parallel() // each on its own cluster
+			rejoinCrashAt(t, cp, true)
+		})
+	}
+}
+
+// rejoinCrashAt is one round of TestRejoinCrashAtEachCheckpointResumes, or,
+// killProcess, of TestRejoinResumesAfterItsProcessIsKilled.
+func rejoinCrashAt(t *testing.T, cp string, killProcess bool) {
 	r := startRestoreCluster(t)
 	c := r.c
 	cp2 := c.Host("cp2")
@@ -410,7 +429,11 @@ func rejoinCrashAt(t *testing.T, cp string) {
 		others = " cp3:voter"
 	}
 	inc := cp2.Incarnation()
-	armed := c.CrashAt("cp2", cp)
+	arm := c.CrashAt
+	if killProcess {
+		arm = c.CrashCommandAt
+	}
+	armed := arm("cp2", cp)
 	errc := make(chan error, 1)
 	go func() {
 		errc <- joinNodeOn(cp2).RejoinEtcd(r.ctx, io.Discard, c.Host("cp1").IP().String(), true)
@@ -422,7 +445,9 @@ func rejoinCrashAt(t *testing.T, cp string) {
 	case <-r.ctx.Done():
 		t.Fatal(r.ctx.Err())
 	}
-	waitCrashed(t, cp2, inc)
+	if !killProcess {
+		waitCrashed(t, cp2, inc)
+	}
 	// While cp2 is down the seed has cp1, and cp2 only as a learner: one
 	// that never started once the add is done, a started one once its
 	// etcd ran.

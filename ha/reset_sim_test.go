@@ -183,7 +183,14 @@ func crashResetAt(ctx context.Context, t *testing.T, c *sim.Cluster, h *sim.Host
 		t.Fatal(err)
 	}
 	inc := h.Incarnation()
-	armed := c.CrashAt(h.Name(), checkpoint)
+	resetUntil(ctx, t, h, c.CrashAt(h.Name(), checkpoint), checkpoint)
+	waitCrashed(t, h, inc)
+}
+
+// resetUntil runs h's reset until it reaches checkpoint, where armed
+// (a crash, or the kill of its process) stops it for good.
+func resetUntil(ctx context.Context, t *testing.T, h *sim.Host, armed sim.Armed, checkpoint string) {
+	t.Helper()
 	returned := make(chan error, 1)
 	go func() { returned <- joinNodeOn(h).ResetControlPlane(ctx, io.Discard, false) }()
 	select {
@@ -193,7 +200,6 @@ func crashResetAt(ctx context.Context, t *testing.T, c *sim.Cluster, h *sim.Host
 	case <-ctx.Done():
 		t.Fatalf("the reset never reached %s", checkpoint)
 	}
-	waitCrashed(t, h, inc)
 }
 
 // checkResetFromTwoVoters checks, from outside cp3, that cp3's reset is
@@ -273,5 +279,40 @@ func TestResetUndoesACrashedJoin(t *testing.T) {
 	}
 	if got := j.members(); !slices.Equal(got, []string{"cp1:voter", "cp2:voter"}) {
 		t.Fatalf("members after the join: %v", got)
+	}
+}
+
+// TestResetConvergesAfterItsProcessIsKilledAtEveryCheckpoint: cp3's reset is
+// killed (SIGKILL of `stratum reset`) at each of its checkpoints in turn
+// while the host runs on: the services stay as the reset left them, as a
+// real host's supervisor keeps them (etcd running while its member is
+// removed, say), where TestResetConvergesAfterACrashAtEveryCheckpoint
+// re-runs from everything stopped. The reset run again at once finishes it:
+// cp3's member is gone, the others are healthy voters, nothing of a control
+// plane is left on cp3 and none of its services runs.
+func TestResetConvergesAfterItsProcessIsKilledAtEveryCheckpoint(t *testing.T) {
+	assetstest.Require(t)
+	c := sim.Start(t, sim.Config{ControlPlanes: 3, APIServers: true, VIP: true})
+	cp1, cp3 := nodeOn(c.Host("cp1")), c.Host("cp3")
+	for i, checkpoint := range ha.ResetCheckpoints {
+		ok := t.Run(checkpoint, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			if i > 0 {
+				rejoin(ctx, t, c, cp1, "cp3")
+			}
+			resetUntil(ctx, t, cp3, c.CrashCommandAt(cp3.Name(), checkpoint), checkpoint)
+			var out syncBuffer
+			if err := joinNodeOn(cp3).ResetControlPlane(ctx, &out, false); err != nil {
+				t.Fatalf("the reset re-run after its process was killed at %s: %v\n%s", checkpoint, err, out.String())
+			}
+			checkResetFromTwoVoters(ctx, t, c, cp3)
+			if cp3.EtcdRunning() || cp3.APIServerRunning() {
+				t.Fatalf("after the reset re-run from a kill at %s cp3 still runs etcd (%t) or its apiserver (%t)", checkpoint, cp3.EtcdRunning(), cp3.APIServerRunning())
+			}
+		})
+		if !ok {
+			return // the cluster the next checkpoint would start from is not known
+		}
 	}
 }

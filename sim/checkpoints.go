@@ -11,6 +11,7 @@ type checkpointAction int
 
 const (
 	actCrash checkpointAction = iota + 1
+	actKillCommand
 	actPause
 	actFail
 )
@@ -68,6 +69,17 @@ func (c *Cluster) CrashAt(hostName, checkpoint string) Armed {
 	return c.arm(hostName, checkpoint, &armed{action: actCrash})
 }
 
+// CrashCommandAt arms the kill of the operation's own process at the named
+// checkpoint (a SIGKILL of `stratum reset`, say), its host running on: the
+// operation freezes there for good, its locks are released and its
+// connections closed, and every service goes on as the operation left it, as
+// a real host's supervisor keeps them. CrashAt crashes the whole host
+// instead: a re-run then starts from everything stopped.
+func (c *Cluster) CrashCommandAt(hostName, checkpoint string) Armed {
+	c.events.Record(hostName, "action", "armed the kill of the operation's process at checkpoint %s", checkpoint)
+	return c.arm(hostName, checkpoint, &armed{action: actKillCommand})
+}
+
 // PauseAt arms a pause: the operation blocks at the checkpoint until Release
 // (or its context ends).
 func (c *Cluster) PauseAt(hostName, checkpoint string) Armed {
@@ -123,9 +135,13 @@ func (cp *checkpoints) reach(ctx context.Context, d *Handle, name string) error 
 			d.h.Crash()
 		}
 	}
+	if a.action == actKillCommand {
+		cp.c.events.Record(d.h.name, "crash", "the operation's process was killed at checkpoint %s; the host runs on", name)
+		d.kill()
+	}
 	close(a.reached)
 	switch a.action {
-	case actCrash:
+	case actCrash, actKillCommand:
 		// Freeze: no return, so no deferred cleanup or rollback runs, as
 		// after a SIGKILL. The goroutine is parked for the process's life.
 		<-frozen

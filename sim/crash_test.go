@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"errors"
+	"net"
 	"testing"
 	"time"
 )
@@ -55,6 +56,62 @@ func TestCrashAtCheckpointFreezesAndFencesTheIncarnation(t *testing.T) {
 	}
 	if len(c.Events().Find("crash", "host crashed")) != 1 {
 		t.Fatalf("event log does not record the crash:\n%s", c.Events())
+	}
+}
+
+// TestCrashCommandAtKillsTheOperationAlone: the operation's process is
+// killed at the checkpoint and freezes there; its lock is released and its
+// connection closed, every later call through its handle fails with
+// ErrCommandKilled, while the host's incarnation, its files and its etcd
+// member go on.
+func TestCrashCommandAtKillsTheOperationAlone(t *testing.T) {
+	c := Start(t, Config{ControlPlanes: 1})
+	h := c.Host("cp1")
+	inc := h.Incarnation()
+	killed := c.CrashCommandAt("cp1", "after-lock")
+	opened := make(chan net.Conn, 1)
+	handleCh := make(chan *Handle, 1)
+	returned := make(chan struct{})
+	go func() {
+		defer close(returned) // a killed process runs none of this
+		d := h.Handle()
+		handleCh <- d
+		if _, err := d.Lock("maintenance", "killed op"); err != nil {
+			t.Errorf("lock: %v", err)
+		}
+		conn, err := d.DialContext(context.Background(), "tcp", h.ClientURL()[len("https://"):])
+		if err != nil {
+			t.Errorf("dial: %v", err)
+		}
+		opened <- conn
+		if err := d.Checkpoint(context.Background(), "after-lock"); err != nil {
+			t.Errorf("checkpoint: %v", err)
+		}
+	}()
+	select {
+	case <-killed.Reached():
+	case <-time.After(10 * time.Second):
+		t.Fatal("checkpoint never reached")
+	}
+	select {
+	case <-returned:
+		t.Fatal("an operation killed at a checkpoint returned")
+	case <-time.After(300 * time.Millisecond):
+	}
+	old, conn := <-handleCh, <-opened
+	if err := old.WriteFile("/var/lib/stratum/x", []byte("x"), 0o600); !errors.Is(err, ErrCommandKilled) {
+		t.Fatalf("a write of the killed operation = %v, want ErrCommandKilled", err)
+	}
+	if _, err := conn.Write([]byte("x")); err == nil {
+		t.Fatal("the killed operation's connection still writes")
+	}
+	release, err := h.Handle().Lock("maintenance", "next op")
+	if err != nil {
+		t.Fatalf("the lock the killed operation held: %v; want it released", err)
+	}
+	_ = release()
+	if h.Incarnation() != inc || !h.EtcdRunning() {
+		t.Fatalf("the host after the kill: incarnation %d (was %d), etcd running %t; want it running on", h.Incarnation(), inc, h.EtcdRunning())
 	}
 }
 

@@ -20,6 +20,10 @@ import (
 // crashed since it began: as after a SIGKILL, nothing it does lands.
 var ErrStaleIncarnation = errors.New("host crashed since this operation began (stale incarnation)")
 
+// ErrCommandKilled matches a host call made by an operation whose own
+// process was killed (CrashCommandAt) while its host ran on.
+var ErrCommandKilled = errors.New("this operation's process was killed")
+
 // ErrIsolated matches a dial refused because its host, or the host it dials,
 // is isolated.
 var ErrIsolated = errors.New("network isolated")
@@ -107,10 +111,39 @@ func (h *Host) Handle() *Handle {
 	return &Handle{h: h, inc: h.Incarnation()}
 }
 
-// Handle is a Host as one incarnation sees it; it implements host.Host.
+// Handle is a Host as one incarnation sees it; it implements host.Host. It
+// is also the process of the operation that uses it: kill ends that process
+// alone (CrashCommandAt), the host and its services running on.
 type Handle struct {
 	h   *Host
 	inc uint64
+
+	mu     sync.Mutex
+	killed bool
+	// locks are the releases of the locks this operation holds, and conns
+	// the connections it dialed and has not closed: a killed process's
+	// flocks are dropped and its sockets closed by the kernel.
+	locks map[*func() error]struct{}
+	conns map[net.Conn]struct{}
+}
+
+// kill is the operation's process killed (SIGKILL) while its host runs on:
+// every later call through the handle fails with ErrCommandKilled, the locks
+// it holds are released and the connections it opened are closed, so that a
+// goroutine of it still running (a fence renewer) writes nothing more, as a
+// killed process writes nothing.
+func (d *Handle) kill() {
+	d.mu.Lock()
+	d.killed = true
+	locks, conns := d.locks, d.conns
+	d.locks, d.conns = nil, nil
+	d.mu.Unlock()
+	for release := range locks {
+		_ = (*release)()
+	}
+	for c := range conns {
+		_ = c.Close()
+	}
 }
 
 var _ host.Host = (*Handle)(nil)
@@ -121,6 +154,11 @@ func (d *Handle) Host() *Host { return d.h }
 func (d *Handle) live() error {
 	if d.h.Incarnation() != d.inc {
 		return fmt.Errorf("%s: %w", d.h.name, ErrStaleIncarnation)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.killed {
+		return fmt.Errorf("%s: %w", d.h.name, ErrCommandKilled)
 	}
 	return nil
 }
@@ -200,7 +238,34 @@ func (d *Handle) Lock(name, holder string) (func() error, error) {
 	if err := d.live(); err != nil {
 		return nil, err
 	}
-	return d.h.files.Lock(name, holder)
+	release, err := d.h.files.Lock(name, holder)
+	if err != nil {
+		return nil, err
+	}
+	// Tracked until released, so a kill releases it.
+	var once sync.Once
+	var rerr error
+	tracked := func() error {
+		once.Do(func() { rerr = release() })
+		return rerr
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.killed {
+		_ = tracked()
+		return nil, fmt.Errorf("%s: %w", d.h.name, ErrCommandKilled)
+	}
+	if d.locks == nil {
+		d.locks = map[*func() error]struct{}{}
+	}
+	key := &tracked
+	d.locks[key] = struct{}{}
+	return func() error {
+		d.mu.Lock()
+		delete(d.locks, key)
+		d.mu.Unlock()
+		return tracked()
+	}, nil
 }
 
 func (d *Handle) StartService(ctx context.Context, name string) error {
@@ -270,7 +335,36 @@ func (d *Handle) DialContext(ctx context.Context, network, address string) (net.
 		return nil, err
 	}
 	var dialer net.Dialer
-	return dialer.DialContext(ctx, network, address)
+	conn, err := dialer.DialContext(ctx, network, address)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.killed {
+		conn.Close()
+		return nil, fmt.Errorf("%s: %w", d.h.name, ErrCommandKilled)
+	}
+	if d.conns == nil {
+		d.conns = map[net.Conn]struct{}{}
+	}
+	tc := &trackedConn{Conn: conn, d: d}
+	d.conns[tc] = struct{}{}
+	return tc, nil
+}
+
+// trackedConn is a connection an operation dialed, forgotten by its handle
+// once closed.
+type trackedConn struct {
+	net.Conn
+	d *Handle
+}
+
+func (c *trackedConn) Close() error {
+	c.d.mu.Lock()
+	delete(c.d.conns, c)
+	c.d.mu.Unlock()
+	return c.Conn.Close()
 }
 
 // TrustCIDR records the trust; the simulated hosts share loopback, which no

@@ -133,8 +133,8 @@ func (l *Local) NodeAddresses() ([]netip.Addr, error) {
 var xtablesWait = []string{"-w", "5"}
 
 // TrustCIDR inserts an iptables ACCEPT rule for cidr unless it is already
-// there. A machine without the iptables tool has no iptables firewall to
-// open: that is not an error.
+// there. A machine without the iptables tool (toolPath) has no iptables
+// firewall to open: that is not an error.
 func (l *Local) TrustCIDR(cidr netip.Prefix) error {
 	run := l.commands
 	if run == nil {
@@ -144,7 +144,8 @@ func (l *Local) TrustCIDR(cidr netip.Prefix) error {
 	if cidr.Addr().Is6() {
 		tool = "ip6tables"
 	}
-	if _, err := run.LookPath(tool); err != nil {
+	path, ok := toolPath(run, tool)
+	if !ok {
 		return nil
 	}
 	rule := []string{"INPUT", "-s", cidr.Masked().String(), "-m", "comment", "--comment", "stratum", "-j", "ACCEPT"}
@@ -152,7 +153,7 @@ func (l *Local) TrustCIDR(cidr netip.Prefix) error {
 	// -C answers 1 for a rule that is not there; anything else (4 when the
 	// xtables lock did not come within -w's wait) says nothing about it,
 	// and inserting then could add it twice.
-	out, err := run.Run(tool, args("-C")...)
+	out, err := run.Run(path, args("-C")...)
 	if err == nil {
 		return nil
 	}
@@ -162,10 +163,22 @@ func (l *Local) TrustCIDR(cidr netip.Prefix) error {
 	}](err); !ok || ec.ExitCode() != 1 {
 		return fmt.Errorf("trust %s in the firewall: check for the rule (%s -C): %w: %s; nothing was changed: run `stratum up` again", cidr, tool, err, strings.TrimSpace(string(out)))
 	}
-	if out, err := run.Run(tool, args("-I")...); err != nil {
+	if out, err := run.Run(path, args("-I")...); err != nil {
 		return fmt.Errorf("trust %s in the firewall (%s): %w: %s", cidr, tool, err, strings.TrimSpace(string(out)))
 	}
 	return nil
+}
+
+// toolPath finds tool on PATH, then in /usr/sbin and /sbin: a root shell
+// from `su` without `-` keeps the user's PATH, which lacks them, and the
+// firewall rule was skipped as if the machine had no iptables.
+func toolPath(run commandRunner, tool string) (string, bool) {
+	for _, p := range []string{tool, "/usr/sbin/" + tool, "/sbin/" + tool} {
+		if found, err := run.LookPath(p); err == nil {
+			return found, true
+		}
+	}
+	return "", false
 }
 
 // StartService, StopService, RestartService, ServiceStatus and

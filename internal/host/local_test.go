@@ -49,9 +49,14 @@ type exitStatus int
 func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
 func (e exitStatus) ExitCode() int { return int(e) }
 
+// LookPath finds a bare name in tools at /usr/sbin (on PATH), and an
+// absolute path only when tools holds it.
 func (r *recordingRunner) LookPath(name string) (string, error) {
 	if !r.tools[name] {
 		return "", errors.New("not found")
+	}
+	if strings.HasPrefix(name, "/") {
+		return name, nil
 	}
 	return "/usr/sbin/" + name, nil
 }
@@ -85,18 +90,22 @@ func TestTrustCIDRWaitsForTheXtablesLock(t *testing.T) {
 		wantErr string
 	}{
 		{"absent: checked, then inserted", "10.244.1.0/16", &recordingRunner{tools: both, fail: map[string]int{"-C": 1}},
-			[]string{"iptables -w 5 -C " + rule, "iptables -w 5 -I " + rule}, ""},
+			[]string{"/usr/sbin/iptables -w 5 -C " + rule, "/usr/sbin/iptables -w 5 -I " + rule}, ""},
 		{"present: checked only", "10.244.0.0/16", &recordingRunner{tools: both},
-			[]string{"iptables -w 5 -C " + rule}, ""},
+			[]string{"/usr/sbin/iptables -w 5 -C " + rule}, ""},
 		{"IPv6: ip6tables", "fd00::/56", &recordingRunner{tools: both, fail: map[string]int{"-C": 1}},
-			[]string{"ip6tables -w 5 -C " + rule6, "ip6tables -w 5 -I " + rule6}, ""},
+			[]string{"/usr/sbin/ip6tables -w 5 -C " + rule6, "/usr/sbin/ip6tables -w 5 -I " + rule6}, ""},
 		{"no iptables: nothing run", "10.244.0.0/16", &recordingRunner{}, nil, ""},
+		// A root shell from `su` without `-`: PATH lacks the sbin
+		// directories, and the rule was skipped.
+		{"off PATH, in /sbin: found there", "10.244.1.0/16", &recordingRunner{tools: map[string]bool{"/sbin/iptables": true}, fail: map[string]int{"-C": 1}},
+			[]string{"/sbin/iptables -w 5 -C " + rule, "/sbin/iptables -w 5 -I " + rule}, ""},
 		{"insert refused: the tool's words", "10.244.0.0/16", &recordingRunner{tools: both, fail: map[string]int{"-C": 1, "-I": 1}},
-			[]string{"iptables -w 5 -C " + rule, "iptables -w 5 -I " + rule}, "iptables: Bad rule."},
+			[]string{"/usr/sbin/iptables -w 5 -C " + rule, "/usr/sbin/iptables -w 5 -I " + rule}, "iptables: Bad rule."},
 		// The check timed out on the lock (exit 4): whether the rule is
 		// there is not known, and inserting could add it twice.
 		{"check without the lock: nothing inserted", "10.244.0.0/16", &recordingRunner{tools: both, fail: map[string]int{"-C": 4}},
-			[]string{"iptables -w 5 -C " + rule}, "holding the xtables lock"},
+			[]string{"/usr/sbin/iptables -w 5 -C " + rule}, "holding the xtables lock"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := &Local{commands: tc.r}

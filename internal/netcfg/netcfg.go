@@ -98,6 +98,33 @@ func (c Config) Validate() error {
 	return CheckClusterDomain(c.ClusterDomain)
 }
 
+// CheckNodeIP refuses a node IP (the primary, the first of "v4,v6") whose
+// family is not the first service range's: kube-apiserver does not start
+// with an advertise address of another family ("service IP family must
+// match public address family"), which a join met only after its etcd
+// member add.
+func (c Config) CheckNodeIP(ip string) error {
+	a, err := netip.ParseAddr(ip)
+	if err != nil {
+		return fmt.Errorf("node IP %q is not an IP address", ip)
+	}
+	svcs, err := parseRanges("service CIDR", c.ServiceCIDR)
+	if err != nil {
+		return err
+	}
+	family := func(is4 bool) int {
+		if is4 {
+			return 4
+		}
+		return 6
+	}
+	node, svc := family(a.Unmap().Is4()), family(svcs[0].Addr().Is4())
+	if node != svc {
+		return fmt.Errorf("node IP %s is IPv%d and the service CIDR %s begins with an IPv%d range: kube-apiserver needs its address and the first service range in one family: give an IPv%d node IP (--node-ip), or a service CIDR whose first range is IPv%d", ip, node, c.ServiceCIDR, svc, svc, node)
+	}
+	return nil
+}
+
 // CheckClusterDomain refuses a cluster domain that is not a DNS domain,
 // saying in plain words what is wrong with it.
 func CheckClusterDomain(d string) error {

@@ -98,3 +98,26 @@ func TestCheckJoin(t *testing.T) {
 		t.Fatalf("mismatch = %v", err)
 	}
 }
+
+// TestCheckNodeIP: the node IP and the first service range must be of one
+// family, as kube-apiserver demands of its advertise address; the refusal
+// names both and what to give.
+func TestCheckNodeIP(t *testing.T) {
+	for _, c := range []struct {
+		ip, svc, want string
+	}{
+		{"10.0.0.11", "", ""},
+		{"fd00::11", "fd00:10::/108", ""},
+		{"10.0.0.11", "10.96.0.0/12,fd00:10::/108", ""},
+		{"fd00::11", "fd00:10::/108,10.96.0.0/12", ""},
+		{"fd00::11", "", "node IP fd00::11 is IPv6 and the service CIDR 10.96.0.0/12 begins with an IPv4 range"},
+		{"fd00::11", "10.96.0.0/12,fd00:10::/108", "give an IPv4 node IP (--node-ip), or a service CIDR whose first range is IPv6"},
+		{"10.0.0.11", "fd00:10::/108", "node IP 10.0.0.11 is IPv4"},
+		{"nonsense", "", "not an IP address"},
+	} {
+		err := Config{ServiceCIDR: c.svc}.WithDefaults().CheckNodeIP(c.ip)
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("CheckNodeIP(%s) with service CIDR %q = %v, want %q", c.ip, c.svc, err, c.want)
+		}
+	}
+}
