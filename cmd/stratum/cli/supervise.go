@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -250,12 +251,22 @@ func (a *app) runVIP(ctx context.Context, h host.Host) error {
 	announcer := &vip.NetlinkAnnouncer{Interface: iface, Addr: addr, Lifetime: vip.DefaultAddressLifetime, Reannounce: vip.DefaultReannounce}
 	return vip.Run(ctx, vip.Config{
 		Client:    cs,
-		Identity:  h.Name(),
+		Identity:  nodeIdentity(st, h),
 		Lease:     vip.DefaultLease, // kube-vip's timings: the defaults
 		CanHold:   func() error { return apiServerCovers(h, addr) },
 		Announcer: announcer,
 		Log:       a.log.With("service", ha.ServiceVIP),
 	})
+}
+
+// nodeIdentity is the name this node holds the VIP and operator Leases as:
+// the node name its state records (its etcd member's, unique in the cluster:
+// a join refuses a name a member has), not the hostname now, which may have
+// changed since the join, or be a transient "localhost" before DHCP named
+// the machine. Two candidates of one identity each take the other's lease
+// for their own, and both hold the VIP.
+func nodeIdentity(st *nodestate.NodeState, h host.Host) string {
+	return cmp.Or(st.NodeName, h.Name())
 }
 
 // apiServerCovers reports an error unless the node's apiserver certificate
@@ -276,6 +287,10 @@ func apiServerCovers(h host.Host, ip netip.Addr) error {
 // OperatorPass every operatorEvery, so a stranded learner is promoted and
 // expired grants are pruned with no one minting.
 func (a *app) runOperator(ctx context.Context, h host.Host, n *ha.Node) error {
+	st, err := nodestate.Load(h)
+	if err != nil {
+		return err
+	}
 	cs, err := localAdminClient(h, 30*time.Second)
 	if err != nil {
 		return err
@@ -285,7 +300,7 @@ func (a *app) runOperator(ctx context.Context, h host.Host, n *ha.Node) error {
 		Lock: &resourcelock.LeaseLock{
 			LeaseMeta:  metav1.ObjectMeta{Name: OperatorLeaseName, Namespace: "kube-system"},
 			Client:     cs.CoordinationV1(),
-			LockConfig: resourcelock.ResourceLockConfig{Identity: h.Name()},
+			LockConfig: resourcelock.ResourceLockConfig{Identity: nodeIdentity(st, h)},
 		},
 		LeaseDuration:   15 * time.Second,
 		RenewDeadline:   10 * time.Second,

@@ -20,6 +20,7 @@ import (
 	"stratum.dev/stratum/internal/assets/assetstest"
 	"stratum.dev/stratum/internal/controlplane"
 	"stratum.dev/stratum/internal/host"
+	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/supervisor"
 	"stratum.dev/stratum/internal/version"
 )
@@ -446,5 +447,26 @@ func TestASecondSignalForcesTheShutdown(t *testing.T) {
 	case <-forced:
 		t.Fatal("a watcher that was ended forced the shutdown")
 	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// hostNamed is a host whose hostname is name, nothing else of it used.
+type hostNamed struct {
+	host.Host
+	name string
+}
+
+func (h hostNamed) Name() string { return h.name }
+
+// TestNodeIdentityIsTheRecordedNodeName: the VIP and operator Leases are held
+// as the node name the state records, whatever the hostname is now (renamed
+// since the join, or "localhost" before DHCP named the machine); a state
+// without one falls back to the hostname.
+func TestNodeIdentityIsTheRecordedNodeName(t *testing.T) {
+	if got := nodeIdentity(&nodestate.NodeState{NodeName: "cp2"}, hostNamed{name: "localhost"}); got != "cp2" {
+		t.Errorf("identity of node cp2 on a host now named localhost = %q, want cp2", got)
+	}
+	if got := nodeIdentity(&nodestate.NodeState{}, hostNamed{name: "cp3"}); got != "cp3" {
+		t.Errorf("identity without a recorded node name = %q, want the hostname cp3", got)
 	}
 }
