@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -63,50 +62,40 @@ const (
 	apiServerPollEvery   = 100 * time.Millisecond
 )
 
-// apiServerArgs are the host's kube-apiserver flags. The first group are the
-// values envtest.APIServer defaults (cert dir, secure port, bind address) and
-// its Authn sets (client CA: clients authenticate with certificates the
-// cluster CA signed, as on a real control plane); the rest are the
-// simulator's own.
-func (h *Host) apiServerArgs() []string {
-	cfg := h.cluster.cfg
-	pkiDir := h.Path(version.PKIDir)
-	args := envtest.EmptyArguments()
-	args.Set("cert-dir", pkiDir)
-	args.Set("secure-port", strconv.Itoa(version.APIServerPort))
-	args.Set("bind-address", h.ip.String())
-	args.Set("client-ca-file", filepath.Join(pkiDir, "ca.crt"))
-
-	args.Set("advertise-address", h.ip.String())
-	// The endpoint reconcilers refuse a loopback advertise address, and every
-	// simulated host lives on one; the simulation runs no pods that would use
-	// the kubernetes Service's endpoints.
-	args.Set("endpoint-reconciler-type", "none")
-	args.Set("etcd-servers", h.ClientURL())
-	args.Set("etcd-cafile", filepath.Join(pkiDir, "etcd/ca.crt"))
-	args.Set("etcd-certfile", filepath.Join(pkiDir, "apiserver-etcd-client.crt"))
-	args.Set("etcd-keyfile", filepath.Join(pkiDir, "apiserver-etcd-client.key"))
-	args.Set("tls-cert-file", filepath.Join(pkiDir, "apiserver.crt"))
-	args.Set("tls-private-key-file", filepath.Join(pkiDir, "apiserver.key"))
-	args.Set("service-account-key-file", filepath.Join(pkiDir, "sa.pub"))
-	args.Set("service-account-signing-key-file", filepath.Join(pkiDir, "sa.key"))
-	args.Set("service-account-issuer", "https://kubernetes.default.svc."+cfg.ClusterDomain)
-	args.Set("service-cluster-ip-range", cfg.ServiceCIDR)
-	args.Set("enable-bootstrap-token-auth", "true")
-	args.Set("authorization-mode", "Node,RBAC")
-	args.Set("allow-privileged", "true")
-	args.Set("disable-admission-plugins", "ServiceAccount")
-	args.Set("profiling", "false")
-	args.Set("audit-log-maxage", "0")
-	args.Set("event-ttl", "5m")
-	args.Set("v", "1")
-	out := args.AsStrings(nil)
-	// The node profile's flags, as a real host's apiserver gets them: the
-	// cis profile's audit log, by the policy the node assembly wrote.
-	if st, err := nodestate.Load(h.files); err == nil {
-		out = append(out, controlplane.ProfileAPIServerArgs(st.Profile, h.Path)...)
+// apiServerArgs are the host's kube-apiserver flags: the command line a
+// real host's supervisor runs (controlplane.APIServerArgs of the host's node
+// state and files: the node profile's audit flags, the at-rest encryption
+// config when there is one), its paths mapped into the host's directory, so
+// a wrong address, range or path in a node state is wrong here too. Then the
+// simulator's own: the hosts share the machine's loopback, so it binds the
+// address it advertises (a real host binds every address); the endpoint
+// reconciler refuses a loopback advertise address and is off (no pod uses
+// the kubernetes Service's endpoints here); no ServiceAccount admission
+// (no controller manager makes the tokens it waits for); a short event TTL.
+// The first flags are the values envtest's APIServer defaults (its cert
+// dir), so the command line is one envtest ran.
+func (h *Host) apiServerArgs() ([]string, error) {
+	st, err := nodestate.Load(h.files)
+	if err != nil {
+		return nil, err
 	}
-	return out
+	prod, err := controlplane.APIServerArgs(st, h.files)
+	if err != nil {
+		return nil, err
+	}
+	mapped, flags, err := h.hostFlags(prod)
+	if err != nil {
+		return nil, err
+	}
+	args := envtest.EmptyArguments()
+	args.Set("cert-dir", h.Path(version.PKIDir))
+	out := append(args.AsStrings(nil), mapped...)
+	return append(out,
+		"--bind-address="+flags["advertise-address"],
+		"--endpoint-reconciler-type=none",
+		"--disable-admission-plugins=ServiceAccount",
+		"--event-ttl=5m",
+	), nil
 }
 
 // startAPIServer starts the host's kube-apiserver and waits until it reports
@@ -134,7 +123,12 @@ func (h *Host) startAPIServer(ctx context.Context) (*apiServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, h.apiServerArgs()...)
+	args, err := h.apiServerArgs()
+	if err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("start kube-apiserver on %s: %w", h.name, err)
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := startChild(cmd); err != nil {
 		logFile.Close()

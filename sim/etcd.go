@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,6 +27,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"stratum.dev/stratum/internal/assets"
+	"stratum.dev/stratum/internal/controlplane"
 	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/pki"
 	"stratum.dev/stratum/internal/version"
@@ -75,16 +77,24 @@ type peerInfo struct {
 	peerURL string
 }
 
-// etcdSpec is how a host's member boots, rendered from its node state as the
-// real supervisor renders etcd's flags.
+// etcdSpec is how a host's member boots: the command line a real host's
+// supervisor runs (controlplane.EtcdArgs of the host's node state), its
+// paths mapped into the host's directory, so a wrong URL, name or path in a
+// node state is wrong in the simulator too. A process member runs that
+// command line; an embedded one is configured from its flags. The timing is
+// the simulator's (Config.Etcd).
 type etcdSpec struct {
-	name, clientURL, peerURL string
-	initialCluster, state    string
-	dataDir                  string // real path
-	caFile                   string
-	serverCert, serverKey    string
-	peerCert, peerKey        string
-	timing                   EtcdTiming
+	// args is the production command line, paths mapped.
+	args                               []string
+	name, clientURL, peerURL           string
+	listenClientURL, listenPeerURL     string
+	initialCluster, state, token       string
+	dataDir                            string // real path
+	caFile, peerCAFile                 string
+	serverCert, serverKey              string
+	peerCert, peerKey                  string
+	clientCertAuth, peerClientCertAuth bool
+	timing                             EtcdTiming
 	// onPublishRetry is called with the error when the member logs that its
 	// publish failed (embedded members only).
 	onPublishRetry func(errText string)
@@ -93,27 +103,82 @@ type etcdSpec struct {
 	onLeader func(leaderView)
 }
 
+// modelledEtcdFlags are the etcd flags the simulator's embedded members
+// take from the production command line. A flag controlplane.EtcdArgs adds
+// that is not here fails the start, naming it, instead of passing unmodelled.
+var modelledEtcdFlags = map[string]bool{
+	"name": true, "data-dir": true,
+	"listen-client-urls": true, "advertise-client-urls": true,
+	"listen-peer-urls": true, "initial-advertise-peer-urls": true,
+	"initial-cluster": true, "initial-cluster-state": true, "initial-cluster-token": true,
+	"cert-file": true, "key-file": true, "trusted-ca-file": true, "client-cert-auth": true,
+	"peer-cert-file": true, "peer-key-file": true, "peer-trusted-ca-file": true, "peer-client-cert-auth": true,
+	"log-level": true, // the simulator's own logger (etcdLogger)
+}
+
+// hostFlags maps a production command line into host h: a value that is a
+// host path ("/etc/stratum/pki/...") becomes h's real path. It returns the
+// mapped arguments and the flags by name ("true" for a flag without a value).
+func (h *Host) hostFlags(args []string) ([]string, map[string]string, error) {
+	out := make([]string, 0, len(args))
+	flags := map[string]string{}
+	for _, a := range args {
+		k, v, hasValue := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		if !strings.HasPrefix(a, "--") || k == "" {
+			return nil, nil, fmt.Errorf("command-line argument %q is not a --flag", a)
+		}
+		if !hasValue {
+			flags[k] = "true"
+			out = append(out, a)
+			continue
+		}
+		if strings.HasPrefix(v, "/") {
+			v = h.Path(v)
+		}
+		flags[k] = v
+		out = append(out, "--"+k+"="+v)
+	}
+	return out, flags, nil
+}
+
 func (h *Host) etcdSpec() (etcdSpec, error) {
 	st, err := nodestate.Load(h.files)
 	if err != nil {
 		return etcdSpec{}, fmt.Errorf("start etcd on %s: %w", h.name, err)
 	}
-	if st.Etcd.InitialCluster == "" || st.Etcd.InitialClusterState == "" {
-		return etcdSpec{}, fmt.Errorf("start etcd on %s: node state %s has no etcd initial cluster", h.name, nodestate.Path)
+	prod, err := controlplane.EtcdArgs(st)
+	if err != nil {
+		return etcdSpec{}, fmt.Errorf("start etcd on %s: %w", h.name, err)
+	}
+	args, f, err := h.hostFlags(prod)
+	if err != nil {
+		return etcdSpec{}, fmt.Errorf("start etcd on %s: %w", h.name, err)
+	}
+	for k := range f {
+		if !modelledEtcdFlags[k] {
+			return etcdSpec{}, fmt.Errorf("start etcd on %s: the simulator does not model etcd's --%s (controlplane.EtcdArgs): model it in sim/etcd.go", h.name, k)
+		}
 	}
 	return etcdSpec{
-		name:           st.Etcd.Name,
-		clientURL:      h.ClientURL(),
-		peerURL:        h.PeerURL(),
-		initialCluster: st.Etcd.InitialCluster,
-		state:          st.Etcd.InitialClusterState,
-		dataDir:        h.Path(version.EtcdDataDir),
-		caFile:         h.Path(version.PKIFile("etcd/ca.crt")),
-		serverCert:     h.Path(version.PKIFile("etcd/server.crt")),
-		serverKey:      h.Path(version.PKIFile("etcd/server.key")),
-		peerCert:       h.Path(version.PKIFile("etcd/peer.crt")),
-		peerKey:        h.Path(version.PKIFile("etcd/peer.key")),
-		timing:         h.cluster.cfg.Etcd,
+		args:               args,
+		name:               f["name"],
+		clientURL:          f["advertise-client-urls"],
+		listenClientURL:    f["listen-client-urls"],
+		peerURL:            f["initial-advertise-peer-urls"],
+		listenPeerURL:      f["listen-peer-urls"],
+		initialCluster:     f["initial-cluster"],
+		state:              f["initial-cluster-state"],
+		token:              f["initial-cluster-token"],
+		dataDir:            f["data-dir"],
+		caFile:             f["trusted-ca-file"],
+		peerCAFile:         f["peer-trusted-ca-file"],
+		serverCert:         f["cert-file"],
+		serverKey:          f["key-file"],
+		peerCert:           f["peer-cert-file"],
+		peerKey:            f["peer-key-file"],
+		clientCertAuth:     f["client-cert-auth"] == "true",
+		peerClientCertAuth: f["peer-client-cert-auth"] == "true",
+		timing:             h.cluster.cfg.Etcd,
 		onPublishRetry: func(errText string) {
 			if strings.Contains(errText, "timed out") {
 				h.cluster.events.Record(h.name, "service", "etcd: publish of this member timed out (it served no client meanwhile); etcd retries it")
@@ -181,20 +246,26 @@ func launchEmbeddedEtcd(s etcdSpec, onRemoved func(*embeddedEtcd)) (*embeddedEtc
 	cfg := embed.NewConfig()
 	cfg.Name = s.name
 	cfg.Dir = s.dataDir
-	cu, _ := url.Parse(s.clientURL)
-	pu, _ := url.Parse(s.peerURL)
-	cfg.ListenClientUrls = []url.URL{*cu}
-	cfg.AdvertiseClientUrls = []url.URL{*cu}
-	cfg.ListenPeerUrls = []url.URL{*pu}
-	cfg.AdvertisePeerUrls = []url.URL{*pu}
+	urls := map[string][]url.URL{}
+	for what, v := range map[string]string{"listen client": s.listenClientURL, "advertise client": s.clientURL, "listen peer": s.listenPeerURL, "advertise peer": s.peerURL} {
+		us, err := types.NewURLs(strings.Split(v, ","))
+		if err != nil {
+			return nil, fmt.Errorf("start embedded etcd %s: %s URLs %q: %w", s.name, what, v, err)
+		}
+		urls[what] = us
+	}
+	cfg.ListenClientUrls = urls["listen client"]
+	cfg.AdvertiseClientUrls = urls["advertise client"]
+	cfg.ListenPeerUrls = urls["listen peer"]
+	cfg.AdvertisePeerUrls = urls["advertise peer"]
 	cfg.ListenMetricsUrls = nil
 	cfg.InitialCluster = s.initialCluster
 	cfg.ClusterState = s.state
-	cfg.InitialClusterToken = "stratum"
+	cfg.InitialClusterToken = s.token
 	cfg.TickMs = uint(s.timing.HeartbeatMs)
 	cfg.ElectionMs = uint(s.timing.ElectionMs)
-	cfg.ClientTLSInfo = transport.TLSInfo{CertFile: s.serverCert, KeyFile: s.serverKey, TrustedCAFile: s.caFile, ClientCertAuth: true}
-	cfg.PeerTLSInfo = transport.TLSInfo{CertFile: s.peerCert, KeyFile: s.peerKey, TrustedCAFile: s.caFile, ClientCertAuth: true}
+	cfg.ClientTLSInfo = transport.TLSInfo{CertFile: s.serverCert, KeyFile: s.serverKey, TrustedCAFile: s.caFile, ClientCertAuth: s.clientCertAuth}
+	cfg.PeerTLSInfo = transport.TLSInfo{CertFile: s.peerCert, KeyFile: s.peerKey, TrustedCAFile: s.peerCAFile, ClientCertAuth: s.peerClientCertAuth}
 	adds := &peerAdds{}
 	lg := adds.watching(etcdLogger(s.name))
 	if s.onPublishRetry != nil {
@@ -454,24 +525,13 @@ func launchProcessEtcd(s etcdSpec, etcdVersion, logPath string) (*processEtcd, e
 	if err != nil {
 		return nil, err
 	}
-	args := []string{
-		"--name=" + s.name,
-		"--data-dir=" + s.dataDir,
-		"--listen-client-urls=" + s.clientURL,
-		"--advertise-client-urls=" + s.clientURL,
-		"--listen-peer-urls=" + s.peerURL,
-		"--initial-advertise-peer-urls=" + s.peerURL,
-		"--initial-cluster=" + s.initialCluster,
-		"--initial-cluster-state=" + s.state,
-		"--initial-cluster-token=stratum",
-		"--cert-file=" + s.serverCert, "--key-file=" + s.serverKey,
-		"--trusted-ca-file=" + s.caFile, "--client-cert-auth",
-		"--peer-cert-file=" + s.peerCert, "--peer-key-file=" + s.peerKey,
-		"--peer-trusted-ca-file=" + s.caFile, "--peer-client-cert-auth",
+	// The production command line, then the simulator's timing and a
+	// quieter log (a later flag wins).
+	args := append(slices.Clone(s.args),
 		fmt.Sprintf("--heartbeat-interval=%d", s.timing.HeartbeatMs),
 		fmt.Sprintf("--election-timeout=%d", s.timing.ElectionMs),
 		"--log-level=error",
-	}
+	)
 	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"stratum.dev/stratum/internal/assets/assetstest"
+	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/version"
 )
 
@@ -289,4 +290,41 @@ func TestStoppedMemberConnectionsDie(t *testing.T) {
 	if _, err := cli.Put(ctx, "/after-restarts", "x"); err != nil {
 		t.Fatalf("the cluster after both restarts: %v", err)
 	}
+}
+
+// TestMemberRunsWhatItsNodeStateSays: a member is started from the command
+// line a real host runs (controlplane.EtcdArgs of its node state), so a node
+// state whose client URL names another address makes the member listen
+// there and not on the host's own; it once listened on the host's address
+// whatever the node state said, and such a node state passed every
+// simulated test.
+func TestMemberRunsWhatItsNodeStateSays(t *testing.T) {
+	c := Start(t, Config{ControlPlanes: 1})
+	cp1 := c.Host("cp1")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cp1.StopEtcd()
+	st, err := nodestate.Load(cp1.Files())
+	if err != nil {
+		t.Fatal(err)
+	}
+	elsewhere := "127.0.0.254:" + fmt.Sprint(version.EtcdClientPort)
+	st.Etcd.ClientURL = "https://" + elsewhere
+	if err := nodestate.Save(cp1.Files(), st); err != nil {
+		t.Fatal(err)
+	}
+	if err := cp1.StartEtcd(ctx); err != nil {
+		t.Logf("start with the client URL elsewhere: %v", err)
+	}
+	defer cp1.StopEtcd()
+	own := net.JoinHostPort(cp1.IP().String(), fmt.Sprint(version.EtcdClientPort))
+	if conn, err := net.DialTimeout("tcp", own, time.Second); err == nil {
+		conn.Close()
+		t.Fatalf("the member listens on the host's own %s although its node state names %s", own, elsewhere)
+	}
+	conn, err := net.DialTimeout("tcp", elsewhere, time.Second)
+	if err != nil {
+		t.Fatalf("the member does not listen on %s, the client URL its node state names: %v", elsewhere, err)
+	}
+	conn.Close()
 }
