@@ -63,6 +63,11 @@ var UpCheckpoints = append(append([]string{CheckpointUpStart, CheckpointUpAfterC
 // starts a control plane then publishes, idempotently, what a joiner needs
 // (cluster-info with the CA, the certs-reader grant and its fence policy),
 // so a first run that failed after saving its state is finished by the next.
+// On a node that had saved state that publication is best effort: its
+// failure is a warning, never a reason to stop the control plane it started
+// (etcd refusing writes under a NOSPACE alarm, an admission webhook whose
+// pods are down: a supervisor under systemd tore down a serving control
+// plane, restarted it and tore it down again, for as long as writes failed).
 func (n *Node) Up(ctx context.Context, o BootstrapOptions) (*nodestate.NodeState, error) {
 	h := n.env.Host
 	if err := n.refuseResetUnderWay("stratum up"); err != nil {
@@ -87,6 +92,9 @@ func (n *Node) Up(ctx context.Context, o BootstrapOptions) (*nodestate.NodeState
 		if saved, err = nodestate.Load(h); err != nil { // as it is under the locks
 			return nil, Refusal(err)
 		}
+		if err := refuseMissingEtcdData(h, saved); err != nil { // before the VIP is recorded
+			return nil, err
+		}
 		if err := n.adoptVIP(saved, o.VIP); err != nil {
 			return saved, err
 		}
@@ -106,11 +114,26 @@ func (n *Node) Up(ctx context.Context, o BootstrapOptions) (*nodestate.NodeState
 	if err != nil {
 		return st, err
 	}
-	if err := n.publishForJoiners(ctx, st); err != nil {
-		return st, err
+	if saved == nil {
+		if err := n.publishForJoiners(ctx, st, publishForJoinersWithin); err != nil {
+			return st, err
+		}
+	} else if err := n.publishForJoiners(ctx, st, republishForJoinersWithin); err != nil {
+		n.log.Warn("what joiners need was not published again; the control plane runs", "err", err)
+		if n.env.Progress != nil {
+			n.env.Progress(fmt.Sprintf("warning: %v; the control plane runs, and joins use what was published before", err))
+		}
 	}
 	return st, n.checkpoint(ctx, CheckpointUpAfterPublish)
 }
+
+// How long publishForJoiners retries: at a bootstrap, while the new
+// apiserver's bootstrap settles; at a restart, briefly, since what it
+// publishes is there from the node's bring-up.
+const (
+	publishForJoinersWithin   = time.Minute
+	republishForJoinersWithin = 10 * time.Second
+)
 
 // CheckVIP refuses a VIP that is not an IPv4 address. The VIP is held by
 // adding it to an interface and announcing it by gratuitous ARP, which is
@@ -236,7 +259,7 @@ func (r *bootstrapRun) refuse(ctx context.Context) error {
 			return fmt.Errorf("stratum up refused: node IP %s (from %s): %w; nothing was changed: pass --node-ip with an address of this host", ip, c.Source, err)
 		}
 	}
-	if err := r.netc.CheckNodeIP(ip); err != nil {
+	if err := r.netc.CheckNodeIP(ip, true); err != nil {
 		return fmt.Errorf("stratum up refused: %w; nothing was changed", err)
 	}
 	if o.VIP.Address != "" && o.VIP.Address == ip {
@@ -368,7 +391,7 @@ func (n *Node) writeLeaves(leaves map[string][]byte) error {
 // publishForJoiners publishes what a joiner needs before any grant is
 // minted: the CA in cluster-info, the certs-reader grant and its fence
 // policy. Idempotent: every `stratum up` runs it.
-func (n *Node) publishForJoiners(ctx context.Context, st *nodestate.NodeState) error {
+func (n *Node) publishForJoiners(ctx context.Context, st *nodestate.NodeState, within time.Duration) error {
 	caPEM, err := n.env.Host.ReadFile(version.PKIFile("ca.crt"))
 	if err != nil {
 		return fmt.Errorf("publish cluster-info for joiners: read the cluster CA: %w", err)
@@ -377,7 +400,7 @@ func (n *Node) publishForJoiners(ctx context.Context, st *nodestate.NodeState) e
 	if err != nil {
 		return err
 	}
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.Now().Add(within)
 	for {
 		err = discovery.Publish(ctx, cs, st.Server, caPEM)
 		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
@@ -389,7 +412,7 @@ func (n *Node) publishForJoiners(ctx context.Context, st *nodestate.NodeState) e
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("publish cluster-info for joiners: %w; the control plane runs: re-run `stratum up` to retry", err)
+		return fmt.Errorf("publish cluster-info for joiners: %w (after %s); the control plane runs: re-run `stratum up` to retry", err, within)
 	}
 	if err := n.GrantCertsReader(ctx, cs); err != nil {
 		return fmt.Errorf("grant joiners read access to the shared certificates: %w; the control plane runs: re-run `stratum up` to retry", err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -244,7 +245,7 @@ func clusterVerdict(res []EtcdMemberHealth) error {
 			problems = append(problems, fmt.Sprintf("%s (member %x) names leader %x, others %x", m.Endpoint, m.ID, m.Leader, leader))
 		}
 		if m.Err == nil && len(m.Alarms) > 0 {
-			problems = append(problems, fmt.Sprintf("%s (member %x) raised alarms %v", m.Endpoint, m.ID, m.Alarms))
+			problems = append(problems, fmt.Sprintf("%s (member %x) raised alarms %v%s", m.Endpoint, m.ID, m.Alarms, alarmAdvice(m.Alarms)))
 		}
 	}
 	if len(votes) > 1 {
@@ -254,6 +255,23 @@ func clusterVerdict(res []EtcdMemberHealth) error {
 		return fmt.Errorf("etcd cluster is not healthy: %s; wait for it to recover (heal the network, restart or clear the named members) and check again", strings.Join(problems, "; "))
 	}
 	return nil
+}
+
+// alarmAdvice says what clears an etcd alarm, which no wait or restart does:
+// NOSPACE (the backend reached its quota; every write is refused, Lease
+// renewals with them, so the VIP is held nowhere) and CORRUPT.
+func alarmAdvice(alarms []string) string {
+	var advice []string
+	if slices.Contains(alarms, "NOSPACE") {
+		advice = append(advice, "NOSPACE stays until the space is freed and the alarm disarmed: compact to the current revision, defragment every member one at a time, then disarm (etcdctl compact <revision>; etcdctl defrag --endpoints <each member>; etcdctl alarm disarm), with the etcd CA and the apiserver's etcd client certificate from /etc/stratum/pki")
+	}
+	if slices.Contains(alarms, "CORRUPT") {
+		advice = append(advice, "CORRUPT means a member's data differs from the others': take the named member out (`stratum etcd member remove`) and rejoin it with empty data (`stratum etcd rejoin --server <a healthy member's IP>` on it)")
+	}
+	if len(advice) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(advice, "; ") + ")"
 }
 
 // EtcdStorageAt is the package-level EtcdStorageAt on this node. The member

@@ -20,9 +20,12 @@ import (
 	"stratum.dev/stratum/sim"
 )
 
-// nodeOn is the ha node on a simulated host, as the simulator builds it.
+// nodeOn is the ha node on a simulated host, as the simulator builds it:
+// one Handle, the operation's process, for its calls and its checkpoints
+// (a CrashCommandAt kills the Handle that reaches the checkpoint).
 func nodeOn(h *sim.Host) *ha.Node {
-	return ha.NewNode(ha.Env{Host: h.Handle(), Checkpoint: h.Handle().Checkpoint})
+	d := h.Handle()
+	return ha.NewNode(ha.Env{Host: d, Checkpoint: d.Checkpoint})
 }
 
 // logBuffer is a slog destination a test can read.

@@ -45,7 +45,8 @@ const neverPublishedWithin = 2 * time.Second
 //
 // A member that has served before (the node state's Etcd.Started) is not
 // started on a data directory without etcd's data (refuseMissingEtcdData);
-// one that serves for the first time is recorded as started.
+// one that serves for the first time is recorded as started, a failure to
+// record it an error (etcd runs on; a re-run records it).
 func (n *Node) startEtcd(ctx context.Context, st *nodestate.NodeState) error {
 	if err := refuseMissingEtcdData(n.env.Host, st); err != nil {
 		return err
@@ -56,9 +57,10 @@ func (n *Node) startEtcd(ctx context.Context, st *nodestate.NodeState) error {
 	if !st.Etcd.Started {
 		st.Etcd.Started = true
 		if err := nodestate.Save(n.env.Host, st); err != nil {
-			// etcd serves: the start stands, unguarded until a later one
-			// records it.
-			n.log.Warn("etcd started, but the node state does not record it yet: a later start records it", "err", err)
+			// A disk failure is said, never swallowed; a re-run records it
+			// (etcd runs on).
+			st.Etcd.Started = false
+			return fmt.Errorf("start etcd: it serves, but recording that in the node state failed: %w; re-run the same command", err)
 		}
 	}
 	return nil

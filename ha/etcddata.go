@@ -50,11 +50,17 @@ func etcdDataEntries(h host.Files) ([]fs.DirEntry, error) {
 // leaving the old data (every Secret) on the disk and the next member's data
 // off it. It is idempotent: a re-run after a crash goes on where it stopped.
 func wipeEtcdData(h host.Files) error {
-	entries, err := etcdDataEntries(h)
+	entries, err := h.ReadDir(version.EtcdDataDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("read %s: %w", version.EtcdDataDir, err)
 	}
 	for _, e := range entries {
+		if e.Name() == lostFound && e.IsDir() {
+			continue
+		}
 		if err := h.RemoveAll(path.Join(version.EtcdDataDir, e.Name())); err != nil {
 			return err
 		}
@@ -64,8 +70,21 @@ func wipeEtcdData(h host.Files) error {
 		return err
 	}
 	err = h.Remove(version.EtcdDataDir)
-	if errors.Is(err, syscall.EBUSY) || errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, syscall.EEXIST) {
-		return nil // a mount point, or a lost+found kept: the directory stays, empty
+	switch {
+	case errors.Is(err, syscall.EBUSY):
+		return nil // a mount point: it stays, empty
+	case errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, syscall.EEXIST):
+		// Only a lost+found may be left; anything else appeared meanwhile.
+		left, lerr := h.ReadDir(version.EtcdDataDir)
+		if lerr != nil {
+			return fmt.Errorf("read %s: %w", version.EtcdDataDir, lerr)
+		}
+		for _, e := range left {
+			if e.Name() != lostFound {
+				return fmt.Errorf("%s holds %s again after it was emptied: is an etcd still running on it?", version.EtcdDataDir, e.Name())
+			}
+		}
+		return nil
 	}
 	return err
 }
@@ -92,10 +111,10 @@ func refuseMissingEtcdData(h host.Files, st *nodestate.NodeState) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, fs.ErrNotExist):
-		return Refusal(fmt.Errorf("%w: this node's etcd member %s has served on data in %s, which holds none now (%s is missing: a disk of its own not mounted?); etcd was not started, as it would start a new, empty member there (on the first control plane, a new cluster); nothing was changed: mount the disk, or put the data back, and run `stratum up` again; if the data is lost, `stratum etcd rejoin --server <a running control plane's IP>` makes this node a member again, and on the only control plane `stratum snapshot restore FILE` brings a snapshot back",
+		return Refusal(fmt.Errorf("%w: this node's etcd member %s has served on data in %s, which holds none now (%s is missing: a disk of its own not mounted?); etcd was not started, as it would start a new, empty member there (on the first control plane, a new cluster); nothing was changed: mount the disk, or put the data back, and run the same command again; if the data is lost, `stratum etcd rejoin --server <a running control plane's IP>` makes this node a member again, and on the only control plane `stratum snapshot restore FILE` brings a snapshot back",
 			ErrEtcdDataMissing, st.Etcd.Name, version.EtcdDataDir, member))
 	default:
-		return Refusal(fmt.Errorf("%w? this node's etcd member %s has served on data in %s, and %s cannot be read (%v); etcd was not started; nothing was changed: make it readable, then run `stratum up` again", ErrEtcdDataMissing, st.Etcd.Name, version.EtcdDataDir, member, err))
+		return Refusal(fmt.Errorf("%w? this node's etcd member %s has served on data in %s, and %s cannot be read (%v); etcd was not started; nothing was changed: make it readable, then run the same command again", ErrEtcdDataMissing, st.Etcd.Name, version.EtcdDataDir, member, err))
 	}
 }
 

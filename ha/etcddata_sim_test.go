@@ -3,8 +3,10 @@ package ha_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -74,5 +76,60 @@ func TestUpRefusesAMemberWhoseDataIsNotThere(t *testing.T) {
 	}
 	if _, err := configMapClient(t, h).CoreV1().ConfigMaps("default").Get(ctx, "before-reboot", metav1.GetOptions{}); err != nil {
 		t.Fatalf("the ConfigMap written before the reboot, after it: %v", err)
+	}
+}
+
+// TestRejoinBringsBackAJoinedMemberWhoseDataIsLost: a joined control plane
+// (cp2 of three) loses its etcd data (its disk replaced, or not mounted and
+// given up on). `stratum up` refuses, advising `stratum etcd rejoin`; that
+// rejoin removes cp2's old member through the seed, adds it again, and
+// starts it on empty data, after which cp2 is a voter and starts again. The
+// rejoin planned only a start for a member the seed still lists and the
+// state records as joined, which the missing data refused again, forever.
+func TestRejoinBringsBackAJoinedMemberWhoseDataIsLost(t *testing.T) {
+	t.Parallel() // its own simulated cluster
+	assetstest.Require(t)
+	c := sim.Start(t, sim.Config{ControlPlanes: 3, APIServers: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cp2 := c.Host("cp2")
+	// A start through stratum records that the member has served.
+	if _, err := joinNodeOn(cp2).StartControlPlane(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cp2.Crash()
+	data := cp2.Path(version.EtcdDataDir)
+	if err := os.RemoveAll(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(data, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	_, err := joinNodeOn(cp2).StartControlPlane(ctx)
+	if !errors.Is(err, ha.ErrEtcdDataMissing) || !strings.Contains(err.Error(), "stratum etcd rejoin --server") {
+		t.Fatalf("stratum up on cp2 with its data lost: %v; want ErrEtcdDataMissing advising a rejoin", err)
+	}
+	var out syncBuffer
+	if err := reportingNodeOn(cp2, &out).RejoinEtcd(ctx, &out, c.Host("cp1").IP().String(), false); err != nil {
+		t.Fatalf("the rejoin the refusal advises: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "member-remove, member-add, state-save, start") {
+		t.Errorf("the rejoin's plan:\n%s\nwant member-remove, member-add, state-save, start", out.String())
+	}
+	ms, err := c.Host("cp1").EtcdMembers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range ms {
+		got = append(got, fmt.Sprintf("%s learner=%t", m.Name, m.IsLearner))
+	}
+	slices.Sort(got)
+	if want := []string{"cp1 learner=false", "cp2 learner=false", "cp3 learner=false"}; !slices.Equal(got, want) {
+		t.Fatalf("members after the rejoin: %v, want %v", got, want)
+	}
+	cp2.Crash()
+	if _, err := joinNodeOn(cp2).StartControlPlane(ctx); err != nil {
+		t.Fatalf("stratum up on cp2 after the rejoin: %v", err)
 	}
 }

@@ -89,6 +89,22 @@ func TestWipeEtcdDataKeepsALinkAndALostFound(t *testing.T) {
 			}
 		}
 	})
+	// A write probe a crashed join left (checkWritable's) is not data, yet
+	// a wipe removes it with the rest: the plain directory goes.
+	t.Run("plain directory with a write probe", func(t *testing.T) {
+		files := &host.Dir{Root: t.TempDir()}
+		data := files.Path(version.EtcdDataDir)
+		etcdDataFixture(t, data)
+		if err := os.WriteFile(filepath.Join(data, writeProbe), []byte("ok"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := wipeEtcdData(files); err != nil {
+			t.Fatalf("wipe: %v", err)
+		}
+		if _, err := os.Lstat(data); !os.IsNotExist(err) {
+			t.Fatalf("a plain data directory with a write probe after the wipe: %v; want it gone", err)
+		}
+	})
 	t.Run("lost+found alone", func(t *testing.T) {
 		files := &host.Dir{Root: t.TempDir()}
 		data := files.Path(version.EtcdDataDir)

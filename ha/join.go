@@ -571,8 +571,8 @@ func (r *joinRun) assemble(ctx context.Context) error {
 			if err := checkLocalIP(h, r.nodeIP); err != nil {
 				return fmt.Errorf("control-plane join refused: node IP %s (from %s): %w; nothing was added to etcd: pass --node-ip with an address of this host", r.nodeIP, c.Source, err)
 			}
-			if err := (netcfg.Config{ServiceCIDR: st.ServiceCIDR}).WithDefaults().CheckNodeIP(r.nodeIP); err != nil {
-				return fmt.Errorf("control-plane join refused: %w (the cluster's service CIDR); nothing was added to etcd", err)
+			if err := (netcfg.Config{ServiceCIDR: st.ServiceCIDR}).WithDefaults().CheckNodeIP(r.nodeIP, false); err != nil {
+				return fmt.Errorf("control-plane join refused: %w (the service CIDR is the cluster's); nothing was added to etcd", err)
 			}
 			st.NodeIP = r.nodeIP
 			if st.VIP.Address == "" {

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -650,5 +651,79 @@ func TestUpWithAnInitialPeerDownStillStarts(t *testing.T) {
 	}
 	if !cp2.EtcdRunning() || !cp2.APIServerRunning() {
 		t.Fatal("stratum up returned, but cp2's etcd or apiserver is not running")
+	}
+}
+
+// TestUpOfANodeWithStateServesWhenItCannotPublish: a control plane restarts
+// (`stratum up` of a node with saved state) while the cluster refuses the
+// writes its publication for joiners makes: an admission policy denies the
+// cluster-info ConfigMap's writes, as a NOSPACE alarm or a webhook whose
+// pods are down deny them. The start succeeds with a warning and the
+// control plane serves; it failed after a minute, and a supervisor under
+// systemd stopped the control plane it had started, again at each restart.
+func TestUpOfANodeWithStateServesWhenItCannotPublish(t *testing.T) {
+	t.Parallel() // its own simulated cluster
+	assetstest.Require(t)
+	c := sim.Start(t, sim.Config{Fresh: true, SpareHosts: 1, APIServers: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	h := c.Hosts()[0]
+	if _, err := joinNodeOn(h).Up(ctx, ha.BootstrapOptions{}); err != nil {
+		t.Fatalf("stratum up: %v", err)
+	}
+	admin := configMapClient(t, h)
+	policy := &admissionv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "deny-cluster-info-writes"},
+		Spec: admissionv1.ValidatingAdmissionPolicySpec{
+			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionv1.RuleWithOperations{
+					Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
+					Rule:       admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}},
+				},
+			}}},
+			Validations: []admissionv1.Validation{{Expression: "object.metadata.name != 'cluster-info'", Message: "cluster-info writes refused by the test"}},
+		},
+	}
+	if _, err := admin.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	binding := &admissionv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "deny-cluster-info-writes"},
+		Spec:       admissionv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: policy.Name, ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny}},
+	}
+	if _, err := admin.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Enforced once a dry-run write of cluster-info is refused.
+	for {
+		cm, err := admin.CoreV1().ConfigMaps("kube-public").Get(ctx, "cluster-info", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.CoreV1().ConfigMaps("kube-public").Update(ctx, cm, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil && strings.Contains(err.Error(), "refused by the test") {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the admission policy was never enforced")
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+
+	h.Crash()
+	var progress syncBuffer
+	d := h.Handle()
+	n := ha.NewNode(ha.Env{Host: d, Checkpoint: d.Checkpoint, Progress: func(s string) { fmt.Fprintln(&progress, s) }})
+	if _, err := n.Up(ctx, ha.BootstrapOptions{}); err != nil {
+		t.Fatalf("stratum up of a node with state while cluster-info writes are refused: %v; want it to serve", err)
+	}
+	if !strings.Contains(progress.String(), "warning: publish cluster-info for joiners") {
+		t.Errorf("the start did not warn that it could not publish:\n%s", progress.String())
+	}
+	if !h.EtcdRunning() || !h.APIServerRunning() {
+		t.Fatalf("after the start etcd runs %t, the apiserver %t; want both", h.EtcdRunning(), h.APIServerRunning())
+	}
+	if _, err := configMapClient(t, h).CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the apiserver after the start: %v", err)
 	}
 }

@@ -203,6 +203,10 @@ type rejoinObservation struct {
 	StateJoined bool
 	// DataDirEmpty: the etcd data directory is absent or empty.
 	DataDirEmpty bool
+	// DataLost: the node state records a member that has served
+	// (Etcd.Started), and its data directory holds nothing: a disk lost or
+	// replaced. Its member cannot start again on no data.
+	DataLost bool
 	// Running: some control-plane service runs on this node.
 	Running bool
 	// SeedMemberIPs are the client hosts of the seed's started members:
@@ -213,13 +217,13 @@ type rejoinObservation struct {
 // planRejoin returns the steps a rejoin has left, from what it observes. A
 // node whose member the seed knows and whose local data belongs to the
 // seed's cluster (its running etcd says so, or its saved state does) only
-// needs starting and promoting. Anything else is stale data: stop what
-// runs, remove the data, drop a started member of ours from the seed (it
-// cannot be re-added while it is there), add this node (an unstarted
-// learner of ours is taken as the add), record it, start.
+// needs starting and promoting, unless its data is lost (DataLost). Anything
+// else is stale data: stop what runs, remove the data, drop a started member
+// of ours from the seed (it cannot be re-added while it is there), add this
+// node (an unstarted learner of ours is taken as the add), record it, start.
 func planRejoin(o rejoinObservation) []rejoinStep {
 	belongs := o.LocalClusterID == o.SeedClusterID || o.LocalClusterID == "" && o.StateJoined
-	if o.Self != seedNone && belongs {
+	if o.Self != seedNone && belongs && !o.DataLost {
 		return []rejoinStep{rejoinStart}
 	}
 	var steps []rejoinStep
@@ -341,6 +345,7 @@ func (n *Node) observeRejoin(ctx context.Context, st *nodestate.NodeState, cp1IP
 		return o, fmt.Errorf("etcd rejoin: read %s: %w; nothing was changed", version.EtcdDataDir, err)
 	}
 	o.DataDirEmpty = len(held) == 0
+	o.DataLost = o.DataDirEmpty && st.Etcd.Started
 	for _, s := range controlPlaneServices {
 		if ss, err := n.env.Host.ServiceStatus(ctx, s); err == nil && ss.Running {
 			o.Running = true

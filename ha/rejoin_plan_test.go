@@ -35,6 +35,12 @@ func TestPlanRejoin(t *testing.T) {
 		{"started, not yet promoted, etcd down",
 			rejoinObservation{SeedClusterID: seed, Self: seedStarted, StateJoined: true},
 			"start"},
+		// A joined member's disk lost or not mounted: its member is still
+		// the seed's, its state says joined, but it cannot start on no
+		// data (up refuses it, ErrEtcdDataMissing, and advises this).
+		{"a member of the seed whose data is lost",
+			rejoinObservation{SeedClusterID: seed, Self: seedStarted, StateJoined: true, DataDirEmpty: true, DataLost: true},
+			"member-remove member-add state-save start"},
 		{"already a member of the seed's cluster, running",
 			rejoinObservation{SeedClusterID: seed, Self: seedStarted, LocalClusterID: seed, Running: true},
 			"start"},

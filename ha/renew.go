@@ -1,6 +1,7 @@
 package ha
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -81,7 +82,9 @@ func (n *Node) RenewCerts(ctx context.Context) (written, restarted []string, err
 	if ip == nil {
 		return nil, nil, fmt.Errorf("certs renew: node state %s has no usable node IP (%q); nothing was changed", nodestate.Path, st.NodeIP)
 	}
-	certs, newKeys, err := pki.RenewNodeLeaves(shared, h.Name(), ip, sans, h.Now(), func(name string) ([]byte, error) {
+	// Named as the node state records the node, as at its bring-up: the
+	// hostname now may have changed since, or be a boot's "localhost".
+	certs, newKeys, err := pki.RenewNodeLeaves(shared, cmp.Or(st.NodeName, h.Name()), ip, sans, h.Now(), func(name string) ([]byte, error) {
 		return h.ReadFile(version.PKIFile(name))
 	})
 	if err != nil {
@@ -153,6 +156,9 @@ func (n *Node) restartOntoRenewed(ctx context.Context) ([]string, error) {
 			return err
 		}
 		if err := h.RestartService(ctx, s); err != nil {
+			if s == ServiceEtcd {
+				return fmt.Errorf("certs renew: restart %s onto its renewed certificates: %w; the certificates are renewed. If the other control planes' certificates have expired too (all issued the same day), this etcd finds no quorum with them until a second one is renewed: run `stratum certs renew` on the next control plane now, then re-run it here; otherwise re-run `stratum certs renew`", s, err)
+			}
 			return fmt.Errorf("certs renew: restart %s onto its renewed certificates: %w; the certificates are renewed: re-run `stratum certs renew` or restart it", s, err)
 		}
 		restarted = append(restarted, s)

@@ -249,6 +249,7 @@ func (n *Node) SnapshotRestore(ctx context.Context, w io.Writer, dbPath string) 
 		return fmt.Errorf("snapshot restore: restored etcd started, but its cluster ID could not be read: %w", err)
 	}
 	st.Etcd.ClusterID = fmt.Sprintf("%x", status.Header.ClusterId)
+	st.Etcd.Started = true // it serves on the restored data (the start recorded it too; this st is older)
 	if err := nodestate.Save(h, st); err != nil {
 		return fmt.Errorf("snapshot restore: restored and started, but the cluster ID was not recorded: %w", err)
 	}

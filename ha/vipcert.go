@@ -1,6 +1,7 @@
 package ha
 
 import (
+	"cmp"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -77,7 +78,7 @@ func (n *Node) reissueAPIServerLeaf(st *nodestate.NodeState) error {
 		return err
 	}
 	ip := net.ParseIP(st.NodeIP)
-	crt, key, err := pki.APIServerLeafFor(ca, h.Name(), ip, sans, h.Now())
+	crt, key, err := pki.APIServerLeafFor(ca, cmp.Or(st.NodeName, h.Name()), ip, sans, h.Now()) // the node's recorded name, as at its bring-up
 	if err != nil {
 		return err
 	}

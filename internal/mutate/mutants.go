@@ -525,8 +525,8 @@ var mutants = []mutant{
 	{
 		Name: "etcd-wipe-removes-the-disk",
 		File: "ha/etcddata.go",
-		Old:  "\tentries, err := etcdDataEntries(h)\n\tif err != nil {\n\t\treturn fmt.Errorf(\"read %s: %w\", version.EtcdDataDir, err)\n\t}\n\tfor _, e := range entries {",
-		New:  "\tif true {\n\t\treturn h.RemoveAll(version.EtcdDataDir)\n\t}\n\tentries, err := etcdDataEntries(h)\n\tif err != nil {\n\t\treturn fmt.Errorf(\"read %s: %w\", version.EtcdDataDir, err)\n\t}\n\tfor _, e := range entries {",
+		Old:  "func wipeEtcdData(h host.Files) error {\n",
+		New:  "func wipeEtcdData(h host.Files) error {\n\tif true {\n\t\treturn h.RemoveAll(version.EtcdDataDir)\n\t}\n",
 		Tests: [][]string{
 			{"./ha", "-run", "TestWipeEtcdData"},
 			{"./e2e", "-run", "TestHAControlPlaneOnThreeHosts"},
@@ -594,6 +594,51 @@ var mutants = []mutant{
 		New:  "if t, err := fsType(\"/tmp\"); err == nil && t == tmpfsMagic && false {",
 		Tests: [][]string{
 			{"./ha", "-run", "TestRestoreTempDirAvoidsATmpfs"},
+		},
+	},
+	{
+		Name: "rejoin-starts-a-member-whose-data-is-lost",
+		File: "ha/rejoin.go",
+		Old:  "if o.Self != seedNone && belongs && !o.DataLost {",
+		New:  "if o.Self != seedNone && belongs {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestPlanRejoin|TestRejoinBringsBackAJoinedMemberWhoseDataIsLost"},
+		},
+	},
+	{
+		Name: "restart-fails-when-it-cannot-republish",
+		File: "ha/bootstrap.go",
+		Old:  "\t} else if err := n.publishForJoiners(ctx, st, republishForJoinersWithin); err != nil {\n",
+		New:  "\t} else if err := n.publishForJoiners(ctx, st, republishForJoinersWithin); err != nil {\n\t\treturn st, err\n\t} else if false {\n",
+		Tests: [][]string{
+			{"./ha", "-run", "TestUpOfANodeWithStateServesWhenItCannotPublish"},
+		},
+	},
+	{
+		Name: "status-silent-on-expired-certificates",
+		File: "cmd/stratum/cli/services.go",
+		Old:  "if len(rep.CertificatesExpired) > 0 {",
+		New:  "if false && len(rep.CertificatesExpired) > 0 {",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestCertsCheckAndRenew"},
+		},
+	},
+	{
+		Name: "in-process-panic-ends-the-supervisor",
+		File: "internal/supervisor/supervisor.go",
+		Old:  "ch <- runRecovered(rctx, u.spec.Name, u.spec.Run)",
+		New:  "ch <- u.spec.Run(rctx)",
+		Tests: [][]string{
+			{"./internal/supervisor", "-run", "TestInProcessService"},
+		},
+	},
+	{
+		Name: "nospace-alarm-without-advice",
+		File: "ha/etcd.go",
+		Old:  "if slices.Contains(alarms, \"NOSPACE\") {",
+		New:  "if false && slices.Contains(alarms, \"NOSPACE\") {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestAlarmAdviceSaysWhatClearsIt"},
 		},
 	},
 }

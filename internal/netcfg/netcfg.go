@@ -103,7 +103,12 @@ func (c Config) Validate() error {
 // with an advertise address of another family ("service IP family must
 // match public address family"), which a join met only after its etcd
 // member add.
-func (c Config) CheckNodeIP(ip string) error {
+//
+// The hint names what to give: a node IP of the range's family (the first
+// of --node-ip v4,v6 or v6,v4 on a dual-stack node), or, when the range is
+// this node's to choose (a bootstrap, not a join of a cluster whose range
+// is set), a service CIDR of the node IP's family first.
+func (c Config) CheckNodeIP(ip string, rangeChosenHere bool) error {
 	a, err := netip.ParseAddr(ip)
 	if err != nil {
 		return fmt.Errorf("node IP %q is not an IP address", ip)
@@ -120,7 +125,11 @@ func (c Config) CheckNodeIP(ip string) error {
 	}
 	node, svc := family(a.Unmap().Is4()), family(svcs[0].Addr().Is4())
 	if node != svc {
-		return fmt.Errorf("node IP %s is IPv%d and the service CIDR %s begins with an IPv%d range: kube-apiserver needs its address and the first service range in one family: give an IPv%d node IP (--node-ip), or a service CIDR whose first range is IPv%d", ip, node, c.ServiceCIDR, svc, svc, node)
+		hint := fmt.Sprintf("give an IPv%d node IP (--node-ip; on a dual-stack node its IPv%d address first)", svc, svc)
+		if rangeChosenHere {
+			hint += fmt.Sprintf(", or a service CIDR whose first range is IPv%d", node)
+		}
+		return fmt.Errorf("node IP %s is IPv%d and the service CIDR %s begins with an IPv%d range: kube-apiserver needs its address and the first service range in one family: %s", ip, node, c.ServiceCIDR, svc, hint)
 	}
 	return nil
 }

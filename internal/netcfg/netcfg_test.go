@@ -111,13 +111,22 @@ func TestCheckNodeIP(t *testing.T) {
 		{"10.0.0.11", "10.96.0.0/12,fd00:10::/108", ""},
 		{"fd00::11", "fd00:10::/108,10.96.0.0/12", ""},
 		{"fd00::11", "", "node IP fd00::11 is IPv6 and the service CIDR 10.96.0.0/12 begins with an IPv4 range"},
-		{"fd00::11", "10.96.0.0/12,fd00:10::/108", "give an IPv4 node IP (--node-ip), or a service CIDR whose first range is IPv6"},
+		{"fd00::11", "10.96.0.0/12,fd00:10::/108", "give an IPv4 node IP (--node-ip; on a dual-stack node its IPv4 address first), or a service CIDR whose first range is IPv6"},
 		{"10.0.0.11", "fd00:10::/108", "node IP 10.0.0.11 is IPv4"},
 		{"nonsense", "", "not an IP address"},
 	} {
-		err := Config{ServiceCIDR: c.svc}.WithDefaults().CheckNodeIP(c.ip)
+		err := Config{ServiceCIDR: c.svc}.WithDefaults().CheckNodeIP(c.ip, true)
 		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
 			t.Errorf("CheckNodeIP(%s) with service CIDR %q = %v, want %q", c.ip, c.svc, err, c.want)
 		}
+	}
+}
+
+// TestCheckNodeIPOfAJoin: a joiner cannot change the cluster's service
+// range, so its refusal names only the node IP to give.
+func TestCheckNodeIPOfAJoin(t *testing.T) {
+	err := Config{}.WithDefaults().CheckNodeIP("fd00::12", false)
+	if err == nil || !strings.Contains(err.Error(), "give an IPv4 node IP") || strings.Contains(err.Error(), "or a service CIDR") {
+		t.Fatalf("CheckNodeIP of a join = %v; want the node IP alone as the remedy", err)
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"strings"
@@ -632,6 +633,19 @@ func (u *unit) setRunning(pid int, since time.Time, err error) {
 	u.mu.Unlock()
 }
 
+// runRecovered runs an in-process service, its panic taken as its exit with
+// an error (the stack in it), which the supervisor restarts as any other:
+// a panic left to itself ended stratum, and every child with it by their
+// parent-death signal.
+func runRecovered(ctx context.Context, name string, run func(context.Context) error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%s panicked: %v\n%s", name, p, debug.Stack())
+		}
+	}()
+	return run(ctx)
+}
+
 // launch starts one instance. exited receives its exit (nil for a clean
 // one); stop ends it and waits.
 func (u *unit) launch(ctx context.Context) (exited <-chan error, stop func(), err error) {
@@ -641,7 +655,7 @@ func (u *unit) launch(ctx context.Context) (exited <-chan error, stop func(), er
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			ch <- u.spec.Run(rctx)
+			ch <- runRecovered(rctx, u.spec.Name, u.spec.Run)
 		}()
 		u.setRunning(0, time.Now(), nil)
 		return ch, func() {

@@ -214,6 +214,37 @@ func TestInProcessServiceRestartsAndStops(t *testing.T) {
 	}
 }
 
+// TestInProcessServiceThatPanicsIsRestarted: a panic in an in-process
+// service (the VIP candidate, the operator) is its exit with an error naming
+// the panic, and the supervisor restarts it; it ended stratum, and every
+// child with it by their parent-death signal.
+func TestInProcessServiceThatPanicsIsRestarted(t *testing.T) {
+	runs := make(chan struct{}, 10)
+	var n atomic.Int32
+	s, _ := newSup(t, Spec{Name: "task", Run: func(ctx context.Context) error {
+		runs <- struct{}{}
+		if n.Add(1) == 1 {
+			var m map[string]int
+			m["nil map"] = 1 // panics
+		}
+		<-ctx.Done()
+		return nil
+	}})
+	if err := s.StartService(context.Background(), "task"); err != nil {
+		t.Fatal(err)
+	}
+	<-runs
+	select {
+	case <-runs:
+	case <-time.After(5 * time.Second):
+		t.Fatal("an in-process service that panicked was not restarted")
+	}
+	if st, err := s.ServiceStatus(context.Background(), "task"); err != nil || !st.Running {
+		t.Fatalf("status after the restart = %+v, %v; want running", st, err)
+	}
+	s.Shutdown()
+}
+
 func TestControlSocket(t *testing.T) {
 	s, _ := newSup(t, Spec{Name: "svc", Command: shell("sleep 1000")})
 	sock := filepath.Join(t.TempDir(), "run", "supervisor.sock")

@@ -224,10 +224,11 @@ func (a *NetlinkAnnouncer) keep(link netlink.Link, addr *netlink.Addr, name stri
 				remade := false
 				if cur, err := nh.LinkByName(name); err == nil && cur.Attrs().Index != link.Attrs().Index {
 					link, remade = cur, true
-					if ga != nil {
-						ga.close()
-						ga, _ = dialGARP(name, a.Addr) // a failure: nil, no re-announcements until the next remake
-					}
+					ga.close()
+					ga = nil
+				}
+				if ga == nil && a.Reannounce > 0 {
+					ga, _ = dialGARP(name, a.Addr) // a failure: nil, dialled again next tick
 				}
 				_ = nh.AddrReplace(link, addr) // a failure is retried next tick; the lifetime bounds the damage
 				if dropped || remade {

@@ -112,6 +112,30 @@ func nodeCertificates(h host.Host, now time.Time) ([]certInfo, error) {
 	return out, nil
 }
 
+// certsDue are this node's certificates that expire within certExpiryWarn
+// of now (soon) or have expired, each as a line naming it and its date. A
+// year after a cluster's bring-up every leaf of it expires within minutes;
+// `status` and the supervisor say so ahead, where only `certs check`, run
+// by hand, did: the first sign was the VIP held nowhere.
+func certsDue(h host.Host, now time.Time) (soon, expired []string, err error) {
+	certs, err := nodeCertificates(h, now)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, c := range certs {
+		switch {
+		case c.Expired:
+			expired = append(expired, fmt.Sprintf("%s expired on %s", c.Name, c.NotAfter.Format(time.RFC3339)))
+		case c.NotAfter.Sub(now) < certExpiryWarn:
+			soon = append(soon, fmt.Sprintf("%s expires on %s (in %d days)", c.Name, c.NotAfter.Format(time.RFC3339), c.DaysLeft))
+		}
+	}
+	return soon, expired, nil
+}
+
+// certsRenewAdvice is what to do about certificates certsDue names.
+const certsRenewAdvice = "run `stratum certs renew` on each control plane in turn (`stratum certs check` lists them all)"
+
 // buildCertsReport is what `certs check -o json` and the MCP tool report:
 // this node's certificates, the shared certificates' key age (or why it is
 // unknown), and the problems `certs check` exits 1 for.

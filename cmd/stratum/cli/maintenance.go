@@ -149,7 +149,10 @@ the supervisor so they use them. The CAs are not touched, and each leaf keeps it
 key (as kubeadm's renewal does; a key that is missing is made anew), so a renewal stopped
 part-way never leaves a certificate beside another key. It holds the node's
 maintenance lock. "stratum certs check" shows what expires when; run this on each
-control plane in turn, one at a time.`,
+control plane in turn, one at a time, before they expire. Once every control plane's
+certificates have expired (all issued the same day), a renewed etcd finds no quorum
+with the expired others: renew the next control plane at once, without waiting for
+the first to finish; quorum returns with the second.`,
 		Example: `  stratum certs check
   stratum certs renew`,
 		Args: usageArgs(cobra.NoArgs),

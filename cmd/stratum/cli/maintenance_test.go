@@ -131,10 +131,22 @@ func TestCertsCheckAndRenew(t *testing.T) {
 	if code != ExitOK || !strings.Contains(out, "apiserver.crt") || !strings.Contains(out, "certificate-key set at") {
 		t.Fatalf("certs check: exit %d\n%s", code, out)
 	}
+	// `status` says so ahead: a warning within 30 days of the leaves'
+	// expiry (exit 0), a problem once they have expired (exit 1).
+	cp1.SetClockOffset(350 * 24 * time.Hour)
+	code, out, errOut = runCLI(t, opts, "status")
+	if code != ExitOK || !strings.Contains(out, "warning: certificates expire soon: ") || !strings.Contains(out, "apiserver.crt expires on") || !strings.Contains(out, "stratum certs renew") {
+		t.Fatalf("status 350 days on: exit %d\n%s\n%s", code, out, errOut)
+	}
 	cp1.SetClockOffset(400 * 24 * time.Hour)
 	code, out, errOut = runCLI(t, opts, "certs", "check")
 	if code != ExitFail || !strings.Contains(errOut, "apiserver.crt expired on") || !strings.Contains(out, "apiserver.crt") {
 		t.Fatalf("certs check 400 days on: exit %d\n%s\n%s", code, out, errOut)
+	}
+	code, out, errOut = runCLI(t, opts, "status", "-o", "json")
+	var st statusReport
+	if jerr := json.Unmarshal([]byte(out), &st); code != ExitFail || jerr != nil || len(st.CertificatesExpired) == 0 || !strings.Contains(st.Problem, "certificates expired: ") {
+		t.Fatalf("status -o json 400 days on: exit %d (%v)\n%s\n%s", code, jerr, out, errOut)
 	}
 	cp1.SetClockOffset(0)
 

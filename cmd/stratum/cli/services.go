@@ -179,6 +179,11 @@ type statusReport struct {
 	// state (its bootstrap kubeconfig is left, and maybe the cluster's
 	// certificates): run its join command again, or reset the machine.
 	JoinUnfinished bool `json:"joinUnfinished,omitempty"`
+	// CertificatesExpiring are this control plane's certificates that expire
+	// within 30 days, and CertificatesExpired those that have (status exits
+	// 1 for them).
+	CertificatesExpiring []string `json:"certificatesExpiring,omitempty"`
+	CertificatesExpired  []string `json:"certificatesExpired,omitempty"`
 	// Problem is what status exits 1 for, with what to do; absent when this
 	// node is a control plane whose supervisor runs every service.
 	Problem string `json:"problem,omitempty"`
@@ -217,6 +222,9 @@ func (rep *statusReport) problem(serr error) error {
 	}
 	if len(down) > 0 {
 		return fmt.Errorf("not running: %s (logs in %s)", strings.Join(down, ", "), controlplane.LogDir)
+	}
+	if len(rep.CertificatesExpired) > 0 {
+		return fmt.Errorf("certificates expired: %s: %s", strings.Join(rep.CertificatesExpired, "; "), certsRenewAdvice)
 	}
 	return nil
 }
@@ -265,6 +273,11 @@ func nodeStatus(ctx context.Context, n *ha.Node, h host.Host) (statusReport, err
 	default:
 		rep.Node = &nodeReport{NodeName: st.NodeName, NodeIP: st.NodeIP, Server: st.Server, VIP: st.VIP.Address,
 			EtcdPeerURL: st.Etcd.PeerURL, ClusterID: st.Etcd.ClusterID}
+		if rep.CertificatesExpiring, rep.CertificatesExpired, err = certsDue(h, h.Now()); err != nil {
+			// Reported, not fatal: the rest of the status still says
+			// what runs.
+			rep.CertificatesExpired = []string{fmt.Sprintf("the certificates cannot be read (%v)", err)}
+		}
 	}
 	return rep, nil
 }
@@ -305,11 +318,13 @@ etcd member, cluster ID), whether an interrupted join's intent journal survives 
 the same join command to recover it), and, from this node's running stratum supervisor
 ("stratum up" or "stratum server" in the foreground, or under systemd), the state of
 each service it runs: etcd, the kube-apiserver, the VIP and the operator. Exits 1 when
-no supervisor answers, a service is not running, or the machine is no control plane
+no supervisor answers, a service is not running, a certificate has expired, or the machine is no control plane
 (saying how to join it, or that a reset under way is to be finished). -o json (or yaml) prints {node:
 {nodeName, nodeIP, server, vip, etcdPeerURL, clusterID}, joinIntentSurvives,
-supervisor, supervisorError, services: [{name, running, detail}], resetUnderWay, problem}:
-problem is what it exits 1 for, with what to do.`,
+supervisor, supervisorError, services: [{name, running, detail}], resetUnderWay,
+certificatesExpiring, certificatesExpired, problem}: problem is what it exits 1 for, with
+what to do. A certificate of this node that expires within 30 days is a warning; one
+that has expired exits 1.`,
 		Example: `  stratum status
   stratum status -o json`,
 		Args: usageArgs(cobra.NoArgs),
@@ -349,6 +364,9 @@ func writeStatus(w io.Writer, rep statusReport) error {
 	}
 	if rep.JoinIntentSurvives {
 		fmt.Fprintf(w, "an interrupted join's intent journal survives (%s): re-run the same join command to recover it\n", ha.JoinIntentPath())
+	}
+	if len(rep.CertificatesExpiring) > 0 {
+		fmt.Fprintf(w, "warning: certificates expire soon: %s: %s\n", strings.Join(rep.CertificatesExpiring, "; "), certsRenewAdvice)
 	}
 	if !rep.Supervisor {
 		return nil

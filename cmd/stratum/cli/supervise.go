@@ -410,13 +410,42 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 	}
 	a.printState(done, st)
 	fmt.Fprintf(a.stdout, "supervising this control plane (logs in %s, control socket %s); SIGINT, SIGTERM or SIGHUP stops it (a second one kills what still runs)\n", controlplane.LogDir, supervisor.SocketPath)
-	select {
-	case <-ctx.Done():
-		fmt.Fprintln(a.stdout, "stopping the control plane (a second SIGINT, SIGTERM or SIGHUP kills what still runs at once)")
-	case <-sup.ExitRequested():
-		fmt.Fprintln(a.stdout, "nothing is left to run on this node (its control plane was reset): the supervisor ends")
+	a.warnCertsDue(l)
+	daily := time.NewTicker(certsDueEvery)
+	defer daily.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			fmt.Fprintln(a.stdout, "stopping the control plane (a second SIGINT, SIGTERM or SIGHUP kills what still runs at once)")
+			return nil
+		case <-sup.ExitRequested():
+			fmt.Fprintln(a.stdout, "nothing is left to run on this node (its control plane was reset): the supervisor ends")
+			return nil
+		case <-daily.C:
+			a.warnCertsDue(l)
+		}
 	}
-	return nil
+}
+
+// certsDueEvery is how often the supervisor looks at its certificates'
+// expiry (certsDue), besides at its start.
+const certsDueEvery = 24 * time.Hour
+
+// warnCertsDue logs this node's certificates that expire within 30 days (a
+// warning) or have expired (an error), with what to do, so the journal says
+// so a month ahead.
+func (a *app) warnCertsDue(h host.Host) {
+	soon, expired, err := certsDue(h, h.Now())
+	if err != nil {
+		a.log.Warn("the certificates' expiry could not be read", "err", err)
+		return
+	}
+	if len(expired) > 0 {
+		a.log.Error("certificates expired: "+strings.Join(expired, "; ")+": "+certsRenewAdvice, "expired", len(expired))
+	}
+	if len(soon) > 0 {
+		a.log.Warn("certificates expire soon: "+strings.Join(soon, "; ")+": "+certsRenewAdvice, "soon", len(soon))
+	}
 }
 
 // forceOnSecondSignal calls force (Supervisor.Force) on the second signal
