@@ -22,6 +22,9 @@ const lostFound = "lost+found"
 // there is not etcd data either.
 const writeProbe = ".stratum-write-probe"
 
+// isLostFound reports whether e is a file system's lost+found.
+func isLostFound(e fs.DirEntry) bool { return e.Name() == lostFound && e.IsDir() }
+
 // etcdDataEntries lists what the etcd data directory holds, a file system's
 // lost+found and a write probe left out. An absent directory holds nothing.
 func etcdDataEntries(h host.Files) ([]fs.DirEntry, error) {
@@ -34,7 +37,7 @@ func etcdDataEntries(h host.Files) ([]fs.DirEntry, error) {
 	}
 	held := entries[:0:0]
 	for _, e := range entries {
-		if e.Name() == lostFound && e.IsDir() || e.Name() == writeProbe {
+		if isLostFound(e) || e.Name() == writeProbe {
 			continue
 		}
 		held = append(held, e)
@@ -58,7 +61,7 @@ func wipeEtcdData(h host.Files) error {
 		return fmt.Errorf("read %s: %w", version.EtcdDataDir, err)
 	}
 	for _, e := range entries {
-		if e.Name() == lostFound && e.IsDir() {
+		if isLostFound(e) {
 			continue
 		}
 		if err := h.RemoveAll(path.Join(version.EtcdDataDir, e.Name())); err != nil {
@@ -80,7 +83,7 @@ func wipeEtcdData(h host.Files) error {
 			return fmt.Errorf("read %s: %w", version.EtcdDataDir, lerr)
 		}
 		for _, e := range left {
-			if e.Name() != lostFound {
+			if !isLostFound(e) {
 				return fmt.Errorf("%s holds %s again after it was emptied: is an etcd still running on it?", version.EtcdDataDir, e.Name())
 			}
 		}

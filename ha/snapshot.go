@@ -479,8 +479,12 @@ func restoreToScratch(st *nodestate.NodeState, dbPath string, bump uint64) (stri
 // temporary directory (newScratch, restoreTempDir); a copy of the cluster's
 // data goes nowhere else.
 func newRestoreScratch() (dir string, cleanup func(), err error) {
-	return newScratch(restoreTempDir(os.Getenv("TMPDIR"), fsTypeOf), fmt.Sprintf("%s%d-", restoreScratchPrefix, os.Getpid()), restoreScratchPrefix)
+	return newScratch(restoreScratchParent(), fmt.Sprintf("%s%d-", restoreScratchPrefix, os.Getpid()), restoreScratchPrefix)
 }
+
+// restoreScratchParent is the directory restore scratch directories are
+// made and swept in: this machine's restoreTempDir.
+func restoreScratchParent() string { return restoreTempDir(os.Getenv("TMPDIR"), fsTypeOf) }
 
 // tmpfsMagic is statfs(2)'s f_type of a tmpfs.
 const tmpfsMagic = 0x01021994
@@ -576,9 +580,7 @@ func lockScratch(dir string, how int) (*os.File, error) {
 
 // sweepRestoreScratch sweeps the restore's temporary directory's scratch
 // directories (sweepScratch, restoreTempDir).
-func sweepRestoreScratch() {
-	sweepScratch(restoreTempDir(os.Getenv("TMPDIR"), fsTypeOf), restoreScratchPrefix)
-}
+func sweepRestoreScratch() { sweepScratch(restoreScratchParent(), restoreScratchPrefix) }
 
 // sweepScratch removes the scratch directories named family* in parent that
 // no process holds any more: a restore or a snapshot save killed before its

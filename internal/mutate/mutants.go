@@ -535,8 +535,8 @@ var mutants = []mutant{
 	{
 		Name: "lost-found-taken-for-etcd-data",
 		File: "ha/etcddata.go",
-		Old:  "if e.Name() == lostFound && e.IsDir() || e.Name() == writeProbe {",
-		New:  "if e.Name() == writeProbe {",
+		Old:  "func isLostFound(e fs.DirEntry) bool { return e.Name() == lostFound && e.IsDir() }",
+		New:  "func isLostFound(e fs.DirEntry) bool { return false && e.Name() == lostFound && e.IsDir() }",
 		Tests: [][]string{
 			{"./ha", "-run", "TestWipeEtcdData"},
 			{"./e2e", "-run", "TestHAControlPlaneOnThreeHosts"},

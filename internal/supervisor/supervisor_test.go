@@ -199,18 +199,26 @@ func TestInProcessServiceRestartsAndStops(t *testing.T) {
 			return errors.New("lost the lease")
 		}
 	}})
-	if err := s.StartService(context.Background(), "task"); err != nil {
+	startThenRestarted(t, s, "task", runs, "returned")
+	s.Shutdown()
+	if st, _ := s.ServiceStatus(context.Background(), "task"); st.Running {
+		t.Fatalf("status after shutdown = %+v", st)
+	}
+}
+
+// startThenRestarted starts the in-process service name, which sends on
+// runs at each run, and fails t unless it runs a second time within 5 s,
+// after its first run ended as how says.
+func startThenRestarted(t *testing.T, s *Supervisor, name string, runs <-chan struct{}, how string) {
+	t.Helper()
+	if err := s.StartService(context.Background(), name); err != nil {
 		t.Fatal(err)
 	}
 	<-runs
 	select {
 	case <-runs:
 	case <-time.After(5 * time.Second):
-		t.Fatal("an in-process service that returned was not restarted")
-	}
-	s.Shutdown()
-	if st, _ := s.ServiceStatus(context.Background(), "task"); st.Running {
-		t.Fatalf("status after shutdown = %+v", st)
+		t.Fatalf("an in-process service that %s was not restarted", how)
 	}
 }
 
@@ -230,15 +238,7 @@ func TestInProcessServiceThatPanicsIsRestarted(t *testing.T) {
 		<-ctx.Done()
 		return nil
 	}})
-	if err := s.StartService(context.Background(), "task"); err != nil {
-		t.Fatal(err)
-	}
-	<-runs
-	select {
-	case <-runs:
-	case <-time.After(5 * time.Second):
-		t.Fatal("an in-process service that panicked was not restarted")
-	}
+	startThenRestarted(t, s, "task", runs, "panicked")
 	if st, err := s.ServiceStatus(context.Background(), "task"); err != nil || !st.Running {
 		t.Fatalf("status after the restart = %+v, %v; want running", st, err)
 	}

@@ -200,7 +200,6 @@ func (a *NetlinkAnnouncer) keep(link netlink.Link, addr *netlink.Addr, name stri
 		}
 		if a.Reannounce > 0 {
 			defer func() { ga.close() }() // the socket of the interface as it is last
-
 			t := time.NewTicker(a.Reannounce)
 			defer t.Stop()
 			arpC = t.C
@@ -209,6 +208,9 @@ func (a *NetlinkAnnouncer) keep(link netlink.Link, addr *netlink.Addr, name stri
 		// stale; a fresh lease again (its renewals came back in time)
 		// puts it back and announces it at once.
 		dropped := false
+		// redial: the ARP socket is to be opened on the interface as it is
+		// now (it was made again), until a dial succeeds.
+		redial := false
 		for {
 			select {
 			case <-stop:
@@ -225,10 +227,12 @@ func (a *NetlinkAnnouncer) keep(link netlink.Link, addr *netlink.Addr, name stri
 				if cur, err := nh.LinkByName(name); err == nil && cur.Attrs().Index != link.Attrs().Index {
 					link, remade = cur, true
 					ga.close()
-					ga = nil
+					ga, redial = nil, a.Reannounce > 0
 				}
-				if ga == nil && a.Reannounce > 0 {
-					ga, _ = dialGARP(name, a.Addr) // a failure: nil, dialled again next tick
+				if redial {
+					var err error
+					ga, err = dialGARP(name, a.Addr)
+					redial = err != nil // a failure is dialled again next tick
 				}
 				_ = nh.AddrReplace(link, addr) // a failure is retried next tick; the lifetime bounds the damage
 				if dropped || remade {

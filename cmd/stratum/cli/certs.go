@@ -112,16 +112,13 @@ func nodeCertificates(h host.Host, now time.Time) ([]certInfo, error) {
 	return out, nil
 }
 
-// certsDue are this node's certificates that expire within certExpiryWarn
-// of now (soon) or have expired, each as a line naming it and its date. A
-// year after a cluster's bring-up every leaf of it expires within minutes;
-// `status` and the supervisor say so ahead, where only `certs check`, run
-// by hand, did: the first sign was the VIP held nowhere.
-func certsDue(h host.Host, now time.Time) (soon, expired []string, err error) {
-	certs, err := nodeCertificates(h, now)
-	if err != nil {
-		return nil, nil, err
-	}
+// certsDue are the certificates (of nodeCertificates at now) that expire
+// within certExpiryWarn of now (soon) or have expired, each as a line naming
+// it and its date. A year after a cluster's bring-up every leaf of it
+// expires within minutes; `status` and the supervisor say so ahead, where
+// only `certs check`, run by hand, did: the first sign was the VIP held
+// nowhere.
+func certsDue(certs []certInfo, now time.Time) (soon, expired []string) {
 	for _, c := range certs {
 		switch {
 		case c.Expired:
@@ -130,6 +127,17 @@ func certsDue(h host.Host, now time.Time) (soon, expired []string, err error) {
 			soon = append(soon, fmt.Sprintf("%s expires on %s (in %d days)", c.Name, c.NotAfter.Format(time.RFC3339), c.DaysLeft))
 		}
 	}
+	return soon, expired
+}
+
+// nodeCertsDue is certsDue of this node's certificates now.
+func nodeCertsDue(h host.Host) (soon, expired []string, err error) {
+	now := h.Now()
+	certs, err := nodeCertificates(h, now)
+	if err != nil {
+		return nil, nil, err
+	}
+	soon, expired = certsDue(certs, now)
 	return soon, expired, nil
 }
 
@@ -140,7 +148,8 @@ const certsRenewAdvice = "run `stratum certs renew` on each control plane in tur
 // this node's certificates, the shared certificates' key age (or why it is
 // unknown), and the problems `certs check` exits 1 for.
 func buildCertsReport(ctx context.Context, n *ha.Node, h host.Host) (certsReport, error) {
-	certs, err := nodeCertificates(h, h.Now())
+	now := h.Now()
+	certs, err := nodeCertificates(h, now)
 	if err != nil {
 		return certsReport{}, err
 	}
@@ -153,11 +162,8 @@ func buildCertsReport(ctx context.Context, n *ha.Node, h host.Host) (certsReport
 		at = at.UTC()
 		rep.CertificateKeySetAt = &at
 	}
-	for _, c := range certs {
-		if c.Expired {
-			rep.Problems = append(rep.Problems, fmt.Sprintf("%s expired on %s", c.Name, c.NotAfter.Format(time.RFC3339)))
-		}
-	}
+	_, expired := certsDue(certs, now)
+	rep.Problems = append(rep.Problems, expired...)
 	if rep.CertificateKeyError != "" {
 		rep.Problems = append(rep.Problems, "the shared certificates' key age is unknown: "+rep.CertificateKeyError)
 	}

@@ -273,7 +273,7 @@ func nodeStatus(ctx context.Context, n *ha.Node, h host.Host) (statusReport, err
 	default:
 		rep.Node = &nodeReport{NodeName: st.NodeName, NodeIP: st.NodeIP, Server: st.Server, VIP: st.VIP.Address,
 			EtcdPeerURL: st.Etcd.PeerURL, ClusterID: st.Etcd.ClusterID}
-		if rep.CertificatesExpiring, rep.CertificatesExpired, err = certsDue(h, h.Now()); err != nil {
+		if rep.CertificatesExpiring, rep.CertificatesExpired, err = nodeCertsDue(h); err != nil {
 			// Reported, not fatal: the rest of the status still says
 			// what runs.
 			rep.CertificatesExpired = []string{fmt.Sprintf("the certificates cannot be read (%v)", err)}

@@ -435,7 +435,7 @@ const certsDueEvery = 24 * time.Hour
 // warning) or have expired (an error), with what to do, so the journal says
 // so a month ahead.
 func (a *app) warnCertsDue(h host.Host) {
-	soon, expired, err := certsDue(h, h.Now())
+	soon, expired, err := nodeCertsDue(h)
 	if err != nil {
 		a.log.Warn("the certificates' expiry could not be read", "err", err)
 		return
