@@ -92,7 +92,7 @@ func (n *Node) Up(ctx context.Context, o BootstrapOptions) (*nodestate.NodeState
 		if saved, err = nodestate.Load(h); err != nil { // as it is under the locks
 			return nil, Refusal(err)
 		}
-		if err := refuseMissingEtcdData(h, saved); err != nil { // before the VIP is recorded
+		if err := RefuseMissingEtcdData(h, saved); err != nil { // before the VIP is recorded
 			return nil, err
 		}
 		if err := n.adoptVIP(saved, o.VIP); err != nil {

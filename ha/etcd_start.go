@@ -44,11 +44,11 @@ const neverPublishedWithin = 2 * time.Second
 // the member is still a learner, so no quorum depends on it.
 //
 // A member that has served before (the node state's Etcd.Started) is not
-// started on a data directory without etcd's data (refuseMissingEtcdData);
+// started on a data directory without etcd's data (RefuseMissingEtcdData);
 // one that serves for the first time is recorded as started, a failure to
 // record it an error (etcd runs on; a re-run records it).
 func (n *Node) startEtcd(ctx context.Context, st *nodestate.NodeState) error {
-	if err := refuseMissingEtcdData(n.env.Host, st); err != nil {
+	if err := RefuseMissingEtcdData(n.env.Host, st); err != nil {
 		return err
 	}
 	if err := n.startEtcdService(ctx, st); err != nil {

@@ -96,15 +96,17 @@ func wipeEtcdData(h host.Files) error {
 // data directory holds no etcd data now.
 var ErrEtcdDataMissing = errors.New("etcd data missing")
 
-// refuseMissingEtcdData refuses to start a member that has served before
-// (st.Etcd.Started) on a data directory without etcd's member directory: a
+// RefuseMissingEtcdData refuses to start a member that has served before
+// (st.Etcd.Started) on a data directory without etcd's member directory.
+// Every start through ha checks it, and the supervisor before each launch
+// of etcd, its relaunches after a crash included. The causes: a
 // dedicated disk not mounted at boot (an fstab nofail mount that failed), or
 // data removed by hand. etcd would start there as a new member: on the first
 // control plane, a new, empty cluster under the same cluster and member IDs
 // (both derive from the peer URL and the cluster token), whose apiserver
 // serves an empty store and whose VIP candidate contends for the VIP; on a
 // joined one, a member whose log the leader takes for lost.
-func refuseMissingEtcdData(h host.Files, st *nodestate.NodeState) error {
+func RefuseMissingEtcdData(h host.Files, st *nodestate.NodeState) error {
 	if !st.Etcd.Started {
 		return nil
 	}

@@ -641,4 +641,13 @@ var mutants = []mutant{
 			{"./ha", "-run", "TestAlarmAdviceSaysWhatClearsIt"},
 		},
 	},
+	{
+		Name: "etcd-relaunched-where-its-data-is-missing",
+		File: "cmd/stratum/cli/supervise.go",
+		Old:  "if err := ha.RefuseMissingEtcdData(h, st); err != nil {",
+		New:  "if err := ha.RefuseMissingEtcdData(h, st); false && err != nil {",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestEtcdRelaunchWaitsForItsData"},
+		},
+	},
 }

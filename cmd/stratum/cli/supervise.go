@@ -86,15 +86,8 @@ func (a *app) nodeSupervisor(h host.Host, n *ha.Node, binDir string, operator bo
 	}
 	services := []supervisor.Spec{
 		{
-			Name: ha.ServiceEtcd,
-			Command: func() (supervisor.Command, error) {
-				st, err := nodestate.Load(h)
-				if err != nil {
-					return supervisor.Command{}, err
-				}
-				args, err := controlplane.EtcdArgs(st)
-				return supervisor.Command{Path: bins.Path(controlplane.EtcdBinary), Args: args}, err
-			},
+			Name:    ha.ServiceEtcd,
+			Command: etcdCommand(h, bins),
 			Ready:   func(ctx context.Context) error { return waitEtcdServes(ctx, h, n) },
 			Check:   check(controlplane.EtcdBinary),
 			Version: version.Etcd,
@@ -121,6 +114,27 @@ func (a *app) nodeSupervisor(h host.Host, n *ha.Node, binDir string, operator bo
 	return supervisor.New(supervisor.Config{LogDir: controlplane.LogDir, Log: a.log, Services: services, OnShutdownStop: func(name string) {
 		fmt.Fprintf(a.stdout, "  stopping %s ...\n", name)
 	}})
+}
+
+// etcdCommand renders etcd's command line from the node state at each
+// launch. A member that has served before is not launched on a data
+// directory without its data (ha.RefuseMissingEtcdData): a relaunch after a
+// crash is checked as a start through `stratum up` is, so a data disk that
+// went away under a running member does not become a new, empty member;
+// the supervisor retries the launch with its backoff, and the member starts
+// once the data is back.
+func etcdCommand(h host.Files, bins controlplane.Binaries) func() (supervisor.Command, error) {
+	return func() (supervisor.Command, error) {
+		st, err := nodestate.Load(h)
+		if err != nil {
+			return supervisor.Command{}, err
+		}
+		if err := ha.RefuseMissingEtcdData(h, st); err != nil {
+			return supervisor.Command{}, err
+		}
+		args, err := controlplane.EtcdArgs(st)
+		return supervisor.Command{Path: bins.Path(controlplane.EtcdBinary), Args: args}, err
+	}
 }
 
 // readyProbeTimeout bounds one readiness probe of a starting service.

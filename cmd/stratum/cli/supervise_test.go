@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/netip"
@@ -469,4 +470,90 @@ func TestNodeIdentityIsTheRecordedNodeName(t *testing.T) {
 	if got := nodeIdentity(&nodestate.NodeState{}, hostNamed{name: "cp3"}); got != "cp3" {
 		t.Errorf("identity without a recorded node name = %q, want the hostname cp3", got)
 	}
+}
+
+// TestEtcdRelaunchWaitsForItsData: a member that has served crashes, and its
+// data directory is empty when the supervisor relaunches it (its disk went
+// away). The relaunch is refused, and the status says why, instead of etcd
+// starting a new, empty member there; once the data is back etcd runs again.
+func TestEtcdRelaunchWaitsForItsData(t *testing.T) {
+	h := &host.Dir{Root: t.TempDir(), LockDir: "/run/stratum"}
+	st := &nodestate.NodeState{
+		NodeName: "cp1", NodeIP: "127.0.0.1", ServiceCIDR: "10.96.0.0/12",
+		Etcd: nodestate.Etcd{
+			Name: "cp1", PeerURL: "https://127.0.0.1:2380", ClientURL: "https://127.0.0.1:2379",
+			InitialCluster: "cp1=https://127.0.0.1:2380", InitialClusterState: "new", Started: true,
+		},
+	}
+	if err := nodestate.Save(h, st); err != nil {
+		t.Fatal(err)
+	}
+	member := filepath.Join(version.EtcdDataDir, "member")
+	if err := h.MkdirAll(member, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// The stand-in etcd records its pid and sleeps.
+	binDir := t.TempDir()
+	pidFile := filepath.Join(binDir, "pid")
+	script := "#!/bin/sh\necho $$ > " + pidFile + "\nexec sleep 600\n"
+	if err := os.WriteFile(filepath.Join(binDir, controlplane.EtcdBinary), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sup, err := supervisor.New(supervisor.Config{
+		LogDir: t.TempDir(), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Services: []supervisor.Spec{{Name: ha.ServiceEtcd, Command: etcdCommand(h, controlplane.Binaries{Dir: binDir}), StopTimeout: time.Second}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sup.Shutdown()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := sup.StartService(ctx, ha.ServiceEtcd); err != nil {
+		t.Fatal(err)
+	}
+	status := func() host.ServiceStatus {
+		s, err := sup.ServiceStatus(ctx, ha.ServiceEtcd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	waitFor := func(what string, ok func(host.ServiceStatus) bool) {
+		t.Helper()
+		for s := status(); !ok(s); s = status() {
+			if ctx.Err() != nil {
+				t.Fatalf("%s: etcd's status is still %q", what, s.Detail)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	readPid := func() int {
+		t.Helper()
+		var pid int
+		waitFor("the stand-in's pid", func(host.ServiceStatus) bool {
+			b, err := os.ReadFile(pidFile)
+			return err == nil && len(bytes.TrimSpace(b)) > 0 && func() bool { _, err := fmt.Sscan(string(b), &pid); return err == nil }()
+		})
+		return pid
+	}
+	pid := readPid()
+	if err := h.RemoveAll(version.EtcdDataDir); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(pidFile)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("relaunch on an empty data directory", func(s host.ServiceStatus) bool {
+		return strings.Contains(s.Detail, "restarting after") && strings.Contains(s.Detail, ha.ErrEtcdDataMissing.Error())
+	})
+	if _, err := os.Stat(pidFile); err == nil {
+		t.Fatal("etcd was launched on an empty data directory")
+	}
+	if err := h.MkdirAll(member, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("relaunch once the data is back", func(s host.ServiceStatus) bool { return s.Running })
+	readPid()
 }
