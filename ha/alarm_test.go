@@ -12,9 +12,9 @@ func TestAlarmAdviceSaysWhatClearsIt(t *testing.T) {
 		alarms []string
 		want   []string
 	}{
-		{[]string{"NOSPACE"}, []string{"etcdctl defrag", "etcdctl alarm disarm", "compact"}},
+		{[]string{"NOSPACE"}, []string{"stratum etcd defrag", "disarms", "compacts"}},
 		{[]string{"CORRUPT"}, []string{"stratum etcd member remove", "stratum etcd rejoin"}},
-		{[]string{"NOSPACE", "CORRUPT"}, []string{"alarm disarm", "stratum etcd rejoin"}},
+		{[]string{"NOSPACE", "CORRUPT"}, []string{"stratum etcd defrag", "stratum etcd rejoin"}},
 	} {
 		got := alarmAdvice(c.alarms)
 		for _, w := range c.want {

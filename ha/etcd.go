@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -68,6 +70,12 @@ type EtcdMemberHealth struct {
 	// list them). A member that knows no leader is not asked for the
 	// cluster's alarms.
 	Alarms []string
+	// DBSize is the size of the member's database file, DBSizeInUse what of
+	// it holds data (the rest is free space only a defragmentation gives
+	// back), and DBQuota the size at which the member raises NOSPACE (its
+	// --quota-backend-bytes; etcd's 2 GiB default when unset). etcd counts
+	// the file's size against the quota.
+	DBSize, DBSizeInUse, DBQuota int64
 	// Err is why the member did not answer its status request; nil when it
 	// did.
 	Err error
@@ -165,7 +173,10 @@ func (n *Node) EtcdMemberStatus(ctx context.Context, cpIP string) EtcdMemberHeal
 		return m
 	}
 	m.ID, m.Leader, m.IsLearner, m.Version = st.Header.GetMemberId(), st.Leader, st.IsLearner, st.Version
-	m.Alarms = append(m.Alarms, st.Errors...)
+	m.DBSize, m.DBSizeInUse, m.DBQuota = st.DbSize, st.DbSizeInUse, st.DbSizeQuota
+	for _, e := range st.Errors {
+		m.Alarms = append(m.Alarms, statusError(e, m.ID))
+	}
 	if m.Leader == 0 {
 		// Unhealthy whatever its alarms; and listing them is a raft request
 		// a member without a leader cannot serve: it would wait out the
@@ -182,11 +193,35 @@ func (n *Node) EtcdMemberStatus(ctx context.Context, cpIP string) EtcdMemberHeal
 		return m
 	}
 	for _, a := range al.Alarms {
-		if a.MemberID == m.ID {
+		if a.MemberID == m.ID && !slices.Contains(m.Alarms, a.Alarm.String()) {
 			m.Alarms = append(m.Alarms, a.Alarm.String())
 		}
 	}
 	return m
+}
+
+// statusAlarm is how etcd's status names a raised alarm among its errors
+// ("memberID:8686640375938063857 alarm:NOSPACE"): every member's status
+// lists every member's alarms.
+var statusAlarm = regexp.MustCompile(`^memberID:\s*(\d+)\s+alarm:\s*(\w+)$`)
+
+// statusError is one error of member self's status as its Alarms say it: an
+// alarm of its own by its name ("NOSPACE"), another member's as "NOSPACE of
+// member 7890abcd" (an alarm caps the whole cluster: while NOSPACE is raised
+// no member takes a write), anything else as etcd says it.
+func statusError(e string, self uint64) string {
+	sm := statusAlarm.FindStringSubmatch(strings.TrimSpace(e))
+	if sm == nil {
+		return e
+	}
+	id, err := strconv.ParseUint(sm[1], 10, 64)
+	if err != nil {
+		return e
+	}
+	if id == self {
+		return sm[2]
+	}
+	return fmt.Sprintf("%s of member %x", sm[2], id)
 }
 
 // errNothingListens marks a member whose client port refused the
@@ -262,10 +297,10 @@ func clusterVerdict(res []EtcdMemberHealth) error {
 // renewals with them, so the VIP is held nowhere) and CORRUPT.
 func alarmAdvice(alarms []string) string {
 	var advice []string
-	if slices.Contains(alarms, "NOSPACE") {
-		advice = append(advice, "NOSPACE stays until the space is freed and the alarm disarmed: compact to the current revision, defragment every member one at a time, then disarm (etcdctl compact <revision>; etcdctl defrag --endpoints <each member>; etcdctl alarm disarm), with the etcd CA and the apiserver's etcd client certificate from /etc/stratum/pki")
+	if slices.ContainsFunc(alarms, isNoSpace) {
+		advice = append(advice, "NOSPACE stays until the space is freed and the alarm disarmed: `stratum etcd defrag` compacts the history, defragments every member one at a time and disarms it")
 	}
-	if slices.Contains(alarms, "CORRUPT") {
+	if slices.ContainsFunc(alarms, func(a string) bool { return strings.HasPrefix(a, "CORRUPT") }) {
 		advice = append(advice, "CORRUPT means a member's data differs from the others': take the named member out (`stratum etcd member remove`) and rejoin it with empty data (`stratum etcd rejoin --server <a healthy member's IP>` on it)")
 	}
 	if len(advice) == 0 {
@@ -273,6 +308,10 @@ func alarmAdvice(alarms []string) string {
 	}
 	return " (" + strings.Join(advice, "; ") + ")"
 }
+
+// isNoSpace reports whether a member's alarm is a NOSPACE alarm, its own or
+// another member's (statusError).
+func isNoSpace(alarm string) bool { return strings.HasPrefix(alarm, "NOSPACE") }
 
 // EtcdStorageAt is the package-level EtcdStorageAt on this node. The member
 // count is a serializable member list, so a member without quorum answers it.

@@ -635,8 +635,8 @@ var mutants = []mutant{
 	{
 		Name: "nospace-alarm-without-advice",
 		File: "ha/etcd.go",
-		Old:  "if slices.Contains(alarms, \"NOSPACE\") {",
-		New:  "if false && slices.Contains(alarms, \"NOSPACE\") {",
+		Old:  "if slices.ContainsFunc(alarms, isNoSpace) {",
+		New:  "if false && slices.ContainsFunc(alarms, isNoSpace) {",
 		Tests: [][]string{
 			{"./ha", "-run", "TestAlarmAdviceSaysWhatClearsIt"},
 		},
@@ -648,6 +648,43 @@ var mutants = []mutant{
 		New:  "if err := ha.RefuseMissingEtcdData(h, st); false && err != nil {",
 		Tests: [][]string{
 			{"./cmd/stratum/cli", "-run", "TestEtcdRelaunchWaitsForItsData"},
+		},
+	},
+	{
+		Name: "defrag-of-an-unhealthy-cluster",
+		File: "ha/etcd_space.go",
+		Old:  "if err := clusterVerdict(judged); err != nil {",
+		New:  "if err := clusterVerdict(judged); false && err != nil {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestDefragmentEtcd"},
+			{"./cmd/stratum/cli", "-run", "TestEtcdDefrag"},
+		},
+	},
+	{
+		Name: "defrag-of-the-leader-first",
+		File: "ha/etcd_space.go",
+		Old:  "\t\tcase a.leader:\n\t\t\treturn 1\n",
+		New:  "\t\tcase a.leader:\n\t\t\treturn -1\n\t\tcase b.leader:\n\t\t\treturn 1\n",
+		Tests: [][]string{
+			{"./ha", "-run", "TestDefragmentEtcd"},
+		},
+	},
+	{
+		Name: "nospace-left-raised-after-defrag",
+		File: "ha/etcd_space.go",
+		Old:  "\t\tif a.Alarm != etcdserverpb.AlarmType_NOSPACE {\n",
+		New:  "\t\tif true || a.Alarm != etcdserverpb.AlarmType_NOSPACE {\n",
+		Tests: [][]string{
+			{"./ha", "-run", "TestDefragmentEtcd"},
+		},
+	},
+	{
+		Name: "space-warning-silent",
+		File: "ha/etcd_space.go",
+		Old:  "float64(m.DBSize) < EtcdSpaceWarnAt*float64(m.DBQuota)",
+		New:  "float64(m.DBSize) < 2*float64(m.DBQuota)",
+		Tests: [][]string{
+			{"./ha", "-run", "TestSpaceWarning"},
 		},
 	},
 }

@@ -177,6 +177,9 @@ type healthReport struct {
 	Healthy bool     `json:"healthy"`
 	Members []string `json:"members"`
 	Error   string   `json:"error,omitempty"`
+	// Warnings: members whose database fills 80% of its quota or more
+	// (ha.EtcdMemberHealth.SpaceWarning), whatever the verdict.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // etcdHealth asks every member (by the member list through this node's own
@@ -185,6 +188,28 @@ type healthReport struct {
 // cluster whose members cannot be listed is a verdict too, in the report as
 // any other.
 func etcdHealth(ctx context.Context, n *ha.Node, st *nodestate.NodeState) (healthReport, error) {
+	via := etcdVia(st)
+	ips, err := n.MemberClientIPsVia(ctx, via)
+	if err != nil {
+		herr := fmt.Errorf("no member answered with the member list (asked %s): %w", strings.Join(via, ", "), err)
+		return healthReport{Members: []string{}, Error: herr.Error()}, herr
+	}
+	rep := healthReport{Healthy: true, Members: ips}
+	res, herr := n.EtcdClusterHealth(ctx, ips)
+	if herr != nil {
+		rep.Healthy, rep.Error = false, herr.Error()
+	}
+	for _, m := range res {
+		if w := m.SpaceWarning(); w != "" {
+			rep.Warnings = append(rep.Warnings, w)
+		}
+	}
+	return rep, herr
+}
+
+// etcdVia are the client IPs the members are listed through: this node's
+// own member first, then the peers its node state started with.
+func etcdVia(st *nodestate.NodeState) []string {
 	via := []string{urlHost(st.Etcd.ClientURL)}
 	for _, m := range strings.Split(st.Etcd.InitialCluster, ",") {
 		if _, peer, ok := strings.Cut(m, "="); ok && peer != st.Etcd.PeerURL {
@@ -193,17 +218,7 @@ func etcdHealth(ctx context.Context, n *ha.Node, st *nodestate.NodeState) (healt
 			}
 		}
 	}
-	ips, err := n.MemberClientIPsVia(ctx, via)
-	if err != nil {
-		herr := fmt.Errorf("no member answered with the member list (asked %s): %w", strings.Join(via, ", "), err)
-		return healthReport{Members: []string{}, Error: herr.Error()}, herr
-	}
-	rep := healthReport{Healthy: true, Members: ips}
-	herr := n.EtcdClusterHealthy(ctx, ips)
-	if herr != nil {
-		rep.Healthy, rep.Error = false, herr.Error()
-	}
-	return rep, herr
+	return via
 }
 
 // memberRow is one row of the etcd member table; its JSON names are stable

@@ -544,9 +544,10 @@ func (a *app) printMinted(m *token.Minted, controlPlane bool) {
 func (a *app) etcdCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "etcd",
-		Short: "Inspect the cluster's etcd from this control plane, or rejoin it after a restore",
+		Short: "Inspect the cluster's etcd from this control plane, defragment it, or rejoin it after a restore",
 		Example: `  stratum etcd members
   stratum etcd health
+  stratum etcd defrag
   stratum etcd member remove cp3
   stratum etcd rejoin --server 10.0.0.11`,
 		Args: cobra.ArbitraryArgs,
@@ -586,8 +587,11 @@ table is printed, whatever the members' health; "stratum etcd health" is the ver
 		Long: `Check the cluster's etcd health from this control plane: every member (by its client
 address, from the member list) must answer, know a leader and raise no alarm, and all
 must name the same leader; a split brain (two partitions, each with a leader) is
-reported unhealthy. Exits 1 with the reason when the cluster is not healthy.
--o json (or yaml) prints {healthy, members, error} (members: the client addresses asked).`,
+reported unhealthy. Exits 1 with the reason when the cluster is not healthy. A member
+whose database fills 80% of its quota or more is warned about (exit 0 for that alone):
+at the quota etcd refuses every write; "stratum etcd defrag" gives back the free space.
+-o json (or yaml) prints {healthy, members, error, warnings} (members: the client
+addresses asked).`,
 		Example: `  stratum etcd health
   stratum etcd health -o json`,
 		Args: usageArgs(cobra.NoArgs),
@@ -604,6 +608,9 @@ reported unhealthy. Exits 1 with the reason when the cluster is not healthy.
 				if herr == nil {
 					fmt.Fprintf(a.stdout, "etcd healthy: %d members (%s) answer and agree on one leader\n", len(rep.Members), strings.Join(rep.Members, ", "))
 				}
+				for _, w := range rep.Warnings {
+					fmt.Fprintf(a.stdout, "warning: %s\n", w)
+				}
 				return nil
 			}); err != nil {
 				return err
@@ -615,7 +622,7 @@ reported unhealthy. Exits 1 with the reason when the cluster is not healthy.
 		},
 	}
 	healthOut = addOutput(health, "text")
-	cmd.AddCommand(members, health, a.etcdMemberCmd(), a.etcdDowngradeCmd())
+	cmd.AddCommand(members, health, a.etcdDefragCmd(), a.etcdMemberCmd(), a.etcdDowngradeCmd())
 	return cmd
 }
 

@@ -184,6 +184,9 @@ type statusReport struct {
 	// 1 for them).
 	CertificatesExpiring []string `json:"certificatesExpiring,omitempty"`
 	CertificatesExpired  []string `json:"certificatesExpired,omitempty"`
+	// EtcdSpace warns that this node's etcd member's database fills 80% of
+	// its quota or more (ha.EtcdMemberHealth.SpaceWarning).
+	EtcdSpace string `json:"etcdSpace,omitempty"`
 	// Problem is what status exits 1 for, with what to do; absent when this
 	// node is a control plane whose supervisor runs every service.
 	Problem string `json:"problem,omitempty"`
@@ -278,6 +281,9 @@ func nodeStatus(ctx context.Context, n *ha.Node, h host.Host) (statusReport, err
 			// what runs.
 			rep.CertificatesExpired = []string{fmt.Sprintf("the certificates cannot be read (%v)", err)}
 		}
+		// Its own member only, and an etcd that is not running is said
+		// by the services' states.
+		rep.EtcdSpace = n.EtcdMemberStatus(ctx, urlHost(st.Etcd.ClientURL)).SpaceWarning()
 	}
 	return rep, nil
 }
@@ -322,9 +328,10 @@ no supervisor answers, a service is not running, a certificate has expired, or t
 (saying how to join it, or that a reset under way is to be finished). -o json (or yaml) prints {node:
 {nodeName, nodeIP, server, vip, etcdPeerURL, clusterID}, joinIntentSurvives,
 supervisor, supervisorError, services: [{name, running, detail}], resetUnderWay,
-certificatesExpiring, certificatesExpired, problem}: problem is what it exits 1 for, with
-what to do. A certificate of this node that expires within 30 days is a warning; one
-that has expired exits 1.`,
+certificatesExpiring, certificatesExpired, etcdSpace, problem}: problem is what it exits 1
+for, with what to do. A certificate of this node that expires within 30 days is a
+warning; one that has expired exits 1. This node's etcd database at 80% of its quota or
+more is a warning (etcdSpace; "stratum etcd defrag" gives back its free space).`,
 		Example: `  stratum status
   stratum status -o json`,
 		Args: usageArgs(cobra.NoArgs),
@@ -367,6 +374,9 @@ func writeStatus(w io.Writer, rep statusReport) error {
 	}
 	if len(rep.CertificatesExpiring) > 0 {
 		fmt.Fprintf(w, "warning: certificates expire soon: %s: %s\n", strings.Join(rep.CertificatesExpiring, "; "), certsRenewAdvice)
+	}
+	if rep.EtcdSpace != "" {
+		fmt.Fprintf(w, "warning: %s\n", rep.EtcdSpace)
 	}
 	if !rep.Supervisor {
 		return nil

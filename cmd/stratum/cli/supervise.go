@@ -340,7 +340,18 @@ func (a *app) runOperator(ctx context.Context, h host.Host, n *ha.Node) error {
 // ends.
 func operatorLoop(ctx context.Context, n *ha.Node, cs kubernetes.Interface, log *slog.Logger) {
 	log.Info("operator leading: passes every " + operatorEvery.String())
+	var spaceAt time.Time
 	for {
+		if time.Since(spaceAt) >= etcdSpaceEvery {
+			spaceAt = time.Now()
+			warnings, err := n.EtcdSpaceWarnings(ctx)
+			for _, w := range warnings {
+				log.Warn(w)
+			}
+			if err != nil && ctx.Err() == nil {
+				log.Warn("the etcd members' database sizes could not be read", "err", err)
+			}
+		}
 		promoted, pruned, err := n.OperatorPass(ctx, cs)
 		if len(promoted) > 0 {
 			log.Warn("operator promoted stranded etcd learners", "members", promoted)
@@ -440,6 +451,10 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 		}
 	}
 }
+
+// etcdSpaceEvery is how often the operator looks at how full the etcd
+// members' databases are (ha.EtcdSpaceWarnings), besides at its start.
+const etcdSpaceEvery = time.Hour
 
 // certsDueEvery is how often the supervisor looks at its certificates'
 // expiry (certsDue), besides at its start.

@@ -1,0 +1,165 @@
+package ha_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"stratum.dev/stratum/ha"
+	"stratum.dev/stratum/sim"
+)
+
+// TestDefragmentEtcd against three real etcd members whose databases hold
+// space compaction freed: refused with a member down (no database touched),
+// a dry run changes nothing, and the defragmentation shrinks every member's
+// database, the leader's last. Then a NOSPACE alarm (every write refused,
+// the apiservers' compactions with them) is cleared by the same command: it
+// compacts, defragments and disarms, and writes go through again.
+func TestDefragmentEtcd(t *testing.T) {
+	t.Parallel() // its own simulated cluster
+	c := sim.Start(t, sim.Config{ControlPlanes: 3})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	names := cpNames(3)
+	ips := ipsOf(c, names...)
+	n := observerOn(c.Host("cp1"))
+	var eps []string
+	for _, ip := range ips {
+		eps = append(eps, ha.EtcdEndpoint(ip))
+	}
+	cli, err := n.EtcdClient(eps...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	fragment := func() {
+		t.Helper()
+		value := strings.Repeat("x", 16<<10)
+		for i := range 400 {
+			if _, err := cli.Put(ctx, fmt.Sprintf("/defrag/%04d", i), value); err != nil {
+				t.Fatal(err)
+			}
+		}
+		resp, err := cli.Delete(ctx, "/defrag/", clientv3.WithPrefix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cli.Compact(ctx, resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sizes := func() map[string]int64 {
+		t.Helper()
+		out := map[string]int64{}
+		for i, ip := range ips {
+			m := n.EtcdMemberStatus(ctx, ip)
+			if m.Err != nil {
+				continue
+			}
+			if m.DBQuota != 2<<30 || m.DBSizeInUse > m.DBSize {
+				t.Fatalf("%s: database %d bytes, %d in use, quota %d", names[i], m.DBSize, m.DBSizeInUse, m.DBQuota)
+			}
+			out[names[i]] = m.DBSize
+		}
+		return out
+	}
+	fragment()
+	fragmented := sizes()
+	for name, s := range fragmented {
+		if s < 6<<20 {
+			t.Fatalf("%s's database is %d bytes after 6 MiB written and deleted; want it still that large", name, s)
+		}
+	}
+
+	c.Host("cp3").StopEtcd()
+	_, err = n.DefragmentEtcd(ctx, ips[:1], false, nil)
+	if !errors.Is(err, ha.ErrClusterUnhealthy) || !ha.IsRefusal(err) || !strings.Contains(err.Error(), "nothing was changed") {
+		t.Fatalf("defrag with cp3 down: %v; want a refusal for the cluster's health", err)
+	}
+	if got := sizes(); got["cp1"] != fragmented["cp1"] || got["cp2"] != fragmented["cp2"] {
+		t.Fatalf("a refused defrag changed the databases: %v -> %v", fragmented, got)
+	}
+	if err := c.Host("cp3").StartEtcd(ctx); err != nil {
+		t.Fatal(err)
+	}
+	leader := leaderHost(t, c, names)
+
+	plan, err := n.DefragmentEtcd(ctx, ips[:1], true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Members) != 3 || plan.Members[2].Name != leader || !plan.Members[2].Leader || plan.NoSpace {
+		t.Fatalf("dry run: %+v; want three members, the leader %s last", plan, leader)
+	}
+	if got := sizes(); got["cp1"] != fragmented["cp1"] || got["cp2"] != fragmented["cp2"] || got["cp3"] != fragmented["cp3"] {
+		t.Fatalf("a dry run changed the databases: %v -> %v", fragmented, got)
+	}
+
+	var order []string
+	rep, err := n.DefragmentEtcd(ctx, ips[:1], false, func(d ha.EtcdMemberDefrag) { order = append(order, d.Name) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(order) != 3 || order[2] != leader || rep.CompactRevision != 0 || rep.Disarmed {
+		t.Fatalf("defragmented %v (report %+v); want all three, the leader %s last, no compaction", order, rep, leader)
+	}
+	for name, s := range sizes() {
+		if s > fragmented[name]/2 {
+			t.Fatalf("%s's database is %d bytes after the defrag, %d before", name, s, fragmented[name])
+		}
+	}
+
+	// NOSPACE, raised on cp2's member as etcd raises it at its quota.
+	id := n.EtcdMemberStatus(ctx, ips[1]).ID
+	if _, err := etcdserverpb.NewMaintenanceClient(cli.ActiveConnection()).Alarm(ctx, &etcdserverpb.AlarmRequest{
+		Action: etcdserverpb.AlarmRequest_ACTIVATE, MemberID: id, Alarm: etcdserverpb.AlarmType_NOSPACE,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx, "/defrag/after", "v"); !errors.Is(err, rpctypes.ErrNoSpace) {
+		t.Fatalf("a write under NOSPACE: %v; want etcd's no-space refusal", err)
+	}
+	if err := n.EtcdClusterHealthy(ctx, ips); err == nil || !strings.Contains(err.Error(), "NOSPACE") || !strings.Contains(err.Error(), "stratum etcd defrag") {
+		t.Fatalf("health under NOSPACE: %v; want unhealthy, advising stratum etcd defrag", err)
+	}
+	rep, err = n.DefragmentEtcd(ctx, ips[:1], false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.NoSpace || !rep.Disarmed || rep.CompactRevision == 0 {
+		t.Fatalf("defrag under NOSPACE: %+v; want compacted and disarmed", rep)
+	}
+	if _, err := cli.Put(ctx, "/defrag/after", "v"); err != nil {
+		t.Fatalf("a write after the defrag: %v", err)
+	}
+	if err := n.EtcdClusterHealthy(ctx, ips); err != nil {
+		t.Fatalf("health after the defrag: %v", err)
+	}
+}
+
+// TestSpaceWarning: a member's database is warned about from 80% of its
+// quota, naming the member, its size and what frees it.
+func TestSpaceWarning(t *testing.T) {
+	m := ha.EtcdMemberHealth{Endpoint: "https://10.0.0.11:2379", ID: 0xabc, DBQuota: 2 << 30, DBSize: 1700 << 20, DBSizeInUse: 300 << 20}
+	w := m.SpaceWarning()
+	for _, want := range []string{"abc", "10.0.0.11", "1.7 GiB", "83%", "2.0 GiB", "300.0 MiB of it in use", "stratum etcd defrag"} {
+		if !strings.Contains(w, want) {
+			t.Fatalf("warning %q lacks %q", w, want)
+		}
+	}
+	m.DBSize = 1600 << 20
+	if w := m.SpaceWarning(); w != "" {
+		t.Fatalf("78%% of the quota warned: %q", w)
+	}
+	m.DBSize, m.Err = 2<<30, errors.New("down")
+	if w := m.SpaceWarning(); w != "" {
+		t.Fatalf("a member that did not answer warned: %q", w)
+	}
+}
