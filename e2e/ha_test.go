@@ -182,6 +182,33 @@ func TestHAControlPlaneOnThreeHosts(t *testing.T) {
 	waitVoters(ctx, t, tools, holder, 3)
 	tools.run(ctx, t, holder, "etcd", "health")
 
+	// etcd's quota and space, as an operator keeps them: 4 GiB set on each
+	// control plane in turn (each supervisor restarts its etcd process
+	// with the flag rendered from the node state), seen by etcdctl; then
+	// every member defragmented, one at a time.
+	for _, h := range []*host{cp1, cp2, cp3} {
+		if out := tools.run(ctx, t, h, "etcd", "quota", "4Gi"); !strings.Contains(out, "etcd quota is 4.0 GiB: recorded") {
+			t.Fatalf("stratum etcd quota 4Gi on %s:\n%s", h.Name(), out)
+		}
+	}
+	var statuses []struct {
+		Endpoint string
+		Status   struct {
+			DBSizeQuota int64 `json:"dbSizeQuota"`
+		}
+	}
+	if out := tools.etcdctl(ctx, t, cp1, "endpoint", "status", "--cluster", "-w", "json"); json.Unmarshal([]byte(out), &statuses) != nil || len(statuses) != 3 {
+		t.Fatalf("etcdctl endpoint status --cluster -w json:\n%s", out)
+	}
+	for _, s := range statuses {
+		if s.Status.DBSizeQuota != 4<<30 {
+			t.Fatalf("etcdctl: %s runs with a quota of %d bytes after `stratum etcd quota 4Gi` on each control plane", s.Endpoint, s.Status.DBSizeQuota)
+		}
+	}
+	if out := tools.run(ctx, t, holder, "etcd", "defrag"); !strings.Contains(out, "etcd defragmented: 3 members") {
+		t.Fatalf("stratum etcd defrag on %s:\n%s", holder.Name(), out)
+	}
+
 	// Refusals on a fourth machine change nothing.
 	before := memberIDs(ctx, t, tools, cp1)
 	files := hostFiles(t, cp4)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"stratum.dev/stratum/internal/addons"
+	"stratum.dev/stratum/internal/controlplane"
 	"stratum.dev/stratum/internal/discovery"
 	"stratum.dev/stratum/internal/host"
 	"stratum.dev/stratum/internal/netcfg"
@@ -31,6 +32,11 @@ type BootstrapOptions struct {
 	Cilium               addons.CiliumSettings
 	Profile              string
 	SELinuxOptOut        bool
+	// EtcdQuota is the etcd member's quota in bytes (spec.etcd.quota,
+	// --etcd-quota; controlplane.CheckEtcdQuota), 0 for etcd's default of
+	// 2 GiB. Joins
+	// take the cluster's.
+	EtcdQuota int64
 }
 
 // Checkpoints of a first control plane's bootstrap, in order; the start's
@@ -245,6 +251,9 @@ func (r *bootstrapRun) refuse(ctx context.Context) error {
 	if problems := host.ProfileProblems(o.Profile, o.SELinuxOptOut); len(problems) > 0 {
 		return fmt.Errorf("stratum up refused: %w: %s; nothing was changed", host.ErrPrereq, strings.Join(problems, "; "))
 	}
+	if err := controlplane.CheckEtcdQuota(o.EtcdQuota); err != nil {
+		return fmt.Errorf("stratum up refused: %w; nothing was changed", err)
+	}
 	// The node IP is resolved here, before the CAs are made, as the
 	// assembly will resolve it: an explicit one must be this host's (a
 	// detected one is by construction), a host with none to detect is
@@ -355,7 +364,7 @@ func (r *bootstrapRun) saveState(context.Context) error {
 	st := r.st
 	peerURL := "https://" + net.JoinHostPort(st.NodeIP, fmt.Sprint(version.EtcdPeerPort))
 	st.Etcd = nodestate.Etcd{Name: st.NodeName, PeerURL: peerURL, ClientURL: EtcdEndpoint(st.NodeIP),
-		InitialCluster: st.NodeName + "=" + peerURL, InitialClusterState: "new"}
+		InitialCluster: st.NodeName + "=" + peerURL, InitialClusterState: "new", QuotaBackendBytes: r.o.EtcdQuota}
 	return nodestate.Save(r.n.env.Host, st)
 }
 

@@ -12,6 +12,9 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"stratum.dev/stratum/internal/controlplane"
+	"stratum.dev/stratum/internal/host"
+	"stratum.dev/stratum/internal/nodelock"
 	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/units"
 )
@@ -29,7 +32,7 @@ func (m EtcdMemberHealth) SpaceWarning() string {
 	if m.Err != nil || m.DBQuota <= 0 || float64(m.DBSize) < EtcdSpaceWarnAt*float64(m.DBQuota) {
 		return ""
 	}
-	return fmt.Sprintf("etcd member %x (%s): its database is %s, %d%% of its %s quota (%s of it in use); at the quota etcd refuses every write: `stratum etcd defrag` gives back what compaction freed; if the data in use fills it, delete what fills it (stratum runs etcd at its default quota)",
+	return fmt.Sprintf("etcd member %x (%s): its database is %s, %d%% of its %s quota (%s of it in use); at the quota etcd refuses every write: `stratum etcd defrag` gives back what compaction freed; if the data in use fills it, delete what fills it, or raise the quota (`stratum etcd quota SIZE` on each control plane)",
 		m.ID, m.Endpoint, units.Bytes(m.DBSize), 100*m.DBSize/m.DBQuota, units.Bytes(m.DBQuota), units.Bytes(m.DBSizeInUse))
 }
 
@@ -66,13 +69,17 @@ const defragHealthyWithin = time.Minute
 // EtcdMemberDefrag is one member's defragmentation: its database's size
 // before and after (after is 0 in a dry run), and how long it took.
 type EtcdMemberDefrag struct {
-	Name     string        `json:"name"`
-	Endpoint string        `json:"endpoint"`
-	Leader   bool          `json:"leader"`
-	Before   int64         `json:"sizeBefore"`
-	InUse    int64         `json:"sizeInUse"`
-	After    int64         `json:"sizeAfter,omitempty"`
-	Took     time.Duration `json:"took,omitempty"`
+	Name     string `json:"name"`
+	Endpoint string `json:"endpoint"`
+	Leader   bool   `json:"leader"`
+	Before   int64  `json:"sizeBefore"`
+	InUse    int64  `json:"sizeInUse"`
+	// Done: the member was defragmented; After and Quota are its database's
+	// size after and its quota (0 when not read).
+	Done  bool          `json:"done"`
+	After int64         `json:"sizeAfter,omitempty"`
+	Quota int64         `json:"quota,omitempty"`
+	Took  time.Duration `json:"took,omitempty"`
 }
 
 // EtcdDefrag is what DefragmentEtcd did, or, in a dry run, would do.
@@ -87,6 +94,9 @@ type EtcdDefrag struct {
 	// NoSpace: a NOSPACE alarm was raised; Disarmed: it was disarmed after.
 	NoSpace  bool `json:"noSpace"`
 	Disarmed bool `json:"disarmed"`
+	// Warnings are the members still at 80% of their quota or more after
+	// the run (EtcdMemberHealth.SpaceWarning).
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // DefragmentEtcd gives back to the disk the space etcd's databases hold free
@@ -116,14 +126,12 @@ func (n *Node) DefragmentEtcd(ctx context.Context, via []string, dryRun bool, pr
 		return rep, nil
 	}
 	if rep.NoSpace {
-		changed = true
-		if rep.CompactRevision, err = n.compactForSpace(ctx, plan); err != nil {
+		if rep.CompactRevision, err = n.compactForSpace(ctx, plan, &changed); err != nil {
 			return rep, err
 		}
 	}
 	for i, m := range plan {
-		changed = true
-		if err := n.defragMember(ctx, m.health.Endpoint, &rep.Members[i]); err != nil {
+		if err := n.defragMember(ctx, &rep.Members[i], &changed); err != nil {
 			return rep, fmt.Errorf("%w; members not defragmented yet: %s; run the same command again", err, strings.Join(defragNames(plan[i:]), ", "))
 		}
 		if progress != nil {
@@ -134,9 +142,37 @@ func (n *Node) DefragmentEtcd(ctx context.Context, via []string, dryRun bool, pr
 		}
 	}
 	if rep.NoSpace {
-		rep.Disarmed, err = n.disarmNoSpace(ctx, plan)
+		// A member's own compaction runs in the background once applied
+		// (only the member asked to compact is waited for): one still at
+		// its quota is defragmented once more before its data is said to
+		// fill it.
+		for i := range rep.Members {
+			d := &rep.Members[i]
+			if d.Quota == 0 || d.After < d.Quota {
+				continue
+			}
+			if err := n.defragMember(ctx, d, &changed); err != nil {
+				return rep, fmt.Errorf("%w (again, as it was still at its quota); the NOSPACE alarm stays: run the same command again", err)
+			}
+			if err := n.waitDefragHealthy(ctx, via); err != nil {
+				return rep, fmt.Errorf("after defragmenting %s again: %w; the NOSPACE alarm stays: run the same command again once the cluster is healthy", d.Name, err)
+			}
+		}
+		if rep.Disarmed, err = n.disarmNoSpace(ctx, rep.Members); err != nil {
+			return rep, err
+		}
 	}
-	return rep, err
+	// What is near its quota still (the data in use, or a quota just
+	// over it), said now: after a disarm, a write that does not fit
+	// raises NOSPACE again.
+	if after, _, err := n.healthyButForSpace(ctx, via, "etcd defrag", "the cluster was healthy before"); err == nil {
+		for _, m := range after {
+			if w := m.health.SpaceWarning(); w != "" {
+				rep.Warnings = append(rep.Warnings, w)
+			}
+		}
+	}
+	return rep, nil
 }
 
 // defragTarget is one member as DefragmentEtcd plans it.
@@ -151,34 +187,9 @@ type defragTarget struct {
 // apart from NOSPACE alarms. It returns the members with the leader last,
 // and whether a NOSPACE alarm is raised.
 func (n *Node) planDefrag(ctx context.Context, via []string) ([]defragTarget, bool, error) {
-	ms, err := n.members(ctx, via, "etcd defrag")
+	plan, nospace, err := n.healthyButForSpace(ctx, via, "etcd defrag", "a member being defragmented answers nothing until it is done")
 	if err != nil {
-		return nil, false, fmt.Errorf("%w; nothing was changed", err)
-	}
-	var ips []string
-	names := map[string]string{}
-	for _, m := range ms {
-		if len(m.ClientURLs) == 0 {
-			return nil, false, fmt.Errorf("etcd defrag refused: member %x (peer URLs %v) has not started (a join under way, or one that stopped after its member add); nothing was changed: let the join finish, or remove the member, then run this again", m.ID, m.PeerURLs)
-		}
-		ip := urlHost(m.ClientURLs[0])
-		ips = append(ips, ip)
-		names[EtcdEndpoint(ip)] = m.Name
-	}
-	res, _ := n.EtcdClusterHealth(ctx, ips)
-	nospace := false
-	judged := make([]EtcdMemberHealth, len(res))
-	for i, m := range res {
-		judged[i] = m
-		judged[i].Alarms = slices.DeleteFunc(slices.Clone(m.Alarms), isNoSpace)
-		nospace = nospace || len(judged[i].Alarms) < len(m.Alarms)
-	}
-	if err := clusterVerdict(judged); err != nil {
-		return nil, false, fmt.Errorf("etcd defrag refused: %w: %w; nothing was changed: a member being defragmented answers nothing until it is done, so with another member down or cut off the cluster could lose its quorum", ErrClusterUnhealthy, err)
-	}
-	plan := make([]defragTarget, len(res))
-	for i, m := range res {
-		plan[i] = defragTarget{name: names[m.Endpoint], leader: m.ID == m.Leader, health: m}
+		return nil, false, err
 	}
 	slices.SortStableFunc(plan, func(a, b defragTarget) int {
 		switch {
@@ -193,14 +204,53 @@ func (n *Node) planDefrag(ctx context.Context, via []string) ([]defragTarget, bo
 	return plan, nospace, nil
 }
 
+// healthyButForSpace reads the members through via and asks each for its
+// status: op is refused (why says what of op needs the quorum) when a member
+// has not started, or the cluster is not healthy apart from NOSPACE alarms,
+// which op is a way out of. It returns the members, and whether a NOSPACE
+// alarm is raised.
+func (n *Node) healthyButForSpace(ctx context.Context, via []string, op, why string) ([]defragTarget, bool, error) {
+	ms, err := n.members(ctx, via, op)
+	if err != nil {
+		return nil, false, fmt.Errorf("%w; nothing was changed", err)
+	}
+	var ips []string
+	names := map[string]string{}
+	for _, m := range ms {
+		if len(m.ClientURLs) == 0 || m.IsLearner {
+			return nil, false, fmt.Errorf("%s refused: member %x (peer URLs %v) is a learner or has not started (a join under way, or one that stopped after its member add; etcd serves a learner no alarm list, so its health is not known); nothing was changed: let the join finish (the operator promotes a started learner within 30 s), or remove the member, then run this again", op, m.ID, m.PeerURLs)
+		}
+		ip := urlHost(m.ClientURLs[0])
+		ips = append(ips, ip)
+		names[EtcdEndpoint(ip)] = m.Name
+	}
+	res, _ := n.EtcdClusterHealth(ctx, ips)
+	nospace := false
+	judged := make([]EtcdMemberHealth, len(res))
+	for i, m := range res {
+		judged[i] = m
+		judged[i].Alarms = slices.DeleteFunc(slices.Clone(m.Alarms), isNoSpace)
+		nospace = nospace || len(judged[i].Alarms) < len(m.Alarms)
+	}
+	if err := clusterVerdict(judged); err != nil {
+		return nil, false, fmt.Errorf("%s refused: %w: %w; nothing was changed: %s, so with another member down or cut off the cluster could lose its quorum", op, ErrClusterUnhealthy, err, why)
+	}
+	plan := make([]defragTarget, len(res))
+	for i, m := range res {
+		plan[i] = defragTarget{name: names[m.Endpoint], leader: m.ID == m.Leader, health: m}
+	}
+	return plan, nospace, nil
+}
+
 // compactForSpace compacts the history to the current revision, the revision
 // the first member of plan reports, and waits until the compaction is
-// applied to the database, so the defragmentation can give its space back.
-func (n *Node) compactForSpace(ctx context.Context, plan []defragTarget) (int64, error) {
+// applied to that member's database. *changed is set once the compaction is
+// asked for.
+func (n *Node) compactForSpace(ctx context.Context, plan []defragTarget, changed *bool) (int64, error) {
 	ep := plan[0].health.Endpoint
 	cli, err := n.etcdClient(ep)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("etcd defrag: %w; nothing was changed", err)
 	}
 	defer cli.Close()
 	rctx, cancel := context.WithTimeout(ctx, n.readTimeout())
@@ -212,6 +262,7 @@ func (n *Node) compactForSpace(ctx context.Context, plan []defragTarget) (int64,
 	rev := st.Header.GetRevision()
 	wctx, cancel := context.WithTimeout(ctx, defragMemberWithin)
 	defer cancel()
+	*changed = true
 	if _, err := cli.Compact(wctx, rev, clientv3.WithCompactPhysical()); err != nil && !errors.Is(err, rpctypes.ErrCompacted) {
 		return 0, fmt.Errorf("etcd defrag: compact the history to revision %d through %s: %w; nothing was defragmented", rev, ep, err)
 	}
@@ -219,26 +270,30 @@ func (n *Node) compactForSpace(ctx context.Context, plan []defragTarget) (int64,
 	return rev, nil
 }
 
-// defragMember defragments the member at ep and records its size after and
-// the time it took in d.
-func (n *Node) defragMember(ctx context.Context, ep string, d *EtcdMemberDefrag) error {
+// defragMember defragments the member d names and records in d its size
+// after, its quota and the time it took. *changed is set once the
+// defragmentation is asked for.
+func (n *Node) defragMember(ctx context.Context, d *EtcdMemberDefrag, changed *bool) error {
+	ep := d.Endpoint
 	cli, err := n.etcdClient(ep)
 	if err != nil {
-		return err
+		return fmt.Errorf("etcd defrag of %s: %w", d.Name, err)
 	}
 	defer cli.Close()
 	start := time.Now()
 	dctx, cancel := context.WithTimeout(ctx, defragMemberWithin)
+	*changed = true
 	_, err = cli.Defragment(dctx, ep)
 	cancel()
-	d.Took = time.Since(start)
+	d.Took += time.Since(start)
 	if err != nil {
 		return fmt.Errorf("etcd defrag of %s (%s): %w", d.Name, ep, err)
 	}
+	d.Done = true
 	rctx, cancel := context.WithTimeout(ctx, n.readTimeout())
 	defer cancel()
 	if st, err := cli.Status(rctx, ep); err == nil {
-		d.After = st.DbSize
+		d.After, d.Quota = st.DbSize, st.DbSizeQuota
 	}
 	n.log.Info("etcd member defragmented", "member", d.Name, "before", d.Before, "after", d.After, "took", d.Took)
 	return nil
@@ -263,31 +318,26 @@ func (n *Node) waitDefragHealthy(ctx context.Context, via []string) error {
 }
 
 // disarmNoSpace disarms every NOSPACE alarm once every member's database is
-// under its quota again; it leaves them raised, with why, when one is not
-// (the data in use fills it: etcd would raise the alarm again at the next
-// write). A database still near its quota is disarmed and warned about by
-// the caller (SpaceWarning).
-func (n *Node) disarmNoSpace(ctx context.Context, plan []defragTarget) (bool, error) {
+// under its quota again (as each was read after its defragmentation); it
+// leaves them raised, with why, when one is not (the data in use fills it:
+// etcd would raise the alarm again at the next write). One just under its
+// quota is disarmed, and DefragmentEtcd warns about it.
+func (n *Node) disarmNoSpace(ctx context.Context, members []EtcdMemberDefrag) (bool, error) {
 	var eps []string
-	for _, m := range plan {
-		eps = append(eps, m.health.Endpoint)
+	for _, d := range members {
+		eps = append(eps, d.Endpoint)
+		if d.Quota == 0 {
+			return false, fmt.Errorf("etcd defrag: every member was defragmented, and %s's size after it is not known (its status did not answer); the NOSPACE alarm stays: run the same command again", d.Name)
+		}
+		if d.After >= d.Quota {
+			return false, fmt.Errorf("etcd defrag: every member was defragmented, and %s's database is still %s of its %s quota (%s in use): the data itself fills it; the NOSPACE alarm stays: delete what fills it (many or large objects: kubectl get events -A, Secrets, ConfigMaps; deletes are taken under NOSPACE) or raise the quota (`stratum etcd quota SIZE` on each control plane), then run this again", d.Name, units.Bytes(d.After), units.Bytes(d.Quota), units.Bytes(d.InUse))
+		}
 	}
 	cli, err := n.etcdClient(eps...)
 	if err != nil {
 		return false, err
 	}
 	defer cli.Close()
-	for _, m := range plan {
-		rctx, cancel := context.WithTimeout(ctx, n.readTimeout())
-		st, err := cli.Status(rctx, m.health.Endpoint)
-		cancel()
-		if err != nil {
-			return false, fmt.Errorf("etcd defrag: every member was defragmented; %w of %s: %w; the NOSPACE alarm stays: run the same command again", ErrEtcdNoStatus, m.health.Endpoint, err)
-		}
-		if st.DbSizeQuota > 0 && st.DbSize >= st.DbSizeQuota {
-			return false, fmt.Errorf("etcd defrag: every member was defragmented, and %s's database is still %s of its %s quota (%s in use): the data itself fills it; the NOSPACE alarm stays: delete what fills it (many or large objects: kubectl get events -A, Secrets, ConfigMaps; deletes are taken under NOSPACE), then run this again", m.name, units.Bytes(st.DbSize), units.Bytes(st.DbSizeQuota), units.Bytes(st.DbSizeInUse))
-		}
-	}
 	rctx, cancel := context.WithTimeout(ctx, etcdWriteTimeout)
 	al, err := cli.AlarmList(rctx)
 	cancel()
@@ -322,4 +372,111 @@ func orNone(names []string) string {
 		return "none (it was the last)"
 	}
 	return strings.Join(names, ", ")
+}
+
+// etcdDefaultQuota is etcd's quota when none is set (storage.DefaultQuotaBytes).
+const etcdDefaultQuota int64 = 2 << 30
+
+// effectiveQuota is what a member set to quota runs with.
+func effectiveQuota(quota int64) int64 {
+	if quota == 0 {
+		return etcdDefaultQuota
+	}
+	return quota
+}
+
+// clusterQuota is the quota a joiner takes: the largest its members run
+// with, 0 when that is etcd's default. A member with less than the others
+// would raise NOSPACE for the whole cluster first.
+func clusterQuota(members []EtcdMemberHealth) int64 {
+	var q int64
+	for _, m := range members {
+		q = max(q, m.DBQuota)
+	}
+	if q == etcdDefaultQuota {
+		return 0
+	}
+	return q
+}
+
+// quotaSetWithin bounds the wait, after etcd's restart onto a new quota, for
+// the member to serve with it and the cluster to be healthy again.
+const quotaSetWithin = time.Minute
+
+// SetEtcdQuota sets this node's etcd member's quota (--quota-backend-bytes)
+// to quota bytes, 0 for etcd's default: the quota is each member's own
+// flag, so it is run on every control plane in turn. Refusals first: a
+// quota out of bounds or under the database's size now (it would raise
+// NOSPACE at once), or a cluster that is not healthy apart from NOSPACE
+// (the member restarts, and with another member down its vote could cost
+// the quorum). Then the node state records it, etcd restarts onto it when
+// it runs, and SetEtcdQuota waits until the member serves with it and the
+// cluster is healthy again. A re-run after an interruption restarts etcd if
+// it still runs with the old quota. It reports whether it changed anything,
+// and whether it restarted etcd (one that does not run starts with it).
+func (n *Node) SetEtcdQuota(ctx context.Context, quota int64) (changed, restarted bool, err error) {
+	defer refuseUntilChanged(&err, &changed)
+	h := n.env.Host
+	if err := controlplane.CheckEtcdQuota(quota); err != nil {
+		return false, false, fmt.Errorf("etcd quota refused: %w; nothing was changed", err)
+	}
+	st, err := nodestate.Load(h)
+	if err != nil {
+		return false, false, fmt.Errorf("etcd quota: %w; nothing was changed", err)
+	}
+	if st.Role != nodestate.RoleControlPlane || st.Etcd.ClientURL == "" {
+		return false, false, fmt.Errorf("etcd quota: node state %s is not a control plane's; nothing was changed", nodestate.Path)
+	}
+	release, err := nodelock.Acquire(h, nodelock.Maintenance, "stratum etcd quota")
+	if err != nil {
+		return false, false, err
+	}
+	defer release()
+	self := urlHostOf(st.Etcd.ClientURL)
+	ss, err := h.ServiceStatus(ctx, ServiceEtcd)
+	runs := !host.NotRunning(ss, err)
+	if runs && err != nil {
+		return false, false, fmt.Errorf("etcd quota: status of %s: %w; nothing was changed", ServiceEtcd, err)
+	}
+	own := n.EtcdMemberStatus(ctx, self)
+	if st.Etcd.QuotaBackendBytes == quota && (!runs || own.Err == nil && own.DBQuota == effectiveQuota(quota)) {
+		return false, false, nil
+	}
+	if runs {
+		if own.Err != nil {
+			return false, false, fmt.Errorf("etcd quota refused: this node's member did not answer: %w; nothing was changed", own.Err)
+		}
+		if own.DBSize >= effectiveQuota(quota) {
+			return false, false, fmt.Errorf("etcd quota refused: this node's database is %s, at or over %s: etcd would raise NOSPACE at once; nothing was changed: `stratum etcd defrag` first, or set a larger quota", units.Bytes(own.DBSize), units.Bytes(effectiveQuota(quota)))
+		}
+		if _, _, err := n.healthyButForSpace(ctx, []string{self}, "etcd quota", "this node's etcd restarts onto the quota"); err != nil {
+			return false, false, err
+		}
+	}
+	changed = true
+	st.Etcd.QuotaBackendBytes = quota
+	if err := nodestate.Save(h, st); err != nil {
+		return true, false, fmt.Errorf("etcd quota: record it in %s: %w; etcd was not restarted: run the same command again", nodestate.Path, err)
+	}
+	if !runs {
+		return true, false, nil // etcd starts with it
+	}
+	if err := h.RestartService(ctx, ServiceEtcd); err != nil {
+		return true, false, fmt.Errorf("etcd quota: the node state records %s; restart etcd onto it: %w; run the same command again", units.Bytes(effectiveQuota(quota)), err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, quotaSetWithin)
+	defer cancel()
+	for {
+		m := n.EtcdMemberStatus(wctx, self)
+		_, _, herr := n.healthyButForSpace(wctx, []string{self}, "etcd quota", "this node's etcd restarts onto the quota")
+		if m.Err == nil && m.DBQuota == effectiveQuota(quota) && herr == nil {
+			n.log.Info("etcd quota set", "quota", quota)
+			return true, true, nil
+		}
+		select {
+		case <-wctx.Done():
+			return true, true, fmt.Errorf("etcd quota: etcd restarted onto %s, but the member or the cluster is not healthy %s later (member quota %s, %v; %v); run the same command again once it is", units.Bytes(effectiveQuota(quota)), quotaSetWithin, units.Bytes(m.DBQuota), m.Err, herr)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }

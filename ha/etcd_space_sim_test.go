@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"stratum.dev/stratum/ha"
+	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/sim"
 )
 
@@ -161,5 +162,93 @@ func TestSpaceWarning(t *testing.T) {
 	m.DBSize, m.Err = 2<<30, errors.New("down")
 	if w := m.SpaceWarning(); w != "" {
 		t.Fatalf("a member that did not answer warned: %q", w)
+	}
+}
+
+// TestSetEtcdQuota against three real etcd members: cp1's quota set to
+// 32 MiB (its member restarted onto it, the others left at etcd's default),
+// a re-run changes nothing, a member near it is warned about, and writes
+// past it raise NOSPACE for the whole cluster. Raising the quota under that
+// alarm is allowed, a quota under a database's size is refused, and so is a
+// change with a member down; `etcd defrag` then disarms the alarm.
+func TestSetEtcdQuota(t *testing.T) {
+	t.Parallel() // its own simulated cluster
+	c := sim.Start(t, sim.Config{ControlPlanes: 3})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	names := cpNames(3)
+	ips := ipsOf(c, names...)
+	on := func(name string) *ha.Node { return ha.NewNode(ha.Env{Host: c.Host(name).Handle()}) }
+	quotaOf := func(name string) int64 {
+		t.Helper()
+		m := on("cp1").EtcdMemberStatus(ctx, c.Host(name).IP().String())
+		if m.Err != nil {
+			t.Fatal(m.Err)
+		}
+		return m.DBQuota
+	}
+	const small = 32 << 20
+	if changed, restarted, err := on("cp1").SetEtcdQuota(ctx, small); err != nil || !changed || !restarted {
+		t.Fatalf("etcd quota 32Mi on cp1: changed %v, restarted %v, %v", changed, restarted, err)
+	}
+	if q1, q2 := quotaOf("cp1"), quotaOf("cp2"); q1 != small || q2 != 2<<30 {
+		t.Fatalf("quotas after setting cp1's: cp1 %d, cp2 %d; want 32 MiB and etcd's default", q1, q2)
+	}
+	if st, err := nodestate.Load(c.Host("cp1").Handle()); err != nil || st.Etcd.QuotaBackendBytes != small {
+		t.Fatalf("cp1's node state after the quota: %+v, %v", st, err)
+	}
+	if changed, _, err := on("cp1").SetEtcdQuota(ctx, small); err != nil || changed {
+		t.Fatalf("the same quota again: changed %v, %v; want nothing changed", changed, err)
+	}
+
+	cli, err := on("cp1").EtcdClient(ha.EtcdEndpoint(ips[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	value := strings.Repeat("q", 512<<10)
+	warned := false
+	var werr error
+	for i := 0; i < 128 && werr == nil; i++ {
+		_, werr = cli.Put(ctx, fmt.Sprintf("/quota/%02d", i), value)
+		if w := on("cp1").EtcdMemberStatus(ctx, ips[0]).SpaceWarning(); w != "" && !warned {
+			warned = true
+			if !strings.Contains(w, "of its 32.0 MiB quota") {
+				t.Fatalf("cp1's space warning: %q", w)
+			}
+		}
+	}
+	if !warned || !errors.Is(werr, rpctypes.ErrNoSpace) {
+		t.Fatalf("writes past cp1's 32 MiB quota: warned %v, last write %v; want a warning, then etcd's no-space refusal", warned, werr)
+	}
+	if err := on("cp1").EtcdClusterHealthy(ctx, ips); err == nil || !strings.Contains(err.Error(), "NOSPACE") {
+		t.Fatalf("health past the quota: %v; want NOSPACE", err)
+	}
+
+	if _, _, err := on("cp2").SetEtcdQuota(ctx, 16<<20); !ha.IsRefusal(err) || !strings.Contains(fmt.Sprint(err), "etcd would raise NOSPACE at once") {
+		t.Fatalf("a 16 MiB quota on cp2, whose database is larger: %v; want a refusal", err)
+	}
+	c.Host("cp3").StopEtcd()
+	if _, _, err := on("cp1").SetEtcdQuota(ctx, 64<<20); !errors.Is(err, ha.ErrClusterUnhealthy) || !ha.IsRefusal(err) {
+		t.Fatalf("a quota change with cp3 down: %v; want a refusal for the cluster's health", err)
+	}
+	if q := quotaOf("cp1"); q != small {
+		t.Fatalf("a refused quota change left cp1 at %d bytes", q)
+	}
+	if err := c.Host("cp3").StartEtcd(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if changed, _, err := on("cp1").SetEtcdQuota(ctx, 64<<20); err != nil || !changed {
+		t.Fatalf("etcd quota 64Mi on cp1 under NOSPACE: changed %v, %v", changed, err)
+	}
+	if _, err := cli.Put(ctx, "/quota/after", "v"); !errors.Is(err, rpctypes.ErrNoSpace) {
+		t.Fatalf("a write after the quota was raised, before the alarm is disarmed: %v; want still refused", err)
+	}
+	rep, err := on("cp1").DefragmentEtcd(ctx, ips[:1], false, nil)
+	if err != nil || !rep.Disarmed {
+		t.Fatalf("defrag after the quota was raised: %+v, %v; want the alarm disarmed", rep, err)
+	}
+	if _, err := cli.Put(ctx, "/quota/after", "v"); err != nil {
+		t.Fatalf("a write after the defrag: %v", err)
 	}
 }

@@ -31,6 +31,7 @@ import (
 	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/pki"
 	"stratum.dev/stratum/internal/token"
+	"stratum.dev/stratum/internal/units"
 	"stratum.dev/stratum/internal/version"
 )
 
@@ -105,6 +106,10 @@ type JoinOptions struct {
 	// cluster's, which rides in with the shared certs: a different one refuses
 	// the join (checkJoinCilium).
 	Cilium addons.CiliumSettings
+	// EtcdQuota is spec.etcd.quota in bytes, 0 when unset. The member runs
+	// with the cluster's quota (its members' largest): a different one
+	// refuses the join at its health gate.
+	EtcdQuota int64
 }
 
 // Sentinels a join's caller branches on.
@@ -338,6 +343,7 @@ type joinRun struct {
 	etcdIPs         []string
 	nodeIP, peerURL string
 	clusterID       string
+	etcdQuota       int64 // the cluster's, for the member's node state
 	st              *nodestate.NodeState
 	// fence is the maintenance fence the join holds from the health gate to
 	// the saved node state (nil once released).
@@ -667,8 +673,16 @@ func (r *joinRun) preflight(ctx context.Context) error {
 			ErrClusterUnhealthy, strings.Join(r.etcdIPs, ", "), err, joinHint)
 	}
 	r.etcdIPs = current
-	if err := n.EtcdClusterHealthy(ctx, r.etcdIPs); err != nil {
+	health, err := n.EtcdClusterHealth(ctx, r.etcdIPs)
+	if err != nil {
 		return fmt.Errorf("%w: %v; nothing was added to etcd: heal the cluster (`stratum etcd health`), then %s", ErrClusterUnhealthy, err, joinHint)
+	}
+	// The member runs with the cluster's quota: one with less would raise
+	// NOSPACE for the whole cluster first.
+	r.etcdQuota = clusterQuota(health)
+	if o := r.o.EtcdQuota; o != 0 && o != effectiveQuota(r.etcdQuota) {
+		return fmt.Errorf("control-plane join refused: spec.etcd.quota is %s, and the cluster's etcd members run with %s; nothing was added to etcd: a member's quota is the cluster's (`stratum etcd quota` changes it on each control plane): drop the setting or make it the cluster's, then %s",
+			units.Bytes(o), units.Bytes(effectiveQuota(r.etcdQuota)), joinHint)
 	}
 	if err := n.checkEtcdVersionFits(ctx, r.etcdIPs, joinVersionRefusal); err != nil {
 		return err
@@ -773,6 +787,7 @@ func (r *joinRun) addMemberAndSave(ctx context.Context) error {
 	r.st.Etcd = nodestate.Etcd{
 		Name: r.name, PeerURL: r.peerURL, ClientURL: EtcdEndpoint(r.nodeIP),
 		InitialCluster: ic, InitialClusterState: "existing", ClusterID: r.clusterID,
+		QuotaBackendBytes: r.etcdQuota,
 	}
 	if err := n.checkpoint(wctx, CheckpointBeforeStateSave); err != nil {
 		r.st.Etcd = nodestate.Etcd{}

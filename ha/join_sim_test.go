@@ -371,11 +371,12 @@ func TestUpBootstrapsThenJoinsFromAFreshCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cp1 := joinNodeOn(c.Host("cp1"))
-	st, err := cp1.Up(ctx, ha.BootstrapOptions{VIP: nodestateVIP(c)})
+	const quota = 64 << 20 // spec.etcd.quota: 64Mi
+	st, err := cp1.Up(ctx, ha.BootstrapOptions{VIP: nodestateVIP(c), EtcdQuota: quota})
 	if err != nil {
 		t.Fatalf("stratum up on cp1: %v", err)
 	}
-	if st.Etcd.InitialClusterState != "new" || st.Server != c.VIPURL() {
+	if st.Etcd.InitialClusterState != "new" || st.Server != c.VIPURL() || st.Etcd.QuotaBackendBytes != quota {
 		t.Fatalf("cp1 state: %+v", st)
 	}
 	// A second `up` on the same node starts what its state records.
@@ -383,13 +384,28 @@ func TestUpBootstrapsThenJoinsFromAFreshCluster(t *testing.T) {
 		t.Fatalf("second stratum up: %v", err)
 	}
 	j := &joinCluster{t: t, c: c, ctx: ctx, cp1: cp1}
-	for _, name := range []string{"cp2", "cp3"} {
-		if err := j.join(name, j.mint(time.Hour)); err != nil {
+	// A join whose config names another quota is refused; one naming the
+	// cluster's, or none, runs with the cluster's.
+	other := j.mint(time.Hour)
+	other.EtcdQuota = 32 << 20
+	if err := j.join("cp2", other); !ha.IsRefusal(err) || !strings.Contains(fmt.Sprint(err), "spec.etcd.quota is 32.0 MiB, and the cluster's etcd members run with 64.0 MiB") {
+		t.Fatalf("join of cp2 naming a 32 MiB quota: %v; want a refusal naming both quotas", err)
+	}
+	for name, o := range map[string]int64{"cp2": quota, "cp3": 0} {
+		opts := j.mint(time.Hour)
+		opts.EtcdQuota = o
+		if err := j.join(name, opts); err != nil {
 			t.Fatalf("join %s: %v", name, err)
 		}
 	}
 	if got := strings.Join(j.members(), " "); got != "cp1:voter cp2:voter cp3:voter" {
 		t.Fatalf("members: %s", got)
+	}
+	obs := observerOn(c.Host("cp1"))
+	for _, name := range []string{"cp1", "cp2", "cp3"} {
+		if m := obs.EtcdMemberStatus(ctx, c.Host(name).IP().String()); m.Err != nil || m.DBQuota != quota {
+			t.Fatalf("%s's member runs with a quota of %d bytes (%v); want the cluster's, %d", name, m.DBQuota, m.Err, quota)
+		}
 	}
 }
 

@@ -36,6 +36,7 @@ import (
 // checkpoint's reset starts from a control plane the production join built
 // (and that join, after a reset, is checked on the way).
 func TestResetConvergesAfterACrashAtEveryCheckpoint(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	assetstest.Require(t)
 	c := sim.Start(t, sim.Config{ControlPlanes: 3, APIServers: true, VIP: true})
 	cp1, cp3 := nodeOn(c.Host("cp1")), c.Host("cp3")
@@ -246,6 +247,7 @@ func checkNoControlPlaneFiles(t *testing.T, h *sim.Host) {
 // there removes that learner and every file, and the machine then joins
 // with the same join command.
 func TestResetUndoesACrashedJoin(t *testing.T) {
+	t.Parallel() // its own simulated cluster
 	j := startJoinCluster(t, 1)
 	o := j.mint(time.Hour)
 	cp2 := j.c.Host("cp2")

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -94,6 +95,7 @@ type etcdSpec struct {
 	serverCert, serverKey              string
 	peerCert, peerKey                  string
 	clientCertAuth, peerClientCertAuth bool
+	quotaBytes                         int64 // 0: etcd's default
 	timing                             EtcdTiming
 	// onPublishRetry is called with the error when the member logs that its
 	// publish failed (embedded members only).
@@ -113,7 +115,8 @@ var modelledEtcdFlags = map[string]bool{
 	"initial-cluster": true, "initial-cluster-state": true, "initial-cluster-token": true,
 	"cert-file": true, "key-file": true, "trusted-ca-file": true, "client-cert-auth": true,
 	"peer-cert-file": true, "peer-key-file": true, "peer-trusted-ca-file": true, "peer-client-cert-auth": true,
-	"log-level": true, // the simulator's own logger (etcdLogger)
+	"log-level":           true, // the simulator's own logger (etcdLogger)
+	"quota-backend-bytes": true,
 }
 
 // hostFlags maps a production command line into host h: a value that is a
@@ -159,8 +162,15 @@ func (h *Host) etcdSpec() (etcdSpec, error) {
 			return etcdSpec{}, fmt.Errorf("start etcd on %s: the simulator does not model etcd's --%s (controlplane.EtcdArgs): model it in sim/etcd.go", h.name, k)
 		}
 	}
+	var quota int64
+	if q, ok := f["quota-backend-bytes"]; ok {
+		if quota, err = strconv.ParseInt(q, 10, 64); err != nil {
+			return etcdSpec{}, fmt.Errorf("start etcd on %s: --quota-backend-bytes=%s: %w", h.name, q, err)
+		}
+	}
 	return etcdSpec{
 		args:               args,
+		quotaBytes:         quota,
 		name:               f["name"],
 		clientURL:          f["advertise-client-urls"],
 		listenClientURL:    f["listen-client-urls"],
@@ -262,6 +272,7 @@ func launchEmbeddedEtcd(s etcdSpec, onRemoved func(*embeddedEtcd)) (*embeddedEtc
 	cfg.InitialCluster = s.initialCluster
 	cfg.ClusterState = s.state
 	cfg.InitialClusterToken = s.token
+	cfg.QuotaBackendBytes = s.quotaBytes
 	cfg.TickMs = uint(s.timing.HeartbeatMs)
 	cfg.ElectionMs = uint(s.timing.ElectionMs)
 	cfg.ClientTLSInfo = transport.TLSInfo{CertFile: s.serverCert, KeyFile: s.serverKey, TrustedCAFile: s.caFile, ClientCertAuth: s.clientCertAuth}

@@ -1,7 +1,8 @@
 // Package config is stratum's configuration file (`--config`): a versioned
 // YAML document, like kubeadm's and k0s's, holding what `stratum up` and
 // `stratum server` would otherwise take as flags: the cluster network, the
-// VIP, the node profile, the SELinux opt-out and the Cilium settings. Flags
+// VIP, the node profile, the SELinux opt-out, the Cilium settings and the
+// etcd quota. Flags
 // override it. Its keys are the ones the ha code's errors name
 // (spec.network.nodeIP, spec.selinux, ...), so an error points at a line of
 // the file.
@@ -26,6 +27,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"stratum.dev/stratum/internal/addons"
+	"stratum.dev/stratum/internal/controlplane"
 	"stratum.dev/stratum/internal/netcfg"
 )
 
@@ -51,6 +53,23 @@ type Spec struct {
 	Profile string `json:"profile,omitempty"`
 	// SELinux is spec.selinux; false opts out (refused by the cis profile).
 	SELinux *bool `json:"selinux,omitempty"`
+	// Etcd is spec.etcd.
+	Etcd Etcd `json:"etcd,omitempty"`
+}
+
+// Etcd is spec.etcd.
+type Etcd struct {
+	// Quota is spec.etcd.quota, the etcd members' quota as a quantity
+	// ("8Gi"): the database size at which etcd refuses every write. Unset
+	// is etcd's default, 2 GiB.
+	Quota string `json:"quota,omitempty"`
+}
+
+// EtcdQuotaBytes is spec.etcd.quota in bytes, 0 when unset (Parse has
+// checked it).
+func (s Spec) EtcdQuotaBytes() int64 {
+	q, _ := controlplane.ParseEtcdQuota(s.Etcd.Quota)
+	return q
 }
 
 // Network is spec.network.
@@ -160,6 +179,9 @@ func Parse(data []byte) (*File, error) {
 		} else if s.Network.NodeIP != "" && strings.Contains(","+s.Network.NodeIP+",", ","+vip.String()+",") {
 			problems = append(problems, fmt.Sprintf("spec.vip %s is spec.network.nodeIP: the VIP must be an unused address", s.VIP))
 		}
+	}
+	if _, err := controlplane.ParseEtcdQuota(s.Etcd.Quota); err != nil {
+		problems = append(problems, fmt.Sprintf("spec.etcd.quota: %v", err))
 	}
 	if len(problems) > 0 {
 		slices.Sort(problems)

@@ -22,6 +22,8 @@ spec:
   vip: 10.0.0.10
   profile: cis
   selinux: true
+  etcd:
+    quota: 4Gi
 `
 
 func TestParseGood(t *testing.T) {
@@ -30,7 +32,7 @@ func TestParseGood(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := f.Spec
-	if s.Network.NodeIP != "10.0.0.11" || s.VIP != "10.0.0.10" || s.Profile != "cis" || s.SELinuxOptOut() || s.Network.Cilium == nil || !s.Network.Cilium.KubeProxyReplacement {
+	if s.Network.NodeIP != "10.0.0.11" || s.VIP != "10.0.0.10" || s.Profile != "cis" || s.SELinuxOptOut() || s.Network.Cilium == nil || !s.Network.Cilium.KubeProxyReplacement || s.EtcdQuotaBytes() != 4<<30 {
 		t.Fatalf("parsed %+v", s)
 	}
 	path := filepath.Join(t.TempDir(), "stratum.yaml")
@@ -63,6 +65,8 @@ func TestParseRefusalsNameTheKey(t *testing.T) {
 		{"IPv6 VIP", strings.Replace(good, "vip: 10.0.0.10", `vip: "fd00::10"`, 1), "spec.vip fd00::10: not an IPv4 address"},
 		{"IPv4-mapped VIP", strings.Replace(good, "vip: 10.0.0.10", `vip: "::ffff:10.0.0.10"`, 1), "not an IPv4 address"},
 		{"VIP is the node", strings.Replace(good, "vip: 10.0.0.10", "vip: 10.0.0.11", 1), "spec.vip 10.0.0.11 is spec.network.nodeIP"},
+		{"etcd quota over 8 GiB", strings.Replace(good, "quota: 4Gi", "quota: 16Gi", 1), "spec.etcd.quota: etcd quota 16.0 GiB: want 16.0 MiB to 8.0 GiB"},
+		{"etcd quota not a size", strings.Replace(good, "quota: 4Gi", "quota: big", 1), "spec.etcd.quota: etcd quota \"big\": not a size"},
 		{"selinux not a bool", strings.Replace(good, "selinux: true", "selinux: maybe", 1), "selinux"},
 		{"empty", "", "empty"},
 		{"duplicate key", strings.Replace(good, "  vip: 10.0.0.10\n", "  vip: 10.0.0.10\n  vip: 10.0.0.12\n", 1), `line 13: key "vip" already set in map`},
@@ -71,7 +75,7 @@ func TestParseRefusalsNameTheKey(t *testing.T) {
 		{"duplicate key, the last of which is valid", "apiVersion: stratum.dev/v1alpha1\nkind: ControlPlaneConfig\nspec: {vip: 10.0.0.10, vip: 10.0.0.12}\n", `key "vip" already set in map`},
 		{"duplicate top-level key", good + "kind: ControlPlaneConfig\n", `key "kind" already set in map`},
 		{"second document", good + "---\n" + strings.Replace(good, "10.0.0.10", "10.0.0.12", 1), "2 documents; stratum reads one"},
-		{"invalid second document", good + "---\n[not yaml\n", "line 16: did not find expected"},
+		{"invalid second document", good + "---\n[not yaml\n", "line 18: did not find expected"},
 		{"document after an empty one", "---\n---\n" + good, "2 documents; stratum reads one"},
 		{"three documents", good + "---\nkind: x\n---\nkind: y\n---\n", "3 documents; stratum reads one"},
 		{"a merged key set again", "apiVersion: stratum.dev/v1alpha1\nkind: ControlPlaneConfig\nx-net: &net {podCIDR: 10.244.0.0/16}\nspec:\n  network:\n    <<: *net\n    podCIDR: 10.50.0.0/16\n", "cannot be set again beside it"},

@@ -216,7 +216,7 @@ func EtcdArgs(st *nodestate.NodeState) ([]string, error) {
 	if e.Name == "" || e.PeerURL == "" || e.ClientURL == "" || e.InitialCluster == "" || e.InitialClusterState == "" {
 		return nil, fmt.Errorf("node state %s does not say how etcd boots (name, URLs, initial cluster and state are required)", nodestate.Path)
 	}
-	return []string{
+	args := []string{
 		"--name=" + e.Name,
 		"--data-dir=" + version.EtcdDataDir,
 		"--listen-client-urls=" + e.ClientURL,
@@ -231,7 +231,11 @@ func EtcdArgs(st *nodestate.NodeState) ([]string, error) {
 		"--peer-cert-file=" + pki("etcd/peer.crt"), "--peer-key-file=" + pki("etcd/peer.key"),
 		"--peer-trusted-ca-file=" + pki("etcd/ca.crt"), "--peer-client-cert-auth",
 		"--log-level=warn",
-	}, nil
+	}
+	if e.QuotaBackendBytes > 0 {
+		args = append(args, "--quota-backend-bytes="+strconv.FormatInt(e.QuotaBackendBytes, 10))
+	}
+	return args, nil
 }
 
 // Defaults of a node state written before these fields existed.

@@ -687,4 +687,22 @@ var mutants = []mutant{
 			{"./ha", "-run", "TestSpaceWarning"},
 		},
 	},
+	{
+		Name: "join-ignores-the-cluster-quota",
+		File: "ha/join.go",
+		Old:  "r.etcdQuota = clusterQuota(health)",
+		New:  "r.etcdQuota = 0 * clusterQuota(health)",
+		Tests: [][]string{
+			{"./ha", "-run", "TestUpBootstrapsThenJoinsFromAFreshCluster"},
+		},
+	},
+	{
+		Name: "quota-under-the-database",
+		File: "ha/etcd_space.go",
+		Old:  "if own.DBSize >= effectiveQuota(quota) {",
+		New:  "if false && own.DBSize >= effectiveQuota(quota) {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestSetEtcdQuota"},
+		},
+	},
 }

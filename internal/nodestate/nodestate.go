@@ -68,6 +68,10 @@ type Etcd struct {
 	// and etcd is not started on it. A rejoin, which replaces the data,
 	// clears it.
 	Started bool `json:"started,omitempty"`
+	// QuotaBackendBytes is the member's --quota-backend-bytes, the database
+	// size at which it raises NOSPACE and refuses every write; 0 is etcd's
+	// default, 2 GiB. A join takes the cluster's (its members' largest).
+	QuotaBackendBytes int64 `json:"quotaBackendBytes,omitempty"`
 }
 
 // NodeState is the node's persisted record.

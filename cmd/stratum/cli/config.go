@@ -49,6 +49,9 @@ func applyConfigToUp(cmd *cobra.Command, path string, o *ha.BootstrapOptions) er
 		o.Cilium = *s.Network.Cilium
 	}
 	o.SELinuxOptOut = s.SELinuxOptOut()
+	if !cmd.Flags().Changed("etcd-quota") {
+		o.EtcdQuota = s.EtcdQuotaBytes()
+	}
 	return nil
 }
 
@@ -71,5 +74,6 @@ func applyConfigToJoin(cmd *cobra.Command, path string, o *ha.JoinOptions) error
 		o.Cilium = *s.Network.Cilium
 	}
 	o.SELinuxOptOut = s.SELinuxOptOut()
+	o.EtcdQuota = s.EtcdQuotaBytes()
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"stratum.dev/stratum/ha"
+	"stratum.dev/stratum/internal/controlplane"
 	"stratum.dev/stratum/internal/host"
 	"stratum.dev/stratum/internal/interrupt"
 	"stratum.dev/stratum/internal/kubeconfig"
@@ -117,6 +118,7 @@ func checkNodeIP(v string) error {
 // upFlags are `stratum up`'s flags.
 type upFlags struct {
 	nodeIP, vip, podCIDR, serviceCIDR, clusterDomain, profile, config string
+	etcdQuota                                                         string
 	// asSupervisor: be this node's supervisor or do nothing; never act
 	// through one already running (the unit `stratum install` writes).
 	asSupervisor bool
@@ -172,9 +174,13 @@ runs it at boot. It must run as root.
 			if err := checkVIP(f.vip); err != nil {
 				return err
 			}
+			quota, err := controlplane.ParseEtcdQuota(f.etcdQuota)
+			if err != nil {
+				return usagef("--etcd-quota: %v", err)
+			}
 			o := ha.BootstrapOptions{
 				NodeIP: f.nodeIP, PodCIDR: f.podCIDR, ServiceCIDR: f.serviceCIDR,
-				ClusterDomain: f.clusterDomain, Profile: f.profile,
+				ClusterDomain: f.clusterDomain, Profile: f.profile, EtcdQuota: quota,
 			}
 			if f.vip != "" {
 				o.VIP = nodestate.VIP{Address: f.vip}
@@ -216,7 +222,8 @@ runs it at boot. It must run as root.
 	fl.StringVar(&f.serviceCIDR, "service-cidr", "", "the cluster's service `CIDR` (default 10.96.0.0/12)")
 	fl.StringVar(&f.clusterDomain, "cluster-domain", "", "the cluster's DNS `domain` (default cluster.local)")
 	fl.StringVar(&f.profile, "profile", "", "the node profile this control plane runs, by `name` (e.g. cis); none by default")
-	fl.StringVar(&f.config, "config", "", "read the network, VIP, profile, SELinux and Cilium settings from this YAML `FILE` (kind ControlPlaneConfig); flags override it")
+	fl.StringVar(&f.etcdQuota, "etcd-quota", "", "the etcd members' quota, the database `size` at which etcd refuses every write, as 8Gi or 512Mi (16Mi to 8Gi; default etcd's, 2Gi); joins take the cluster's, and `stratum etcd quota` changes it later")
+	fl.StringVar(&f.config, "config", "", "read the network, VIP, profile, SELinux, Cilium and etcd quota settings from this YAML `FILE` (kind ControlPlaneConfig); flags override it")
 	fl.BoolVar(&f.asSupervisor, "as-supervisor", false, "be this node's supervisor or do nothing: when one already runs, refuse (exit 3) instead of starting through it what is stopped (the systemd unit runs up so)")
 	f.superviseFlags.add(cmd)
 	return cmd
@@ -548,6 +555,7 @@ func (a *app) etcdCmd() *cobra.Command {
 		Example: `  stratum etcd members
   stratum etcd health
   stratum etcd defrag
+  stratum etcd quota 8Gi
   stratum etcd member remove cp3
   stratum etcd rejoin --server 10.0.0.11`,
 		Args: cobra.ArbitraryArgs,
@@ -622,7 +630,7 @@ addresses asked).`,
 		},
 	}
 	healthOut = addOutput(health, "text")
-	cmd.AddCommand(members, health, a.etcdDefragCmd(), a.etcdMemberCmd(), a.etcdDowngradeCmd())
+	cmd.AddCommand(members, health, a.etcdDefragCmd(), a.etcdQuotaCmd(), a.etcdMemberCmd(), a.etcdDowngradeCmd())
 	return cmd
 }
 

@@ -177,6 +177,8 @@ func TestUpRefusesBadOptionsBeforeWriting(t *testing.T) {
 		{"node IP not an IP", []string{"--node-ip", "cp1"}, ExitUsage, `--node-ip "cp1" is not an IP address`},
 		{"dual-stack node IP of one family", []string{"--node-ip", "127.0.0.1,127.0.0.2"}, ExitUsage, "one family"},
 		{"dual-stack node IP not this host's", []string{"--node-ip", "198.18.250.250,2001:db8::250"}, ExitRefused, "node IP 198.18.250.250 (from flag)"},
+		{"etcd quota over 8 GiB", []string{"--etcd-quota", "9Gi"}, ExitUsage, "--etcd-quota: etcd quota 9.0 GiB: want 16.0 MiB to 8.0 GiB"},
+		{"etcd quota not a size", []string{"--etcd-quota", "lots"}, ExitUsage, `--etcd-quota: etcd quota "lots": not a size`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			opts, h := onTempHost(t)

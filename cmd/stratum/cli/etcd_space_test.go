@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -60,7 +61,7 @@ func TestEtcdDefrag(t *testing.T) {
 	}
 	var rep ha.EtcdDefrag
 	code, out, errOut = runCLI(t, opts, "etcd", "defrag", "-o", "json")
-	if code != ExitOK || json.Unmarshal([]byte(out), &rep) != nil || len(rep.Members) != 3 || !rep.Members[2].Leader || rep.Members[0].After == 0 || rep.NoSpace {
+	if code != ExitOK || json.Unmarshal([]byte(out), &rep) != nil || len(rep.Members) != 3 || !rep.Members[2].Leader || !rep.Members[0].Done || rep.Members[0].After == 0 || rep.NoSpace {
 		t.Fatalf("etcd defrag -o json: exit %d\n%s%s", code, out, errOut)
 	}
 
@@ -79,5 +80,43 @@ func TestEtcdDefrag(t *testing.T) {
 	}
 	if code, out, errOut := runCLI(t, opts, "etcd", "health"); code != ExitOK {
 		t.Fatalf("etcd health after the defrag: exit %d\n%s%s", code, out, errOut)
+	}
+
+	// etcd quota: bad sizes are bad usage; a size is set once, then is
+	// there already; "default" goes back to etcd's own.
+	for _, bad := range []string{"1Mi", "9Gi", "lots", "0"} {
+		if code, out, errOut := runCLI(t, opts, "etcd", "quota", bad); code != ExitUsage {
+			t.Fatalf("etcd quota %s: exit %d, want %d\n%s%s", bad, code, ExitUsage, out, errOut)
+		}
+	}
+	quota := func(size, want string) {
+		t.Helper()
+		code, out, errOut := runCLI(t, opts, "etcd", "quota", size)
+		if code != ExitOK || !strings.Contains(out, want) {
+			t.Fatalf("etcd quota %s: exit %d, want %q\n%s%s", size, code, want, out, errOut)
+		}
+	}
+	quota("16Mi", "this node's etcd quota is 16.0 MiB: recorded")
+	quota("16Mi", "is 16.0 MiB already: nothing was changed")
+	// Filled to 80% of it: `etcd health` and `status` warn (exit 0 for it).
+	value := strings.Repeat("w", 512<<10)
+	for i := 0; n.EtcdMemberStatus(ctx, c.Host("cp1").IP().String()).SpaceWarning() == ""; i++ {
+		if i == 30 {
+			t.Fatal("cp1's database did not reach 80% of its 16 MiB quota after 15 MiB written")
+		}
+		if _, err := cli.Put(ctx, fmt.Sprintf("/space/%02d", i), value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code, out, errOut := runCLI(t, opts, "etcd", "health"); code != ExitOK || !strings.Contains(out, "warning: etcd member") || !strings.Contains(out, "of its 16.0 MiB quota") {
+		t.Fatalf("etcd health at 80%% of cp1's quota: exit %d\n%s%s", code, out, errOut)
+	}
+	var st statusReport
+	if _, out, errOut := runCLI(t, opts, "status", "-o", "json"); json.Unmarshal([]byte(out), &st) != nil || !strings.Contains(st.EtcdSpace, "of its 16.0 MiB quota") {
+		t.Fatalf("status -o json at 80%% of cp1's quota: etcdSpace %q\n%s%s", st.EtcdSpace, out, errOut)
+	}
+	quota("default", "this node's etcd quota is etcd's default, 2.0 GiB: recorded")
+	if q := n.EtcdMemberStatus(ctx, c.Host("cp1").IP().String()).DBQuota; q != 2<<30 {
+		t.Fatalf("cp1's quota after `etcd quota default`: %d bytes", q)
 	}
 }
