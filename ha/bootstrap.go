@@ -104,6 +104,7 @@ func (n *Node) Up(ctx context.Context, o BootstrapOptions) (*nodestate.NodeState
 		if err := n.adoptVIP(saved, o.VIP); err != nil {
 			return saved, err
 		}
+		n.warnQuotaNotUsed(saved, o.EtcdQuota)
 		st, err = n.StartControlPlane(ctx)
 	case !errors.Is(err, nodestate.ErrNoState):
 		return nil, Refusal(err)

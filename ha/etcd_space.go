@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"path"
 	"slices"
 	"strings"
 	"time"
@@ -17,6 +19,7 @@ import (
 	"stratum.dev/stratum/internal/nodelock"
 	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/units"
+	"stratum.dev/stratum/internal/version"
 )
 
 // EtcdSpaceWarnAt is the share of its quota at which a member's database is
@@ -399,17 +402,63 @@ func clusterQuota(members []EtcdMemberHealth) int64 {
 	return q
 }
 
+// etcdDatabaseSize is the size of this node's etcd database file, 0 when
+// there is none (a member that has not started).
+func etcdDatabaseSize(h host.Files) (int64, error) {
+	db := path.Join(version.EtcdDataDir, "member", "snap", "db")
+	fi, err := h.Stat(db)
+	switch {
+	case err == nil:
+		return fi.Size(), nil
+	case errors.Is(err, fs.ErrNotExist):
+		return 0, nil
+	default:
+		return 0, fmt.Errorf("the size of this node's etcd database %s: %w", db, err)
+	}
+}
+
+// warnQuotaNotUsed says that an etcd quota given to `stratum up` on a node
+// with saved state (--etcd-quota, spec.etcd.quota in a config file shared by
+// every control plane) is a bring-up's setting, not used here, when it is
+// not the node's.
+func (n *Node) warnQuotaNotUsed(st *nodestate.NodeState, quota int64) {
+	if quota == 0 || effectiveQuota(quota) == effectiveQuota(st.Etcd.QuotaBackendBytes) {
+		return
+	}
+	msg := fmt.Sprintf("warning: the etcd quota given (%s) is a bring-up's setting, not used on this node, whose member runs with %s: `stratum etcd quota` changes it, on each control plane in turn",
+		units.Bytes(quota), units.Bytes(effectiveQuota(st.Etcd.QuotaBackendBytes)))
+	n.log.Warn(msg)
+	if n.env.Progress != nil {
+		n.env.Progress(msg)
+	}
+}
+
+// quotaOf is clusterQuota of the members at ips that answer; ok false when
+// none does.
+func (n *Node) quotaOf(ctx context.Context, ips []string) (quota int64, ok bool) {
+	res, _ := n.EtcdClusterHealth(ctx, ips)
+	var answered []EtcdMemberHealth
+	for _, m := range res {
+		if m.Err == nil {
+			answered = append(answered, m)
+		}
+	}
+	return clusterQuota(answered), len(answered) > 0
+}
+
 // quotaSetWithin bounds the wait, after etcd's restart onto a new quota, for
 // the member to serve with it and the cluster to be healthy again.
 const quotaSetWithin = time.Minute
 
 // SetEtcdQuota sets this node's etcd member's quota (--quota-backend-bytes)
 // to quota bytes, 0 for etcd's default: the quota is each member's own
-// flag, so it is run on every control plane in turn. Refusals first: a
-// quota out of bounds or under the database's size now (it would raise
-// NOSPACE at once), or a cluster that is not healthy apart from NOSPACE
-// (the member restarts, and with another member down its vote could cost
-// the quorum). Then the node state records it, etcd restarts onto it when
+// flag, so it is run on every control plane in turn, never on two at once
+// (each restarts its member). Refusals first: a quota out of bounds, one the
+// database now fills to EtcdSpaceWarnAt or more (read from the member, or
+// from its file when etcd does not run: it would raise NOSPACE at once, or
+// soon), a reset or data replacement under way, or a cluster that is not
+// healthy apart from NOSPACE (the member restarts, and with another member
+// down its vote could cost the quorum). Then the node state records it, etcd restarts onto it when
 // it runs, and SetEtcdQuota waits until the member serves with it and the
 // cluster is healthy again. A re-run after an interruption restarts etcd if
 // it still runs with the old quota. It reports whether it changed anything,
@@ -420,35 +469,52 @@ func (n *Node) SetEtcdQuota(ctx context.Context, quota int64) (changed, restarte
 	if err := controlplane.CheckEtcdQuota(quota); err != nil {
 		return false, false, fmt.Errorf("etcd quota refused: %w; nothing was changed", err)
 	}
-	st, err := nodestate.Load(h)
+	release, err := nodelock.Acquire(h, nodelock.Maintenance, "stratum etcd quota")
+	if err != nil {
+		return false, false, err
+	}
+	defer release()
+	for _, refuse := range []func(string) error{n.refuseResetUnderWay, n.refuseDataReplaceUnderWay} {
+		if err := refuse("stratum etcd quota"); err != nil {
+			return false, false, err
+		}
+	}
+	st, err := nodestate.Load(h) // as it is under the lock
 	if err != nil {
 		return false, false, fmt.Errorf("etcd quota: %w; nothing was changed", err)
 	}
 	if st.Role != nodestate.RoleControlPlane || st.Etcd.ClientURL == "" {
 		return false, false, fmt.Errorf("etcd quota: node state %s is not a control plane's; nothing was changed", nodestate.Path)
 	}
-	release, err := nodelock.Acquire(h, nodelock.Maintenance, "stratum etcd quota")
-	if err != nil {
-		return false, false, err
-	}
-	defer release()
 	self := urlHostOf(st.Etcd.ClientURL)
 	ss, err := h.ServiceStatus(ctx, ServiceEtcd)
 	runs := !host.NotRunning(ss, err)
 	if runs && err != nil {
 		return false, false, fmt.Errorf("etcd quota: status of %s: %w; nothing was changed", ServiceEtcd, err)
 	}
-	own := n.EtcdMemberStatus(ctx, self)
-	if st.Etcd.QuotaBackendBytes == quota && (!runs || own.Err == nil && own.DBQuota == effectiveQuota(quota)) {
+	want := effectiveQuota(quota)
+	var own EtcdMemberHealth
+	if runs {
+		own = n.EtcdMemberStatus(ctx, self)
+	}
+	if effectiveQuota(st.Etcd.QuotaBackendBytes) == want && (!runs || own.Err == nil && own.DBQuota == want) {
 		return false, false, nil
 	}
+	size := own.DBSize
+	if runs && own.Err != nil {
+		return false, false, fmt.Errorf("etcd quota refused: this node's member did not answer: %w; nothing was changed", own.Err)
+	}
+	if !runs {
+		// Not running (stopped, or restarting after a failure): its
+		// database file says how large it is.
+		if size, err = etcdDatabaseSize(h); err != nil {
+			return false, false, fmt.Errorf("etcd quota refused: %w; nothing was changed", err)
+		}
+	}
+	if float64(size) >= EtcdSpaceWarnAt*float64(want) {
+		return false, false, fmt.Errorf("etcd quota refused: this node's database is %s, %d%% of %s or more: etcd would raise NOSPACE at once, or soon; nothing was changed: `stratum etcd defrag` first, or set a quota of at least %s", units.Bytes(size), int(100*EtcdSpaceWarnAt), units.Bytes(want), units.Bytes(int64(float64(size)/EtcdSpaceWarnAt)+1))
+	}
 	if runs {
-		if own.Err != nil {
-			return false, false, fmt.Errorf("etcd quota refused: this node's member did not answer: %w; nothing was changed", own.Err)
-		}
-		if own.DBSize >= effectiveQuota(quota) {
-			return false, false, fmt.Errorf("etcd quota refused: this node's database is %s, at or over %s: etcd would raise NOSPACE at once; nothing was changed: `stratum etcd defrag` first, or set a larger quota", units.Bytes(own.DBSize), units.Bytes(effectiveQuota(quota)))
-		}
 		if _, _, err := n.healthyButForSpace(ctx, []string{self}, "etcd quota", "this node's etcd restarts onto the quota"); err != nil {
 			return false, false, err
 		}

@@ -251,4 +251,21 @@ func TestSetEtcdQuota(t *testing.T) {
 	if _, err := cli.Put(ctx, "/quota/after", "v"); err != nil {
 		t.Fatalf("a write after the defrag: %v", err)
 	}
+
+	// With its etcd stopped, cp3's quota is judged against its database
+	// file: one it fills to 80% is refused, a larger one is recorded for
+	// the next start.
+	c.Host("cp3").StopEtcd()
+	if _, _, err := on("cp3").SetEtcdQuota(ctx, 32<<20); !ha.IsRefusal(err) || !strings.Contains(fmt.Sprint(err), "etcd would raise NOSPACE") {
+		t.Fatalf("a 32 MiB quota on cp3, stopped, whose database file is about that: %v; want a refusal", err)
+	}
+	if changed, restarted, err := on("cp3").SetEtcdQuota(ctx, 128<<20); err != nil || !changed || restarted {
+		t.Fatalf("a 128 MiB quota on cp3, stopped: changed %v, restarted %v, %v; want it recorded, nothing restarted", changed, restarted, err)
+	}
+	if err := c.Host("cp3").StartEtcd(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if q := quotaOf("cp3"); q != 128<<20 {
+		t.Fatalf("cp3 started after its quota was recorded runs with %d bytes; want 128 MiB", q)
+	}
 }

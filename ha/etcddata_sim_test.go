@@ -97,6 +97,14 @@ func TestRejoinBringsBackAJoinedMemberWhoseDataIsLost(t *testing.T) {
 	if _, err := joinNodeOn(cp2).StartControlPlane(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// The others run with a 64 MiB quota, which the rejoined member takes
+	// (its own node state records etcd's default).
+	const quota = 64 << 20
+	for _, name := range []string{"cp1", "cp3"} {
+		if _, _, err := joinNodeOn(c.Host(name)).SetEtcdQuota(ctx, quota); err != nil {
+			t.Fatalf("etcd quota on %s: %v", name, err)
+		}
+	}
 	cp2.Crash()
 	data := cp2.Path(version.EtcdDataDir)
 	if err := os.RemoveAll(data); err != nil {
@@ -127,6 +135,9 @@ func TestRejoinBringsBackAJoinedMemberWhoseDataIsLost(t *testing.T) {
 	slices.Sort(got)
 	if want := []string{"cp1 learner=false", "cp2 learner=false", "cp3 learner=false"}; !slices.Equal(got, want) {
 		t.Fatalf("members after the rejoin: %v, want %v", got, want)
+	}
+	if m := observerOn(c.Host("cp1")).EtcdMemberStatus(ctx, cp2.IP().String()); m.Err != nil || m.DBQuota != quota {
+		t.Fatalf("the rejoined member's quota: %d bytes (%v); want the seed's, %d", m.DBQuota, m.Err, quota)
 	}
 	cp2.Crash()
 	if _, err := joinNodeOn(cp2).StartControlPlane(ctx); err != nil {

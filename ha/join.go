@@ -681,7 +681,7 @@ func (r *joinRun) preflight(ctx context.Context) error {
 	// NOSPACE for the whole cluster first.
 	r.etcdQuota = clusterQuota(health)
 	if o := r.o.EtcdQuota; o != 0 && o != effectiveQuota(r.etcdQuota) {
-		return fmt.Errorf("control-plane join refused: spec.etcd.quota is %s, and the cluster's etcd members run with %s; nothing was added to etcd: a member's quota is the cluster's (`stratum etcd quota` changes it on each control plane): drop the setting or make it the cluster's, then %s",
+		return fmt.Errorf("control-plane join refused: spec.etcd.quota is %s, and the cluster's etcd members run with %s (the largest of their quotas); nothing was added to etcd: a member's quota is the cluster's (`stratum etcd quota` changes it on each control plane): drop the setting or make it the cluster's, then %s",
 			units.Bytes(o), units.Bytes(effectiveQuota(r.etcdQuota)), joinHint)
 	}
 	if err := n.checkEtcdVersionFits(ctx, r.etcdIPs, joinVersionRefusal); err != nil {

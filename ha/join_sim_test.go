@@ -8,8 +8,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -379,10 +381,22 @@ func TestUpBootstrapsThenJoinsFromAFreshCluster(t *testing.T) {
 	if st.Etcd.InitialClusterState != "new" || st.Server != c.VIPURL() || st.Etcd.QuotaBackendBytes != quota {
 		t.Fatalf("cp1 state: %+v", st)
 	}
-	// A second `up` on the same node starts what its state records.
-	if _, err := cp1.Up(ctx, ha.BootstrapOptions{}); err != nil {
+	// A second `up` on the same node starts what its state records; the
+	// quota it is given is a bring-up's, said not to be used.
+	var mu sync.Mutex
+	var said []string
+	progress := func(s string) { mu.Lock(); said = append(said, s); mu.Unlock() }
+	cp1d := c.Host("cp1").Handle()
+	if _, err := ha.NewNode(ha.Env{Host: cp1d, Checkpoint: cp1d.Checkpoint, Progress: progress}).Up(ctx, ha.BootstrapOptions{EtcdQuota: 128 << 20}); err != nil {
 		t.Fatalf("second stratum up: %v", err)
 	}
+	mu.Lock()
+	if !slices.ContainsFunc(said, func(s string) bool {
+		return strings.Contains(s, "the etcd quota given (128.0 MiB) is a bring-up's setting, not used on this node, whose member runs with 64.0 MiB")
+	}) {
+		t.Errorf("second stratum up with a 128 MiB quota said %q; want that it is not used", said)
+	}
+	mu.Unlock()
 	j := &joinCluster{t: t, c: c, ctx: ctx, cp1: cp1}
 	// A join whose config names another quota is refused; one naming the
 	// cluster's, or none, runs with the cluster's.

@@ -472,6 +472,11 @@ func (n *Node) rejoinStep(ctx context.Context, w io.Writer, s rejoinStep, st *no
 			return err
 		}
 	case rejoinStateSave:
+		// The member takes the seed's quota, as a join takes its cluster's:
+		// with less, the seed's data could fill it at once.
+		if q, ok := n.quotaOf(ctx, seed); ok {
+			st.Etcd.QuotaBackendBytes = q
+		}
 		st.Etcd.InitialClusterState = "existing"
 		st.Etcd.ClusterID = obs.SeedClusterID
 		st.Etcd.MemberID = ""

@@ -699,8 +699,26 @@ var mutants = []mutant{
 	{
 		Name: "quota-under-the-database",
 		File: "ha/etcd_space.go",
-		Old:  "if own.DBSize >= effectiveQuota(quota) {",
-		New:  "if false && own.DBSize >= effectiveQuota(quota) {",
+		Old:  "if float64(size) >= EtcdSpaceWarnAt*float64(want) {",
+		New:  "if false && float64(size) >= EtcdSpaceWarnAt*float64(want) {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestSetEtcdQuota"},
+		},
+	},
+	{
+		Name: "rejoin-keeps-its-own-quota",
+		File: "ha/rejoin.go",
+		Old:  "if q, ok := n.quotaOf(ctx, seed); ok {",
+		New:  "if q, ok := n.quotaOf(ctx, seed); false && ok {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestRejoinBringsBackAJoinedMemberWhoseDataIsLost"},
+		},
+	},
+	{
+		Name: "quota-judged-without-a-running-etcd",
+		File: "ha/etcd_space.go",
+		Old:  "if size, err = etcdDatabaseSize(h); err != nil {",
+		New:  "if size, err = 0, error(nil); err != nil {",
 		Tests: [][]string{
 			{"./ha", "-run", "TestSetEtcdQuota"},
 		},

@@ -139,13 +139,15 @@ Each member enforces its own, so run it on every control plane in turn; a join t
 the cluster's (its members' largest), and "stratum up --etcd-quota" or spec.etcd.quota
 sets it at a cluster's bring-up.
 
-It refuses, changing nothing, when SIZE is not over this node's database now (etcd
-would raise NOSPACE at once: "stratum etcd defrag" first) or the cluster is not healthy
-apart from a NOSPACE alarm (this node's etcd restarts, and with another member down its
-vote could cost the quorum). Then it records the quota in the node state, restarts etcd
-onto it, and waits until the member serves with it and the cluster is healthy again. A
-quota raised on every member does not clear a NOSPACE alarm by itself: "stratum etcd
-defrag" then disarms it. Interrupted, run it again.`,
+It refuses, changing nothing, when this node's database fills 80% of SIZE or more
+(etcd would raise NOSPACE at once, or soon: "stratum etcd defrag" first) or the cluster
+is not healthy apart from a NOSPACE alarm (this node's etcd restarts, and with another
+member down its vote could cost the quorum). Then it records the quota in the node
+state, restarts etcd onto it, and waits until the member serves with it and the cluster
+is healthy again. Run it on one control plane at a time, never on several at once; on a
+single control plane the cluster does not answer during the restart. A quota raised on
+every member does not clear a NOSPACE alarm by itself: "stratum etcd defrag" then
+disarms it. Interrupted, run it again.`,
 		Example: `  stratum etcd quota 8Gi          # on each control plane in turn
   stratum etcd quota default      # back to etcd's 2 GiB`,
 		Args: usageArgs(cobra.ExactArgs(1)),

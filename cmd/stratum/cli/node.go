@@ -398,7 +398,7 @@ stratum cannot change; the file form never is).`,
 	fl.StringVar(&f.nodeIP, "node-ip", "", "this node's `IP`, or v4,v6 for a dual-stack node (default: resolved from the host's addresses)")
 	fl.StringVar(&f.vip, "vip", "", "the cluster's virtual `IP` (IPv4) this control plane also runs kube-vip for")
 	fl.StringVar(&f.tokenFile, "token-file", "", "read the bootstrap token from `FILE` (keeps it out of the process list; or set $"+envToken+")")
-	fl.StringVar(&f.config, "config", "", "read the network, VIP, profile, SELinux and Cilium settings from this YAML `FILE` (kind ControlPlaneConfig); flags override it")
+	fl.StringVar(&f.config, "config", "", "read the network, VIP, profile, SELinux, Cilium and etcd quota settings from this YAML `FILE` (kind ControlPlaneConfig; the network, Cilium and quota must be the cluster's); flags override it")
 	fl.StringVar(&f.certKeyFile, "certificate-key-file", "", "read the certificate-key from `FILE` (keeps it out of the process list; or set $"+envCertKey+")")
 	f.superviseFlags.add(cmd)
 	return cmd
