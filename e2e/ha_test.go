@@ -182,14 +182,14 @@ func TestHAControlPlaneOnThreeHosts(t *testing.T) {
 	waitVoters(ctx, t, tools, holder, 3)
 	tools.run(ctx, t, holder, "etcd", "health")
 
-	// etcd's quota and space, as an operator keeps them: 4 GiB set on each
-	// control plane in turn (each supervisor restarts its etcd process
-	// with the flag rendered from the node state), seen by etcdctl; then
-	// every member defragmented, one at a time.
-	for _, h := range []*host{cp1, cp2, cp3} {
-		if out := tools.run(ctx, t, h, "etcd", "quota", "4Gi"); !strings.Contains(out, "etcd quota is 4.0 GiB: recorded") {
-			t.Fatalf("stratum etcd quota 4Gi on %s:\n%s", h.Name(), out)
-		}
+	// etcd's quota and space, as an operator keeps them: 4 GiB set on the
+	// VIP holder's member (its supervisor restarts its etcd process with
+	// the flag rendered from the node state), seen by etcdctl beside the
+	// others' default; then every member defragmented, one at a time. One
+	// node's restart is the whole mechanism; each further one cost about
+	// 10 s of make test's 30 minutes.
+	if out := tools.run(ctx, t, holder, "etcd", "quota", "4Gi"); !strings.Contains(out, "etcd quota is 4.0 GiB: recorded") {
+		t.Fatalf("stratum etcd quota 4Gi on %s:\n%s", holder.Name(), out)
 	}
 	var statuses []struct {
 		Endpoint string
@@ -201,8 +201,12 @@ func TestHAControlPlaneOnThreeHosts(t *testing.T) {
 		t.Fatalf("etcdctl endpoint status --cluster -w json:\n%s", out)
 	}
 	for _, s := range statuses {
-		if s.Status.DBSizeQuota != 4<<30 {
-			t.Fatalf("etcdctl: %s runs with a quota of %d bytes after `stratum etcd quota 4Gi` on each control plane", s.Endpoint, s.Status.DBSizeQuota)
+		want := int64(2 << 30)
+		if strings.Contains(s.Endpoint, "//"+holder.IP().String()+":") {
+			want = 4 << 30
+		}
+		if s.Status.DBSizeQuota != want {
+			t.Fatalf("etcdctl: %s runs with a quota of %d bytes after `stratum etcd quota 4Gi` on %s; want %d", s.Endpoint, s.Status.DBSizeQuota, holder.Name(), want)
 		}
 	}
 	if out := tools.run(ctx, t, holder, "etcd", "defrag"); !strings.Contains(out, "etcd defragmented: 3 members") {
