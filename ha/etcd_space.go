@@ -305,16 +305,30 @@ func (n *Node) defragMember(ctx context.Context, d *EtcdMemberDefrag, changed *b
 // waitDefragHealthy waits until the cluster read through via is healthy
 // apart from NOSPACE alarms, at most defragHealthyWithin.
 func (n *Node) waitDefragHealthy(ctx context.Context, via []string) error {
-	wctx, cancel := context.WithTimeout(ctx, defragHealthyWithin)
+	err := n.waitHealthyButForSpace(ctx, via, defragHealthyWithin, "etcd defrag", "a member being defragmented answers nothing until it is done", nil)
+	if err != nil {
+		return fmt.Errorf("the cluster is not healthy %s later: %w", defragHealthyWithin, err)
+	}
+	return nil
+}
+
+// waitHealthyButForSpace polls healthyButForSpace (op and why as it takes
+// them) every 100 ms until it passes and check, when given, accepts the
+// members it read; at most within. It returns the last reason it did not.
+func (n *Node) waitHealthyButForSpace(ctx context.Context, via []string, within time.Duration, op, why string, check func([]defragTarget) error) error {
+	wctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
 	for {
-		_, _, err := n.planDefrag(wctx, via)
+		members, _, err := n.healthyButForSpace(wctx, via, op, why)
+		if err == nil && check != nil {
+			err = check(members)
+		}
 		if err == nil {
 			return nil
 		}
 		select {
 		case <-wctx.Done():
-			return fmt.Errorf("the cluster is not healthy %s later: %w", defragHealthyWithin, err)
+			return err
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -530,19 +544,18 @@ func (n *Node) SetEtcdQuota(ctx context.Context, quota int64) (changed, restarte
 	if err := h.RestartService(ctx, ServiceEtcd); err != nil {
 		return true, false, fmt.Errorf("etcd quota: the node state records %s; restart etcd onto it: %w; run the same command again", units.Bytes(effectiveQuota(quota)), err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, quotaSetWithin)
-	defer cancel()
-	for {
-		m := n.EtcdMemberStatus(wctx, self)
-		_, _, herr := n.healthyButForSpace(wctx, []string{self}, "etcd quota", "this node's etcd restarts onto the quota")
-		if m.Err == nil && m.DBQuota == effectiveQuota(quota) && herr == nil {
-			n.log.Info("etcd quota set", "quota", quota)
-			return true, true, nil
+	ep := EtcdEndpoint(self)
+	err = n.waitHealthyButForSpace(ctx, []string{self}, quotaSetWithin, "etcd quota", "this node's etcd restarts onto the quota", func(members []defragTarget) error {
+		for _, m := range members {
+			if m.health.Endpoint == ep && m.health.DBQuota != want {
+				return fmt.Errorf("this node's member runs with %s", units.Bytes(m.health.DBQuota))
+			}
 		}
-		select {
-		case <-wctx.Done():
-			return true, true, fmt.Errorf("etcd quota: etcd restarted onto %s, but the member or the cluster is not healthy %s later (member quota %s, %v; %v); run the same command again once it is", units.Bytes(effectiveQuota(quota)), quotaSetWithin, units.Bytes(m.DBQuota), m.Err, herr)
-		case <-time.After(100 * time.Millisecond):
-		}
+		return nil
+	})
+	if err != nil {
+		return true, true, fmt.Errorf("etcd quota: etcd restarted onto %s, but the member or the cluster is not healthy %s later: %w; run the same command again once it is", units.Bytes(want), quotaSetWithin, err)
 	}
+	n.log.Info("etcd quota set", "quota", quota)
+	return true, true, nil
 }
