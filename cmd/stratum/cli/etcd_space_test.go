@@ -96,25 +96,26 @@ func TestEtcdDefrag(t *testing.T) {
 			t.Fatalf("etcd quota %s: exit %d, want %q\n%s%s", size, code, want, out, errOut)
 		}
 	}
-	quota("20Mi", "this node's etcd quota is 20.0 MiB: recorded")
-	quota("20Mi", "is 20.0 MiB already: nothing was changed")
+	quota("80Mi", "this node's etcd quota is 80.0 MiB: recorded")
+	quota("80Mi", "is 80.0 MiB already: nothing was changed")
 	// Filled to 80% of it: `etcd health` and `status` warn (exit 0 for it).
-	// bbolt grows its file by doubling up to 16 MiB, then by 16 MiB: at
-	// 16 MiB the database is 80% of 20 MiB, under the quota still.
+	// bbolt grows its file in steps of up to 16 MiB (its allocation size),
+	// so the quota leaves 16 MiB between 80% of it and itself: a smaller
+	// one flaked, the file going from under 80% to the quota in one step.
 	value := strings.Repeat("w", 512<<10)
 	for i := 0; n.EtcdMemberStatus(ctx, c.Host("cp1").IP().String()).SpaceWarning() == ""; i++ {
-		if i == 30 {
-			t.Fatal("cp1's database did not reach 80% of its 20 MiB quota after 15 MiB written")
+		if i == 200 {
+			t.Fatal("cp1's database did not reach 80% of its 80 MiB quota after 100 MiB written")
 		}
 		if _, err := cli.Put(ctx, fmt.Sprintf("/space/%02d", i), value); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if code, out, errOut := runCLI(t, opts, "etcd", "health"); code != ExitOK || !strings.Contains(out, "warning: etcd member") || !strings.Contains(out, "of its 20.0 MiB quota") {
+	if code, out, errOut := runCLI(t, opts, "etcd", "health"); code != ExitOK || !strings.Contains(out, "warning: etcd member") || !strings.Contains(out, "of its 80.0 MiB quota") {
 		t.Fatalf("etcd health at 80%% of cp1's quota: exit %d\n%s%s", code, out, errOut)
 	}
 	var st statusReport
-	if _, out, errOut := runCLI(t, opts, "status", "-o", "json"); json.Unmarshal([]byte(out), &st) != nil || !strings.Contains(st.EtcdSpace, "of its 20.0 MiB quota") {
+	if _, out, errOut := runCLI(t, opts, "status", "-o", "json"); json.Unmarshal([]byte(out), &st) != nil || !strings.Contains(st.EtcdSpace, "of its 80.0 MiB quota") {
 		t.Fatalf("status -o json at 80%% of cp1's quota: etcdSpace %q\n%s%s", st.EtcdSpace, out, errOut)
 	}
 	quota("default", "this node's etcd quota is etcd's default, 2.0 GiB: recorded")
