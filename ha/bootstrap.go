@@ -101,7 +101,7 @@ func (n *Node) Up(ctx context.Context, o BootstrapOptions) (*nodestate.NodeState
 		if err := RefuseMissingEtcdData(h, saved); err != nil { // before the VIP is recorded
 			return nil, err
 		}
-		if err := n.adoptVIP(saved, o.VIP); err != nil {
+		if err := n.adoptVIP(ctx, saved, o.VIP); err != nil {
 			return saved, err
 		}
 		n.warnQuotaNotUsed(saved, o.EtcdQuota)
@@ -163,7 +163,7 @@ func CheckVIP(addr string) error {
 // that follows reissues its apiserver certificate to cover the VIP before
 // kube-vip can take it. A different VIP than the recorded one is refused:
 // every node's certificates and kubeconfigs name the recorded one.
-func (n *Node) adoptVIP(st *nodestate.NodeState, vip nodestate.VIP) error {
+func (n *Node) adoptVIP(ctx context.Context, st *nodestate.NodeState, vip nodestate.VIP) error {
 	if vip.Address == "" || vip.Address == st.VIP.Address {
 		return nil
 	}
@@ -174,6 +174,16 @@ func (n *Node) adoptVIP(st *nodestate.NodeState, vip nodestate.VIP) error {
 		return Refusal(fmt.Errorf("stratum up refused: %w; nothing was changed", bad))
 	case vip.Address == st.NodeIP:
 		return Refusal(fmt.Errorf("stratum up refused: the VIP %s is this node's own address; nothing was changed", vip.Address))
+	}
+	if err := (netcfg.Config{PodCIDR: st.PodCIDR, ServiceCIDR: st.ServiceCIDR}).WithDefaults().CheckOutsideRanges("VIP", vip.Address, false); err != nil {
+		return Refusal(fmt.Errorf("stratum up refused: %w; nothing was changed", err))
+	}
+	caPEM, err := n.env.Host.ReadFile(version.PKIFile(pki.CACertFile))
+	if err != nil {
+		return Refusal(fmt.Errorf("stratum up refused: read the cluster CA to judge who answers on the VIP %s: %w; nothing was changed", vip.Address, err))
+	}
+	if err := n.refuseVIPServedElsewhere(ctx, vip.Address, caPEM); err != nil {
+		return Refusal(fmt.Errorf("stratum up refused: %w; nothing was changed", err))
 	}
 	st.VIP = vip
 	if err := nodestate.Save(n.env.Host, st); err != nil {
@@ -272,8 +282,21 @@ func (r *bootstrapRun) refuse(ctx context.Context) error {
 	if err := r.netc.CheckNodeIP(ip, true); err != nil {
 		return fmt.Errorf("stratum up refused: %w; nothing was changed", err)
 	}
+	for _, a := range []struct{ what, ip string }{{"node IP", ip}, {"VIP", o.VIP.Address}} {
+		if a.ip == "" {
+			continue
+		}
+		if err := r.netc.CheckOutsideRanges(a.what, a.ip, true); err != nil {
+			return fmt.Errorf("stratum up refused: %w; nothing was changed", err)
+		}
+	}
 	if o.VIP.Address != "" && o.VIP.Address == ip {
 		return fmt.Errorf("stratum up refused: the VIP %s is this node's own address (from %s); nothing was changed: pick an unused address on the node's network for --vip", o.VIP.Address, c.Source)
+	}
+	if o.VIP.Address != "" {
+		if err := r.n.refuseVIPServedElsewhere(ctx, o.VIP.Address, nil); err != nil {
+			return fmt.Errorf("stratum up refused: %w; nothing was changed", err)
+		}
 	}
 	release, err := nodelock.AcquireBoth(h, "stratum up (bootstrap)")
 	if err != nil {

@@ -344,7 +344,7 @@ func (n *Node) publish(ctx context.Context, certKeyHex string, owner *metav1.Own
 		}
 		if exists {
 			_, err = secrets.Update(ctx, s, metav1.UpdateOptions{})
-			return err
+			return deletionAsConflict(err)
 		}
 		// Someone may create it meanwhile: retry from its state.
 		_, err = secrets.Create(ctx, s, metav1.CreateOptions{})

@@ -577,8 +577,12 @@ func (r *joinRun) assemble(ctx context.Context) error {
 			if err := checkLocalIP(h, r.nodeIP); err != nil {
 				return fmt.Errorf("control-plane join refused: node IP %s (from %s): %w; nothing was added to etcd: pass --node-ip with an address of this host", r.nodeIP, c.Source, err)
 			}
-			if err := (netcfg.Config{ServiceCIDR: st.ServiceCIDR}).WithDefaults().CheckNodeIP(r.nodeIP, false); err != nil {
+			clusterNet := netcfg.Config{PodCIDR: st.PodCIDR, ServiceCIDR: st.ServiceCIDR}.WithDefaults()
+			if err := clusterNet.CheckNodeIP(r.nodeIP, false); err != nil {
 				return fmt.Errorf("control-plane join refused: %w (the service CIDR is the cluster's); nothing was added to etcd", err)
+			}
+			if err := clusterNet.CheckOutsideRanges("node IP", r.nodeIP, false); err != nil {
+				return fmt.Errorf("control-plane join refused: %w; nothing was added to etcd", err)
 			}
 			st.NodeIP = r.nodeIP
 			if st.VIP.Address == "" {

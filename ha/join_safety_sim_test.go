@@ -589,6 +589,9 @@ func TestSingleControlPlaneGrowsIntoHA(t *testing.T) {
 	if pki.CheckLeafCovers(crt, net.ParseIP(vip)) == nil {
 		t.Fatal("a control plane brought up without a VIP has a certificate covering it already; the test proves nothing")
 	}
+	if _, err := cp1.Up(ctx, ha.BootstrapOptions{VIP: nodestate.VIP{Address: "10.96.0.10"}}); err == nil || !strings.Contains(err.Error(), "VIP 10.96.0.10 lies inside the service CIDR 10.96.0.0/12") || !strings.Contains(err.Error(), "nothing was changed") {
+		t.Fatalf("stratum up --vip inside the service range: %v, want a refusal naming it", err)
+	}
 	if _, err := cp1.Up(ctx, ha.BootstrapOptions{VIP: nodestateVIP(c)}); err != nil {
 		t.Fatalf("stratum up --vip %s on the single control plane: %v", vip, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -320,6 +321,29 @@ func TestJoinRefusalsChangeNothing(t *testing.T) {
 	foreignConfig.ConfigNodeIP = j.c.Host("cp1").IP().String()
 	j.joinRefused("cp2", foreignConfig, nil, "spec.network.nodeIP "+foreignConfig.ConfigNodeIP)
 
+	// The first node's command (`stratum up --vip`) run on a machine meant
+	// to join: the VIP already answers (cp1 holds it), so the bring-up is
+	// refused before it writes anything, instead of starting a second
+	// cluster whose VIP candidate would fight cp1 for the address.
+	if _, err := j.c.WaitVIP(j.ctx); err != nil {
+		t.Fatal(err)
+	}
+	filesBefore := snapshotFiles(t, j.c.Host("cp2").Root())
+	if _, err := joinNodeOn(j.c.Host("cp2")).Up(j.ctx, ha.BootstrapOptions{VIP: nodestateVIP(j.c)}); err == nil || !strings.Contains(err.Error(), "already answers on port 6443 with another cluster's apiserver") || !strings.Contains(err.Error(), "nothing was changed") {
+		t.Fatalf("a bring-up on cp2 with the VIP cp1 holds: %v, want a refusal naming the VIP in use", err)
+	}
+	checkFilesAsBefore(t, filesBefore, snapshotFiles(t, j.c.Host("cp2").Root()))
+
+	// A node whose address lies inside the cluster's pod range (a machine
+	// on 10.244.0.0/24 joining a cluster brought up with the default
+	// 10.244.0.0/16): refused before the add, and the range not trusted in
+	// its firewall, which would open it to its own network.
+	inPods := good
+	inPods.NodeIP = "10.244.0.5"
+	cp2 := j.c.Host("cp2").Handle()
+	j.joinRefusedOn(j.c.Host("cp2"), ha.NewNode(ha.Env{Host: readdressedHost{cp2, netip.MustParseAddr(inPods.NodeIP)}, Checkpoint: cp2.Checkpoint}), inPods, nil,
+		"node IP 10.244.0.5 lies inside the pod CIDR 10.244.0.0/16")
+
 	// After every refusal, the good command still joins; --node-ip
 	// overrides the config file's foreign address, which is not judged.
 	good.ConfigNodeIP = foreignConfig.ConfigNodeIP
@@ -435,3 +459,15 @@ type renamedHost struct {
 }
 
 func (r renamedHost) Name() string { return r.name }
+
+// readdressedHost is a simulated host that has addr among its addresses
+// too.
+type readdressedHost struct {
+	*sim.Handle
+	addr netip.Addr
+}
+
+func (r readdressedHost) Addresses() ([]netip.Addr, error) {
+	addrs, err := r.Handle.Addresses()
+	return append([]netip.Addr{r.addr}, addrs...), err
+}

@@ -15,20 +15,40 @@ import (
 // learner still behind is left for the next pass, not waited on.
 const operatorPromoteWithin = 5 * time.Second
 
+// OperatorReport is what one OperatorPass did, also when a part of it
+// failed.
+type OperatorReport struct {
+	// Promoted names the etcd learners it promoted.
+	Promoted []string
+	// TokensDeleted is the IDs of the expired join tokens it deleted.
+	TokensDeleted []string
+	// Pruned is the IDs of the tokens whose grant entries it dropped.
+	Pruned []string
+	// OwnersDropped is the IDs of the deleted tokens whose owner references
+	// it dropped from the shared certificates, and CertsDeleted whether it
+	// deleted them, their last token being gone.
+	OwnersDropped []string
+	CertsDeleted  bool
+}
+
 // OperatorPass is one pass of the stratum-operator on a control plane: it
 // promotes every etcd learner that has started (a joiner whose own start path
 // was interrupted between its start and its promotion is not stranded even
-// if that node never runs `stratum up` again), drops the grants of
-// bootstrap tokens that are gone or expired (PruneExpiredGrants), so expired
-// grants go even when no one mints, and publishes the etcd members for later
-// joins (etcdClientURLsAnnotation), so a membership change no start or reset
-// published still reaches them. It reports what it did (the learners it
-// promoted, the grants it dropped) even when a part failed; errors of the
-// parts are joined, one never stopping another.
-func (n *Node) OperatorPass(ctx context.Context, cs kubernetes.Interface) (promoted, pruned []string, err error) {
+// if that node never runs `stratum up` again); deletes the join tokens that
+// have expired (DeleteExpiredTokens) and drops the grants of bootstrap
+// tokens that are gone or expired (PruneExpiredGrants), so expired grants go
+// even when no one mints; collects the shared certificates as a garbage
+// collector would (CollectSharedCerts), so they do not outlive their last
+// token on a cluster that runs no kube-controller-manager; and publishes the
+// etcd members for later joins (etcdClientURLsAnnotation), so a membership
+// change no start or reset published still reaches them. It reports what
+// it did even when a part failed; errors of the parts are joined, one never
+// stopping another.
+func (n *Node) OperatorPass(ctx context.Context, cs kubernetes.Interface) (OperatorReport, error) {
+	var rep OperatorReport
 	st, err := nodestate.Load(n.env.Host)
 	if err != nil {
-		return nil, nil, fmt.Errorf("operator pass: %w", err)
+		return rep, fmt.Errorf("operator pass: %w", err)
 	}
 	self := []string{urlHostOf(st.Etcd.ClientURL)}
 	var errs []error
@@ -47,19 +67,26 @@ func (n *Node) OperatorPass(ctx context.Context, cs kubernetes.Interface) (promo
 			errs = append(errs, fmt.Errorf("operator pass: learner %s not promoted yet (the next pass retries): %w", m.Name, perr))
 			continue
 		}
-		promoted = append(promoted, m.Name)
+		rep.Promoted = append(rep.Promoted, m.Name)
 		n.log.Info("operator promoted a started learner", "member", m.Name, "peerURL", m.PeerURLs[0])
 	}
-	if cs != nil {
-		var perr error
-		if pruned, perr = n.PruneGrants(ctx, cs); perr != nil {
+	if cs == nil {
+		return rep, errors.Join(errs...)
+	}
+	var perr error
+	if rep.TokensDeleted, perr = n.DeleteExpiredTokens(ctx, cs); perr != nil {
+		errs = append(errs, fmt.Errorf("operator pass: %w", perr))
+	}
+	if rep.Pruned, perr = n.PruneGrants(ctx, cs); perr != nil {
+		errs = append(errs, fmt.Errorf("operator pass: %w", perr))
+	}
+	if rep.OwnersDropped, rep.CertsDeleted, perr = n.CollectSharedCerts(ctx, cs); perr != nil {
+		errs = append(errs, fmt.Errorf("operator pass: %w", perr))
+	}
+	if merr == nil {
+		if _, perr := n.publishEtcdMembers(ctx, cs, members); perr != nil {
 			errs = append(errs, fmt.Errorf("operator pass: %w", perr))
 		}
-		if merr == nil {
-			if _, perr := n.publishEtcdMembers(ctx, cs, members); perr != nil {
-				errs = append(errs, fmt.Errorf("operator pass: %w", perr))
-			}
-		}
 	}
-	return promoted, pruned, errors.Join(errs...)
+	return rep, errors.Join(errs...)
 }

@@ -26,18 +26,18 @@ func TestOperatorPassPromotesAStrandedLearner(t *testing.T) {
 		t.Fatalf("before the pass: %s", got)
 	}
 	admin := configMapClient(t, j.c.Host("cp1"))
-	promoted, _, err := j.cp1.OperatorPass(j.ctx, admin)
+	rep, err := j.cp1.OperatorPass(j.ctx, admin)
 	if err != nil {
 		t.Fatalf("operator pass: %v", err)
 	}
-	if strings.Join(promoted, ",") != "cp2" {
-		t.Fatalf("promoted %v, want cp2", promoted)
+	if strings.Join(rep.Promoted, ",") != "cp2" {
+		t.Fatalf("promoted %v, want cp2", rep.Promoted)
 	}
 	if got := strings.Join(j.members(), " "); got != "cp1:voter cp2:voter" {
 		t.Fatalf("after the pass: %s", got)
 	}
 	// A second pass has nothing to do.
-	if promoted, _, err := j.cp1.OperatorPass(j.ctx, admin); err != nil || len(promoted) != 0 {
-		t.Fatalf("second pass: %v %v", promoted, err)
+	if rep, err := j.cp1.OperatorPass(j.ctx, admin); err != nil || len(rep.Promoted) != 0 {
+		t.Fatalf("second pass: %v %v", rep.Promoted, err)
 	}
 }

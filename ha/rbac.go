@@ -455,3 +455,14 @@ func raceAsConflict(err error) error {
 	}
 	return err
 }
+
+// deletionAsConflict is an update's NotFound as a conflict: the object was
+// deleted since it was read (the operator collects the shared certificates
+// once their last join token is gone), so the retry reads again and creates
+// it.
+func deletionAsConflict(err error) error {
+	if apierrors.IsNotFound(err) {
+		return apierrors.NewConflict(schema.GroupResource{}, "", err)
+	}
+	return err
+}

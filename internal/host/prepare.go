@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"net/netip"
 	"path"
+	"slices"
 	"strings"
 
 	"stratum.dev/stratum/internal/version"
@@ -108,8 +109,15 @@ func anys(errs []error) []any {
 // TrustPodCIDRs opens the firewall to the cluster's pod ranges ("a,b" for
 // dual-stack). A range that does not parse is skipped with the error
 // returned beside the others' success, since the assembly treats pod-CIDR
-// trust as best effort: it is the CNI's traffic, not the join's.
+// trust as best effort: it is the CNI's traffic, not the join's. A range
+// holding one of this host's own addresses is skipped the same way: trusting
+// it would open the host to its own network (the bring-up and the join
+// refuse such a range; this guards a node state written before they did).
 func TrustPodCIDRs(n Network, podCIDRs string) error {
+	own, err := n.Addresses()
+	if err != nil {
+		return fmt.Errorf("list this host's addresses before trusting the pod CIDR %s: %w; nothing was trusted", podCIDRs, err)
+	}
 	var errs []error
 	for _, c := range strings.Split(podCIDRs, ",") {
 		c = strings.TrimSpace(c)
@@ -119,6 +127,10 @@ func TrustPodCIDRs(n Network, podCIDRs string) error {
 		p, err := netip.ParsePrefix(c)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("pod CIDR %q: %w", c, err))
+			continue
+		}
+		if i := slices.IndexFunc(own, func(a netip.Addr) bool { return p.Contains(a.Unmap()) }); i >= 0 {
+			errs = append(errs, fmt.Errorf("pod CIDR %s contains this host's address %s: not trusted in the firewall, which would open this host to its own network", p, own[i]))
 			continue
 		}
 		if err := n.TrustCIDR(p); err != nil {

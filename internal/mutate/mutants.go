@@ -723,4 +723,95 @@ var mutants = []mutant{
 			{"./ha", "-run", "TestSetEtcdQuota"},
 		},
 	},
+	{
+		Name: "operator-deletes-tokens-it-did-not-mint",
+		File: "internal/token/token.go",
+		Old:  `IDFromSecretName(s.Name) == "" || kindOf(s) == "other" {`,
+		New:  `IDFromSecretName(s.Name) == "" {`,
+		Tests: [][]string{
+			{"./ha", "-run", "TestOperatorPassCollectsExpiredTokens"},
+		},
+	},
+	{
+		Name: "operator-keeps-expired-tokens",
+		File: "ha/operator.go",
+		Old:  "if rep.TokensDeleted, perr = n.DeleteExpiredTokens(ctx, cs); perr != nil {",
+		New:  "if false {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestOperatorPassCollectsExpiredTokens"},
+		},
+	},
+	{
+		Name: "shared-certs-deleted-with-a-live-owner",
+		File: "ha/certs_collect.go",
+		Old:  "if len(live) == 0 {",
+		New:  "if len(gone) > 0 {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestOperatorPassCollectsExpiredTokens"},
+		},
+	},
+	{
+		Name: "shared-certs-outlive-their-last-token",
+		File: "ha/certs_collect.go",
+		Old:  "if len(live) == 0 {",
+		New:  "if len(live) == -1 {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestOperatorPassCollectsExpiredTokens"},
+		},
+	},
+	{
+		Name: "mint-fails-when-its-certs-were-collected",
+		File: "ha/certs.go",
+		Old:  "return deletionAsConflict(err)",
+		New:  "return err",
+		Tests: [][]string{
+			{"./ha", "-run", "TestOperatorPassCollectsExpiredTokens"},
+		},
+	},
+	{
+		Name: "pod-cidr-over-the-node-ip",
+		File: "internal/netcfg/netcfg.go",
+		Old:  "if !p.Contains(a) {",
+		New:  "if true {",
+		Tests: [][]string{
+			{"./internal/netcfg", "-run", "TestCheckOutsideRanges"},
+			{"./cmd/stratum/cli", "-run", "TestUpRefusesBadOptionsBeforeWriting"},
+		},
+	},
+	{
+		Name: "join-inside-the-pod-range",
+		File: "ha/join.go",
+		Old:  `if err := clusterNet.CheckOutsideRanges("node IP", r.nodeIP, false); err != nil {`,
+		New:  `if err := clusterNet.CheckOutsideRanges("node IP", r.nodeIP, false); false && err != nil {`,
+		Tests: [][]string{
+			{"./ha", "-run", "TestJoinRefusalsChangeNothing"},
+		},
+	},
+	{
+		Name: "pod-range-over-the-host-trusted",
+		File: "internal/host/prepare.go",
+		Old:  "if i := slices.IndexFunc(own, func(a netip.Addr) bool { return p.Contains(a.Unmap()) }); i >= 0 {",
+		New:  "if i := slices.IndexFunc(own, func(a netip.Addr) bool { return p.Contains(a.Unmap()) }); false && i >= 0 {",
+		Tests: [][]string{
+			{"./internal/host", "-run", "TestTrustPodCIDRs"},
+		},
+	},
+	{
+		Name: "bootstrap-on-a-vip-in-use",
+		File: "ha/bootstrap.go",
+		Old:  "if err := r.n.refuseVIPServedElsewhere(ctx, o.VIP.Address, nil); err != nil {",
+		New:  "if err := r.n.refuseVIPServedElsewhere(ctx, o.VIP.Address, nil); false && err != nil {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestJoinRefusalsChangeNothing"},
+		},
+	},
+	{
+		Name: "vip-adoption-refused-in-its-own-cluster",
+		File: "ha/vip_probe.go",
+		Old:  "	if verified {",
+		New:  "	if false && verified {",
+		Tests: [][]string{
+			{"./e2e", "-run", "TestSingleControlPlaneGrowsIntoHA"},
+		},
+	},
 }

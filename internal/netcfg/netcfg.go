@@ -98,6 +98,43 @@ func (c Config) Validate() error {
 	return CheckClusterDomain(c.ClusterDomain)
 }
 
+// CheckOutsideRanges refuses an address of the node's own network (what
+// names it: "node IP", "VIP") that lies inside the pod or service range.
+// Pod and service traffic would then be routed away from the network the
+// address is on, and stratum trusts the pod range in the host firewall
+// (host.TrustPodCIDRs), so a pod range over the node network (Calico's
+// default 192.168.0.0/16 on a 192.168.1.0/24 network) would open every
+// control plane to every machine of that network. rangeChosenHere says
+// whether the hint may name the flags (a bootstrap) or the ranges are the
+// cluster's (a join).
+func (c Config) CheckOutsideRanges(what, ip string, rangeChosenHere bool) error {
+	a, err := netip.ParseAddr(strings.TrimSpace(ip))
+	if err != nil {
+		return fmt.Errorf("%s %q is not an IP address", what, ip)
+	}
+	a = a.Unmap()
+	for _, r := range []struct{ field, flag, value string }{
+		{"pod CIDR", "--pod-cidr", c.PodCIDR},
+		{"service CIDR", "--service-cidr", c.ServiceCIDR},
+	} {
+		ranges, err := parseRanges(r.field, r.value)
+		if err != nil {
+			return err
+		}
+		for _, p := range ranges {
+			if !p.Contains(a) {
+				continue
+			}
+			hint := fmt.Sprintf("choose a %s apart from the node network (%s, or spec.network in the config file)", r.field, r.flag)
+			if !rangeChosenHere {
+				hint = fmt.Sprintf("the %s is the cluster's: choose a %s outside it", r.field, what)
+			}
+			return fmt.Errorf("%s %s lies inside the %s %s: its traffic would be routed as the cluster's, and the pod range is trusted in the host firewall, which would open this host to its network: %s", what, a, r.field, p, hint)
+		}
+	}
+	return nil
+}
+
 // CheckNodeIP refuses a node IP (the primary, the first of "v4,v6") whose
 // family is not the first service range's: kube-apiserver does not start
 // with an advertise address of another family ("service IP family must

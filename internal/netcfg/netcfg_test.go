@@ -122,6 +122,30 @@ func TestCheckNodeIP(t *testing.T) {
 	}
 }
 
+// TestCheckOutsideRanges: an address of the node network inside the pod or
+// service range is refused, naming both and what to change.
+func TestCheckOutsideRanges(t *testing.T) {
+	for _, c := range []struct {
+		what, ip, pods, svcs string
+		here                 bool
+		want                 string
+	}{
+		{"node IP", "192.168.1.11", "", "", true, ""},
+		{"node IP", "192.168.1.11", "192.168.0.0/16", "", true, "node IP 192.168.1.11 lies inside the pod CIDR 192.168.0.0/16"},
+		{"node IP", "192.168.1.11", "192.168.0.0/16", "", true, "(--pod-cidr, or spec.network in the config file)"},
+		{"VIP", "10.96.0.10", "", "", true, "VIP 10.96.0.10 lies inside the service CIDR 10.96.0.0/12"},
+		{"node IP", "fd00:10::5", "10.244.0.0/16,fd00::/56", "10.96.0.0/12,fd00:10::/108", true, "node IP fd00:10::5 lies inside the service CIDR fd00:10::/108"},
+		{"node IP", "10.244.3.4", "", "", false, "the pod CIDR is the cluster's: choose a node IP outside it"},
+		{"node IP", "10.245.0.1", "", "", false, ""},
+		{"node IP", "nonsense", "", "", true, "not an IP address"},
+	} {
+		err := Config{PodCIDR: c.pods, ServiceCIDR: c.svcs}.WithDefaults().CheckOutsideRanges(c.what, c.ip, c.here)
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("CheckOutsideRanges(%s %s) with pods %q services %q = %v, want %q", c.what, c.ip, c.pods, c.svcs, err, c.want)
+		}
+	}
+}
+
 // TestCheckNodeIPOfAJoin: a joiner cannot change the cluster's service
 // range, so its refusal names only the node IP to give.
 func TestCheckNodeIPOfAJoin(t *testing.T) {

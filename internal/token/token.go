@@ -407,25 +407,84 @@ func List(ctx context.Context, cs kubernetes.Interface, now time.Time) ([]Info, 
 		if id == "" {
 			continue
 		}
-		info := Info{ID: id, Kind: "other", Live: !ExpiredOrGone(s, now), Description: string(s.Data[keyDescription])}
+		info := Info{ID: id, Kind: kindOf(s), Live: !ExpiredOrGone(s, now), Description: string(s.Data[keyDescription]), Groups: groupsOf(s)}
 		if exp, err := time.Parse(time.RFC3339, string(s.Data[keyExpiration])); err == nil {
 			info.Expires = &exp
-		}
-		for _, g := range strings.Split(string(s.Data[keyExtraGroups]), ",") {
-			if g = strings.TrimSpace(g); g != "" {
-				info.Groups = append(info.Groups, g)
-			}
-		}
-		switch {
-		case slices.Contains(info.Groups, ControlPlaneGroup):
-			info.Kind = "control-plane"
-		case slices.Contains(info.Groups, WorkerGroup):
-			info.Kind = "worker"
 		}
 		out = append(out, info)
 	}
 	slices.SortFunc(out, func(a, b Info) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil
+}
+
+// groupsOf is the bootstrap groups a token's Secret names.
+func groupsOf(s *corev1.Secret) []string {
+	var out []string
+	for _, g := range strings.Split(string(s.Data[keyExtraGroups]), ",") {
+		if g = strings.TrimSpace(g); g != "" {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// kindOf is a token's Info.Kind, read from its groups.
+func kindOf(s *corev1.Secret) string {
+	groups := groupsOf(s)
+	switch {
+	case slices.Contains(groups, ControlPlaneGroup):
+		return "control-plane"
+	case slices.Contains(groups, WorkerGroup):
+		return "worker"
+	}
+	return "other"
+}
+
+// StratumExpired reports whether s is a bootstrap token stratum minted (one
+// in its control-plane or worker group) whose expiry has passed at now: what
+// DeleteExpired deletes. A token stratum did not mint, one without an expiry
+// and one whose expiry does not parse are never reported: their lifetime is
+// someone else's to end.
+func StratumExpired(s *corev1.Secret, now time.Time) bool {
+	if s.Type != bootstrapapi.SecretTypeBootstrapToken || IDFromSecretName(s.Name) == "" || kindOf(s) == "other" {
+		return false
+	}
+	exp, err := time.Parse(time.RFC3339, string(s.Data[keyExpiration]))
+	return err == nil && !now.Before(exp)
+}
+
+// DeleteExpired deletes every bootstrap token StratumExpired at now, as
+// kube-controller-manager's token cleaner does where it runs (it does not
+// by default, and stratum's real hosts run no controller manager), so
+// expired tokens do not pile up in kube-system for the cluster's life. Each
+// deletion is conditioned on the Secret as listed (its UID and
+// resourceVersion): a token re-created or extended meanwhile is left as it
+// is. It returns the IDs it deleted, sorted, also when a deletion failed.
+func DeleteExpired(ctx context.Context, cs kubernetes.Interface, now time.Time) ([]string, error) {
+	secrets, err := Secrets(ctx, cs)
+	if err != nil {
+		return nil, err
+	}
+	var deleted []string
+	var errs []error
+	for i := range secrets {
+		s := &secrets[i]
+		if !StratumExpired(s, now) {
+			continue
+		}
+		uid, rv := s.UID, s.ResourceVersion
+		err := cs.CoreV1().Secrets(Namespace).Delete(ctx, s.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}})
+		switch {
+		case err == nil:
+			deleted = append(deleted, IDFromSecretName(s.Name))
+		case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+			// Deleted, re-created or extended since the list: not ours to judge now.
+		default:
+			errs = append(errs, fmt.Errorf("delete expired token %s: %w", IDFromSecretName(s.Name), err))
+		}
+	}
+	slices.Sort(deleted)
+	return deleted, errors.Join(errs...)
 }
 
 // Delete deletes the bootstrap token id, so it no longer authenticates. A

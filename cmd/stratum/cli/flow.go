@@ -43,7 +43,8 @@ func join(ctx context.Context, n *ha.Node, o ha.JoinOptions) (*nodestate.NodeSta
 	st, err := n.StartControlPlane(ctx)
 	if err != nil {
 		// Whatever the start refused: the member is in the cluster.
-		return nil, ha.Midway(fmt.Errorf("%w. The join before this start is done (this node's etcd member was added and its node state saved): fix the cause and run `stratum up` to start it, or `stratum reset` to take this node out of the cluster", err))
+		return nil, ha.Midway(fmt.Errorf("%w. The join before this start is done (this node's etcd member was added and its node state saved): fix the cause and run `stratum up` to start it, or `stratum reset` to take this node out of the cluster. "+
+			"If its member was promoted to a voter (`stratum etcd members` on another control plane says so), the cluster counts it for its quorum while it is stopped: a cluster of two control planes, or of three with one down, refuses every write until it runs again, and `stratum reset` needs that quorum too, so start it soon", err))
 	}
 	return st, nil
 }

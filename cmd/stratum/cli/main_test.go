@@ -74,7 +74,7 @@ func TestHelpShowsExamples(t *testing.T) {
 			"needs the stratum repository checkout", "tools/versions.mk", `"make dist" install`}},
 		{[]string{"sim"}, []string{"needs the stratum repository checkout", "tools/versions.mk", `"make dist" install`}},
 		{[]string{"operator"}, []string{"publish the etcd members"}},
-		{[]string{"operator", "pass"}, []string{"publish the cluster's current\netcd members", "stratum.dev/etcd-client-urls"}},
+		{[]string{"operator", "pass"}, []string{"delete the join tokens stratum minted that have\nexpired", "delete the Secret once none is left", "publish the cluster's\ncurrent etcd members", "stratum.dev/etcd-client-urls"}},
 	} {
 		_, out, _ := runCLI(t, Options{}, append(tc.args, "--help")...)
 		for _, want := range tc.wants {

@@ -97,15 +97,19 @@ func (a *app) operatorCmd() *cobra.Command {
 	}
 	cmd.AddCommand(&cobra.Command{
 		Use:   "pass",
-		Short: "Promote started etcd learners, prune expired join grants and publish the etcd members, once, now",
+		Short: "Promote started etcd learners, delete expired join tokens and their grants, publish the etcd members, once, now",
 		Long: `Run one pass of the stratum-operator from this control plane: promote every etcd
 learner that has started and caught up (a joiner whose own start was interrupted
-between its start and its promotion), drop the grant entries of expired or deleted
-bootstrap tokens from the shared-certificate Secret, and publish the cluster's current
-etcd members (their client URLs, in the stratum.dev/etcd-client-urls annotation of that
-Secret) when they changed, so a later join finds them. The supervisor runs the same
-pass every 30 s on the elected operator; this runs it now. A learner still catching up
-is reported and left for the next pass (exit 1).`,
+between its start and its promotion); delete the join tokens stratum minted that have
+expired (by this node's clock; tokens stratum did not mint are left alone); drop the
+grant entries of expired or deleted bootstrap tokens from the shared-certificate Secret
+(kube-system/stratum-certs); drop that Secret's owner references to deleted tokens, and
+delete the Secret once none is left, as kube-controller-manager's garbage collector
+would (the next control-plane token create uploads it again); and publish the cluster's
+current etcd members (their client URLs, in the stratum.dev/etcd-client-urls annotation
+of that Secret) when they changed, so a later join finds them. The supervisor runs the
+same pass every 30 s on the elected operator; this runs it now. A learner still
+catching up is reported and left for the next pass (exit 1).`,
 		Example: `  stratum operator pass`,
 		Args:    usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -113,26 +117,56 @@ is reported and left for the next pass (exit 1).`,
 			if err != nil {
 				return err
 			}
-			promoted, pruned, err := n.OperatorPass(cmd.Context(), cs)
-			if len(promoted) > 0 {
-				fmt.Fprintf(a.stdout, "promoted etcd learners: %s\n", strings.Join(promoted, ", "))
+			rep, err := n.OperatorPass(cmd.Context(), cs)
+			if len(rep.Promoted) > 0 {
+				fmt.Fprintf(a.stdout, "promoted etcd learners: %s\n", strings.Join(rep.Promoted, ", "))
 			}
-			if len(pruned) > 0 {
-				fmt.Fprintln(a.stdout, prunedLine(pruned))
+			if len(rep.TokensDeleted) > 0 {
+				fmt.Fprintln(a.stdout, tokensDeletedLine(rep.TokensDeleted))
+			}
+			if len(rep.Pruned) > 0 {
+				fmt.Fprintln(a.stdout, prunedLine(rep.Pruned))
+			}
+			if line := collectedLine(rep); line != "" {
+				fmt.Fprintln(a.stdout, line)
 			}
 			if err != nil {
 				return err
 			}
-			if len(promoted) == 0 {
+			if len(rep.Promoted) == 0 {
 				fmt.Fprintln(a.stdout, "no started learner to promote")
 			}
-			if len(pruned) == 0 {
+			if len(rep.TokensDeleted) == 0 {
+				fmt.Fprintln(a.stdout, tokensDeletedLine(nil))
+			}
+			if len(rep.Pruned) == 0 {
 				fmt.Fprintln(a.stdout, prunedLine(nil))
 			}
 			return nil
 		},
 	})
 	return cmd
+}
+
+// tokensDeletedLine is what an operator pass says of the expired join
+// tokens it deleted.
+func tokensDeletedLine(ids []string) string {
+	if len(ids) == 0 {
+		return "no expired join token to delete"
+	}
+	return "deleted expired join tokens: " + strings.Join(ids, ", ")
+}
+
+// collectedLine is what an operator pass says of the shared certificates'
+// collection: nothing when it changed nothing.
+func collectedLine(rep ha.OperatorReport) string {
+	switch {
+	case rep.CertsDeleted:
+		return "deleted the shared certificates (Secret kube-system/stratum-certs): every join token they were uploaded for is gone; the next `stratum token create --control-plane` uploads them again"
+	case len(rep.OwnersDropped) > 0:
+		return "dropped the shared certificates' references to deleted tokens: " + strings.Join(rep.OwnersDropped, ", ")
+	}
+	return ""
 }
 
 // certsRenewCmd is `stratum certs renew`: this node's leaves and kubeconfigs

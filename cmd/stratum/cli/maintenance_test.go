@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"stratum.dev/stratum/ha"
@@ -88,8 +89,22 @@ func TestCertsRekeyReuploadAndOperatorPass(t *testing.T) {
 	if code, out, errOut := runCLI(t, opts, "certs", "reupload"); code != ExitOK {
 		t.Fatalf("certs reupload: exit %d\n%s\n%s", code, out, errOut)
 	}
-	if code, out, errOut := runCLI(t, opts, "operator", "pass"); code != ExitOK || !strings.Contains(out, "no started learner to promote") {
+	if code, out, errOut := runCLI(t, opts, "operator", "pass"); code != ExitOK || !strings.Contains(out, "no started learner to promote") || !strings.Contains(out, "no expired join token to delete") {
 		t.Fatalf("operator pass: exit %d\n%s\n%s", code, out, errOut)
+	}
+
+	// Three hours on, the token (2 h) has expired: the pass deletes it and,
+	// it being the shared certificates' only owner, them too, as
+	// kube-controller-manager's token cleaner and garbage collector would.
+	cp1.SetClockOffset(3 * time.Hour)
+	code, out, errOut = runCLI(t, opts, "operator", "pass")
+	if code != ExitOK || !strings.Contains(out, "deleted expired join tokens: "+id) || !strings.Contains(out, "deleted the shared certificates") {
+		t.Fatalf("operator pass 3 h on: exit %d\n%s\n%s", code, out, errOut)
+	}
+	for _, name := range []string{"bootstrap-token-" + id, "stratum-certs"} {
+		if _, err := cs.CoreV1().Secrets("kube-system").Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Fatalf("Secret %s after the pass 3 h on: %v, want NotFound", name, err)
+		}
 	}
 }
 

@@ -299,7 +299,7 @@ func apiServerCovers(h host.Host, ip netip.Addr) error {
 // runOperator is the stratum-operator service: the control planes elect one
 // through a Lease on their local apiservers, and the leader runs ha's
 // OperatorPass every operatorEvery, so a stranded learner is promoted and
-// expired grants are pruned with no one minting.
+// expired tokens and their grants go with no one minting.
 func (a *app) runOperator(ctx context.Context, h host.Host, n *ha.Node) error {
 	st, err := nodestate.Load(h)
 	if err != nil {
@@ -352,12 +352,18 @@ func operatorLoop(ctx context.Context, n *ha.Node, cs kubernetes.Interface, log 
 				log.Warn("the etcd members' database sizes could not be read", "err", err)
 			}
 		}
-		promoted, pruned, err := n.OperatorPass(ctx, cs)
-		if len(promoted) > 0 {
-			log.Warn("operator promoted stranded etcd learners", "members", promoted)
+		rep, err := n.OperatorPass(ctx, cs)
+		if len(rep.Promoted) > 0 {
+			log.Warn("operator promoted stranded etcd learners", "members", rep.Promoted)
 		}
-		if len(pruned) > 0 {
-			log.Info("operator dropped the grants of expired or deleted tokens", "tokens", pruned)
+		if len(rep.TokensDeleted) > 0 {
+			log.Info("operator deleted expired join tokens", "tokens", rep.TokensDeleted)
+		}
+		if len(rep.Pruned) > 0 {
+			log.Info("operator dropped the grants of expired or deleted tokens", "tokens", rep.Pruned)
+		}
+		if line := collectedLine(rep); line != "" {
+			log.Info("operator " + line)
 		}
 		if err != nil && ctx.Err() == nil {
 			log.Warn("operator pass", "err", err)

@@ -171,6 +171,8 @@ func TestUpRefusesBadOptionsBeforeWriting(t *testing.T) {
 		{"service CIDR not a CIDR", []string{"--service-cidr", "ten.96/12"}, ExitRefused, `service CIDR "ten.96/12" is not a CIDR (like 10.96.0.0/12)`},
 		{"service CIDR too small for the cluster DNS", []string{"--service-cidr", "10.96.0.0/29"}, ExitRefused, "service CIDR 10.96.0.0/29 is too small"},
 		{"VIP is the node's address", []string{"--vip", "127.0.0.1"}, ExitRefused, "the VIP 127.0.0.1 is this node's own address"},
+		{"pod CIDR over the node IP", []string{"--pod-cidr", "127.0.0.0/8"}, ExitRefused, "node IP 127.0.0.1 lies inside the pod CIDR 127.0.0.0/8"},
+		{"service CIDR over the VIP", []string{"--vip", "10.96.0.10"}, ExitRefused, "VIP 10.96.0.10 lies inside the service CIDR 10.96.0.0/12"},
 		{"VIP not an IP", []string{"--vip", "vip.example"}, ExitUsage, `--vip: the VIP "vip.example" is not an IP address`},
 		{"VIP not IPv4", []string{"--vip", "fd00::10"}, ExitUsage, "ARP, which is IPv4 only"},
 		{"node IP not this host's", []string{"--node-ip", "198.18.250.250"}, ExitRefused, "node IP 198.18.250.250 (from flag)"},
