@@ -63,10 +63,12 @@ dist: assets build
 	name="stratum-$$version-linux-$$arch"; out="dist/$$name"; \
 	assets="$$($(GO) run ./internal/assets/assetsdir)"; \
 	etcd_version="$$(sed -n 's/^ETCD_VERSION := //p' tools/versions.mk)"; \
+	etcd_old_version="$$(sed -n 's/^ETCD_OLD_VERSION := //p' tools/versions.mk)"; \
 	rm -rf "$$out" "$$out.tar.gz"; \
 	mkdir -p "$$out/bin"; \
 	cp -p bin/stratum "$$out/bin/stratum"; \
 	cp -p "$$assets/etcd-$$etcd_version" "$$out/bin/etcd"; \
+	cp -p "$$assets/etcd-$$etcd_old_version" "$$out/bin/etcd-$$etcd_old_version"; \
 	for b in kube-apiserver kube-controller-manager etcdctl kubectl; do cp -p "$$assets/$$b" "$$out/bin/$$b"; done; \
 	(cd "$$out" && sha256sum bin/* > SHA256SUMS); \
 	tar -C dist --sort=name --owner=0 --group=0 --numeric-owner -czf "$$out.tar.gz" "$$name"; \

@@ -90,41 +90,64 @@ type Binaries struct{ Dir string }
 // Path is the named binary's path.
 func (b Binaries) Path(name string) string { return filepath.Join(b.Dir, name) }
 
-// wantVersion is what each binary's --version must print.
-var wantVersion = map[string]string{
-	EtcdBinary:      "etcd Version: " + strings.TrimPrefix(version.Etcd, "v"),
-	APIServerBinary: "Kubernetes " + version.Kubernetes,
+// acceptedVersions are the versions each binary may be, the pinned one
+// first, each with what its --version prints. etcd may also be the previous
+// minor: `stratum etcd downgrade` has each member's binary swapped to it,
+// and a supervisor refusing it would leave a downgraded node unable to
+// start (etcd itself refuses a binary older than its cluster's version).
+var acceptedVersions = map[string][]struct{ version, says string }{
+	EtcdBinary: {
+		{version.Etcd, "etcd Version: " + strings.TrimPrefix(version.Etcd, "v")},
+		{version.EtcdPrevious, "etcd Version: " + strings.TrimPrefix(version.EtcdPrevious, "v")},
+	},
+	APIServerBinary: {{version.Kubernetes, "Kubernetes " + version.Kubernetes}},
 }
 
 // Check reports an error matching ErrBinary unless the named binary exists,
-// is executable and says it is the pinned version. It runs the binary's
-// --version, nothing else.
+// is executable and says it is a version this stratum runs (Version).
 func (b Binaries) Check(ctx context.Context, name string) error {
+	_, err := b.Version(ctx, name)
+	return err
+}
+
+// Version is the version the named binary says it is ("v3.6.16"), after
+// the checks of Check: it exists, is executable, only root may change it,
+// and it is the pinned version, or for etcd the previous minor (a
+// downgraded member's). It runs the binary's --version, nothing else.
+func (b Binaries) Version(ctx context.Context, name string) (string, error) {
 	p := b.Path(name)
 	fix := fmt.Sprintf("put the pinned %s there (the bin/ of `make dist`, or `make assets` in a checkout) or pass --bin-dir", name)
 	fi, err := os.Stat(p)
 	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%w: %s is missing: %s", ErrBinary, p, fix)
+		return "", fmt.Errorf("%w: %s is missing: %s", ErrBinary, p, fix)
 	}
 	if err != nil {
-		return fmt.Errorf("%w: %s: %v", ErrBinary, p, err)
+		return "", fmt.Errorf("%w: %s: %v", ErrBinary, p, err)
 	}
 	if fi.IsDir() || fi.Mode().Perm()&0o111 == 0 {
-		return fmt.Errorf("%w: %s is not an executable file (mode %v): chmod +x it or %s", ErrBinary, p, fi.Mode(), fix)
+		return "", fmt.Errorf("%w: %s is not an executable file (mode %v): chmod +x it or %s", ErrBinary, p, fi.Mode(), fix)
 	}
 	if err := RootOnlyWritable(p); err != nil {
-		return fmt.Errorf("%w: %w", ErrBinary, err)
+		return "", fmt.Errorf("%w: %w", ErrBinary, err)
 	}
 	vctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(vctx, p, "--version").CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("%w: %s --version failed: %v: %s", ErrBinary, p, err, firstLine(string(out)))
+		return "", fmt.Errorf("%w: %s --version failed: %v: %s", ErrBinary, p, err, firstLine(string(out)))
 	}
-	if want := wantVersion[name]; want != "" && !strings.Contains(string(out), want) {
-		return fmt.Errorf("%w: %s is %q, this stratum runs %q: %s", ErrBinary, p, firstLine(string(out)), want, fix)
+	accepted := acceptedVersions[name]
+	if len(accepted) == 0 {
+		return "", nil
 	}
-	return nil
+	var says []string
+	for _, a := range accepted {
+		if strings.Contains(string(out), a.says) {
+			return a.version, nil
+		}
+		says = append(says, fmt.Sprintf("%q", a.says))
+	}
+	return "", fmt.Errorf("%w: %s is %q, this stratum runs %s: %s", ErrBinary, p, firstLine(string(out)), strings.Join(says, " or "), fix)
 }
 
 // RootOnlyWritable refuses, when this process runs as root, a program that

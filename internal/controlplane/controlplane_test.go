@@ -24,6 +24,7 @@ import (
 	"stratum.dev/stratum/internal/host"
 	"stratum.dev/stratum/internal/nodestate"
 	pkiutil "stratum.dev/stratum/internal/pki"
+	"stratum.dev/stratum/internal/version"
 )
 
 func joinedState() *nodestate.NodeState {
@@ -134,13 +135,20 @@ func TestBinariesCheck(t *testing.T) {
 		t.Fatalf("non-executable etcd: %v", err)
 	}
 	script(EtcdBinary, "etcd Version: 3.5.0", 0o755)
-	if err := b.Check(ctx, EtcdBinary); !errors.Is(err, ErrBinary) || !strings.Contains(err.Error(), "3.5.0") {
+	if err := b.Check(ctx, EtcdBinary); !errors.Is(err, ErrBinary) || !strings.Contains(err.Error(), "3.5.0") || !strings.Contains(err.Error(), `"etcd Version: 3.7.3" or "etcd Version: 3.6.16"`) {
 		t.Fatalf("wrong etcd version: %v", err)
 	}
 	script(EtcdBinary, "etcd Version: 3.7.3", 0o755)
-	if err := b.Check(ctx, EtcdBinary); err != nil {
-		t.Fatalf("the pinned etcd: %v", err)
+	if v, err := b.Version(ctx, EtcdBinary); err != nil || v != version.Etcd {
+		t.Fatalf("the pinned etcd: %q %v", v, err)
 	}
+	// A member downgraded by `stratum etcd downgrade` runs the previous
+	// minor: its binary is accepted, and said to be that version.
+	script(EtcdBinary, "etcd Version: 3.6.16", 0o755)
+	if v, err := b.Version(ctx, EtcdBinary); err != nil || v != version.EtcdPrevious {
+		t.Fatalf("the previous etcd (a downgrade's): %q %v", v, err)
+	}
+	script(EtcdBinary, "etcd Version: 3.7.3", 0o755)
 	script(APIServerBinary, "Kubernetes v1.37.2", 0o755)
 	if err := b.Check(ctx, APIServerBinary); err != nil {
 		t.Fatalf("the pinned apiserver: %v", err)

@@ -814,4 +814,23 @@ var mutants = []mutant{
 			{"./e2e", "-run", "TestSingleControlPlaneGrowsIntoHA"},
 		},
 	},
+	{
+		Name: "downgraded-etcd-refused",
+		File: "internal/controlplane/controlplane.go",
+		Old:  `		{version.EtcdPrevious, "etcd Version: " + strings.TrimPrefix(version.EtcdPrevious, "v")},`,
+		New:  ``,
+		Tests: [][]string{
+			{"./internal/controlplane", "-run", "TestBinariesCheck"},
+			{"./cmd/stratum/cli", "-run", "TestEtcdStatusSaysItsBinarysVersion"},
+		},
+	},
+	{
+		Name: "etcd-status-says-the-pinned-version",
+		File: "internal/supervisor/supervisor.go",
+		Old:  "		st.Version = u.spec.VersionOf()",
+		New:  "		st.Version = u.spec.Version",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestEtcdStatusSaysItsBinarysVersion"},
+		},
+	},
 }

@@ -64,6 +64,10 @@ type Spec struct {
 	// Version is the version the service runs ("v3.7.3"), reported in its
 	// status; Check makes sure the binary is that one.
 	Version string
+	// VersionOf, when set, is the version reported instead: for a binary
+	// that may be one of several versions (etcd after a downgrade), the
+	// one its Check last read from it.
+	VersionOf func() string
 	// StopTimeout is how long a stop waits after SIGTERM before SIGKILL
 	// (default DefaultStopTimeout).
 	StopTimeout time.Duration
@@ -542,6 +546,9 @@ func (u *unit) status() host.ServiceStatus {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	st := host.ServiceStatus{Name: u.spec.Name, Version: u.spec.Version}
+	if u.spec.VersionOf != nil {
+		st.Version = u.spec.VersionOf()
+	}
 	switch {
 	case u.keeper == nil && u.stopping != nil:
 		// Still alive until its stop's grace ends: its ports are held.

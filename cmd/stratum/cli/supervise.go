@@ -76,6 +76,7 @@ func localServices() host.Services { return supervisor.Client{Path: supervisor.S
 // (ha's StartControlPlane) skips it and status leaves it out.
 func (a *app) nodeSupervisor(h host.Host, n *ha.Node, binDir string, operator bool) (*supervisor.Supervisor, error) {
 	bins := controlplane.Binaries{Dir: binDir}
+	etcdVersion := &binaryVersion{bins: bins, name: controlplane.EtcdBinary, last: version.Etcd}
 	check := func(name string) func(context.Context) error {
 		return func(ctx context.Context) error {
 			if err := bins.Check(ctx, name); err != nil {
@@ -89,8 +90,13 @@ func (a *app) nodeSupervisor(h host.Host, n *ha.Node, binDir string, operator bo
 			Name:    ha.ServiceEtcd,
 			Command: etcdCommand(h, bins),
 			Ready:   func(ctx context.Context) error { return waitEtcdServes(ctx, h, n) },
-			Check:   check(controlplane.EtcdBinary),
-			Version: version.Etcd,
+			Check: func(ctx context.Context) error {
+				if err := etcdVersion.check(ctx); err != nil {
+					return err
+				}
+				return controlplane.PortsFree(controlplane.Ports[controlplane.EtcdBinary])
+			},
+			VersionOf: etcdVersion.get,
 		},
 		{
 			Name: ha.ServiceAPIServer,
@@ -114,6 +120,37 @@ func (a *app) nodeSupervisor(h host.Host, n *ha.Node, binDir string, operator bo
 	return supervisor.New(supervisor.Config{LogDir: controlplane.LogDir, Log: a.log, Services: services, OnShutdownStop: func(name string) {
 		fmt.Fprintf(a.stdout, "  stopping %s ...\n", name)
 	}})
+}
+
+// binaryVersion is the version a service's binary said it is at its last
+// check: etcd's may be the pinned one or the previous minor (a member
+// downgraded by `stratum etcd downgrade`), and its status, which the join's
+// and the rejoin's version checks read (ha's localEtcdVersion), must say
+// which.
+type binaryVersion struct {
+	bins controlplane.Binaries
+	name string
+	mu   sync.Mutex
+	last string
+}
+
+// check checks the binary (controlplane.Binaries.Version) and records the
+// version it says.
+func (v *binaryVersion) check(ctx context.Context) error {
+	got, err := v.bins.Version(ctx, v.name)
+	if err != nil {
+		return err
+	}
+	v.mu.Lock()
+	v.last = got
+	v.mu.Unlock()
+	return nil
+}
+
+func (v *binaryVersion) get() string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.last
 }
 
 // etcdCommand renders etcd's command line from the node state at each

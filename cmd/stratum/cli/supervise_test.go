@@ -561,3 +561,67 @@ func TestEtcdRelaunchWaitsForItsData(t *testing.T) {
 	waitFor("relaunch once the data is back", func(s host.ServiceStatus) bool { return s.Running })
 	readPid()
 }
+
+// TestEtcdStatusSaysItsBinarysVersion: a member downgraded by `stratum etcd
+// downgrade` runs the previous minor's etcd. The node's supervisor accepts
+// that binary, and etcd's status says its version, which the join's and the
+// rejoin's version checks read; it said the pinned one, and refused the
+// binary, so a downgraded node could not start again. Another version is
+// still refused.
+func TestEtcdStatusSaysItsBinarysVersion(t *testing.T) {
+	_, h := onTempHost(t)
+	binDir := t.TempDir()
+	if err := os.Chmod(binDir, 0o755); err != nil { // whatever the umask made it
+		t.Fatal(err)
+	}
+	etcd := filepath.Join(binDir, controlplane.EtcdBinary)
+	says := func(v string) {
+		t.Helper()
+		os.Remove(etcd)
+		if err := os.WriteFile(etcd, []byte("#!/bin/sh\necho 'etcd Version: "+strings.TrimPrefix(v, "v")+"'\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := &app{stdout: io.Discard, stderr: io.Discard, log: slog.New(slog.DiscardHandler)}
+	sup, err := a.nodeSupervisor(h, ha.NewNode(ha.Env{Host: h}), binDir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sup.Shutdown()
+	ctx := context.Background()
+	statusVersion := func() string {
+		t.Helper()
+		s, err := sup.ServiceStatus(ctx, ha.ServiceEtcd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Version
+	}
+	// A port in use (another test's etcd) is another refusal; the binary's
+	// own is what is judged here.
+	binaryRefused := func() error {
+		err := sup.CheckServices(ctx, []string{ha.ServiceEtcd})
+		if err != nil && !strings.Contains(err.Error(), controlplane.ErrBinary.Error()) && strings.Contains(err.Error(), "is in use") {
+			return nil
+		}
+		return err
+	}
+	says(version.EtcdPrevious)
+	if err := binaryRefused(); err != nil {
+		t.Fatalf("the previous minor's etcd refused: %v", err)
+	}
+	if got := statusVersion(); got != version.EtcdPrevious {
+		t.Fatalf("etcd's status says %s, want the binary's %s", got, version.EtcdPrevious)
+	}
+	says(version.Etcd)
+	if err := binaryRefused(); err != nil {
+		t.Fatalf("the pinned etcd refused: %v", err)
+	}
+	if got := statusVersion(); got != version.Etcd {
+		t.Fatalf("etcd's status says %s after the pinned binary is back, want %s", got, version.Etcd)
+	}
+	says("v3.5.0")
+	if err := binaryRefused(); err == nil || !strings.Contains(err.Error(), controlplane.ErrBinary.Error()) || !strings.Contains(err.Error(), "3.5.0") {
+		t.Fatalf("etcd 3.5.0: %v, want it refused", err)
+	}
+}
