@@ -51,8 +51,21 @@ func TestSingleControlPlaneGrowsIntoHA(t *testing.T) {
 	if want := "--server https://" + cp1.IP().String() + ":6443"; !strings.Contains(join, want) {
 		t.Fatalf("the join command printed on a control plane without a VIP does not name its address (%s): %s", want, join)
 	}
-	up2 := cp2.Start(tools.shell(join)...)
+	// cp2's kube-apiserver fails until the test lets it (a wrapper in
+	// another --bin-dir): its start fails after its member was promoted, a
+	// cluster of two voters. The supervisor keeps etcd running, so cp1
+	// still takes writes, and tries the start again until it succeeds.
+	heldBack := holdBackAPIServer(ctx, t, cp2)
+	up2 := cp2.Start(tools.shell(join + " --bin-dir " + heldBack.dir)...)
+	waitFor(t, 2*time.Minute, "cp2's supervisor keeping its voter's etcd after its apiserver failed", func() bool {
+		return strings.Contains(up2.Output(), "so etcd keeps running and the start is tried again")
+	}, up2)
+	tools.kubectl(ctx, t, cp1, "create", "configmap", "written-while-cp2-retries", "--request-timeout=20s")
+	heldBack.release(ctx, t)
 	waitSupervising(t, up2, 3*time.Minute)
+	if !strings.Contains(up2.Output(), "the start succeeded on attempt") {
+		t.Fatalf("cp2's supervisor is up, but not through a retried start:\n%s", up2.Tail(20))
+	}
 	if server, own := kubeconfigServer(ctx, t, tools, cp2), "https://"+cp2.IP().String()+":6443"; server != own {
 		t.Fatalf("cp2's admin kubeconfig targets %s, want its own apiserver %s: no VIP yet, and never the server it joined through", server, own)
 	}
@@ -240,4 +253,31 @@ func readMachineFiles(t *testing.T, h *host, paths ...string) map[string]string 
 func kubeconfigServer(ctx context.Context, t *testing.T, tl *tools, h *host) string {
 	t.Helper()
 	return strings.TrimSpace(tl.kubectl(ctx, t, h, "config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}"))
+}
+
+// heldBackAPIServer is a --bin-dir on a machine whose kube-apiserver exits
+// at once, until release: its etcd is the installed one.
+type heldBackAPIServer struct {
+	h   *host
+	dir string
+}
+
+func holdBackAPIServer(ctx context.Context, t *testing.T, h *host) heldBackAPIServer {
+	t.Helper()
+	dir := "/var/lib/stratum/bin-held-back"
+	script := "#!/bin/sh\n" +
+		"if [ \"$1\" = --version ] || [ -e " + dir + "/released ]; then exec " + binDir + "/kube-apiserver \"$@\"; fi\n" +
+		"echo 'e2e: kube-apiserver held back until " + dir + "/released exists' >&2\nexit 1\n"
+	cmd := "install -d -m 0755 " + dir + " && ln -sf " + binDir + "/etcd " + dir + "/etcd && printf '%s' \"$1\" > " + dir + "/kube-apiserver && chmod 0755 " + dir + "/kube-apiserver"
+	if out, errOut, err := h.Run(ctx, "sh", "-c", cmd, "sh", script); err != nil {
+		t.Fatalf("hold back %s's kube-apiserver: %v\n%s%s", h.Name(), err, out, errOut)
+	}
+	return heldBackAPIServer{h: h, dir: dir}
+}
+
+func (b heldBackAPIServer) release(ctx context.Context, t *testing.T) {
+	t.Helper()
+	if out, errOut, err := b.h.Run(ctx, "touch", b.dir+"/released"); err != nil {
+		t.Fatalf("release %s's kube-apiserver: %v\n%s%s", b.h.Name(), err, out, errOut)
+	}
 }

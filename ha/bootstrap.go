@@ -79,53 +79,73 @@ func (n *Node) Up(ctx context.Context, o BootstrapOptions) (*nodestate.NodeState
 	if err := n.refuseResetUnderWay("stratum up"); err != nil {
 		return nil, err
 	}
-	var st *nodestate.NodeState
-	saved, err := nodestate.Load(h)
+	_, err := nodestate.Load(h)
 	switch {
 	case err == nil:
-		// The node's locks for the start, as every other operation on it
-		// takes them: a restore or a reset begun meanwhile is refused
-		// instead of replacing the data under the etcd this starts. Then
-		// the refusals, before the VIP is recorded.
-		release, lerr := nodelock.AcquireBoth(h, "stratum up (starting this node's control plane; one that keeps failing under systemd stops with `systemctl stop stratum`)")
-		if lerr != nil {
-			return nil, Refusal(lerr)
-		}
-		defer release()
-		if err := n.refuseDataReplaceUnderWay("stratum up"); err != nil {
-			return nil, err
-		}
-		if saved, err = nodestate.Load(h); err != nil { // as it is under the locks
-			return nil, Refusal(err)
-		}
-		if err := RefuseMissingEtcdData(h, saved); err != nil { // before the VIP is recorded
-			return nil, err
-		}
-		if err := n.adoptVIP(ctx, saved, o.VIP); err != nil {
-			return saved, err
-		}
-		n.warnQuotaNotUsed(saved, o.EtcdQuota)
-		st, err = n.StartControlPlane(ctx)
+		return n.restart(ctx, o)
 	case !errors.Is(err, nodestate.ErrNoState):
 		return nil, Refusal(err)
-	default:
-		survives, ierr := n.JoinIntentSurvives(ctx)
-		if ierr != nil {
-			return nil, Refusal(ierr)
-		}
-		if survives {
-			return n.StartControlPlane(ctx) // refuses, naming the journal
-		}
-		st, err = n.bootstrap(ctx, o)
 	}
+	survives, ierr := n.JoinIntentSurvives(ctx)
+	if ierr != nil {
+		return nil, Refusal(ierr)
+	}
+	if survives {
+		return n.StartControlPlane(ctx) // refuses, naming the journal
+	}
+	st, err := n.bootstrap(ctx, o)
 	if err != nil {
 		return st, err
 	}
-	if saved == nil {
-		if err := n.publishForJoiners(ctx, st, publishForJoinersWithin); err != nil {
-			return st, err
-		}
-	} else if err := n.publishForJoiners(ctx, st, republishForJoinersWithin); err != nil {
+	if err := n.publishForJoiners(ctx, st, publishForJoinersWithin); err != nil {
+		return st, err
+	}
+	return st, n.checkpoint(ctx, CheckpointUpAfterPublish)
+}
+
+// Restart is Up on a node with saved control-plane state, and never a
+// bootstrap: a node whose state is gone (a reset that ran meanwhile) is
+// refused, matching nodestate.ErrNoState. The supervisor retries a failed
+// start with it while it keeps a voter's etcd running: Up there could
+// bootstrap a new cluster on a machine just reset.
+func (n *Node) Restart(ctx context.Context) (*nodestate.NodeState, error) {
+	if err := n.refuseResetUnderWay("stratum up"); err != nil {
+		return nil, err
+	}
+	return n.restart(ctx, BootstrapOptions{})
+}
+
+// restart is Up on a node with saved state: under the node's locks, as
+// every other operation on it takes them (a restore or a reset begun
+// meanwhile is refused instead of replacing the data under the etcd this
+// starts), the refusals, the VIP's adoption, the start, and what joiners
+// need published again, a failure there being a warning.
+func (n *Node) restart(ctx context.Context, o BootstrapOptions) (*nodestate.NodeState, error) {
+	h := n.env.Host
+	release, lerr := nodelock.AcquireBoth(h, "stratum up (starting this node's control plane; one that keeps failing under systemd stops with `systemctl stop stratum`)")
+	if lerr != nil {
+		return nil, Refusal(lerr)
+	}
+	defer release()
+	if err := n.refuseDataReplaceUnderWay("stratum up"); err != nil {
+		return nil, err
+	}
+	saved, err := nodestate.Load(h) // as it is under the locks
+	if err != nil {
+		return nil, Refusal(err)
+	}
+	if err := RefuseMissingEtcdData(h, saved); err != nil { // before the VIP is recorded
+		return nil, err
+	}
+	if err := n.adoptVIP(ctx, saved, o.VIP); err != nil {
+		return saved, err
+	}
+	n.warnQuotaNotUsed(saved, o.EtcdQuota)
+	st, err := n.StartControlPlane(ctx)
+	if err != nil {
+		return st, err
+	}
+	if err := n.publishForJoiners(ctx, st, republishForJoinersWithin); err != nil {
 		n.log.Warn("what joiners need was not published again; the control plane runs", "err", err)
 		if n.env.Progress != nil {
 			n.env.Progress(fmt.Sprintf("warning: %v; the control plane runs, and joins use what was published before", err))
@@ -201,6 +221,8 @@ type bootstrapRun struct {
 	release func()
 	shared  *pki.Shared
 	st      *nodestate.NodeState
+	// nodeIPs is the node IP the refusals resolved ("v4,v6" dual-stack).
+	nodeIPs string
 }
 
 // bootstrapSteps are a bootstrap's steps in checkpoint order: refusals
@@ -282,14 +304,10 @@ func (r *bootstrapRun) refuse(ctx context.Context) error {
 	if err := r.netc.CheckNodeIP(ip, true); err != nil {
 		return fmt.Errorf("stratum up refused: %w; nothing was changed", err)
 	}
-	for _, a := range []struct{ what, ip string }{{"node IP", ip}, {"VIP", o.VIP.Address}} {
-		if a.ip == "" {
-			continue
-		}
-		if err := r.netc.CheckOutsideRanges(a.what, a.ip, true); err != nil {
-			return fmt.Errorf("stratum up refused: %w; nothing was changed", err)
-		}
+	if err := checkOutsideRanges(r.netc, c.IP, o.VIP.Address, true); err != nil {
+		return fmt.Errorf("stratum up refused: %w; nothing was changed", err)
 	}
+	r.nodeIPs = c.IP
 	if o.VIP.Address != "" && o.VIP.Address == ip {
 		return fmt.Errorf("stratum up refused: the VIP %s is this node's own address (from %s); nothing was changed: pick an unused address on the node's network for --vip", o.VIP.Address, c.Source)
 	}
@@ -314,6 +332,35 @@ func (r *bootstrapRun) refuse(ctx context.Context) error {
 		return fmt.Errorf("%w? %s cannot be read (%v); nothing was changed: make it readable, or remove it", ErrRetainedData, version.EtcdDataDir, err)
 	}
 	return nil
+}
+
+// checkOutsideRanges refuses a node IP (each of a dual-stack "v4,v6") or
+// a VIP inside the cluster's pod or service range
+// (netcfg.Config.CheckOutsideRanges).
+func checkOutsideRanges(netc netcfg.Config, nodeIPs, vip string, rangeChosenHere bool) error {
+	for _, ip := range strings.Split(nodeIPs, ",") {
+		if ip = strings.TrimSpace(ip); ip == "" {
+			continue
+		}
+		if err := netc.CheckOutsideRanges("node IP", ip, rangeChosenHere); err != nil {
+			return err
+		}
+	}
+	if vip != "" {
+		return netc.CheckOutsideRanges("VIP", vip, rangeChosenHere)
+	}
+	return nil
+}
+
+// keptOutOfPodTrust are the addresses whose pod range is not trusted in the
+// firewall (host.TrustPodCIDRs): the node's own (each of a dual-stack
+// "v4,v6") and its VIP.
+func keptOutOfPodTrust(nodeIPs, vip string) []string {
+	out := strings.Split(nodeIPs, ",")
+	if vip != "" {
+		out = append(out, vip)
+	}
+	return out
 }
 
 // refuseUnfinishedJoin refuses a bootstrap on a node that holds a join's
@@ -355,7 +402,7 @@ func (r *bootstrapRun) assemble(ctx context.Context) error {
 		HostDirs:      func() error { return host.Dirs(h) },
 		Prereqs:       func(po host.PrereqOptions) error { return host.Prereqs(h, po) },
 		ResolveNet:    func() (netcfg.Config, error) { return r.netc, nil },
-		TrustPodCIDRs: func(c string) { _ = host.TrustPodCIDRs(h, c) },
+		TrustPodCIDRs: func(c string) { _ = host.TrustPodCIDRs(h, c, keptOutOfPodTrust(r.nodeIPs, o.VIP.Address)...) },
 		ResolveNodeIP: host.ResolveNodeIP,
 		DetectNodeIPs: func(dual bool) (string, error) { return host.DetectNodeIPs(h, dual) },
 		BeforeCerts: func(c host.NodeIPChoice) error {

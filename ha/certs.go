@@ -708,6 +708,7 @@ func (n *Node) PruneGrants(ctx context.Context, cs kubernetes.Interface) (droppe
 			delete(cur.Data, e)
 		}
 		_, err = cs.CoreV1().Secrets(certsNamespace).Update(ctx, cur, metav1.UpdateOptions{})
+		err = deletionAsConflict(err) // collected meanwhile: the re-read finds it gone
 		if err == nil {
 			n.log.Info("pruned expired grants", "entries", expired)
 			for _, e := range expired {

@@ -566,7 +566,17 @@ func (r *joinRun) assemble(ctx context.Context) error {
 			return netc, n.checkpoint(ctx, CheckpointAfterDownload)
 		},
 		TrustPodCIDRs: func(podCIDR string) {
-			if err := host.TrustPodCIDRs(h, podCIDR); err != nil {
+			// The node IP is resolved after this step (AssembleNode's
+			// order) and a range holding it refused then, before the
+			// member-add; it is resolved here too, the same way, so such
+			// a range is not trusted meanwhile.
+			var keepOut []string
+			if c, err := host.ResolveNodeIP(o.NodeIP, o.ConfigNodeIP, "", func() (string, error) {
+				return host.DetectNodeIPs(h, netcfg.Config{PodCIDR: podCIDR}.DualStack())
+			}); err == nil {
+				keepOut = keptOutOfPodTrust(c.IP, "")
+			}
+			if err := host.TrustPodCIDRs(h, podCIDR, keepOut...); err != nil {
 				n.log.Warn("pod CIDR not trusted in the firewall", "err", err)
 			}
 		},
@@ -581,7 +591,7 @@ func (r *joinRun) assemble(ctx context.Context) error {
 			if err := clusterNet.CheckNodeIP(r.nodeIP, false); err != nil {
 				return fmt.Errorf("control-plane join refused: %w (the service CIDR is the cluster's); nothing was added to etcd", err)
 			}
-			if err := clusterNet.CheckOutsideRanges("node IP", r.nodeIP, false); err != nil {
+			if err := checkOutsideRanges(clusterNet, c.IP, "", false); err != nil {
 				return fmt.Errorf("control-plane join refused: %w; nothing was added to etcd", err)
 			}
 			st.NodeIP = r.nodeIP

@@ -333,6 +333,12 @@ func TestJoinRefusalsChangeNothing(t *testing.T) {
 		t.Fatalf("a bring-up on cp2 with the VIP cp1 holds: %v, want a refusal naming the VIP in use", err)
 	}
 	checkFilesAsBefore(t, filesBefore, snapshotFiles(t, j.c.Host("cp2").Root()))
+	// The supervisor's retried start (ha.Restart) on a node without state
+	// (reset meanwhile) is refused: it never bootstraps.
+	if _, err := joinNodeOn(j.c.Host("cp2")).Restart(j.ctx); !errors.Is(err, nodestate.ErrNoState) {
+		t.Fatalf("Restart on cp2 without node state: %v, want ErrNoState", err)
+	}
+	checkFilesAsBefore(t, filesBefore, snapshotFiles(t, j.c.Host("cp2").Root()))
 
 	// A node whose address lies inside the cluster's pod range (a machine
 	// on 10.244.0.0/24 joining a cluster brought up with the default

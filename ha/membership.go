@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"stratum.dev/stratum/internal/interrupt"
+	"stratum.dev/stratum/internal/nodestate"
 )
 
 // memberAddRetryFor bounds how long MemberAdd keeps retrying etcd's refusals
@@ -650,4 +652,33 @@ func (n *Node) JoinState(ctx context.Context, cpIP string) (members int, bundle 
 		return 0, false, fmt.Errorf("join state: read of %s from %s: %w", JoinBundleEtcdKey, ep, err)
 	}
 	return len(ml.Members), get.Count > 0, nil
+}
+
+// OtherVotersCountOnThisMember reports whether this node's etcd member is a
+// voter of a cluster with other voters, asked of the member itself: then
+// stopping it lowers what the cluster has towards its quorum (a cluster of
+// two voters loses it at once, one of three with another down too). The
+// supervisor keeps such a member running when the rest of a start fails,
+// rather than take the cluster's writes away with it. It returns the
+// number of voters too.
+func (n *Node) OtherVotersCountOnThisMember(ctx context.Context) (bool, int, error) {
+	st, err := nodestate.Load(n.env.Host)
+	if err != nil {
+		return false, 0, err
+	}
+	ms, err := n.members(ctx, []string{urlHostOf(st.Etcd.ClientURL)}, "this member's role")
+	if err != nil {
+		return false, 0, err
+	}
+	voters, self := 0, false
+	for _, m := range ms {
+		if m.IsLearner {
+			continue
+		}
+		voters++
+		if slices.Contains(m.PeerURLs, st.Etcd.PeerURL) {
+			self = true
+		}
+	}
+	return self && voters > 1, voters, nil
 }

@@ -81,7 +81,7 @@ func (n *Node) StartControlPlane(ctx context.Context) (*nodestate.NodeState, err
 	// The pod ranges' firewall trust (AssembleNode's) is an iptables rule,
 	// which a reboot or a firewall reload drops: every start puts it back
 	// (idempotent; a failure is a warning, as at the assembly).
-	if err := host.TrustPodCIDRs(h, st.PodCIDR); err != nil {
+	if err := host.TrustPodCIDRs(h, st.PodCIDR, keptOutOfPodTrust(st.NodeIP, st.VIP.Address)...); err != nil {
 		n.log.Warn("pod CIDR not trusted in the firewall", "err", err)
 	}
 	for _, step := range []struct {

@@ -84,7 +84,10 @@ func (n *Node) refuseVIPServedElsewhere(ctx context.Context, vip string, cluster
 }
 
 // chainsTo reports whether the certificate chain raw (leaf first, as a TLS
-// server sends it) verifies up to one of roots.
+// server sends it) verifies up to one of roots: signatures only, judged at
+// the leaf's own start and for any usage, since which cluster answers is the
+// question, not whether its certificate is current (a holder of this
+// cluster whose serving certificate expired is still this cluster's).
 func chainsTo(raw [][]byte, roots *x509.CertPool) bool {
 	var certs []*x509.Certificate
 	for _, r := range raw {
@@ -101,6 +104,6 @@ func chainsTo(raw [][]byte, roots *x509.CertPool) bool {
 	for _, c := range certs[1:] {
 		inter.AddCert(c)
 	}
-	_, err := certs[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter})
+	_, err := certs[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, CurrentTime: certs[0].NotBefore, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
 	return err == nil
 }

@@ -190,16 +190,17 @@ func TestTrustPodCIDRs(t *testing.T) {
 		t.Fatalf("trusted %v", r.trusted)
 	}
 
-	// A range holding one of the host's own addresses (Calico's default
-	// over a 192.168.1.0/24 network) is not trusted: it would open the
-	// host to its own network. The others still are.
-	r = &trustRecorder{addrsOnly: addrsOnly{all: addrs("192.168.1.11", "127.0.0.1")}}
-	err = TrustPodCIDRs(r, "192.168.0.0/16,fd00::/56")
-	if err == nil || !strings.Contains(err.Error(), "pod CIDR 192.168.0.0/16 contains this host's address 192.168.1.11") {
+	// A range holding the node's address (Calico's default over a
+	// 192.168.1.0/24 network) is not trusted: it would open the host to its
+	// own network. The others still are, and another address of the host
+	// inside a range (a CNI bridge's, by design) is not judged.
+	r = &trustRecorder{addrsOnly: addrsOnly{all: addrs("192.168.1.11", "10.244.0.1", "127.0.0.1")}}
+	err = TrustPodCIDRs(r, "192.168.0.0/16,10.244.0.0/16,fd00::/56", "192.168.1.11", "192.168.1.10")
+	if err == nil || !strings.Contains(err.Error(), "pod CIDR 192.168.0.0/16 holds the node's address 192.168.1.11") {
 		t.Fatalf("err = %v, want the range over the host's address named", err)
 	}
-	if strings.Join(r.trusted, " ") != "fd00::/56" {
-		t.Fatalf("trusted %v, want only fd00::/56", r.trusted)
+	if strings.Join(r.trusted, " ") != "10.244.0.0/16 fd00::/56" {
+		t.Fatalf("trusted %v, want 10.244.0.0/16 fd00::/56", r.trusted)
 	}
 }
 

@@ -110,13 +110,18 @@ func anys(errs []error) []any {
 // dual-stack). A range that does not parse is skipped with the error
 // returned beside the others' success, since the assembly treats pod-CIDR
 // trust as best effort: it is the CNI's traffic, not the join's. A range
-// holding one of this host's own addresses is skipped the same way: trusting
-// it would open the host to its own network (the bring-up and the join
-// refuse such a range; this guards a node state written before they did).
-func TrustPodCIDRs(n Network, podCIDRs string) error {
-	own, err := n.Addresses()
-	if err != nil {
-		return fmt.Errorf("list this host's addresses before trusting the pod CIDR %s: %w; nothing was trusted", podCIDRs, err)
+// holding one of keepOut (the node's own IPs, its VIP) is skipped the same
+// way: its network is the node's, and trusting it would open the host to
+// every machine there (the bring-up and the join refuse such a range; this
+// guards a node state written before they did). Only those addresses are
+// judged: a CNI's own bridge holds an address inside the pod range by
+// design.
+func TrustPodCIDRs(n Network, podCIDRs string, keepOut ...string) error {
+	var own []netip.Addr
+	for _, k := range keepOut {
+		if a, err := netip.ParseAddr(strings.TrimSpace(k)); err == nil {
+			own = append(own, a)
+		}
 	}
 	var errs []error
 	for _, c := range strings.Split(podCIDRs, ",") {
@@ -130,7 +135,7 @@ func TrustPodCIDRs(n Network, podCIDRs string) error {
 			continue
 		}
 		if i := slices.IndexFunc(own, func(a netip.Addr) bool { return p.Contains(a.Unmap()) }); i >= 0 {
-			errs = append(errs, fmt.Errorf("pod CIDR %s contains this host's address %s: not trusted in the firewall, which would open this host to its own network", p, own[i]))
+			errs = append(errs, fmt.Errorf("pod CIDR %s holds the node's address %s: not trusted in the firewall, which would open this host to its own network", p, own[i]))
 			continue
 		}
 		if err := n.TrustCIDR(p); err != nil {

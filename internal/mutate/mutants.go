@@ -608,8 +608,8 @@ var mutants = []mutant{
 	{
 		Name: "restart-fails-when-it-cannot-republish",
 		File: "ha/bootstrap.go",
-		Old:  "\t} else if err := n.publishForJoiners(ctx, st, republishForJoinersWithin); err != nil {\n",
-		New:  "\t} else if err := n.publishForJoiners(ctx, st, republishForJoinersWithin); err != nil {\n\t\treturn st, err\n\t} else if false {\n",
+		Old:  "\tif err := n.publishForJoiners(ctx, st, republishForJoinersWithin); err != nil {\n",
+		New:  "\tif err := n.publishForJoiners(ctx, st, republishForJoinersWithin); err != nil {\n\t\treturn st, err\n\t} else if false {\n",
 		Tests: [][]string{
 			{"./ha", "-run", "TestUpOfANodeWithStateServesWhenItCannotPublish"},
 		},
@@ -781,8 +781,8 @@ var mutants = []mutant{
 	{
 		Name: "join-inside-the-pod-range",
 		File: "ha/join.go",
-		Old:  `if err := clusterNet.CheckOutsideRanges("node IP", r.nodeIP, false); err != nil {`,
-		New:  `if err := clusterNet.CheckOutsideRanges("node IP", r.nodeIP, false); false && err != nil {`,
+		Old:  `if err := checkOutsideRanges(clusterNet, c.IP, "", false); err != nil {`,
+		New:  `if err := checkOutsideRanges(clusterNet, c.IP, "", false); false && err != nil {`,
 		Tests: [][]string{
 			{"./ha", "-run", "TestJoinRefusalsChangeNothing"},
 		},
@@ -831,6 +831,42 @@ var mutants = []mutant{
 		New:  "		st.Version = u.spec.Version",
 		Tests: [][]string{
 			{"./cmd/stratum/cli", "-run", "TestEtcdStatusSaysItsBinarysVersion"},
+		},
+	},
+	{
+		Name: "failed-start-stops-a-voter",
+		File: "cmd/stratum/cli/supervise.go",
+		Old:  "	if err != nil || !counts {",
+		New:  "	if err != nil || counts || !counts {",
+		Tests: [][]string{
+			{"./e2e", "-run", "TestSingleControlPlaneGrowsIntoHA"},
+		},
+	},
+	{
+		Name: "retried-start-bootstraps",
+		File: "ha/bootstrap.go",
+		Old:  "	return n.restart(ctx, BootstrapOptions{})\n}",
+		New:  "	return n.Up(ctx, BootstrapOptions{})\n}",
+		Tests: [][]string{
+			{"./ha", "-run", "TestJoinRefusalsChangeNothing"},
+		},
+	},
+	{
+		Name: "previous-etcd-for-a-new-member",
+		File: "cmd/stratum/cli/supervise.go",
+		Old:  "if st, serr := nodestate.Load(v.state); serr != nil || !st.Etcd.Started {",
+		New:  "if st, serr := nodestate.Load(v.state); false && (serr != nil || !st.Etcd.Started) {",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestEtcdStatusSaysItsBinarysVersion"},
+		},
+	},
+	{
+		Name: "second-node-ip-not-judged",
+		File: "ha/bootstrap.go",
+		Old:  `	for _, ip := range strings.Split(nodeIPs, ",") {`,
+		New:  `	for _, ip := range strings.Split(nodeIPs, ",")[:1] {`,
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestUpRefusesBadOptionsBeforeWriting"},
 		},
 	},
 }

@@ -113,9 +113,9 @@ func (c Config) CheckOutsideRanges(what, ip string, rangeChosenHere bool) error 
 		return fmt.Errorf("%s %q is not an IP address", what, ip)
 	}
 	a = a.Unmap()
-	for _, r := range []struct{ field, flag, value string }{
-		{"pod CIDR", "--pod-cidr", c.PodCIDR},
-		{"service CIDR", "--service-cidr", c.ServiceCIDR},
+	for _, r := range []struct{ field, flag, value, why string }{
+		{"pod CIDR", "--pod-cidr", c.PodCIDR, "traffic to it would be routed as a pod's, and the pod range is trusted in the host firewall, which would open this host to its network"},
+		{"service CIDR", "--service-cidr", c.ServiceCIDR, "traffic to it would be taken for a service's, which the cluster's service proxy routes"},
 	} {
 		ranges, err := parseRanges(r.field, r.value)
 		if err != nil {
@@ -129,7 +129,7 @@ func (c Config) CheckOutsideRanges(what, ip string, rangeChosenHere bool) error 
 			if !rangeChosenHere {
 				hint = fmt.Sprintf("the %s is the cluster's: choose a %s outside it", r.field, what)
 			}
-			return fmt.Errorf("%s %s lies inside the %s %s: its traffic would be routed as the cluster's, and the pod range is trusted in the host firewall, which would open this host to its network: %s", what, a, r.field, p, hint)
+			return fmt.Errorf("%s %s lies inside the %s %s: %s: %s", what, a, r.field, p, r.why, hint)
 		}
 	}
 	return nil

@@ -76,7 +76,7 @@ func localServices() host.Services { return supervisor.Client{Path: supervisor.S
 // (ha's StartControlPlane) skips it and status leaves it out.
 func (a *app) nodeSupervisor(h host.Host, n *ha.Node, binDir string, operator bool) (*supervisor.Supervisor, error) {
 	bins := controlplane.Binaries{Dir: binDir}
-	etcdVersion := &binaryVersion{bins: bins, name: controlplane.EtcdBinary, last: version.Etcd}
+	etcdVersion := &binaryVersion{bins: bins, name: controlplane.EtcdBinary, last: version.Etcd, state: h}
 	check := func(name string) func(context.Context) error {
 		return func(ctx context.Context) error {
 			if err := bins.Check(ctx, name); err != nil {
@@ -128,18 +128,27 @@ func (a *app) nodeSupervisor(h host.Host, n *ha.Node, binDir string, operator bo
 // and the rejoin's version checks read (ha's localEtcdVersion), must say
 // which.
 type binaryVersion struct {
-	bins controlplane.Binaries
-	name string
-	mu   sync.Mutex
-	last string
+	bins  controlplane.Binaries
+	name  string
+	state host.Files // the node state: whether its member has served
+	mu    sync.Mutex
+	last  string
 }
 
 // check checks the binary (controlplane.Binaries.Version) and records the
-// version it says.
+// version it says. The previous minor's etcd is a downgraded member's: it
+// is refused for a member that has not served yet (a bring-up or a join,
+// which run the pinned etcd), so a mis-installed binary does not start a
+// cluster of the older version.
 func (v *binaryVersion) check(ctx context.Context) error {
 	got, err := v.bins.Version(ctx, v.name)
 	if err != nil {
 		return err
+	}
+	if got == version.EtcdPrevious {
+		if st, serr := nodestate.Load(v.state); serr != nil || !st.Etcd.Started {
+			return fmt.Errorf("%w: %s is etcd %s, the previous minor, which only a member downgraded by `stratum etcd downgrade` runs; this node's member has not served yet, and a new member runs the pinned etcd %s: install the dist's bin/etcd there", controlplane.ErrBinary, v.bins.Path(v.name), version.EtcdPrevious, version.Etcd)
+		}
 	}
 	v.mu.Lock()
 	v.last = got
@@ -469,7 +478,11 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 
 	st, err := prepare(ctx, n)
 	if err != nil {
-		return explainHost(err)
+		if st, err = a.keepVoterAndRetry(ctx, verb, n, sup, err); errors.Is(err, errNodeReset) {
+			return nil
+		} else if err != nil {
+			return explainHost(err)
+		}
 	}
 	if f.operator {
 		if err := l.StartService(ctx, serviceOperator); err != nil {
@@ -492,6 +505,65 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 		case <-daily.C:
 			a.warnCertsDue(l)
 		}
+	}
+}
+
+// errNodeReset ends a supervisor whose node was reset while it retried its
+// start: an end, not a failure.
+var errNodeReset = errors.New("the node was reset")
+
+// startRetryEvery is how often a supervisor that kept a voter's etcd
+// running after a failed start tries the start again.
+const startRetryEvery = 10 * time.Second
+
+// keepVoterAndRetry is what the supervisor does when its start (a join's
+// start after the member-add, or `stratum up`) failed: it returns failed,
+// and the deferred shutdown stops what runs, unless this node's etcd runs
+// and its member is a voter among others (ha's OtherVotersCountOnThisMember).
+// Stopping that member would take from the cluster's quorum (a first join
+// whose kube-apiserver does not come up left a cluster of two voters with
+// one stopped: no writes anywhere, the VIP held nowhere, and `stratum reset`
+// refused for want of quorum), so etcd keeps running and the start is tried
+// again (ha's Restart: `stratum up` on a node with state, never a
+// bootstrap) every startRetryEvery until it succeeds, the supervisor is
+// stopped (failed is returned) or asked to end by a reset (errNodeReset).
+// An attempt holds the node's locks, so a maintenance command run during
+// one is refused as busy and runs between attempts.
+func (a *app) keepVoterAndRetry(ctx context.Context, verb string, n *ha.Node, sup *supervisor.Supervisor, failed error) (*nodestate.NodeState, error) {
+	if ctx.Err() != nil {
+		return nil, failed
+	}
+	if s, err := sup.ServiceStatus(ctx, ha.ServiceEtcd); err != nil || !s.Running {
+		return nil, failed
+	}
+	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	counts, voters, err := n.OtherVotersCountOnThisMember(qctx)
+	cancel()
+	if err != nil || !counts {
+		return nil, failed
+	}
+	fmt.Fprintf(a.stderr, "%s: %v\n", verb, explainHost(failed))
+	fmt.Fprintf(a.stdout, "this node's etcd member is one of the cluster's %d voters, and stopping it would take from the cluster's quorum (with two voters, or three with one down, every write would be refused), so etcd keeps running and the start is tried again every %s: fix the cause meanwhile (`stratum status` shows each service, their logs are in %s); SIGINT, SIGTERM or SIGHUP stops everything (a maintenance command refused as busy during an attempt runs between attempts)\n", voters, startRetryEvery, controlplane.LogDir)
+	for attempt := 1; ; attempt++ {
+		select {
+		case <-ctx.Done():
+			return nil, failed
+		case <-sup.ExitRequested():
+			fmt.Fprintln(a.stdout, "nothing is left to run on this node (its control plane was reset): the supervisor ends")
+			return nil, errNodeReset
+		case <-time.After(startRetryEvery):
+		}
+		fmt.Fprintf(a.stdout, "trying the start again (attempt %d) ...\n", attempt)
+		st, err := n.Restart(ctx)
+		if err == nil {
+			fmt.Fprintf(a.stdout, "the start succeeded on attempt %d\n", attempt)
+			return st, nil
+		}
+		if ctx.Err() != nil {
+			return nil, failed
+		}
+		failed = err
+		fmt.Fprintf(a.stderr, "attempt %d: %v\n", attempt, explainHost(err))
 	}
 }
 

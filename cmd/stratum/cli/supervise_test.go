@@ -173,6 +173,7 @@ func TestUpRefusesBadOptionsBeforeWriting(t *testing.T) {
 		{"VIP is the node's address", []string{"--vip", "127.0.0.1"}, ExitRefused, "the VIP 127.0.0.1 is this node's own address"},
 		{"pod CIDR over the node IP", []string{"--pod-cidr", "127.0.0.0/8"}, ExitRefused, "node IP 127.0.0.1 lies inside the pod CIDR 127.0.0.0/8"},
 		{"service CIDR over the VIP", []string{"--vip", "10.96.0.10"}, ExitRefused, "VIP 10.96.0.10 lies inside the service CIDR 10.96.0.0/12"},
+		{"pod CIDR over a dual-stack node's second IP", []string{"--node-ip", "127.0.0.1,::1", "--pod-cidr", "10.244.0.0/16,::/64", "--service-cidr", "10.96.0.0/12,fd00:10::/108"}, ExitRefused, "node IP ::1 lies inside the pod CIDR ::/64"},
 		{"VIP not an IP", []string{"--vip", "vip.example"}, ExitUsage, `--vip: the VIP "vip.example" is not an IP address`},
 		{"VIP not IPv4", []string{"--vip", "fd00::10"}, ExitUsage, "ARP, which is IPv4 only"},
 		{"node IP not this host's", []string{"--node-ip", "198.18.250.250"}, ExitRefused, "node IP 198.18.250.250 (from flag)"},
@@ -566,8 +567,9 @@ func TestEtcdRelaunchWaitsForItsData(t *testing.T) {
 // downgrade` runs the previous minor's etcd. The node's supervisor accepts
 // that binary, and etcd's status says its version, which the join's and the
 // rejoin's version checks read; it said the pinned one, and refused the
-// binary, so a downgraded node could not start again. Another version is
-// still refused.
+// binary, so a downgraded node could not start again. A member that has not
+// served yet (a bring-up, a join) is refused the previous minor, and any
+// other version is refused.
 func TestEtcdStatusSaysItsBinarysVersion(t *testing.T) {
 	_, h := onTempHost(t)
 	binDir := t.TempDir()
@@ -607,8 +609,14 @@ func TestEtcdStatusSaysItsBinarysVersion(t *testing.T) {
 		return err
 	}
 	says(version.EtcdPrevious)
+	if err := binaryRefused(); err == nil || !strings.Contains(err.Error(), "has not served yet") {
+		t.Fatalf("the previous minor's etcd on a node without a member that served: %v, want it refused", err)
+	}
+	if err := nodestate.Save(h, &nodestate.NodeState{NodeName: "cp1", NodeIP: "127.0.0.1", Etcd: nodestate.Etcd{Name: "cp1", Started: true}}); err != nil {
+		t.Fatal(err)
+	}
 	if err := binaryRefused(); err != nil {
-		t.Fatalf("the previous minor's etcd refused: %v", err)
+		t.Fatalf("the previous minor's etcd of a member that served (a downgrade's): %v", err)
 	}
 	if got := statusVersion(); got != version.EtcdPrevious {
 		t.Fatalf("etcd's status says %s, want the binary's %s", got, version.EtcdPrevious)
