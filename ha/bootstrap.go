@@ -82,7 +82,7 @@ func (n *Node) Up(ctx context.Context, o BootstrapOptions) (*nodestate.NodeState
 	_, err := nodestate.Load(h)
 	switch {
 	case err == nil:
-		return n.restart(ctx, o)
+		return n.restart(ctx, o, "stratum up (starting this node's control plane; one that keeps failing under systemd stops with `systemctl stop stratum`)")
 	case !errors.Is(err, nodestate.ErrNoState):
 		return nil, Refusal(err)
 	}
@@ -112,17 +112,23 @@ func (n *Node) Restart(ctx context.Context) (*nodestate.NodeState, error) {
 	if err := n.refuseResetUnderWay("stratum up"); err != nil {
 		return nil, err
 	}
-	return n.restart(ctx, BootstrapOptions{})
+	return n.restart(ctx, BootstrapOptions{}, RetriedStartHolder)
 }
+
+// RetriedStartHolder is how the node's locks name a Restart to an
+// operation they refuse meanwhile: the supervisor's retried start, which
+// keeps this node's etcd voter running, so the refused command is to be run
+// again between attempts, not made room for by stopping the supervisor.
+const RetriedStartHolder = "the supervisor's retried start of this control plane (it keeps this node's etcd voter running and tries again every few seconds: run the refused command again between attempts; stopping the supervisor would stop that voter)"
 
 // restart is Up on a node with saved state: under the node's locks, as
 // every other operation on it takes them (a restore or a reset begun
 // meanwhile is refused instead of replacing the data under the etcd this
 // starts), the refusals, the VIP's adoption, the start, and what joiners
 // need published again, a failure there being a warning.
-func (n *Node) restart(ctx context.Context, o BootstrapOptions) (*nodestate.NodeState, error) {
+func (n *Node) restart(ctx context.Context, o BootstrapOptions, holder string) (*nodestate.NodeState, error) {
 	h := n.env.Host
-	release, lerr := nodelock.AcquireBoth(h, "stratum up (starting this node's control plane; one that keeps failing under systemd stops with `systemctl stop stratum`)")
+	release, lerr := nodelock.AcquireBoth(h, holder)
 	if lerr != nil {
 		return nil, Refusal(lerr)
 	}

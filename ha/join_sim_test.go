@@ -350,6 +350,25 @@ func TestJoinRefusalsChangeNothing(t *testing.T) {
 	j.joinRefusedOn(j.c.Host("cp2"), ha.NewNode(ha.Env{Host: readdressedHost{cp2, netip.MustParseAddr(inPods.NodeIP)}, Checkpoint: cp2.Checkpoint}), inPods, nil,
 		"node IP 10.244.0.5 lies inside the pod CIDR 10.244.0.0/16")
 
+	// The supervisor's retried start (Restart) holds the node's locks: a
+	// maintenance command refused meanwhile is told to run again between
+	// attempts, not to stop the supervisor (which would stop the voter).
+	pause := j.c.PauseAt("cp1", ha.CheckpointStartAfterEtcd)
+	restarted := make(chan error, 1)
+	go func() { _, err := j.cp1.Restart(j.ctx); restarted <- err }()
+	select {
+	case <-pause.Reached():
+	case err := <-restarted:
+		t.Fatalf("Restart on cp1 ended before its etcd checkpoint: %v", err)
+	}
+	if _, err := nodelock.Acquire(j.c.Host("cp1").Handle(), nodelock.Maintenance, "stratum reset"); !errors.Is(err, nodelock.ErrBusy) || !strings.Contains(err.Error(), "run the refused command again between attempts") {
+		t.Errorf("a reset's lock during a retried start: %v, want ErrBusy naming the retried start", err)
+	}
+	pause.Release()
+	if err := <-restarted; err != nil {
+		t.Fatalf("Restart of the running cp1: %v", err)
+	}
+
 	// After every refusal, the good command still joins; --node-ip
 	// overrides the config file's foreign address, which is not judged.
 	good.ConfigNodeIP = foreignConfig.ConfigNodeIP

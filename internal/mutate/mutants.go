@@ -845,7 +845,7 @@ var mutants = []mutant{
 	{
 		Name: "retried-start-bootstraps",
 		File: "ha/bootstrap.go",
-		Old:  "	return n.restart(ctx, BootstrapOptions{})\n}",
+		Old:  "	return n.restart(ctx, BootstrapOptions{}, RetriedStartHolder)\n}",
 		New:  "	return n.Up(ctx, BootstrapOptions{})\n}",
 		Tests: [][]string{
 			{"./ha", "-run", "TestJoinRefusalsChangeNothing"},
@@ -867,6 +867,15 @@ var mutants = []mutant{
 		New:  `	for _, ip := range strings.Split(nodeIPs, ",")[:1] {`,
 		Tests: [][]string{
 			{"./cmd/stratum/cli", "-run", "TestUpRefusesBadOptionsBeforeWriting"},
+		},
+	},
+	{
+		Name: "retried-start-advises-stopping-the-voter",
+		File: "ha/bootstrap.go",
+		Old:  "	return n.restart(ctx, BootstrapOptions{}, RetriedStartHolder)\n}",
+		New:  "	return n.restart(ctx, BootstrapOptions{}, \"stratum up (one that keeps failing under systemd stops with `systemctl stop stratum`)\")\n}",
+		Tests: [][]string{
+			{"./ha", "-run", "TestJoinRefusalsChangeNothing"},
 		},
 	},
 }
