@@ -29,7 +29,8 @@ import (
 // then refused, nothing changed), cp2 as it starts (its supervisor stopped,
 // then `up --vip`), then `stratum repoint --vip` runs through each running
 // supervisor. A third joins with a command minted after, through the VIP.
-// Last, the VIP holder's stratum is SIGKILLed and kubectl through the VIP
+// cp3's etcd data is then lost: its supervisor stays up and the rejoin its
+// refusal advises runs through it. Last, the VIP holder's stratum is SIGKILLed and kubectl through the VIP
 // answers from a survivor within 20 s: the control planes that joined before
 // the VIP existed serve it with certificates that cover it, as clients
 // nobody here wrote check. The survivors are stopped with two SIGTERMs,
@@ -149,6 +150,29 @@ func TestSingleControlPlaneGrowsIntoHA(t *testing.T) {
 			t.Fatalf("kubectl on %s through the VIP: /readyz = %q", h.Name(), got)
 		}
 	}
+
+	// cp3's etcd disk dies and an empty one replaces it. Its supervisor,
+	// started as the systemd unit runs it, refuses to start etcd there and
+	// stays up with nothing started; the rejoin its refusal advises runs
+	// through it (it once found no supervisor and failed after its
+	// member-add), and the supervisor then starts the control plane.
+	signalStratum(t, cp3, syscall.SIGTERM)
+	waitNoServers(t, cp3)
+	if _, e, err := cp3.Run(ctx, "rm", "-rf", version.EtcdDataDir+"/member"); err != nil {
+		t.Fatalf("removing cp3's etcd data: %v: %s", err, e)
+	}
+	lost := cp3.Start(tools.stratum, "up", "--as-supervisor")
+	waitFor(t, time.Minute, "cp3's supervisor staying up without its etcd data", func() bool {
+		return strings.Contains(lost.Output(), "the supervisor stays up with nothing started")
+	}, lost)
+	if out := lost.Output(); !strings.Contains(out, "etcd data missing") || !strings.Contains(out, "stratum etcd rejoin --server") {
+		t.Fatalf("cp3's supervisor without its etcd data does not name the loss and the rejoin:\n%s", lost.Tail(20))
+	}
+	t.Logf("stratum etcd rejoin on cp3 printed:\n%s", tools.run(ctx, t, cp3, "etcd", "rejoin", "--server", cp1.IP().String()))
+	waitSupervising(t, lost, 2*time.Minute)
+	supervisor[cp3] = lost
+	waitVoters(ctx, t, tools, cp1, 3)
+	tools.etcdctl(ctx, t, cp3, "endpoint", "health", "--cluster")
 
 	// The first failover: whichever control plane held the VIP dies, and
 	// the VIP answers from another, TLS verified against the cluster CA.

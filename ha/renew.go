@@ -9,6 +9,8 @@ import (
 	"net"
 	"slices"
 	"sort"
+	"strings"
+	"time"
 
 	"stratum.dev/stratum/internal/host"
 	"stratum.dev/stratum/internal/kubeconfig"
@@ -49,9 +51,10 @@ var renewRestartOrder = []string{ServiceEtcd, ServiceAPIServer}
 // does): only a key missing or unparsable is made anew, so a renewal stopped
 // between two writes never leaves a certificate over another key, which
 // etcd or the apiserver would not start on. It holds the node's maintenance
-// lock; refusals (not a control plane, a CA missing, the lock held) come
-// before anything is written. It returns the files it wrote and the services
-// it restarted.
+// lock; refusals (not a control plane, a CA missing, the lock held, a
+// cluster that could not lose this node's etcd member for its restart:
+// refuseRenewOnUnhealthyCluster) come before anything is written. It returns
+// the files it wrote and the services it restarted.
 func (n *Node) RenewCerts(ctx context.Context) (written, restarted []string, err error) {
 	var changed bool
 	defer refuseUntilChanged(&err, &changed)
@@ -81,6 +84,9 @@ func (n *Node) RenewCerts(ctx context.Context) (written, restarted []string, err
 	ip := net.ParseIP(st.NodeIP)
 	if ip == nil {
 		return nil, nil, fmt.Errorf("certs renew: node state %s has no usable node IP (%q); nothing was changed", nodestate.Path, st.NodeIP)
+	}
+	if err := n.refuseRenewOnUnhealthyCluster(ctx, st); err != nil {
+		return nil, nil, err
 	}
 	// Named as the node state records the node, as at its bring-up: the
 	// hostname now may have changed since, or be a boot's "localhost".
@@ -157,7 +163,7 @@ func (n *Node) restartOntoRenewed(ctx context.Context) ([]string, error) {
 		}
 		if err := h.RestartService(ctx, s); err != nil {
 			if s == ServiceEtcd {
-				return fmt.Errorf("certs renew: restart %s onto its renewed certificates: %w; the certificates are renewed. If the other control planes' certificates have expired too (all issued the same day), this etcd finds no quorum with them until a second one is renewed: run `stratum certs renew` on the next control plane now, then re-run it here; otherwise re-run `stratum certs renew`", s, err)
+				return fmt.Errorf("certs renew: restart %s onto its renewed certificates: %w; the certificates are renewed. If the other control planes' certificates have expired too (all issued the same day), this etcd finds no quorum with them until a second one is renewed: run `stratum certs renew` on the next control plane now (one whose own certificates have expired renews without checking the cluster's health), then on each other whose have expired, then re-run it here; otherwise re-run `stratum certs renew`", s, err)
 			}
 			return fmt.Errorf("certs renew: restart %s onto its renewed certificates: %w; the certificates are renewed: re-run `stratum certs renew` or restart it", s, err)
 		}
@@ -180,6 +186,84 @@ func (n *Node) restartOntoRenewed(ctx context.Context) ([]string, error) {
 		return restarted, failed
 	}
 	return restarted, restart(serviceOperator)
+}
+
+// renewExemptingLeaves are the certificates (relative to version.PKIDir) of
+// this node whose expiry exempts a renewal from the cluster's health check:
+// etcd's serving and peer certificates and the apiserver's, and the etcd
+// client certificate the check itself dials with.
+var renewExemptingLeaves = []string{
+	pki.EtcdServerLeaf + ".crt", pki.EtcdPeerLeaf + ".crt", pki.APIServerLeaf + ".crt", pki.EtcdClientLeaf + ".crt",
+}
+
+// renewUnhealthyAdvice is what a renewal refused for the cluster's health
+// tells to do.
+const renewUnhealthyAdvice = "heal the cluster (`stratum etcd health` names what is wrong; a control plane whose own certificates have expired renews without this check), or replace a member that is gone for good (a dead disk): `stratum etcd member remove NAME`, then join a new control plane; then run `stratum certs renew` here again"
+
+// refuseRenewOnUnhealthyCluster refuses a renewal whose restart of this
+// node's etcd could cost the cluster its quorum: with a member of three down,
+// the restart leaves one voter running, no write or Lease renewal goes
+// through, the VIP is dropped everywhere, and if etcd does not come back the
+// cluster stays down. When this node's etcd runs and its cluster has other
+// members, the cluster must be healthy apart from a NOSPACE alarm, as for
+// `stratum etcd quota` (healthyButForSpace); the refusal wraps
+// ErrClusterUnhealthy. No check is made when etcd does not run here (its
+// start loses no vote), when it is the cluster's only member, or when one of
+// this node's renewExemptingLeaves has expired: the expiry is then presumed
+// to be what makes the cluster unhealthy (every control plane's expire the
+// same day, a year after the bring-up), and the renewal is its cure, one
+// control plane after another.
+func (n *Node) refuseRenewOnUnhealthyCluster(ctx context.Context, st *nodestate.NodeState) error {
+	h := n.env.Host
+	ss, err := h.ServiceStatus(ctx, ServiceEtcd)
+	if host.NotRunning(ss, err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("certs renew: status of %s: %w; nothing was changed", ServiceEtcd, err)
+	}
+	if expired := n.expiredLeaves(renewExemptingLeaves); len(expired) > 0 {
+		msg := "this node's certificates have expired (" + strings.Join(expired, ", ") + "): the cluster's health is not checked before etcd's restart, the expiry being what keeps it unhealthy"
+		n.log.Warn(msg)
+		if n.env.Progress != nil {
+			n.env.Progress(msg)
+		}
+		return nil
+	}
+	self := urlHostOf(st.Etcd.ClientURL)
+	ms, err := n.members(ctx, []string{self}, "certs renew")
+	if err != nil {
+		return fmt.Errorf("certs renew refused: %w: this node's etcd runs and did not list its members (%w); nothing was changed: its restart onto the renewed certificates could cost the quorum: %s", ErrClusterUnhealthy, err, renewUnhealthyAdvice)
+	}
+	if len(ms) <= 1 {
+		return nil
+	}
+	if _, _, err := n.healthyButForSpace(ctx, []string{self}, "certs renew", "this node's etcd restarts onto the renewed certificates"); err != nil {
+		return fmt.Errorf("%w: %s", err, renewUnhealthyAdvice)
+	}
+	return nil
+}
+
+// expiredLeaves are those of names (relative to version.PKIDir) whose
+// certificate on this node has expired by the host's clock, each with its
+// date. One missing or that does not parse is not counted: it has no expiry
+// to presume the cluster's health on.
+func (n *Node) expiredLeaves(names []string) []string {
+	h := n.env.Host
+	now := h.Now()
+	var out []string
+	for _, name := range names {
+		b, err := h.ReadFile(version.PKIFile(name))
+		if err != nil {
+			continue
+		}
+		crt, err := pki.ParseCert(b)
+		if err != nil || now.Before(crt.NotAfter) {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s on %s", name, crt.NotAfter.UTC().Format(time.RFC3339)))
+	}
+	return out
 }
 
 // renewedServiceRuns reports whether the service s runs here; one that does

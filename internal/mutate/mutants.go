@@ -878,4 +878,41 @@ var mutants = []mutant{
 			{"./ha", "-run", "TestJoinRefusalsChangeNothing"},
 		},
 	},
+	{
+		Name: "supervisor-ends-on-missing-etcd-data",
+		File: "cmd/stratum/cli/supervise.go",
+		Old:  "if errors.Is(err, ha.ErrEtcdDataMissing) {\n\t\tst, err = a.waitForEtcdData(",
+		New:  "if false && errors.Is(err, ha.ErrEtcdDataMissing) {\n\t\tst, err = a.waitForEtcdData(",
+		Tests: [][]string{
+			{"./e2e", "-run", "TestSingleControlPlaneGrowsIntoHA"},
+		},
+	},
+	{
+		Name: "member-remove-takes-a-healthy-voter",
+		File: "cmd/stratum/cli/member.go",
+		Old:  `if p.Target.Health == "healthy" && !self {`,
+		New:  `if false && p.Target.Health == "healthy" && !self {`,
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestPlanRemoval|TestEtcdMemberRemove"},
+		},
+	},
+	{
+		Name: "status-hides-an-unfinished-reset",
+		File: "cmd/stratum/cli/services.go",
+		Old:  "\tif rep.ResetUnderWay {\n\t\treturn fmt.Errorf(\"a `stratum reset` of",
+		New:  "\tif rep.ResetUnderWay && rep.Node == nil {\n\t\treturn fmt.Errorf(\"a `stratum reset` of",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestReportsAndDryRunsChangeNothing"},
+		},
+	},
+	{
+		Name: "renew-restarts-etcd-on-an-unhealthy-cluster",
+		File: "ha/renew.go",
+		Old:  "\tif err := n.refuseRenewOnUnhealthyCluster(ctx, st); err != nil {",
+		New:  "\tif err := n.refuseRenewOnUnhealthyCluster(ctx, st); false && err != nil {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestRenewCertsRefusedWithAMemberDown"},
+			{"./cmd/stratum/cli", "-run", "TestCertsRenewRefusedWithAMemberDown"},
+		},
+	},
 }

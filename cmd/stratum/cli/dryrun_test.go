@@ -214,4 +214,34 @@ func TestReportsAndDryRunsChangeNothing(t *testing.T) {
 	if after := ids(); after != before {
 		t.Fatalf("the dry runs changed the etcd members: %s -> %s", before, after)
 	}
+
+	// A reset killed after it stopped the apiserver, the node state still
+	// here: status says the reset is unfinished and to run it again. It
+	// once said only which services were down, pointing to `stratum up`,
+	// which refuses until the reset is finished.
+	armed := c.CrashCommandAt(cp1.Name(), ha.CheckpointResetAfterStopAPIServer)
+	returned := make(chan int, 1)
+	go func() {
+		code, _, _ := runCLI(t, on(cp1), "reset", "--force") // forced: cp1 is the last voter
+		returned <- code
+	}()
+	select {
+	case <-armed.Reached():
+	case code := <-returned:
+		t.Fatalf("reset --force returned (exit %d) without reaching %s", code, ha.CheckpointResetAfterStopAPIServer)
+	case <-ctx.Done():
+		t.Fatalf("reset --force never reached %s", ha.CheckpointResetAfterStopAPIServer)
+	}
+	code, out, errOut = runCLI(t, on(cp1), "status")
+	if code != ExitFail || !strings.Contains(out, "reset unfinished") || !strings.Contains(errOut, "has not finished") || !strings.Contains(errOut, "run `stratum reset` again") {
+		t.Fatalf("status after a reset killed at %s: exit %d, want 1 naming the unfinished reset and `stratum reset`\n%s%s", ha.CheckpointResetAfterStopAPIServer, code, out, errOut)
+	}
+	code, out, errOut = runCLI(t, on(cp1), "status", "-o", "json")
+	st = statusReport{}
+	if code != ExitFail || json.Unmarshal([]byte(out), &st) != nil || st.Node == nil || !st.ResetUnderWay || !strings.Contains(st.Problem, "stratum reset") {
+		t.Fatalf("status -o json after a reset killed at %s: exit %d, want 1 with the node, resetUnderWay and the problem\n%s%s", ha.CheckpointResetAfterStopAPIServer, code, out, errOut)
+	}
+	if code, out, errOut := runCLI(t, on(cp1), "reset", "--force"); code != ExitOK {
+		t.Fatalf("reset --force again, as status says: exit %d\n%s%s", code, out, errOut)
+	}
 }

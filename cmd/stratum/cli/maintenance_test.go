@@ -230,6 +230,41 @@ func TestCertsCheckAndRenew(t *testing.T) {
 	}
 }
 
+// TestCertsRenewRefusedWithAMemberDown: on three control planes, cp3's etcd
+// crashed, `certs renew` on cp2 exits 3 (its etcd's restart would leave one
+// voter of three), naming the member down and what to do, with cp2's
+// certificates as they were and its etcd not restarted.
+// TestRenewCertsRefusedWithAMemberDown (ha) also renews there once cp2's own
+// certificate has expired.
+func TestCertsRenewRefusedWithAMemberDown(t *testing.T) {
+	t.Parallel() // its own simulated cluster
+	c := sim.Start(t, sim.Config{ControlPlanes: 3})
+	cp2, cp3 := c.Host("cp2"), c.Host("cp3")
+	d := cp2.Handle()
+	crt := "/etc/stratum/pki/etcd/server.crt"
+	before, err := d.ReadFile(crt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp3.CrashEtcd()
+	from := len(c.Events().Events())
+	code, out, errOut := runCLI(t, on(cp2), "certs", "renew")
+	if code != ExitRefused || !strings.Contains(errOut, ha.EtcdEndpoint(cp3.IP().String())) || !strings.Contains(errOut, "nothing was changed") || !strings.Contains(errOut, "stratum etcd member remove NAME") {
+		t.Fatalf("certs renew on cp2 with cp3's etcd crashed: exit %d, want 3 naming cp3's member and what to do\n%s\n%s", code, out, errOut)
+	}
+	if after, _ := d.ReadFile(crt); !bytes.Equal(after, before) {
+		t.Fatal("the refused renewal rewrote cp2's etcd server certificate")
+	}
+	for _, e := range c.Events().Events()[from:] {
+		if e.Host == cp2.Name() && e.Kind == "service" {
+			t.Fatalf("the refused renewal touched cp2's services: %s", e)
+		}
+	}
+	if !cp2.EtcdRunning() {
+		t.Fatal("cp2's etcd does not run after the refused renewal")
+	}
+}
+
 // stopAnswerLost is a host whose service stops go through but answer an
 // error, as a stop whose caller gave up does.
 type stopAnswerLost struct{ *sim.Handle }

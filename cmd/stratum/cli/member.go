@@ -17,7 +17,8 @@ type removalPlan struct {
 	// without the target.
 	VotersAfter, HealthyAfter, QuorumAfter int
 	// Risks are refusals --force lifts: the remaining cluster would lose
-	// quorum, or the target is this node's own member.
+	// quorum, the target is a healthy voter (a control plane that is not
+	// gone), or it is this node's own member.
 	Risks []string
 }
 
@@ -61,7 +62,12 @@ func planRemoval(rows []memberRow, target, selfPeerURL string) (removalPlan, err
 	if healthy < p.QuorumAfter {
 		p.Risks = append(p.Risks, fmt.Sprintf("without it %d of the %d remaining voters are healthy, under the quorum of %d: the cluster would stop accepting writes", healthy, voters, p.QuorumAfter))
 	}
-	if p.Target.PeerURL == selfPeerURL {
+	self := p.Target.PeerURL == selfPeerURL
+	if p.Target.Health == "healthy" && !self {
+		p.Risks = append(p.Risks, fmt.Sprintf("%s is healthy and serving (it answers its status with a leader), not a control plane gone for good: removing it stops its etcd and its apiserver, and that machine must then be reset and joined again; "+
+			"to retire it, run `stratum reset` on it (the clean way: it stops its services first and removes its member through the others); if you meant another member, `stratum etcd members` lists them", p.Target.Name))
+	}
+	if self {
 		p.Risks = append(p.Risks, "it is this node's own member: its etcd stops and the supervisor cannot bring it back; to take this node out of the cluster, run `stratum reset` here (it stops the services first and removes the member through the others)")
 	}
 	return p, nil
@@ -87,13 +93,15 @@ func (a *app) etcdMemberCmd() *cobra.Command {
 	var force, dryRun bool
 	remove := &cobra.Command{
 		Use:   "remove NAME|PEER-URL",
-		Short: "Remove an etcd member (a control plane that is gone for good), refusing to break quorum",
+		Short: "Remove an etcd member (a control plane that is gone for good), refusing a healthy one or a loss of quorum",
 		Long: `Remove an etcd member by name or peer URL, through this control plane's member, for a
 control plane that is gone for good. It first weighs the removal against the member
 table (each member asked for its own health) and refuses, changing nothing, when the
-remaining voters' healthy members would be under quorum or when the member is this
-node's own; --force lifts those two refusals. Removing the last voter is always
-refused. --dry-run prints the plan and changes nothing.`,
+remaining voters' healthy members would be under quorum, when the member is a healthy
+voter (it answers with a leader: that control plane is not gone; to retire it, run
+"stratum reset" on it), or when the member is this node's own; --force lifts those three
+refusals. Removing the last voter is always refused. --dry-run prints the plan and
+changes nothing.`,
 		Example: `  stratum etcd member remove cp3 --dry-run
   stratum etcd member remove https://10.0.0.13:2380
 
@@ -137,7 +145,7 @@ refused. --dry-run prints the plan and changes nothing.`,
 			return nil
 		},
 	}
-	remove.Flags().BoolVar(&force, "force", false, "remove even when the remaining cluster would be under quorum, or the member is this node's own")
+	remove.Flags().BoolVar(&force, "force", false, "remove even when the remaining cluster would be under quorum, the member is healthy, or it is this node's own")
 	remove.Flags().BoolVar(&dryRun, "dry-run", false, "print the plan, change nothing")
 	cmd.AddCommand(remove)
 	return cmd

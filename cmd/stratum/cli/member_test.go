@@ -25,10 +25,10 @@ func TestPlanRemoval(t *testing.T) {
 		wantErr   string
 		wantRisks []string
 	}{
-		{"healthy voter", three, "cp3", "", nil},
-		{"by peer URL", three, "https://cp3:2380", "", nil},
+		{"healthy voter", three, "cp3", "", []string{"cp3 is healthy and serving"}},
+		{"by peer URL", three, "https://cp3:2380", "", []string{"cp3 is healthy and serving"}},
 		{"unknown", three, "cp9", "no etcd member named", nil},
-		{"would lose quorum", oneDown, "cp3", "", []string{"under the quorum of 2"}},
+		{"would lose quorum", oneDown, "cp3", "", []string{"under the quorum of 2", "cp3 is healthy and serving"}},
 		{"the dead one is fine", oneDown, "cp2", "", nil},
 		{"own member", three, "cp1", "", []string{"this node's own member"}},
 		{"learner", append(three[:2:2], row("cp3", true, "healthy")), "cp3", "", nil},
@@ -58,8 +58,10 @@ func TestPlanRemoval(t *testing.T) {
 }
 
 // TestEtcdMemberRemove against real etcd members: a dry run and refusals
-// (an unknown member, quorum at risk, this node's own member) leave the
-// member list as it was; a removal of a healthy third member goes through.
+// (an unknown member, quorum at risk, a healthy serving member, this node's
+// own member) leave the member list as it was; a forced removal of a
+// healthy third member goes through. (The removal of a gone member without
+// --force is TestReplacingAControlPlanesMachine's.)
 func TestEtcdMemberRemove(t *testing.T) {
 	t.Parallel() // its own simulated cluster or host
 	c := sim.Start(t, sim.Config{ControlPlanes: 3})
@@ -112,16 +114,25 @@ func TestEtcdMemberRemove(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
 		code int
-		want string
+		want []string
 	}{
-		{[]string{"cp9"}, ExitRefused, "no etcd member named"},
-		{[]string{"cp3", "--dry-run"}, ExitOK, "would remove etcd member cp3"},
-		{[]string{"cp1"}, ExitRefused, "this node's own member"},
-		{[]string{"cp1", "--dry-run"}, ExitRefused, "refused without --force: it is this node's own member"},
+		{[]string{"cp9"}, ExitRefused, []string{"no etcd member named"}},
+		// A healthy, serving member (a typo for the one that is gone) is
+		// refused, naming it and the clean way to retire it.
+		{[]string{"cp2"}, ExitRefused, []string{"cp2 is healthy and serving", "nothing was removed", "run `stratum reset` on it", "--force"}},
+		{[]string{"cp3", "--dry-run"}, ExitRefused, []string{"would remove etcd member cp3", "refused without --force: cp3 is healthy and serving"}},
+		{[]string{"cp3", "--dry-run", "--force"}, ExitOK, []string{"would remove etcd member cp3"}},
+		{[]string{"cp1"}, ExitRefused, []string{"this node's own member"}},
+		{[]string{"cp1", "--dry-run"}, ExitRefused, []string{"refused without --force: it is this node's own member"}},
 	} {
 		code, out, errOut := runCLI(t, opts, append([]string{"etcd", "member", "remove"}, tc.args...)...)
-		if code != tc.code || !strings.Contains(out+errOut, tc.want) {
-			t.Fatalf("member remove %v: exit %d\n%s%s", tc.args, code, out, errOut)
+		if code != tc.code {
+			t.Fatalf("member remove %v: exit %d, want %d\n%s%s", tc.args, code, tc.code, out, errOut)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(out+errOut, w) {
+				t.Fatalf("member remove %v lacks %q:\n%s%s", tc.args, w, out, errOut)
+			}
 		}
 		if got := members(); got != "cp1 cp2 cp3" {
 			t.Fatalf("member remove %v changed the members: %s", tc.args, got)
@@ -158,8 +169,9 @@ func TestEtcdMemberRemove(t *testing.T) {
 		t.Fatalf("a refused downgrade changed the storage: %+v -> %+v (%v)", before, after, err)
 	}
 
-	if code, out, errOut := runCLI(t, opts, "etcd", "member", "remove", "cp3"); code != ExitOK || !strings.Contains(out, "removed: etcd member cp3") {
-		t.Fatalf("member remove cp3: exit %d\n%s%s", code, out, errOut)
+	// cp3 healthy and serving: --force removes it all the same.
+	if code, out, errOut := runCLI(t, opts, "etcd", "member", "remove", "cp3", "--force"); code != ExitOK || !strings.Contains(out, "removed: etcd member cp3") {
+		t.Fatalf("member remove cp3 --force: exit %d\n%s%s", code, out, errOut)
 	}
 	if got := members(); got != "cp1 cp2" {
 		t.Fatalf("members after removing cp3: %s", got)

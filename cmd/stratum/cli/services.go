@@ -203,10 +203,13 @@ func (rep *statusReport) judge(serr error) error {
 }
 
 func (rep *statusReport) problem(serr error) error {
+	// First, node state or not: an unfinished reset may have stopped the
+	// services and removed the member, and `stratum up` or a join refuses
+	// until it is finished.
+	if rep.ResetUnderWay {
+		return fmt.Errorf("a `stratum reset` of this machine's control plane began and has not finished (%s): its services may be stopped and its etcd member removed already; run `stratum reset` again to finish it (with --force if it had it)", ha.ResetJournalPath())
+	}
 	if rep.Node == nil && !rep.JoinIntentSurvives {
-		if rep.ResetUnderWay {
-			return fmt.Errorf("this machine's control plane is being reset (%s): run `stratum reset` to finish it", ha.ResetJournalPath())
-		}
 		if rep.JoinUnfinished {
 			return fmt.Errorf("a control-plane join stopped on this machine before it saved its state (%s is left, maybe with the cluster's certificates; no node state at %s): run the same join command again to finish it, or `stratum reset --force` to clear this machine", version.Kubeconfig("bootstrap"), nodestate.Path)
 		}
@@ -324,8 +327,9 @@ etcd member, cluster ID), whether an interrupted join's intent journal survives 
 the same join command to recover it), and, from this node's running stratum supervisor
 ("stratum up" or "stratum server" in the foreground, or under systemd), the state of
 each service it runs: etcd, the kube-apiserver, the VIP and the operator. Exits 1 when
-no supervisor answers, a service is not running, a certificate has expired, or the machine is no control plane
-(saying how to join it, or that a reset under way is to be finished). -o json (or yaml) prints {node:
+a reset began here and has not finished (run "stratum reset" again to finish it), no
+supervisor answers, a service is not running, a certificate has expired, or the machine
+is no control plane (saying how to join it). -o json (or yaml) prints {node:
 {nodeName, nodeIP, server, vip, etcdPeerURL, clusterID}, joinIntentSurvives,
 supervisor, supervisorError, services: [{name, running, detail}], resetUnderWay,
 certificatesExpiring, certificatesExpired, etcdSpace, problem}: problem is what it exits 1
@@ -368,6 +372,9 @@ func writeStatus(w io.Writer, rep statusReport) error {
 		fmt.Fprintln(w)
 	} else {
 		fmt.Fprintf(w, "no control-plane state on this node (%s)\n", nodestate.Path)
+	}
+	if rep.ResetUnderWay {
+		fmt.Fprintf(w, "reset unfinished: a `stratum reset` began on this node and has not finished (%s): run `stratum reset` again to finish it\n", ha.ResetJournalPath())
 	}
 	if rep.JoinIntentSurvives {
 		fmt.Fprintf(w, "an interrupted join's intent journal survives (%s): re-run the same join command to recover it\n", ha.JoinIntentPath())

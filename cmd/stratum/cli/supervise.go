@@ -26,6 +26,7 @@ import (
 	"stratum.dev/stratum/internal/controlplane"
 	"stratum.dev/stratum/internal/host"
 	"stratum.dev/stratum/internal/interrupt"
+	"stratum.dev/stratum/internal/nodelock"
 	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/pki"
 	"stratum.dev/stratum/internal/supervisor"
@@ -477,12 +478,16 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 	defer func() { sup.Shutdown(); stopServing(); <-served }()
 
 	st, err := prepare(ctx, n)
-	if err != nil {
-		if st, err = a.keepVoterAndRetry(ctx, verb, n, sup, err); errors.Is(err, errNodeReset) {
-			return nil
-		} else if err != nil {
-			return explainHost(err)
-		}
+	if errors.Is(err, ha.ErrEtcdDataMissing) {
+		st, err = a.waitForEtcdData(ctx, verb, l, n, sup, err)
+	}
+	if err != nil && !errors.Is(err, errNodeReset) {
+		st, err = a.keepVoterAndRetry(ctx, verb, n, sup, err)
+	}
+	if errors.Is(err, errNodeReset) {
+		return nil
+	} else if err != nil {
+		return explainHost(err)
 	}
 	if f.operator {
 		if err := l.StartService(ctx, serviceOperator); err != nil {
@@ -545,13 +550,10 @@ func (a *app) keepVoterAndRetry(ctx context.Context, verb string, n *ha.Node, su
 	fmt.Fprintf(a.stderr, "%s: %v\n", verb, explainHost(failed))
 	fmt.Fprintf(a.stdout, "this node's etcd member is one of the cluster's %d voters, and stopping it would take from the cluster's quorum (with two voters, or three with one down, every write would be refused), so etcd keeps running and the start is tried again every %s: fix the cause meanwhile (`stratum status` shows each service, their logs are in %s); SIGINT, SIGTERM or SIGHUP stops everything (a maintenance command refused as busy during an attempt runs between attempts)\n", voters, startRetryEvery, controlplane.LogDir)
 	for attempt := 1; ; attempt++ {
-		select {
-		case <-ctx.Done():
+		if err := a.nextAttempt(ctx, sup); errors.Is(err, errNodeReset) {
+			return nil, err
+		} else if err != nil {
 			return nil, failed
-		case <-sup.ExitRequested():
-			fmt.Fprintln(a.stdout, "nothing is left to run on this node (its control plane was reset): the supervisor ends")
-			return nil, errNodeReset
-		case <-time.After(startRetryEvery):
 		}
 		fmt.Fprintf(a.stdout, "trying the start again (attempt %d) ...\n", attempt)
 		st, err := n.Restart(ctx)
@@ -564,6 +566,69 @@ func (a *app) keepVoterAndRetry(ctx context.Context, verb string, n *ha.Node, su
 		}
 		failed = err
 		fmt.Fprintf(a.stderr, "attempt %d: %v\n", attempt, explainHost(err))
+	}
+}
+
+// waitForEtcdData is what the supervisor does when its start was refused
+// because this node's etcd member has served and its data directory holds
+// none (ha.ErrEtcdDataMissing: a disk not mounted, or one that died and was
+// replaced). Ending then would leave nothing for the commands the refusal
+// advises: `stratum etcd rejoin` and `stratum snapshot restore` start etcd
+// through this node's supervisor, and under systemd the unit's restarts
+// leave one up for a moment in every 5 s, so the rejoin failed after its
+// member-add. The supervisor stays up with nothing started, serving its
+// control socket, and once the data directory holds data again (a disk
+// mounted late, a rejoin or restore run through it) tries the start every
+// startRetryEvery until it succeeds. It returns the error of a start that
+// fails for another reason (the caller's keepVoterAndRetry judges it),
+// missing when the supervisor is stopped, and errNodeReset when a reset asks
+// it to end.
+func (a *app) waitForEtcdData(ctx context.Context, verb string, h host.Files, n *ha.Node, sup *supervisor.Supervisor, missing error) (*nodestate.NodeState, error) {
+	fmt.Fprintf(a.stderr, "%s: %v\n", verb, missing)
+	fmt.Fprintf(a.stdout, "the supervisor stays up with nothing started, so the commands that bring the data back run through it (`stratum etcd rejoin --server IP`; on the only control plane `stratum snapshot restore FILE`); it starts this control plane once the data directory holds data again (looked at every %s); SIGINT, SIGTERM or SIGHUP stops it\n", startRetryEvery)
+	said := ""
+	for attempt := 1; ; attempt++ {
+		if err := a.nextAttempt(ctx, sup); errors.Is(err, errNodeReset) {
+			return nil, err
+		} else if err != nil {
+			return nil, missing
+		}
+		if st, err := nodestate.Load(h); err == nil && ha.RefuseMissingEtcdData(h, st) != nil {
+			continue
+		}
+		st, err := n.Restart(ctx)
+		switch {
+		case err == nil:
+			fmt.Fprintf(a.stdout, "the etcd data is back: the start succeeded (attempt %d)\n", attempt)
+			return st, nil
+		case ctx.Err() != nil:
+			return nil, missing
+		case errors.Is(err, nodelock.ErrBusy), errors.Is(err, ha.ErrEtcdDataReplacing), errors.Is(err, ha.ErrEtcdDataMissing):
+			// A rejoin or a restore under way through this supervisor:
+			// its end is the start's turn.
+			if msg := err.Error(); msg != said {
+				fmt.Fprintf(a.stderr, "%s: not yet (attempt %d): %v\n", verb, attempt, err)
+				said = msg
+			}
+		default:
+			return st, err
+		}
+	}
+}
+
+// nextAttempt waits startRetryEvery for a retried start's next attempt. It
+// returns nil when the attempt is due, errNodeReset when a reset asked the
+// supervisor to end meanwhile (said on stdout), and ctx's error when the
+// supervisor is stopped.
+func (a *app) nextAttempt(ctx context.Context, sup *supervisor.Supervisor) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-sup.ExitRequested():
+		fmt.Fprintln(a.stdout, "nothing is left to run on this node (its control plane was reset): the supervisor ends")
+		return errNodeReset
+	case <-time.After(startRetryEvery):
+		return nil
 	}
 }
 
