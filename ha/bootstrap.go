@@ -140,6 +140,9 @@ func (n *Node) restart(ctx context.Context, o BootstrapOptions, holder string) (
 	if err != nil {
 		return nil, Refusal(err)
 	}
+	if err := refuseMovedNodeIP(h, saved); err != nil {
+		return nil, err
+	}
 	if err := RefuseMissingEtcdData(h, saved); err != nil { // before the VIP is recorded
 		return nil, err
 	}
@@ -158,6 +161,20 @@ func (n *Node) restart(ctx context.Context, o BootstrapOptions, holder string) (
 		}
 	}
 	return st, n.checkpoint(ctx, CheckpointUpAfterPublish)
+}
+
+// refuseMovedNodeIP refuses to start a control plane whose recorded node IP
+// is not an address of this host (a DHCP lease that changed, a machine
+// re-addressed): its etcd would fail to bind its peer and client URLs on
+// every try, its supervisor exiting 1 after seconds as if a re-run would
+// help, while the certificates, the cluster's published members and the
+// other members' peer lists all name the recorded address, so the control
+// plane cannot move. The refusal names the address and both ways out.
+func refuseMovedNodeIP(h host.Host, st *nodestate.NodeState) error {
+	if err := checkLocalIP(h, st.NodeIP); err != nil {
+		return Refusal(fmt.Errorf("stratum up refused: node IP %s, which this control plane's node state %s records: %w; nothing was changed, and etcd was not started: its member, its certificates and the cluster's member list name that address, so a control plane does not move to another. If the address comes back (a network not yet up, a lease renewed), run `stratum up` again once it has; if this machine's address changed for good, run `stratum reset` here and join it again with the command `stratum token create --control-plane` prints on a running control plane", st.NodeIP, nodestate.Path, err))
+	}
+	return nil
 }
 
 // How long publishForJoiners retries: at a bootstrap, while the new

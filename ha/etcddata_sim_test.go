@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -43,8 +44,19 @@ func TestUpRefusesAMemberWhoseDataIsNotThere(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The reboot, the disk not mounted: an empty data directory.
+	// A reboot that came up at another address: refused, naming the
+	// recorded one, etcd not started (it would fail to bind, and the
+	// supervisor exit 1 on every try).
 	h.Crash()
+	moved := ha.NewNode(ha.Env{Host: movedHost{h.Handle(), netip.MustParseAddr("127.0.0.254")}})
+	if _, err := moved.Up(ctx, ha.BootstrapOptions{}); !ha.IsRefusal(err) || !strings.Contains(err.Error(), "node IP "+h.IP().String()) || !strings.Contains(err.Error(), "stratum reset") {
+		t.Fatalf("stratum up at another address: %v; want a refusal naming the node IP and the way out", err)
+	}
+	if h.EtcdRunning() {
+		t.Fatal("etcd runs after the start refused for the node IP")
+	}
+
+	// The reboot, the disk not mounted: an empty data directory.
 	data := h.Path(version.EtcdDataDir)
 	disk := filepath.Join(t.TempDir(), "disk")
 	if err := os.Rename(data, disk); err != nil {
@@ -144,3 +156,12 @@ func TestRejoinBringsBackAJoinedMemberWhoseDataIsLost(t *testing.T) {
 		t.Fatalf("stratum up on cp2 after the rejoin: %v", err)
 	}
 }
+
+// movedHost is a simulated host whose only address is addr: a machine that
+// came up at another address than its node state records.
+type movedHost struct {
+	*sim.Handle
+	addr netip.Addr
+}
+
+func (m movedHost) Addresses() ([]netip.Addr, error) { return []netip.Addr{m.addr}, nil }

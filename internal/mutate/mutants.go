@@ -915,4 +915,22 @@ var mutants = []mutant{
 			{"./cmd/stratum/cli", "-run", "TestCertsRenewRefusedWithAMemberDown"},
 		},
 	},
+	{
+		Name: "node-state-field-without-a-format-version",
+		File: "internal/nodestate/nodestate.go",
+		Old:  "const CurrentVersion = 2",
+		New:  "const CurrentVersion = 1",
+		Tests: [][]string{
+			{"./internal/nodestate"},
+		},
+	},
+	{
+		Name: "restart-at-a-moved-node-ip",
+		File: "ha/bootstrap.go",
+		Old:  "	if err := refuseMovedNodeIP(h, saved); err != nil {",
+		New:  "	if err := error(nil); err != nil {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestUpRefusesAMemberWhoseDataIsNotThere"},
+		},
+	},
 }

@@ -95,8 +95,18 @@ type NodeState struct {
 	Etcd   Etcd                  `json:"etcd"`
 }
 
-// CurrentVersion is the format this package writes.
-const CurrentVersion = 1
+// CurrentVersion is the format this package writes. It is raised with every
+// field whose meaning a stratum that does not know it would get wrong, so
+// that stratum refuses the file (Load) instead of ignoring the field and
+// dropping it at its next Save: a binary rolled back on one node would
+// otherwise start etcd at the default quota under a database grown past it
+// (NOSPACE for the whole cluster) and start a member that has served on a
+// data directory that a disk not mounted left empty. Each version reads
+// every older one. Versions: 1, the first; 2, etcd.started and
+// etcd.quotaBackendBytes (written under version 1 until 2026-12-06).
+// TestFormatVersionFollowsTheFields fails when a field is added without a
+// new version.
+const CurrentVersion = 2
 
 // Load reads the node state from h. A node that never saved one gets an error
 // matching ErrNoState; an unreadable or malformed file is any other error,
@@ -114,7 +124,7 @@ func Load(h host.Files) (*NodeState, error) {
 		return nil, fmt.Errorf("%w: %s cannot be parsed (%v); it was not changed: restore it from a backup (on a cluster's only control plane, the way to keep its data), or take this node out with `stratum reset --force` (which then names its etcd member to remove from a running control plane) and join it again", ErrMalformed, Path, err)
 	}
 	if st.Version > CurrentVersion {
-		return nil, fmt.Errorf("node state %s has format version %d, newer than this stratum's %d; upgrade stratum", Path, st.Version, CurrentVersion)
+		return nil, fmt.Errorf("node state %s has format version %d, newer than this stratum's %d: a newer stratum wrote it, and this one would ignore what it does not know; it was not changed: run the stratum that wrote it, or a newer one", Path, st.Version, CurrentVersion)
 	}
 	return &st, nil
 }
