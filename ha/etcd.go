@@ -287,7 +287,11 @@ func clusterVerdict(res []EtcdMemberHealth) error {
 		problems = append(problems, fmt.Sprintf("members name %d different leaders (split leadership)", len(votes)))
 	}
 	if len(problems) > 0 {
-		return fmt.Errorf("etcd cluster is not healthy: %s; wait for it to recover (heal the network, restart or clear the named members) and check again", strings.Join(problems, "; "))
+		advice := "wait for it to recover (heal the network, restart or clear the named members) and check again"
+		if slices.ContainsFunc(res, func(m EtcdMemberHealth) bool { return m.Err != nil }) {
+			advice += "; a member that did not answer because its control plane is gone for good (a dead machine, or one replaced at another address) does not recover: remove it with `stratum etcd member remove NAME` on a running control plane (`stratum etcd members` names each member with its address)"
+		}
+		return fmt.Errorf("etcd cluster is not healthy: %s; %s", strings.Join(problems, "; "), advice)
 	}
 	return nil
 }

@@ -22,7 +22,7 @@ func TestEtcdClusterVerdict(t *testing.T) {
 		{"split: two sides each with a leader", []ha.EtcdMemberHealth{ok(a, 1, 1), ok(b, 2, 3), ok(c, 3, 3)}, []string{a, "split leadership"}},
 		{"split: one against one", []ha.EtcdMemberHealth{ok(a, 1, 1), ok(b, 2, 2)}, []string{"split leadership"}},
 		{"no leader", []ha.EtcdMemberHealth{ok(a, 1, 0), ok(b, 2, 3), ok(c, 3, 3)}, []string{a + " (member 1) knows no leader"}},
-		{"did not answer", []ha.EtcdMemberHealth{ok(a, 1, 3), {Endpoint: b, Err: errors.New("refused")}, ok(c, 3, 3)}, []string{b + " did not answer: refused"}},
+		{"did not answer", []ha.EtcdMemberHealth{ok(a, 1, 3), {Endpoint: b, Err: errors.New("refused")}, ok(c, 3, 3)}, []string{b + " did not answer: refused", "gone for good", "stratum etcd member remove NAME"}},
 		{"none answered", []ha.EtcdMemberHealth{{Endpoint: a, Err: errors.New("x")}, {Endpoint: b, Err: errors.New("y")}}, []string{a, b}},
 		{"alarm", []ha.EtcdMemberHealth{ok(a, 1, 1), {Endpoint: b, ID: 2, Leader: 1, Alarms: []string{"NOSPACE"}}}, []string{b, "NOSPACE"}},
 	} {
