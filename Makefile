@@ -104,20 +104,29 @@ test: assets e2e-deps timeline-deps
 	before="$$($(leaked_pids))"; \
 	rc=0; \
 	start=$$SECONDS; \
+	tf="$$(mktemp)"; \
+	mark() { times > "$$tf"; cpu=$$(awk 'NR == 2 { n = split($$0, f, " "); t = 0; for (i = 1; i <= n; i++) { split(f[i], ms, "m"); sub("s", "", ms[2]); t += ms[1] * 60 + ms[2] } print int(t) }' "$$tf"); wall=$$SECONDS; }; \
+	took() { local w=$$wall c=$$cpu; mark; echo "make test: $$1 took $$(( wall - w )) s, $$(( cpu - c )) s of CPU"; }; \
+	mark; \
 	pkgs="$$($(GO) list -f '{{if and (ne .ImportPath "$(shell $(GO) list -m)/scenarios") (ne .ImportPath "$(shell $(GO) list -m)/e2e") (ne .ImportPath "$(shell $(GO) list -m)/ha")}}{{.ImportPath}}{{end}}' ./...)"; \
 	if [[ -n "$${pkgs//[[:space:]]/}" ]]; then \
 		echo "$(GO) test -p 1 -count=1 -timeout 25m <all packages but ./ha, ./scenarios and ./e2e>"; \
 		$(GO) test -p 1 -count=1 -timeout 25m $$pkgs || rc=$$?; \
+		took "every package but ./ha, ./scenarios and ./e2e"; \
 	fi; \
 	echo "$(GO) test -count=1 -timeout 25m -parallel $(HA_PARALLEL) ./ha"; \
 	$(GO) test -count=1 -timeout 25m -parallel $(HA_PARALLEL) ./ha || rc=$$?; \
+	took ./ha; \
 	echo "$(GO) test -run '^$$' -fuzz FuzzOpenEnvelope -fuzztime $(FUZZTIME) ./internal/certbundle"; \
 	$(GO) test -run '^$$' -fuzz FuzzOpenEnvelope -fuzztime $(FUZZTIME) ./internal/certbundle || rc=$$?; \
+	took "the fuzz run"; \
 	echo "$(GO) test -count=1 -timeout 10m ./e2e"; \
 	$(GO) test -count=1 -timeout 10m ./e2e || rc=$$?; \
+	took ./e2e; \
 	if compgen -G 'scenarios/*.go' >/dev/null; then \
 		echo "$(GO) test -count=1 -timeout 25m ./scenarios $(SCENARIO_FLAGS)"; \
 		$(GO) test -count=1 -timeout 25m ./scenarios $(SCENARIO_FLAGS) || rc=$$?; \
+		took ./scenarios; \
 	fi; \
 	leaked=""; \
 	for i in 1 2 3 4 5 6 7 8 9 10; do \
@@ -134,6 +143,7 @@ test: assets e2e-deps timeline-deps
 		echo "a test did not stop what it started; kill them by pid once read"; \
 		rc=1; \
 	fi; \
+	rm -f "$$tf"; \
 	echo "make test: $$(( (SECONDS - start) / 60 )) min $$(( (SECONDS - start) % 60 )) s of tests (rc $$rc)"; \
 	all=$$(( $$(date +%s) - $(MAKE_STARTED) )); \
 	echo "make test: $$(( all / 60 )) min $$(( all % 60 )) s in all, since make started (the asset build, go vet and the test builds included)"; \

@@ -168,6 +168,9 @@ func TestSingleControlPlaneGrowsIntoHA(t *testing.T) {
 	if out := lost.Output(); !strings.Contains(out, "etcd data missing") || !strings.Contains(out, "stratum etcd rejoin --server") {
 		t.Fatalf("cp3's supervisor without its etcd data does not name the loss and the rejoin:\n%s", lost.Tail(20))
 	}
+	if o, e, err := cp3.Run(ctx, tools.stratum, "status"); exitCode(err) != 1 || !strings.Contains(e, "etcd data missing") {
+		t.Fatalf("stratum status on cp3 waiting for its etcd data = %v, want exit 1 naming the missing data\nstdout:\n%s\nstderr:\n%s", err, o, e)
+	}
 	t.Logf("stratum etcd rejoin on cp3 printed:\n%s", tools.run(ctx, t, cp3, "etcd", "rejoin", "--server", cp1.IP().String()))
 	waitSupervising(t, lost, 2*time.Minute)
 	supervisor[cp3] = lost

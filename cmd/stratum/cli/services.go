@@ -187,6 +187,11 @@ type statusReport struct {
 	// EtcdSpace warns that this node's etcd member's database fills 80% of
 	// its quota or more (ha.EtcdMemberHealth.SpaceWarning).
 	EtcdSpace string `json:"etcdSpace,omitempty"`
+	// EtcdDataMissing is ha.RefuseMissingEtcdData's refusal: this node's
+	// member has served, and its data directory holds no etcd data (a disk
+	// not mounted, or lost). Its supervisor waits for the data with
+	// nothing started; the refusal says how to bring it back.
+	EtcdDataMissing string `json:"etcdDataMissing,omitempty"`
 	// Problem is what status exits 1 for, with what to do; absent when this
 	// node is a control plane whose supervisor runs every service.
 	Problem string `json:"problem,omitempty"`
@@ -225,6 +230,9 @@ func (rep *statusReport) problem(serr error) error {
 		if !s.Running {
 			down = append(down, s.Name)
 		}
+	}
+	if len(down) > 0 && rep.EtcdDataMissing != "" {
+		return fmt.Errorf("not running: %s, for %s", strings.Join(down, ", "), rep.EtcdDataMissing)
 	}
 	if len(down) > 0 {
 		return fmt.Errorf("not running: %s (logs in %s)", strings.Join(down, ", "), controlplane.LogDir)
@@ -287,6 +295,9 @@ func nodeStatus(ctx context.Context, n *ha.Node, h host.Host) (statusReport, err
 		// Its own member only, and an etcd that is not running is said
 		// by the services' states.
 		rep.EtcdSpace = n.EtcdMemberStatus(ctx, urlHost(st.Etcd.ClientURL)).SpaceWarning()
+		if err := ha.RefuseMissingEtcdData(h, st); err != nil {
+			rep.EtcdDataMissing = err.Error()
+		}
 	}
 	return rep, nil
 }
@@ -332,7 +343,7 @@ supervisor answers, a service is not running, a certificate has expired, or the 
 is no control plane (saying how to join it). -o json (or yaml) prints {node:
 {nodeName, nodeIP, server, vip, etcdPeerURL, clusterID}, joinIntentSurvives,
 supervisor, supervisorError, services: [{name, running, detail}], resetUnderWay,
-certificatesExpiring, certificatesExpired, etcdSpace, problem}: problem is what it exits 1
+certificatesExpiring, certificatesExpired, etcdSpace, etcdDataMissing, problem}: problem is what it exits 1
 for, with what to do. A certificate of this node that expires within 30 days is a
 warning; one that has expired exits 1. This node's etcd database at 80% of its quota or
 more is a warning (etcdSpace; "stratum etcd defrag" gives back its free space).`,
