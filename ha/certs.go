@@ -546,15 +546,21 @@ func (n *Node) servingAPIServers(ctx context.Context) []*rest.Config {
 
 // adminClient is a clientset from this node's admin kubeconfig.
 func (n *Node) adminClient() (kubernetes.Interface, error) {
-	kc, err := n.env.Host.ReadFile(version.Kubeconfig(kubeconfig.Admin))
-	if err != nil {
-		return nil, fmt.Errorf("read admin kubeconfig: %w", err)
-	}
-	cfg, err := n.restConfig(kc)
+	cfg, err := n.adminRESTConfig()
 	if err != nil {
 		return nil, err
 	}
 	return kubernetes.NewForConfig(cfg)
+}
+
+// adminRESTConfig is the client configuration of this node's admin
+// kubeconfig.
+func (n *Node) adminRESTConfig() (*rest.Config, error) {
+	kc, err := n.env.Host.ReadFile(version.Kubeconfig(kubeconfig.Admin))
+	if err != nil {
+		return nil, fmt.Errorf("read admin kubeconfig: %w", err)
+	}
+	return n.restConfig(kc)
 }
 
 // DownloadCerts is the package-level DownloadCerts on this node.

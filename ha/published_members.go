@@ -184,3 +184,52 @@ func (n *Node) publishOwnView(ctx context.Context, _ *nodestate.NodeState) error
 	}
 	return nil
 }
+
+// readPublishedEtcdURLsWithin bounds readPublishedEtcdURLs: the apiserver
+// it reads through may be this node's own, stopped with its etcd, and a
+// VIP this node held takes a lease's time to move to another control plane.
+const readPublishedEtcdURLsWithin = 5 * time.Second
+
+// readPublishedEtcdURLs reads the etcd members' client URLs the cluster last
+// published for joiners (etcdClientURLsAnnotation on stratum-certs), through
+// server (this node's apiserver endpoint: the VIP, or its own address; ""
+// for the admin kubeconfig's) with this node's admin credential, retrying
+// within readPublishedEtcdURLsWithin. A reset on a node that knows no other
+// member (a cluster's first control plane, a restore's seed) finds the
+// members it removes itself through this way. It changes nothing.
+func (n *Node) readPublishedEtcdURLs(ctx context.Context, server string) ([]string, error) {
+	cfg, err := n.adminRESTConfig()
+	if err != nil {
+		return nil, err
+	}
+	if server != "" {
+		cfg.Host = server
+	}
+	rctx, cancel := context.WithTimeout(ctx, readPublishedEtcdURLsWithin)
+	defer cancel()
+	cfg.Timeout = readPublishedEtcdURLsWithin / 2
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		s, err := cs.CoreV1().Secrets(certsNamespace).Get(rctx, certsSecret, metav1.GetOptions{})
+		switch {
+		case err == nil:
+			urls := publishedEtcdURLs(s.Annotations[etcdClientURLsAnnotation])
+			if len(urls) == 0 {
+				return nil, fmt.Errorf("the Secret %s/%s read through %s names no etcd member", certsNamespace, certsSecret, cfg.Host)
+			}
+			return urls, nil
+		case apierrors.IsNotFound(err):
+			return nil, fmt.Errorf("the Secret %s/%s does not exist (no join command was minted)", certsNamespace, certsSecret)
+		case apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err):
+			return nil, fmt.Errorf("read Secret %s/%s through %s: %w", certsNamespace, certsSecret, cfg.Host, err)
+		}
+		select {
+		case <-rctx.Done():
+			return nil, fmt.Errorf("read Secret %s/%s through %s: %w", certsNamespace, certsSecret, cfg.Host, err)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}

@@ -127,6 +127,15 @@ type resetObservation struct {
 	// asked are the etcd client IPs the member list and the removal go
 	// through: the other members first, this node's own last.
 	asked []string
+	// publishedVia is the apiserver endpoint the members the cluster
+	// published for joiners were read through, when none of those this
+	// node records answered ("" when they were not read); publishedErr is
+	// why they could not be.
+	publishedVia string
+	publishedErr error
+	// addressGone is why this node's etcd cannot start here (its recorded
+	// address is no longer this host's), nil when it can or is unknown.
+	addressGone error
 	// role: "voter", "learner", "absent" or "unknown".
 	role                       string
 	votersAfter, healthyAfter  int
@@ -320,14 +329,18 @@ func planReset(o resetObservation) ResetPlanReport {
 		add(resetWipe)
 		return rep
 	case o.role == "unknown":
-		rep.Refused = fmt.Sprintf("no etcd member answered (asked %s), so this node's member %s cannot be removed", strings.Join(o.asked, ", "), memberRef(o.name, o.peerURL))
+		rep.Refused = fmt.Sprintf("no etcd member answered (asked %s%s), so this node's member %s cannot be removed", strings.Join(o.asked, ", "), o.publishedNote(), memberRef(o.name, o.peerURL))
 		switch {
 		case o.journalUnreadable != nil:
 			rep.Refused += fmt.Sprintf("; %v, so whether this reset already removed the member is unknown and its etcd is not started again: bring those members back and re-run the reset (--force wipes this node; then check `stratum etcd members` on a running control plane)", o.journalUnreadable)
 		case o.journalUnderWay:
 			rep.Refused += ": bring those members back and re-run the reset"
-		case !o.running[ServiceEtcd]:
-			rep.Refused += ": this node's etcd is not running, and the others this node knows of did not answer; start it (`stratum up`) so the reset finds the cluster through it"
+		case !o.running[ServiceEtcd] && o.addressGone != nil:
+			rep.Refused += fmt.Sprintf(": this node's etcd is not running and cannot start here (%v), so `stratum up` cannot help: bring those members (or the apiserver the published ones are read through) back and re-run the reset", o.addressGone)
+		case !o.running[ServiceEtcd] && o.stateSaved:
+			rep.Refused += ": this node's etcd is not running; bring those members back and re-run the reset, or start it (`stratum up`) so the reset finds the cluster through it"
+		default:
+			rep.Refused += ": bring those members back and re-run the reset"
 		}
 		rep.Remaining = removeHint
 	case o.role == "voter" && o.votersAfter == 0:
@@ -345,6 +358,34 @@ func planReset(o resetObservation) ResetPlanReport {
 		add(resetWipe)
 	}
 	return rep
+}
+
+// addressGone is why this node's etcd cannot start here: ip, the node IP its
+// node state records, is not an address of this host (a machine
+// re-addressed). It is nil when ip is one, or when that is unknown.
+func addressGone(h host.Host, ip string) error {
+	if ip == "" {
+		return nil
+	}
+	if _, err := h.Addresses(); err != nil {
+		return nil
+	}
+	if err := checkLocalIP(h, ip); err != nil {
+		return fmt.Errorf("the node IP %s its node state records: %w", ip, err)
+	}
+	return nil
+}
+
+// publishedNote says, for a refusal naming the members asked, whether the
+// members the cluster published were among them or why they were not.
+func (o resetObservation) publishedNote() string {
+	switch {
+	case o.publishedVia == "":
+		return ""
+	case o.publishedErr != nil:
+		return fmt.Sprintf("; the members the cluster published for joiners could not be read through %s: %v", o.publishedVia, o.publishedErr)
+	}
+	return fmt.Sprintf(", with the members the cluster published for joiners, read through %s", o.publishedVia)
 }
 
 func memberRef(name, peerURL string) string {
@@ -375,6 +416,9 @@ func refuseWipingUnknownData(h host.Files, why error) error {
 // left behind. Forced, one that is damaged (not a record at all: no command
 // could read the member from it) is noted instead, and the node is planned
 // as one that records no member, for a wipe that names what to remove.
+// The members it asks are those the node state or journals record and,
+// when none of them answers, those the cluster published for joiners
+// (publishedPeers): a cluster's first control plane records only itself.
 func (n *Node) observeReset(ctx context.Context, force bool) (resetObservation, error) {
 	h := n.env.Host
 	o := resetObservation{running: map[string]bool{}, role: "absent", hostName: h.Name()}
@@ -386,6 +430,7 @@ func (n *Node) observeReset(ctx context.Context, force bool) (resetObservation, 
 		o.name, o.peerURL, o.stateSaved = st.Etcd.Name, st.Etcd.PeerURL, true
 		own = urlHostOf(st.Etcd.ClientURL)
 		o.asked = peerIPs(st.Etcd.InitialCluster, st.Etcd.PeerURL)
+		o.addressGone = addressGone(h, st.NodeIP)
 	case errors.Is(err, nodestate.ErrNoState):
 		in, ierr := n.readJoinIntent()
 		switch {
@@ -461,6 +506,15 @@ func (n *Node) observeReset(ctx context.Context, force bool) (resetObservation, 
 		return o, nil
 	}
 	ms, err := n.members(ctx, o.asked, "reset")
+	if err != nil && !o.removed && st != nil {
+		// The members this node records did not answer: on a cluster's
+		// first control plane, or a restore's seed, its initial cluster
+		// names only itself, and its etcd is stopped. The members the
+		// cluster published for joiners are asked too.
+		if added := n.publishedPeers(ctx, st.Server, own, &o); len(added) > 0 {
+			ms, err = n.members(ctx, added, "reset")
+		}
+	}
 	if err != nil {
 		o.role = "unknown"
 		if o.removed {
@@ -488,6 +542,32 @@ func (n *Node) observeReset(ctx context.Context, force bool) (resetObservation, 
 	}
 	o.votersAfter, o.healthyAfter = n.remainingVoters(ctx, ms, self)
 	return o, nil
+}
+
+// publishedPeers reads the etcd members the cluster published for joiners
+// through server (the node state's apiserver endpoint) and puts the hosts
+// of those not in o.asked at its front (this node's own, own, stays last),
+// returning them. A list that cannot be read is noted in o for the refusal
+// that may follow, never an error: the reset goes on with what it has.
+func (n *Node) publishedPeers(ctx context.Context, server, own string, o *resetObservation) []string {
+	o.publishedVia = server
+	if server == "" {
+		o.publishedVia = "the admin kubeconfig's server"
+	}
+	urls, err := n.readPublishedEtcdURLs(ctx, server)
+	if err != nil {
+		o.publishedErr = err
+		n.log.Warn("the members the cluster published for joiners could not be read: the reset goes on with the members this node records", "err", err)
+		return nil
+	}
+	var added []string
+	for _, u := range urls {
+		if ip := urlHost(u); ip != "" && ip != own && !slices.Contains(o.asked, ip) && !slices.Contains(added, ip) {
+			added = append(added, ip)
+		}
+	}
+	o.asked = append(slices.Clone(added), o.asked...)
+	return added
 }
 
 // remainingVoters counts the voters other than self, and those of them that

@@ -933,4 +933,13 @@ var mutants = []mutant{
 			{"./ha", "-run", "TestUpRefusesAMemberWhoseDataIsNotThere"},
 		},
 	},
+	{
+		Name: "reset-without-the-published-members",
+		File: "ha/reset.go",
+		Old:  "\tif err != nil && !o.removed && st != nil {",
+		New:  "\tif false && err != nil && !o.removed && st != nil {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestResetOfTheFirstControlPlaneWithItsEtcdStopped"},
+		},
+	},
 }
