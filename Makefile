@@ -104,7 +104,7 @@ test: assets e2e-deps timeline-deps
 	before="$$($(leaked_pids))"; \
 	rc=0; \
 	start=$$SECONDS; \
-	tf="$$(mktemp)"; \
+	tf="$$(mktemp)"; trap 'rm -f "$$tf"' EXIT; \
 	mark() { times > "$$tf"; cpu=$$(awk 'NR == 2 { n = split($$0, f, " "); t = 0; for (i = 1; i <= n; i++) { split(f[i], ms, "m"); sub("s", "", ms[2]); t += ms[1] * 60 + ms[2] } print int(t) }' "$$tf"); wall=$$SECONDS; }; \
 	took() { local w=$$wall c=$$cpu; mark; echo "make test: $$1 took $$(( wall - w )) s, $$(( cpu - c )) s of CPU"; }; \
 	mark; \
@@ -143,7 +143,6 @@ test: assets e2e-deps timeline-deps
 		echo "a test did not stop what it started; kill them by pid once read"; \
 		rc=1; \
 	fi; \
-	rm -f "$$tf"; \
 	echo "make test: $$(( (SECONDS - start) / 60 )) min $$(( (SECONDS - start) % 60 )) s of tests (rc $$rc)"; \
 	all=$$(( $$(date +%s) - $(MAKE_STARTED) )); \
 	echo "make test: $$(( all / 60 )) min $$(( all % 60 )) s in all, since make started (the asset build, go vet and the test builds included)"; \

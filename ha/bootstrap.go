@@ -103,16 +103,19 @@ func (n *Node) Up(ctx context.Context, o BootstrapOptions) (*nodestate.NodeState
 	return st, n.checkpoint(ctx, CheckpointUpAfterPublish)
 }
 
-// Restart is Up on a node with saved control-plane state, and never a
-// bootstrap: a node whose state is gone (a reset that ran meanwhile) is
-// refused, matching nodestate.ErrNoState. The supervisor retries a failed
-// start with it while it keeps a voter's etcd running: Up there could
-// bootstrap a new cluster on a machine just reset.
-func (n *Node) Restart(ctx context.Context) (*nodestate.NodeState, error) {
+// Restart is Up with o on a node with saved control-plane state, and never
+// a bootstrap: a node whose state is gone (a reset that ran meanwhile) is
+// refused, matching nodestate.ErrNoState. The supervisor retries a start
+// with it (a failed one while it keeps a voter's etcd running, one refused
+// for missing etcd data once the data is back), holding the node's locks as
+// holder (RetriedStartHolder, WaitedStartHolder): Up there could bootstrap a
+// new cluster on a machine just reset. o is the command's own, so a
+// `stratum up --vip` that waited still adopts its VIP.
+func (n *Node) Restart(ctx context.Context, o BootstrapOptions, holder string) (*nodestate.NodeState, error) {
 	if err := n.refuseResetUnderWay("stratum up"); err != nil {
 		return nil, err
 	}
-	return n.restart(ctx, BootstrapOptions{}, RetriedStartHolder)
+	return n.restart(ctx, o, holder)
 }
 
 // RetriedStartHolder is how the node's locks name a Restart to an
@@ -120,6 +123,11 @@ func (n *Node) Restart(ctx context.Context) (*nodestate.NodeState, error) {
 // keeps this node's etcd voter running, so the refused command is to be run
 // again between attempts, not made room for by stopping the supervisor.
 const RetriedStartHolder = "the supervisor's retried start of this control plane (it keeps this node's etcd voter running and tries again every few seconds: run the refused command again between attempts; stopping the supervisor would stop that voter)"
+
+// WaitedStartHolder names a Restart of a supervisor that waited for its
+// missing etcd data to the operation refused meanwhile: the start runs
+// once, when the data is back, so the command is to be run again after it.
+const WaitedStartHolder = "the supervisor's start of this control plane, now that its etcd data is back (run the refused command again once it is done)"
 
 // restart is Up on a node with saved state: under the node's locks, as
 // every other operation on it takes them (a restore or a reset begun
@@ -170,9 +178,14 @@ func (n *Node) restart(ctx context.Context, o BootstrapOptions, holder string) (
 // help, while the certificates, the cluster's published members and the
 // other members' peer lists all name the recorded address, so the control
 // plane cannot move. The refusal names the address and both ways out.
+// The host's addresses that cannot be listed judge nothing: etcd's start
+// says what is wrong then.
 func refuseMovedNodeIP(h host.Host, st *nodestate.NodeState) error {
+	if _, err := h.Addresses(); err != nil {
+		return nil
+	}
 	if err := checkLocalIP(h, st.NodeIP); err != nil {
-		return Refusal(fmt.Errorf("stratum up refused: node IP %s, which this control plane's node state %s records: %w; nothing was changed, and etcd was not started: its member, its certificates and the cluster's member list name that address, so a control plane does not move to another. If the address comes back (a network not yet up, a lease renewed), run `stratum up` again once it has; if this machine's address changed for good, run `stratum reset` here and join it again with the command `stratum token create --control-plane` prints on a running control plane", st.NodeIP, nodestate.Path, err))
+		return Refusal(fmt.Errorf("stratum up refused: node IP %s, which this control plane's node state %s records: %w; nothing was changed, and etcd was not started: its member, its certificates and the cluster's member list name that address, so a control plane does not move to another. If the address comes back (a network not yet up, a lease renewed), run `stratum up` again once it has; on a cluster's only control plane, give the machine that address again (a static address, or a DHCP reservation): a reset there ends the cluster. If another control plane runs and this machine's address changed for good, run `stratum reset` here and join it again with the command `stratum token create --control-plane` prints on a running control plane", st.NodeIP, nodestate.Path, err))
 	}
 	return nil
 }

@@ -335,7 +335,7 @@ func TestJoinRefusalsChangeNothing(t *testing.T) {
 	checkFilesAsBefore(t, filesBefore, snapshotFiles(t, j.c.Host("cp2").Root()))
 	// The supervisor's retried start (ha.Restart) on a node without state
 	// (reset meanwhile) is refused: it never bootstraps.
-	if _, err := joinNodeOn(j.c.Host("cp2")).Restart(j.ctx); !errors.Is(err, nodestate.ErrNoState) {
+	if _, err := joinNodeOn(j.c.Host("cp2")).Restart(j.ctx, ha.BootstrapOptions{}, ha.RetriedStartHolder); !errors.Is(err, nodestate.ErrNoState) {
 		t.Fatalf("Restart on cp2 without node state: %v, want ErrNoState", err)
 	}
 	checkFilesAsBefore(t, filesBefore, snapshotFiles(t, j.c.Host("cp2").Root()))
@@ -355,7 +355,7 @@ func TestJoinRefusalsChangeNothing(t *testing.T) {
 	// attempts, not to stop the supervisor (which would stop the voter).
 	pause := j.c.PauseAt("cp1", ha.CheckpointStartAfterEtcd)
 	restarted := make(chan error, 1)
-	go func() { _, err := j.cp1.Restart(j.ctx); restarted <- err }()
+	go func() { _, err := j.cp1.Restart(j.ctx, ha.BootstrapOptions{}, ha.RetriedStartHolder); restarted <- err }()
 	select {
 	case <-pause.Reached():
 	case err := <-restarted:

@@ -554,11 +554,23 @@ func (n *Node) MemberRemove(ctx context.Context, cpIPs []string, peerURL string)
 
 // members is the member list through the first of cpIPs that answers.
 func (n *Node) members(ctx context.Context, cpIPs []string, op string) ([]*etcdserverpb.Member, error) {
+	return n.membersOf(ctx, cpIPs, op, "")
+}
+
+// membersOf is members, taking only an answer of the etcd cluster clusterID
+// (in hex, as the node state records it; "" takes any): a member that
+// answers for another cluster (the old cluster a snapshot restore left
+// running, whose members may still be published) is passed over, and named
+// in the error when none answers for this one.
+func (n *Node) membersOf(ctx context.Context, cpIPs []string, op, clusterID string) ([]*etcdserverpb.Member, error) {
 	var out []*etcdserverpb.Member
 	err := n.viaEach(ctx, cpIPs, op, func(ctx context.Context, cli *clientv3.Client, ep string) error {
 		ml, err := n.memberList(ctx, cli)
 		if err != nil {
 			return fmt.Errorf("%s: member list from %s: %w", op, ep, err)
+		}
+		if got := fmt.Sprintf("%x", ml.Header.GetClusterId()); clusterID != "" && got != clusterID {
+			return fmt.Errorf("%s: %s answers for etcd cluster %s, not this node's %s (the old cluster a snapshot restore left?)", op, ep, got, clusterID)
 		}
 		out = ml.Members
 		return nil

@@ -198,7 +198,7 @@ var renewExemptingLeaves = []string{
 
 // renewUnhealthyAdvice is what a renewal refused for the cluster's health
 // tells to do.
-const renewUnhealthyAdvice = "heal the cluster (`stratum etcd health` names what is wrong; a control plane whose own certificates have expired renews without this check), or replace a member that is gone for good (a dead disk): `stratum etcd member remove NAME`, then join a new control plane; then run `stratum certs renew` here again"
+const renewUnhealthyAdvice = "heal the cluster first (`stratum etcd health` names what is wrong), or replace a member that is gone for good (removed, then a new control plane joined), then run `stratum certs renew` here again; a control plane whose own certificates have expired renews without this check"
 
 // refuseRenewOnUnhealthyCluster refuses a renewal whose restart of this
 // node's etcd could cost the cluster its quorum: with a member of three down,

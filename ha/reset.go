@@ -133,6 +133,9 @@ type resetObservation struct {
 	// why they could not be.
 	publishedVia string
 	publishedErr error
+	// publishedUnanswered is why the published members read did not
+	// answer with this node's cluster's member list.
+	publishedUnanswered error
 	// addressGone is why this node's etcd cannot start here (its recorded
 	// address is no longer this host's), nil when it can or is unknown.
 	addressGone error
@@ -384,6 +387,8 @@ func (o resetObservation) publishedNote() string {
 		return ""
 	case o.publishedErr != nil:
 		return fmt.Sprintf("; the members the cluster published for joiners could not be read through %s: %v", o.publishedVia, o.publishedErr)
+	case o.publishedUnanswered != nil:
+		return fmt.Sprintf(", with the members the cluster published for joiners, read through %s, which gave no member list of this node's cluster: %v", o.publishedVia, o.publishedUnanswered)
 	}
 	return fmt.Sprintf(", with the members the cluster published for joiners, read through %s", o.publishedVia)
 }
@@ -510,9 +515,13 @@ func (n *Node) observeReset(ctx context.Context, force bool) (resetObservation, 
 		// The members this node records did not answer: on a cluster's
 		// first control plane, or a restore's seed, its initial cluster
 		// names only itself, and its etcd is stopped. The members the
-		// cluster published for joiners are asked too.
+		// cluster published for joiners are asked too, taking only an
+		// answer of the cluster the node state records (a restore's seed
+		// records its new cluster, and the published list may be the old
+		// one's, which still holds this node's peer URL as a member).
 		if added := n.publishedPeers(ctx, st.Server, own, &o); len(added) > 0 {
-			ms, err = n.members(ctx, added, "reset")
+			ms, err = n.membersOf(ctx, added, "reset", st.Etcd.ClusterID)
+			o.publishedUnanswered = err
 		}
 	}
 	if err != nil {

@@ -24,7 +24,9 @@ import (
 // them through the members the cluster published for joiners, read through
 // the VIP, and removes cp1's member through them. First, with that list
 // unreadable (the admin kubeconfig gone), the reset is refused, nothing
-// changed, naming the address it asked and why the list could not be read.
+// changed, naming the address it asked and why the list could not be read;
+// then, its node state recording another cluster ID, refused again, the
+// published members answering for a cluster that is not its own.
 func TestResetOfTheFirstControlPlaneWithItsEtcdStopped(t *testing.T) {
 	t.Parallel() // its own simulated cluster
 	assetstest.Require(t)
@@ -84,6 +86,26 @@ func TestResetOfTheFirstControlPlaneWithItsEtcdStopped(t *testing.T) {
 		t.Fatalf("members after the refused reset: %v, %v; want all three", ms, err)
 	}
 	if err := h1.Files().WriteFile(kc, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	// A node state recording another cluster (a restore's seed, while the
+	// published list is still the old cluster's, which lists this node's
+	// peer URL as a member): the published members answer for a cluster
+	// that is not this node's, and nothing is removed through them.
+	st.Etcd.ClusterID = "5eed"
+	if err := nodestate.Save(h1.Files(), st); err != nil {
+		t.Fatal(err)
+	}
+	err = cp1.ResetControlPlane(ctx, &refused, false)
+	if !ha.IsRefusal(err) || !strings.Contains(err.Error(), "not this node's 5eed") {
+		t.Fatalf("the reset of a node recording another cluster = %v, want a refusal naming the cluster the published members answer for", err)
+	}
+	if ms, err := c.Host("cp2").EtcdMembers(ctx); err != nil || len(ms) != 3 {
+		t.Fatalf("members after the reset refused for the cluster ID: %v, %v; want all three", ms, err)
+	}
+	st.Etcd.ClusterID = ""
+	if err := nodestate.Save(h1.Files(), st); err != nil {
 		t.Fatal(err)
 	}
 

@@ -104,8 +104,8 @@ type NodeState struct {
 // data directory that a disk not mounted left empty. Each version reads
 // every older one. Versions: 1, the first; 2, etcd.started and
 // etcd.quotaBackendBytes (written under version 1 until 2026-12-06).
-// TestFormatVersionFollowsTheFields fails when a field is added without a
-// new version.
+// TestFormatVersionFollowsTheFields fails when the fields differ from those
+// recorded for CurrentVersion.
 const CurrentVersion = 2
 
 // Load reads the node state from h. A node that never saved one gets an error

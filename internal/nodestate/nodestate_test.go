@@ -74,6 +74,13 @@ func TestSaveRefusesNamelessState(t *testing.T) {
 // nested ones as parent.child. A field added to NodeState without a new
 // CurrentVersion (and its list here) fails TestFormatVersionFollowsTheFields.
 var formatFields = map[int][]string{
+	1: {
+		"cilium", "clusterDomain",
+		"etcd", "etcd.clientURL", "etcd.clusterID", "etcd.initialCluster", "etcd.initialClusterState",
+		"etcd.memberID", "etcd.name", "etcd.peerURL",
+		"nodeIP", "nodeName", "podCIDR", "profile", "role", "server", "serviceCIDR", "version",
+		"vip", "vip.address", "vip.interface",
+	},
 	2: {
 		"cilium", "clusterDomain",
 		"etcd", "etcd.clientURL", "etcd.clusterID", "etcd.initialCluster", "etcd.initialClusterState",
@@ -103,15 +110,26 @@ func jsonFields(t reflect.Type, prefix string) []string {
 }
 
 // TestFormatVersionFollowsTheFields: the fields of NodeState are the ones
-// recorded for CurrentVersion. A new field is a new version: an older stratum
-// must refuse the file rather than ignore the field and drop it at its next
-// save (CurrentVersion says why).
+// recorded for CurrentVersion, every version from 1 is recorded, and each
+// differs from the one before. A new field is a new version: an older
+// stratum must refuse the file rather than ignore the field and drop it at
+// its next save (CurrentVersion says why). What it cannot tell is a field
+// written into the current version's record in place; the record of each
+// released version is not to be edited.
 func TestFormatVersionFollowsTheFields(t *testing.T) {
 	got := jsonFields(reflect.TypeFor[NodeState](), "")
 	slices.Sort(got)
 	want, ok := formatFields[CurrentVersion]
 	if !ok || !slices.Equal(got, want) {
 		t.Fatalf("NodeState's fields are %q, format version %d records %q: a field added or removed needs CurrentVersion raised (an older stratum then refuses the file instead of dropping the field) and formatFields[%d] recorded", got, CurrentVersion, want, CurrentVersion+1)
+	}
+	if len(formatFields) != CurrentVersion {
+		t.Fatalf("formatFields records %d versions, want 1 to %d", len(formatFields), CurrentVersion)
+	}
+	for v := 2; v <= CurrentVersion; v++ {
+		if slices.Equal(formatFields[v], formatFields[v-1]) {
+			t.Errorf("format version %d records the same fields as %d: a version is raised for a change of fields", v, v-1)
+		}
 	}
 }
 

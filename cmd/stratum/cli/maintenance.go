@@ -183,7 +183,12 @@ the supervisor so they use them. The CAs are not touched, and each leaf keeps it
 key (as kubeadm's renewal does; a key that is missing is made anew), so a renewal stopped
 part-way never leaves a certificate beside another key. It holds the node's
 maintenance lock. "stratum certs check" shows what expires when; run this on each
-control plane in turn, one at a time, before they expire. Once every control plane's
+control plane in turn, one at a time, before they expire. Since etcd restarts, it
+refuses (exit 3, nothing written or restarted) while this node's etcd runs in a
+cluster that is not healthy (a member down, cut off or alarmed, NOSPACE aside):
+with another member down this one's restart could cost the quorum. Heal the cluster,
+or remove a member gone for good, first. A node whose own etcd or apiserver
+certificates have expired renews without that check: once every control plane's
 certificates have expired (all issued the same day), a renewed etcd finds no quorum
 with the expired others: renew the next control plane at once, without waiting for
 the first to finish; quorum returns with the second.`,

@@ -441,8 +441,10 @@ func (f *superviseFlags) add(cmd *cobra.Command) {
 // as the node's supervisor, then the operator, then the foreground: the
 // control socket is served until ctx ends (SIGINT, SIGTERM), when every
 // service is stopped, newest first, or until a caller of the socket asks an
-// idle supervisor to end (`stratum reset`, supervisor.Client.Exit).
-func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags, prepare func(context.Context, *ha.Node) (*nodestate.NodeState, error)) error {
+// idle supervisor to end (`stratum reset`, supervisor.Client.Exit). o are
+// the command's bring-up options, which a retried start (keepVoterAndRetry,
+// waitForEtcdData) takes again.
+func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags, o ha.BootstrapOptions, prepare func(context.Context, *ha.Node) (*nodestate.NodeState, error)) error {
 	if err := requireRoot(verb, superviseNeedsRoot); err != nil {
 		return err
 	}
@@ -479,10 +481,10 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 
 	st, err := prepare(ctx, n)
 	if errors.Is(err, ha.ErrEtcdDataMissing) {
-		st, err = a.waitForEtcdData(ctx, verb, l, n, sup, err)
+		st, err = a.waitForEtcdData(ctx, verb, l, n, sup, o, err)
 	}
 	if err != nil && !errors.Is(err, errNodeReset) {
-		st, err = a.keepVoterAndRetry(ctx, verb, n, sup, err)
+		st, err = a.keepVoterAndRetry(ctx, verb, n, sup, o, err)
 	}
 	if errors.Is(err, errNodeReset) {
 		return nil
@@ -534,7 +536,7 @@ const startRetryEvery = 10 * time.Second
 // stopped (failed is returned) or asked to end by a reset (errNodeReset).
 // An attempt holds the node's locks, so a maintenance command run during
 // one is refused as busy and runs between attempts.
-func (a *app) keepVoterAndRetry(ctx context.Context, verb string, n *ha.Node, sup *supervisor.Supervisor, failed error) (*nodestate.NodeState, error) {
+func (a *app) keepVoterAndRetry(ctx context.Context, verb string, n *ha.Node, sup *supervisor.Supervisor, o ha.BootstrapOptions, failed error) (*nodestate.NodeState, error) {
 	if ctx.Err() != nil {
 		return nil, failed
 	}
@@ -556,7 +558,7 @@ func (a *app) keepVoterAndRetry(ctx context.Context, verb string, n *ha.Node, su
 			return nil, failed
 		}
 		fmt.Fprintf(a.stdout, "trying the start again (attempt %d) ...\n", attempt)
-		st, err := n.Restart(ctx)
+		st, err := n.Restart(ctx, o, ha.RetriedStartHolder)
 		if err == nil {
 			fmt.Fprintf(a.stdout, "the start succeeded on attempt %d\n", attempt)
 			return st, nil
@@ -583,7 +585,7 @@ func (a *app) keepVoterAndRetry(ctx context.Context, verb string, n *ha.Node, su
 // fails for another reason (the caller's keepVoterAndRetry judges it),
 // missing when the supervisor is stopped, and errNodeReset when a reset asks
 // it to end.
-func (a *app) waitForEtcdData(ctx context.Context, verb string, h host.Files, n *ha.Node, sup *supervisor.Supervisor, missing error) (*nodestate.NodeState, error) {
+func (a *app) waitForEtcdData(ctx context.Context, verb string, h host.Files, n *ha.Node, sup *supervisor.Supervisor, o ha.BootstrapOptions, missing error) (*nodestate.NodeState, error) {
 	fmt.Fprintf(a.stderr, "%s: %v\n", verb, missing)
 	fmt.Fprintf(a.stdout, "the supervisor stays up with nothing started, so the commands that bring the data back run through it (`stratum etcd rejoin --server IP`; on the only control plane `stratum snapshot restore FILE`); it starts this control plane once the data directory holds data again (looked at every %s); SIGINT, SIGTERM or SIGHUP stops it\n", startRetryEvery)
 	said := ""
@@ -596,16 +598,18 @@ func (a *app) waitForEtcdData(ctx context.Context, verb string, h host.Files, n 
 		if st, err := nodestate.Load(h); err == nil && ha.RefuseMissingEtcdData(h, st) != nil {
 			continue
 		}
-		st, err := n.Restart(ctx)
+		st, err := n.Restart(ctx, o, ha.WaitedStartHolder)
 		switch {
 		case err == nil:
 			fmt.Fprintf(a.stdout, "the etcd data is back: the start succeeded (attempt %d)\n", attempt)
 			return st, nil
 		case ctx.Err() != nil:
 			return nil, missing
-		case errors.Is(err, nodelock.ErrBusy), errors.Is(err, ha.ErrEtcdDataReplacing), errors.Is(err, ha.ErrEtcdDataMissing):
+		case errors.Is(err, nodelock.ErrBusy), errors.Is(err, ha.ErrEtcdDataReplacing), errors.Is(err, ha.ErrEtcdDataMissing),
+			errors.Is(err, ha.ErrResetUnderWay), errors.Is(err, nodestate.ErrNoState):
 			// A rejoin or a restore under way through this supervisor:
-			// its end is the start's turn.
+			// its end is the start's turn. A reset (under way, or done
+			// and its node state gone) asks the supervisor to end.
 			if msg := err.Error(); msg != said {
 				fmt.Fprintf(a.stderr, "%s: not yet (attempt %d): %v\n", verb, attempt, err)
 				said = msg
