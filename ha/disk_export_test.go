@@ -10,3 +10,11 @@ func (n *Node) ReadJoinIntent() error {
 
 // ErrNoJoinIntent is the reader's "no journal".
 var ErrNoJoinIntent = errNoIntent
+
+// OnSnapshotPrivateDir calls f with every snapshot save's private directory
+// once the save has opened it, until the test ends: f may replace it as
+// another user would.
+func OnSnapshotPrivateDir(t interface{ Cleanup(func()) }, f func(dir string)) {
+	snapshotPrivateDirOpened.Store(&f)
+	t.Cleanup(func() { snapshotPrivateDirOpened.Store(nil) })
+}

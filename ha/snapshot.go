@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -25,6 +26,7 @@ import (
 	"go.etcd.io/etcd/server/v3/storage/mvcc"
 	"go.etcd.io/etcd/server/v3/storage/schema"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"stratum.dev/stratum/internal/host"
 	"stratum.dev/stratum/internal/nodelock"
@@ -96,7 +98,10 @@ type SnapshotStatus struct {
 // O_EXCL or O_NOFOLLOW: in a directory other users can write (/tmp) a
 // .part file or link they placed there would be written through, as root,
 // and kept their owner and mode — a readable dump of every Secret. In the
-// private directory nothing but this save is there.
+// private directory nothing but this save is there, and the save reaches it
+// through its open descriptor (openOwnPrivateDir), so a directory renamed
+// away and replaced by a link in a parent that is not sticky is not
+// written through either.
 func (n *Node) SnapshotSave(ctx context.Context, dbPath string) (SnapshotStatus, error) {
 	st, err := nodestate.Load(n.env.Host)
 	if err != nil {
@@ -114,7 +119,15 @@ func (n *Node) SnapshotSave(ctx context.Context, dbPath string) (SnapshotStatus,
 		return SnapshotStatus{}, fmt.Errorf("snapshot save: %w; nothing was saved: save to a directory this user can write", err)
 	}
 	defer cleanup()
-	saved := filepath.Join(private, "snapshot.db")
+	own, err := openOwnPrivateDir(private)
+	if err != nil {
+		return SnapshotStatus{}, fmt.Errorf("snapshot save: %w; nothing was saved", err)
+	}
+	defer own.Close()
+	if hook := snapshotPrivateDirOpened.Load(); hook != nil {
+		(*hook)(private)
+	}
+	saved := filepath.Join(fdPath(own), "snapshot.db")
 	if _, err := clientsnapshot.SaveWithVersion(ctx, zap.NewNop(), cfg, saved); err != nil {
 		return SnapshotStatus{}, fmt.Errorf("snapshot save from %s to %s: %w; nothing was saved", st.Etcd.ClientURL, dbPath, err)
 	}
@@ -131,6 +144,38 @@ func (n *Node) SnapshotSave(ctx context.Context, dbPath string) (SnapshotStatus,
 	n.log.Info("etcd snapshot saved", "path", dbPath, "revision", ss.Revision, "keys", ss.TotalKeys)
 	return ss, nil
 }
+
+// snapshotPrivateDirOpened, when set (by tests), is called with a snapshot
+// save's private directory once it is opened, before anything is written in
+// it: where another user could swap the directory for a link.
+var snapshotPrivateDirOpened atomic.Pointer[func(dir string)]
+
+// openOwnPrivateDir opens dir, which this process has just made, refusing
+// anything but a directory of its own with mode 0700: in a parent others
+// may write (not sticky), another user can rename the directory away and put
+// a link or a directory of theirs under its name, through which a save by
+// name would write every Secret into a file they own. Every later access
+// goes through the open directory (fdPath), never by its name.
+func openOwnPrivateDir(dir string) (*os.File, error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open the private directory %s: %w (replaced by another user?)", dir, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("stat the private directory %s: %w", dir, err)
+	}
+	if int(st.Uid) != os.Geteuid() || st.Mode&0o777 != 0o700 {
+		unix.Close(fd)
+		return nil, fmt.Errorf("the private directory %s is owned by uid %d with mode %o, not this process's own with 0700 (replaced by another user?)", dir, st.Uid, st.Mode&0o777)
+	}
+	return os.NewFile(uintptr(fd), dir), nil
+}
+
+// fdPath names the open directory d itself: a path through it resolves in
+// the directory d was opened on, whatever its name now holds.
+func fdPath(d *os.File) string { return fmt.Sprintf("/proc/self/fd/%d", d.Fd()) }
 
 // syncDir makes a rename or removal in dir durable.
 func syncDir(dir string) error {

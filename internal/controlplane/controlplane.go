@@ -272,7 +272,15 @@ const (
 // on all of them (the VIP too, while this node holds it), stores in the local
 // etcd member, serves the certificate from the node's PKI, authenticates
 // client certificates, bootstrap tokens and service-account tokens, and
-// authorises with Node and RBAC. The at-rest encryption config is used when
+// authorises with Node and RBAC, NodeRestriction admitting a kubelet's
+// writes to its own Node and pods only (the Node authorizer lets any node
+// write every Node object; kubeadm, k3s and Talos enable it too). It
+// presents the apiserver-kubelet-client certificate to kubelets (logs, exec,
+// port-forward: a kubelet refuses an apiserver without one) and the
+// front-proxy client certificate to aggregated API servers, whose
+// authenticating proxy it is (the requestheader flags, which it publishes in
+// kube-system/extension-apiserver-authentication for them: metrics-server
+// and `kubectl top` need both). The at-rest encryption config is used when
 // the node has one.
 func APIServerArgs(st *nodestate.NodeState, files host.Files) ([]string, error) {
 	advertise, _, _ := strings.Cut(st.NodeIP, ",")
@@ -306,6 +314,17 @@ func APIServerArgs(st *nodestate.NodeState, files host.Files) ([]string, error) 
 		"--service-cluster-ip-range=" + svc,
 		"--enable-bootstrap-token-auth=true",
 		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction",
+		"--kubelet-client-certificate=" + pki("apiserver-kubelet-client.crt"),
+		"--kubelet-client-key=" + pki("apiserver-kubelet-client.key"),
+		"--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
+		"--proxy-client-cert-file=" + pki("front-proxy-client.crt"),
+		"--proxy-client-key-file=" + pki("front-proxy-client.key"),
+		"--requestheader-client-ca-file=" + pki("front-proxy-ca.crt"),
+		"--requestheader-allowed-names=front-proxy-client",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-username-headers=X-Remote-User",
 		"--allow-privileged=true",
 		"--profiling=false",
 		"--v=1",

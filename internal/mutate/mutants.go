@@ -845,8 +845,8 @@ var mutants = []mutant{
 	{
 		Name: "retried-start-bootstraps",
 		File: "ha/bootstrap.go",
-		Old:  "	return n.restart(ctx, BootstrapOptions{}, RetriedStartHolder)\n}",
-		New:  "	return n.Up(ctx, BootstrapOptions{})\n}",
+		Old:  "	return n.restart(ctx, o, holder)\n}",
+		New:  "	return n.Up(ctx, o)\n}",
 		Tests: [][]string{
 			{"./ha", "-run", "TestJoinRefusalsChangeNothing"},
 		},
@@ -872,8 +872,8 @@ var mutants = []mutant{
 	{
 		Name: "retried-start-advises-stopping-the-voter",
 		File: "ha/bootstrap.go",
-		Old:  "	return n.restart(ctx, BootstrapOptions{}, RetriedStartHolder)\n}",
-		New:  "	return n.restart(ctx, BootstrapOptions{}, \"stratum up (one that keeps failing under systemd stops with `systemctl stop stratum`)\")\n}",
+		Old:  "const RetriedStartHolder = \"the supervisor's retried start of this control plane (it keeps this node's etcd voter running and tries again every few seconds: run the refused command again between attempts; stopping the supervisor would stop that voter)\"",
+		New:  "const RetriedStartHolder = \"stratum up (one that keeps failing under systemd stops with `systemctl stop stratum`)\"",
 		Tests: [][]string{
 			{"./ha", "-run", "TestJoinRefusalsChangeNothing"},
 		},
@@ -940,6 +940,51 @@ var mutants = []mutant{
 		New:  "\tif false && err != nil && !o.removed && st != nil {",
 		Tests: [][]string{
 			{"./ha", "-run", "TestResetOfTheFirstControlPlaneWithItsEtcdStopped"},
+		},
+	},
+	{
+		Name: "apiserver-without-node-restriction",
+		File: "internal/controlplane/controlplane.go",
+		Old:  `"--enable-admission-plugins=NodeRestriction",`,
+		New:  `"--enable-admission-plugins=NamespaceLifecycle",`,
+		Tests: [][]string{
+			{"./ha", "-run", "TestAPIServerServesKubeletsAndAggregatedAPIs"},
+		},
+	},
+	{
+		Name: "apiserver-without-a-kubelet-client-certificate",
+		File: "internal/controlplane/controlplane.go",
+		Old:  "\t\t\"--kubelet-client-certificate=\" + pki(\"apiserver-kubelet-client.crt\"),\n\t\t\"--kubelet-client-key=\" + pki(\"apiserver-kubelet-client.key\"),\n",
+		New:  "",
+		Tests: [][]string{
+			{"./ha", "-run", "TestAPIServerServesKubeletsAndAggregatedAPIs"},
+		},
+	},
+	{
+		Name: "apiserver-without-the-front-proxy-ca",
+		File: "internal/controlplane/controlplane.go",
+		Old:  "\t\t\"--requestheader-client-ca-file=\" + pki(\"front-proxy-ca.crt\"),\n",
+		New:  "",
+		Tests: [][]string{
+			{"./ha", "-run", "TestAPIServerServesKubeletsAndAggregatedAPIs"},
+		},
+	},
+	{
+		Name: "snapshot-save-by-the-private-directory-name",
+		File: "ha/snapshot.go",
+		Old:  `saved := filepath.Join(fdPath(own), "snapshot.db")`,
+		New:  `saved := filepath.Join(private, "snapshot.db")`,
+		Tests: [][]string{
+			{"./ha", "-run", "TestSnapshotSaveThroughASwappedPrivateDir"},
+		},
+	},
+	{
+		Name: "control-plane-grant-without-a-ttl-bound",
+		File: "cmd/stratum/cli/flow.go",
+		Old:  "case controlPlane && ttl > maxControlPlaneGrantTTL:",
+		New:  "case false && controlPlane && ttl > maxControlPlaneGrantTTL:",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestUsageErrorsExit2|TestMCPServer"},
 		},
 	},
 }

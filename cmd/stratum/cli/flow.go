@@ -137,6 +137,26 @@ func hasState(h host.Host) bool {
 // grant (token, certificate-key, shared certificates uploaded under it) or a
 // worker token, with the join command for the cluster's server (the VIP when
 // the cluster has one) from the node state. It returns that server too.
+// maxControlPlaneGrantTTL is the longest a control-plane grant's token may
+// live: the grant, with its certificate-key, opens the cluster's CA keys,
+// and a join command kept in a shell history, a CI log or an agent's
+// transcript stays a root credential until it expires (kubeadm's
+// certificate key lives 2 hours, fixed). A worker token, which opens no
+// key, has no bound.
+const maxControlPlaneGrantTTL = 24 * time.Hour
+
+// checkGrantTTL refuses a ttl that is not positive, or longer than
+// maxControlPlaneGrantTTL for a control-plane grant, saying why.
+func checkGrantTTL(ttl time.Duration, controlPlane bool) error {
+	switch {
+	case ttl <= 0:
+		return fmt.Errorf("ttl %s: must be positive, such as 30m or 2h", ttl)
+	case controlPlane && ttl > maxControlPlaneGrantTTL:
+		return fmt.Errorf("ttl %s: a control-plane grant lives at most %s (it opens the cluster's CA keys, and a join command that leaks stays a root credential until it expires): mint one when the join is near", ttl, maxControlPlaneGrantTTL)
+	}
+	return nil
+}
+
 func mintGrant(ctx context.Context, n *ha.Node, h host.Host, ttl time.Duration, controlPlane bool) (*token.Minted, string, error) {
 	st, err := loadState(h)
 	if err != nil {

@@ -104,6 +104,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"token", "create", "--ttl", "two hours"},
 		{"token", "create", "--ttl", "0s"},
 		{"token", "create", "--ttl", "-1h"},
+		{"token", "create", "--control-plane", "--ttl", "25h"},
 		{"token", "create", "extra"},
 		{"etcd", "bogus"},
 		{"etcd", "members", "extra"},

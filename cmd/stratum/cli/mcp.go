@@ -177,6 +177,9 @@ func (a *app) mcpServer() *mcp.Server {
 				}
 				ttl = d
 			}
+			if err := checkGrantTTL(ttl, in.ControlPlane); err != nil {
+				return nil, mintedReport{}, fmt.Errorf("%w; nothing was created", err)
+			}
 			if !in.Confirm {
 				return nil, mintedReport{}, errNotConfirmed
 			}

@@ -220,6 +220,11 @@ func TestMCPServer(t *testing.T) {
 		t.Fatalf("token_create with ttl bogus, unconfirmed: %v %q, want the ttl refused", res.IsError, text(res))
 	}
 
+	// A control-plane grant longer than a day is refused, confirmed or not.
+	if res := call("token_create", map[string]any{"controlPlane": true, "ttl": "25h", "confirm": true}, nil); !res.IsError || !strings.Contains(text(res), "lives at most 24h0m0s") {
+		t.Fatalf("token_create of a 25h control-plane grant: %v %q, want it refused", res.IsError, text(res))
+	}
+
 	// A server that is no address is refused before the confirm is asked.
 	if res := call("etcd_rejoin", map[string]any{"server": "cp1"}, nil); !res.IsError || !strings.Contains(text(res), `server "cp1" is not an IP address`) {
 		t.Fatalf("etcd_rejoin with server cp1: %v %q", res.IsError, text(res))

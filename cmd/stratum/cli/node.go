@@ -189,7 +189,7 @@ runs it at boot. It must run as root.
 				return err
 			}
 			if a.opts.Host == nil {
-				err := a.supervise(cmd.Context(), "stratum up", "control plane up", f.superviseFlags, func(ctx context.Context, n *ha.Node) (*nodestate.NodeState, error) {
+				err := a.supervise(cmd.Context(), "stratum up", "control plane up", f.superviseFlags, o, func(ctx context.Context, n *ha.Node) (*nodestate.NodeState, error) {
 					return n.Up(ctx, o)
 				})
 				if errors.Is(err, supervisor.ErrAlreadyRunning) {
@@ -374,7 +374,7 @@ stratum cannot change; the file form never is).`,
 				return join(run.Context(), n, o)
 			}
 			if a.opts.Host == nil {
-				return a.supervise(cmd.Context(), "stratum server", "joined as a control plane", f.superviseFlags, func(_ context.Context, n *ha.Node) (*nodestate.NodeState, error) {
+				return a.supervise(cmd.Context(), "stratum server", "joined as a control plane", f.superviseFlags, ha.BootstrapOptions{}, func(_ context.Context, n *ha.Node) (*nodestate.NodeState, error) {
 					return joinOnce(n)
 				})
 			}
@@ -461,8 +461,8 @@ keep that output as private as the join command.`,
 			if err := out.check(); err != nil {
 				return err
 			}
-			if ttl <= 0 {
-				return usagef("--ttl %s: must be positive", ttl)
+			if err := checkGrantTTL(ttl, controlPlane); err != nil {
+				return usagef("--%w", err)
 			}
 			if kubeconfigTo != "" {
 				if controlPlane {
@@ -502,7 +502,7 @@ keep that output as private as the join command.`,
 		},
 	}
 	cmd.Flags().BoolVar(&controlPlane, "control-plane", false, "mint a control-plane join grant (token, certificate-key, uploaded shared certificates)")
-	cmd.Flags().DurationVar(&ttl, "ttl", token.DefaultTTL, "how long the token authenticates (e.g. 30m, 2h)")
+	cmd.Flags().DurationVar(&ttl, "ttl", token.DefaultTTL, "how long the token authenticates (e.g. 30m, 2h; at most 24h for a --control-plane grant)")
 	cmd.Flags().StringVar(&kubeconfigTo, "bootstrap-kubeconfig-out", "", "for a worker token, write the bootstrap kubeconfig it authorises to `FILE` (0600)")
 	out = addOutput(cmd, "text")
 	return cmd
