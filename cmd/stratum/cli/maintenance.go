@@ -185,7 +185,8 @@ part-way never leaves a certificate beside another key. It holds the node's
 maintenance lock. "stratum certs check" shows what expires when; run this on each
 control plane in turn, one at a time, before they expire. Since etcd restarts, it
 refuses (exit 3, nothing written or restarted) while this node's etcd runs in a
-cluster that is not healthy (a member down, cut off or alarmed, NOSPACE aside):
+cluster of more than one member that is not healthy (a member down, cut off or
+alarmed, NOSPACE aside, or a learner or unstarted member: a join under way):
 with another member down this one's restart could cost the quorum. Heal the cluster,
 or remove a member gone for good, first. A node whose own etcd or apiserver
 certificates have expired renews without that check: once every control plane's

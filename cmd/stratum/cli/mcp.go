@@ -38,7 +38,7 @@ type (
 	}
 	tokenCreateIn struct {
 		ControlPlane bool   `json:"controlPlane,omitempty" jsonschema:"mint a control-plane join grant (token, certificate-key, uploaded shared certificates) instead of a worker token"`
-		TTL          string `json:"ttl,omitempty" jsonschema:"how long the token authenticates, as a Go duration (default 2h)"`
+		TTL          string `json:"ttl,omitempty" jsonschema:"how long the token authenticates, as a Go duration (default 2h; at most 24h with controlPlane)"`
 		Confirm      bool   `json:"confirm,omitempty" jsonschema:"must be true: this tool creates a credential of the cluster"`
 	}
 	confirmIn struct {

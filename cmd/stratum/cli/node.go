@@ -144,7 +144,9 @@ the control plane is not running, and exits; "stratum up --vip" adopts the VIP t
 way: the apiserver restarts onto the reissued certificate and the VIP candidate
 starts, while etcd and the supervisor keep running.
 On a node where a join was interrupted after its etcd member-add (a surviving join
-intent journal) it refuses, naming the journal and the command that recovers it.
+intent journal) it refuses, naming the journal and the command that recovers it; on a
+node whose recorded node IP is no longer one of this host's addresses it refuses, naming
+it (a control plane does not move to another address).
 
 On a real host stratum is the node's supervisor: after the bring-up it stays in the
 foreground running etcd and the kube-apiserver (from --bin-dir, checked before anything
@@ -153,7 +155,10 @@ changes) as its children, restarted with backoff if they exit and logged under
 ARP, held by the winner of a Lease election) and the operator. SIGINT, SIGTERM or SIGHUP stops
 them all, newest first; a second one kills what still runs at once. Other stratum commands
 reach it through /run/stratum/supervisor.sock; "stratum install" writes a systemd unit that
-runs it at boot. It must run as root.
+runs it at boot. It must run as root. A start refused because the etcd data is missing
+where the member has served (a disk not mounted, or a dead one replaced) does not end the
+supervisor: it stays up with nothing started, so the "stratum etcd rejoin" the refusal
+advises runs through it, and starts the control plane once the data is back.
 "stratum sim up" runs the same flow on simulated hosts.`,
 		Example: `  # First control plane of a new cluster, fronted by a VIP
   stratum up --node-ip 10.0.0.11 --vip 10.0.0.10

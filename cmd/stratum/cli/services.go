@@ -343,7 +343,7 @@ supervisor answers, a service is not running, a certificate has expired, or the 
 is no control plane (saying how to join it). -o json (or yaml) prints {node:
 {nodeName, nodeIP, server, vip, etcdPeerURL, clusterID}, joinIntentSurvives,
 supervisor, supervisorError, services: [{name, running, detail}], resetUnderWay,
-certificatesExpiring, certificatesExpired, etcdSpace, etcdDataMissing, problem}: problem is what it exits 1
+joinUnfinished, certificatesExpiring, certificatesExpired, etcdSpace, etcdDataMissing, problem}: problem is what it exits 1
 for, with what to do. A certificate of this node that expires within 30 days is a
 warning; one that has expired exits 1. This node's etcd database at 80% of its quota or
 more is a warning (etcdSpace; "stratum etcd defrag" gives back its free space).`,

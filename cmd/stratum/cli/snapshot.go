@@ -19,7 +19,8 @@ func (a *app) snapshotCmd() *cobra.Command {
 		Use:   "save <file>",
 		Short: "Save a snapshot of this control plane's etcd member to a file",
 		Long: `Stream a snapshot of this control plane's etcd member into <file> (written in a
-private directory made beside it, its integrity hash checked and the file read back, then
+private directory made beside it, mode 0700, reached through its open descriptor, the
+presence of its checksum checked (the restore verifies it) and the file read back, then
 renamed onto <file>, mode 0600), and print its revision and key count. It holds every
 Secret of the cluster: keep it where only root reads it. Exits 0 once saved, 1 on failure, 2 on bad usage, 3 when refused with nothing
 written (not a control plane).`,
