@@ -123,32 +123,34 @@ test: assets e2e-deps timeline-deps
 		took "the fuzz run"; \
 		return $$rc; \
 	}; \
-	mark; \
-	apid=""; \
+	lane_rest() { \
+		local rc=0; mark; \
+		pkgs="$$($(GO) list -f '{{if and (ne .ImportPath "$(shell $(GO) list -m)/scenarios") (ne .ImportPath "$(shell $(GO) list -m)/e2e") (ne .ImportPath "$(shell $(GO) list -m)/ha")}}{{.ImportPath}}{{end}}' ./...)"; \
+		if [[ -n "$${pkgs//[[:space:]]/}" ]]; then \
+			echo "$(GO) test -p 1 -count=1 -timeout 25m <all packages but ./ha, ./scenarios and ./e2e>"; \
+			$(GO) test -p 1 -count=1 -timeout 25m $$pkgs || rc=$$?; \
+			took "every package but ./ha, ./scenarios and ./e2e"; \
+		fi; \
+		echo "$(GO) test -count=1 -timeout 10m ./e2e"; \
+		$(GO) test -count=1 -timeout 10m ./e2e || rc=$$?; \
+		took ./e2e; \
+		if compgen -G 'scenarios/*.go' >/dev/null; then \
+			echo "$(GO) test -count=1 -timeout 25m ./scenarios $(SCENARIO_FLAGS)"; \
+			$(GO) test -count=1 -timeout 25m ./scenarios $(SCENARIO_FLAGS) || rc=$$?; \
+			took ./scenarios; \
+		fi; \
+		return $$rc; \
+	}; \
 	if [[ "$(TEST_LANES)" == 2 ]]; then \
 		echo "make test: ./ha and the fuzz run go on beside the other packages, ./e2e and ./scenarios (TEST_LANES=2); their output follows"; \
 		lane_ha > "$$alog" 2>&1 & apid=$$!; \
-	fi; \
-	pkgs="$$($(GO) list -f '{{if and (ne .ImportPath "$(shell $(GO) list -m)/scenarios") (ne .ImportPath "$(shell $(GO) list -m)/e2e") (ne .ImportPath "$(shell $(GO) list -m)/ha")}}{{.ImportPath}}{{end}}' ./...)"; \
-	if [[ -n "$${pkgs//[[:space:]]/}" ]]; then \
-		echo "$(GO) test -p 1 -count=1 -timeout 25m <all packages but ./ha, ./scenarios and ./e2e>"; \
-		$(GO) test -p 1 -count=1 -timeout 25m $$pkgs || rc=$$?; \
-		took "every package but ./ha, ./scenarios and ./e2e"; \
-	fi; \
-	echo "$(GO) test -count=1 -timeout 10m ./e2e"; \
-	$(GO) test -count=1 -timeout 10m ./e2e || rc=$$?; \
-	took ./e2e; \
-	if compgen -G 'scenarios/*.go' >/dev/null; then \
-		echo "$(GO) test -count=1 -timeout 25m ./scenarios $(SCENARIO_FLAGS)"; \
-		$(GO) test -count=1 -timeout 25m ./scenarios $(SCENARIO_FLAGS) || rc=$$?; \
-		took ./scenarios; \
-	fi; \
-	if [[ -n "$$apid" ]]; then \
+		(lane_rest) || rc=$$?; \
 		arc=0; wait "$$apid" || arc=$$?; \
 		echo "make test: the output of ./ha and the fuzz run, which ran beside the rest:"; \
 		cat "$$alog"; \
 		[[ "$$arc" == 0 ]] || rc=$$arc; \
 	else \
+		(lane_rest) || rc=$$?; \
 		lane_ha || rc=$$?; \
 	fi; \
 	leaked=""; \
