@@ -987,4 +987,13 @@ var mutants = []mutant{
 			{"./cmd/stratum/cli", "-run", "TestUsageErrorsExit2|TestMCPServer"},
 		},
 	},
+	{
+		Name: "mcp-mints-control-plane-grants-unasked",
+		File: "cmd/stratum/cli/mcp.go",
+		Old:  "if in.ControlPlane && !allowControlPlaneGrants {",
+		New:  "if false && in.ControlPlane && !allowControlPlaneGrants {",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestMCPServer"},
+		},
+	},
 }

@@ -71,7 +71,16 @@ type (
 )
 
 // mcpServer is the MCP server over this machine's (or Options.Host's) node.
-func (a *app) mcpServer() *mcp.Server {
+// errControlPlaneGrantsNotAllowed refuses an agent's control-plane grant
+// unless `stratum mcp` was started with --allow-control-plane-grants: the
+// grant's certificate-key opens the cluster's CA keys, and an agent's
+// confirm is its own (a prompt-injected agent sets it too), so the operator
+// who starts the server decides, not the agent.
+var errControlPlaneGrantsNotAllowed = errors.New("token_create refused: a control-plane grant opens the cluster's CA keys, and this server was started without --allow-control-plane-grants, so an agent's confirm does not mint one; nothing was created: run `stratum token create --control-plane` yourself, or restart the server with `stratum mcp --allow-control-plane-grants`")
+
+// mcpServer is `stratum mcp`'s server; allowControlPlaneGrants is its
+// --allow-control-plane-grants.
+func (a *app) mcpServer(allowControlPlaneGrants bool) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "stratum", Version: Version}, nil)
 	read := &mcp.ToolAnnotations{ReadOnlyHint: true}
 	mcp.AddTool(s, &mcp.Tool{Name: "etcd_members", Description: "The etcd members with each one's own status: voter or learner, leader, health (as `stratum etcd members -o json`).", Annotations: read},
@@ -165,7 +174,7 @@ func (a *app) mcpServer() *mcp.Server {
 			}
 			return nil, out, nil
 		})
-	mcp.AddTool(s, &mcp.Tool{Name: "token_create", Description: "Mint a join token (with controlPlane, a control-plane join grant and its join command). Refused unless confirm is true."},
+	mcp.AddTool(s, &mcp.Tool{Name: "token_create", Description: "Mint a join token (with controlPlane, a control-plane join grant and its join command, only when the server was started with --allow-control-plane-grants). Refused unless confirm is true."},
 		func(ctx context.Context, _ *mcp.CallToolRequest, in tokenCreateIn) (*mcp.CallToolResult, mintedReport, error) {
 			// Its input first: a call that cannot succeed is not sent back
 			// for a confirm.
@@ -179,6 +188,9 @@ func (a *app) mcpServer() *mcp.Server {
 			}
 			if err := checkGrantTTL(ttl, in.ControlPlane); err != nil {
 				return nil, mintedReport{}, fmt.Errorf("%w; nothing was created", err)
+			}
+			if in.ControlPlane && !allowControlPlaneGrants {
+				return nil, mintedReport{}, errControlPlaneGrantsNotAllowed
 			}
 			if !in.Confirm {
 				return nil, mintedReport{}, errNotConfirmed
@@ -244,26 +256,34 @@ func (a *app) mcpServer() *mcp.Server {
 func (a *app) protocolOwnsStdout() { a.stdout = a.stderr }
 
 func (a *app) mcpCmd() *cobra.Command {
-	return &cobra.Command{
+	var allowControlPlaneGrants bool
+	cmd := &cobra.Command{
 		Use:   "mcp",
 		Short: "Serve this control plane's operations to an MCP client over stdio",
 		Long: `Run a Model Context Protocol server on stdin/stdout, for an agent or an MCP client.
 Read tools: etcd_members, etcd_health, certs_check, token_list, grants_list,
 node_state, and sim_events (a simulation's event log, from "stratum sim up --events
 FILE"). Guarded writes: token_create, grants_prune, etcd_rejoin (dryRun first); each
-refuses, changing nothing, unless its input has confirm: true. Each tool runs the code
+refuses, changing nothing, unless its input has confirm: true; token_create mints a
+control-plane grant (a root credential: its certificate-key opens the CA keys) only
+with --allow-control-plane-grants, since the agent sets confirm itself. Each tool runs the code
 of its command (node_state is "status -o json", grants_prune is "grants prune") and
 returns its JSON (the fields docs/cli.md documents). Run it as root on a control plane:
 the node's state and admin kubeconfig are readable by root alone.`,
 		Example: `  # In an MCP client's configuration, on a control plane:
   #   {"command": "sudo", "args": ["stratum", "mcp"]}
-  sudo stratum mcp`,
+  sudo stratum mcp
+
+  # Let the agent mint control-plane join grants too
+  sudo stratum mcp --allow-control-plane-grants`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			a.protocolOwnsStdout()
-			return serveMCP(cmd.Context(), a.mcpServer(), &mcp.StdioTransport{})
+			return serveMCP(cmd.Context(), a.mcpServer(allowControlPlaneGrants), &mcp.StdioTransport{})
 		},
 	}
+	cmd.Flags().BoolVar(&allowControlPlaneGrants, "allow-control-plane-grants", false, "let token_create mint control-plane join grants (their certificate-key opens the cluster's CA keys)")
+	return cmd
 }
 
 // serveMCP runs s on t until ctx ends (the command's signal) or the client

@@ -34,7 +34,7 @@ func TestMCPServer(t *testing.T) {
 	defer cancel()
 	a := &app{stdout: new(bytes.Buffer), stderr: new(bytes.Buffer), opts: opts, log: slog.New(slog.DiscardHandler)}
 	st, ct := mcp.NewInMemoryTransports()
-	ss, err := a.mcpServer().Connect(ctx, st, nil)
+	ss, err := a.mcpServer(true).Connect(ctx, st, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,6 +137,24 @@ func TestMCPServer(t *testing.T) {
 	}
 	if got := secrets(); got != before {
 		t.Fatalf("unconfirmed writes changed the token Secrets: %d -> %d", before, got)
+	}
+
+	// A server started without --allow-control-plane-grants mints no
+	// control-plane grant, whatever the agent confirms.
+	st2, ct2 := mcp.NewInMemoryTransports()
+	ss2, err := a.mcpServer(false).Connect(ctx, st2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ss2.Close()
+	cs2, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "v0"}, nil).Connect(ctx, ct2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs2.Close()
+	refused, err := cs2.CallTool(ctx, &mcp.CallToolParams{Name: "token_create", Arguments: map[string]any{"controlPlane": true, "confirm": true}})
+	if err != nil || !refused.IsError || !strings.Contains(text(refused), "--allow-control-plane-grants") || secrets() != before {
+		t.Fatalf("token_create of a control-plane grant on a server without --allow-control-plane-grants: %v, %q, %d token Secrets (were %d)", err, text(refused), secrets(), before)
 	}
 
 	var minted mintedReport
