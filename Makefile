@@ -6,7 +6,7 @@ SHELL := bash
 GO ?= go
 # Flags for the scenarios package's run in `make test` (CI sets its budget
 # here, e.g. SCENARIO_FLAGS='-rapid.checks=20').
-SCENARIO_FLAGS ?= -rapid.checks=2 -rapid.steps=8
+SCENARIO_FLAGS ?= -rapid.checks=3 -rapid.steps=8
 # How many of ./ha's parallel tests run at once in `make test`. 4 took ./ha
 # from 726 s to 637 s on 2 cores, but a CI run of it failed: with up to 12
 # kube-apiservers starting at once, one took over 60 s to pass its RBAC

@@ -35,7 +35,7 @@ import (
 // build a hundred simulated clusters per property). `make explore` passes its
 // own counts; an explicit flag always wins.
 const (
-	ciChecks = 2
+	ciChecks = 3
 	ciSteps  = 8
 	// shrinkBound bounds rapid's shrinking of a failing case
 	// (-rapid.shrinktime, also when a flag sets the counts): rapid checks
