@@ -17,7 +17,7 @@ HA_PARALLEL ?= 2
 # and ./scenarios, which leave a core mostly idle (measured 2026-12-06: ./ha
 # 610 s of wall time for 640 s of CPU, the other packages 305 s for 196 s,
 # ./e2e 145 s for 126 s, ./scenarios 315 s for 152 s: 0.83 of 2 cores in
-# all). 1: each after the other, as before.
+# all). 1: one lane after the other (./ha and the fuzz run last).
 TEST_LANES ?= 2
 # How long `make test` fuzzes the bundle envelope decoder (FuzzOpenEnvelope in
 # ./internal/certbundle, kept free of ha's heavy dependencies so the
@@ -125,7 +125,7 @@ test: assets e2e-deps timeline-deps
 	}; \
 	lane_rest() { \
 		local rc=0; mark; \
-		pkgs="$$($(GO) list -f '{{if and (ne .ImportPath "$(shell $(GO) list -m)/scenarios") (ne .ImportPath "$(shell $(GO) list -m)/e2e") (ne .ImportPath "$(shell $(GO) list -m)/ha")}}{{.ImportPath}}{{end}}' ./...)"; \
+		pkgs="$$($(GO) list -f '{{if and (ne .ImportPath "$(shell $(GO) list -m)/scenarios") (ne .ImportPath "$(shell $(GO) list -m)/e2e") (ne .ImportPath "$(shell $(GO) list -m)/ha")}}{{.ImportPath}}{{end}}' ./...)" || return $$?; \
 		if [[ -n "$${pkgs//[[:space:]]/}" ]]; then \
 			echo "$(GO) test -p 1 -count=1 -timeout 25m <all packages but ./ha, ./scenarios and ./e2e>"; \
 			$(GO) test -p 1 -count=1 -timeout 25m $$pkgs || rc=$$?; \

@@ -92,8 +92,8 @@ type SnapshotStatus struct {
 // from the node state) to dbPath, a path on the machine running the command
 // (not under the host's root), through clientv3's snapshot package: the
 // member streams its backend into a directory made afresh beside dbPath
-// (mode 0700, a name no one could guess), its integrity hash is checked, the
-// file is read back with etcdutl's status, and only then renamed onto
+// (mode 0700, a name no one could guess), the presence of its checksum is
+// checked (the restore verifies it), the file is read back with etcdutl's status, and only then renamed onto
 // dbPath, mode 0600. clientv3 writes dbPath.part itself, opened without
 // O_EXCL or O_NOFOLLOW: in a directory other users can write (/tmp) a
 // .part file or link they placed there would be written through, as root,
@@ -151,7 +151,8 @@ func (n *Node) SnapshotSave(ctx context.Context, dbPath string) (SnapshotStatus,
 var snapshotPrivateDirOpened atomic.Pointer[func(dir string)]
 
 // openOwnPrivateDir opens dir, which this process has just made, refusing
-// anything but a directory of its own with mode 0700: in a parent others
+// anything but a directory of its own that no one else may write (made 0700;
+// a file system that keeps no modes, vfat, shows 0755): in a parent others
 // may write (not sticky), another user can rename the directory away and put
 // a link or a directory of theirs under its name, through which a save by
 // name would write every Secret into a file they own. Every later access
@@ -166,9 +167,9 @@ func openOwnPrivateDir(dir string) (*os.File, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("stat the private directory %s: %w", dir, err)
 	}
-	if int(st.Uid) != os.Geteuid() || st.Mode&0o777 != 0o700 {
+	if int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0 {
 		unix.Close(fd)
-		return nil, fmt.Errorf("the private directory %s is owned by uid %d with mode %o, not this process's own with 0700 (replaced by another user?)", dir, st.Uid, st.Mode&0o777)
+		return nil, fmt.Errorf("the private directory %s is owned by uid %d with mode %o, not this process's own and writable by it alone (replaced by another user, or a file system that keeps no owners or modes, such as vfat or sshfs: save to a local directory and copy the file)", dir, st.Uid, st.Mode&0o777)
 	}
 	return os.NewFile(uintptr(fd), dir), nil
 }

@@ -106,7 +106,7 @@ func (h *Host) startAPIServer(ctx context.Context) (*apiServer, error) {
 		return nil, err
 	}
 	pkiDir := h.Path(version.PKIDir)
-	for _, f := range []string{"apiserver.crt", "apiserver.key", "ca.crt", "sa.key", "sa.pub", "etcd/ca.crt", "apiserver-etcd-client.crt"} {
+	for _, f := range []string{"apiserver.crt", "apiserver.key", "ca.crt", "sa.key", "sa.pub", "etcd/ca.crt", "apiserver-etcd-client.crt", "apiserver-kubelet-client.crt", "front-proxy-client.crt", "front-proxy-ca.crt"} {
 		if _, err := os.Stat(filepath.Join(pkiDir, f)); err != nil {
 			return nil, fmt.Errorf("start kube-apiserver on %s: %w", h.name, err)
 		}

@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -366,7 +367,35 @@ func firstServiceIP(cidr string) net.IP {
 var subnetsInUse = struct {
 	sync.Mutex
 	m map[netip.Addr]bool
-}{m: map[netip.Addr]bool{}}
+	// locks are the /24s' lock files (subnetLockDir), flock'ed while held:
+	// how another process's clusters see them before they listen.
+	locks map[netip.Addr]*os.File
+}{m: map[netip.Addr]bool{}, locks: map[netip.Addr]*os.File{}}
+
+// subnetLockDir holds a lock file per /24 a simulated cluster of any process
+// on this machine holds: `make test` runs test binaries at once (./ha beside
+// the CLI's and the simulator's), and a /24 one of them drew but does not
+// listen on yet was free to the others' probe. A fixed path, not TMPDIR,
+// which a test binary may set to a directory of its own.
+const subnetLockDir = "/tmp/stratum-sim-subnets"
+
+// lockSubnet takes base's lock file without waiting; false when another
+// process holds it. A lock that cannot be taken for another reason (no /tmp)
+// is not in the way: the probe still judges.
+func lockSubnet(base netip.Addr) (*os.File, bool) {
+	if err := os.MkdirAll(subnetLockDir, 0o1777); err != nil {
+		return nil, true
+	}
+	f, err := os.OpenFile(filepath.Join(subnetLockDir, base.String()), os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return nil, true
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, !errors.Is(err, syscall.EWOULDBLOCK)
+	}
+	return f, true
+}
 
 // pickSubnet draws a candidate 127.a.b.0/24; a test replaces it.
 var pickSubnet = func() netip.Addr {
@@ -378,21 +407,29 @@ func releaseSubnet(base netip.Addr) {
 	subnetsInUse.Lock()
 	defer subnetsInUse.Unlock()
 	delete(subnetsInUse.m, base)
+	if f := subnetsInUse.locks[base]; f != nil {
+		f.Close()
+		delete(subnetsInUse.locks, base)
+	}
 }
 
 // freeSubnet picks 127.a.b.0/24 at random until one is not held by another
 // cluster of this process and every address the cluster will bind (hosts
 // from .11, the VIP at .10) is free on the standard ports. Clusters of this
 // process never share a /24; one of another process is seen only once it
-// listens, so two test binaries drawing the same /24 at once can still
-// collide (docs/architecture.md says when). The /24 is held until
-// releaseSubnet.
+// listens, so each /24 is also locked across processes (lockSubnet): two
+// test binaries drawing the same /24 at once do not both take it. The /24
+// is held until releaseSubnet.
 func freeSubnet(hosts int) (netip.Addr, error) {
 	subnetsInUse.Lock()
 	defer subnetsInUse.Unlock()
 	for try := 0; try < 50; try++ {
 		base := pickSubnet()
 		if subnetsInUse.m[base] {
+			continue
+		}
+		lock, free := lockSubnet(base)
+		if !free {
 			continue
 		}
 		ok := true
@@ -413,7 +450,13 @@ func freeSubnet(hosts int) (netip.Addr, error) {
 		}
 		if ok {
 			subnetsInUse.m[base] = true
+			if lock != nil {
+				subnetsInUse.locks[base] = lock
+			}
 			return base, nil
+		}
+		if lock != nil {
+			lock.Close()
 		}
 	}
 	return netip.Addr{}, errors.New("sim: no free loopback /24 found in 50 tries")

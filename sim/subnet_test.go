@@ -38,3 +38,47 @@ func TestFreeSubnetSkipsOneHeld(t *testing.T) {
 	releaseSubnet(second)
 	releaseSubnet(third)
 }
+
+// TestFreeSubnetSkipsOneLockedElsewhere: a /24 whose lock file another
+// process holds (`make test` runs ./ha beside the simulator's and the CLI's
+// tests), drawn before that process's cluster listens on it, is skipped; a
+// /24 is locked while a cluster holds it and unlocked at its release.
+func TestFreeSubnetSkipsOneLockedElsewhere(t *testing.T) {
+	a := netip.MustParseAddr("127.202.17.0")
+	b := netip.MustParseAddr("127.202.18.0")
+	draws := []netip.Addr{a, b}
+	old := pickSubnet
+	pickSubnet = func() netip.Addr {
+		if len(draws) == 0 {
+			return old()
+		}
+		next := draws[0]
+		draws = draws[1:]
+		return next
+	}
+	defer func() { pickSubnet = old }()
+	// Another process's lock: a second open file description conflicts
+	// with flock as another process's would.
+	elsewhere, free := lockSubnet(a)
+	if !free || elsewhere == nil {
+		t.Fatalf("taking %v's lock as another process: free %v, %v", a, free, elsewhere)
+	}
+	got, err := freeSubnet(3)
+	if err != nil || got != b {
+		elsewhere.Close()
+		t.Fatalf("while another process holds %v's lock: %v, %v; want %v", a, got, err, b)
+	}
+	elsewhere.Close()
+	if f, free := lockSubnet(b); free || f != nil {
+		if f != nil {
+			f.Close()
+		}
+		t.Errorf("%v, held by a cluster of this process, is not locked for the others", b)
+	}
+	releaseSubnet(got)
+	f, free := lockSubnet(b)
+	if !free || f == nil {
+		t.Fatalf("%v after its release: still locked", b)
+	}
+	f.Close()
+}

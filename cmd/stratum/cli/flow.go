@@ -133,10 +133,6 @@ func hasState(h host.Host) bool {
 	return !errors.Is(err, nodestate.ErrNoState)
 }
 
-// mintGrant is `stratum token create` on a control plane: a control-plane
-// grant (token, certificate-key, shared certificates uploaded under it) or a
-// worker token, with the join command for the cluster's server (the VIP when
-// the cluster has one) from the node state. It returns that server too.
 // maxControlPlaneGrantTTL is the longest a control-plane grant's token may
 // live: the grant, with its certificate-key, opens the cluster's CA keys,
 // and a join command kept in a shell history, a CI log or an agent's
@@ -157,6 +153,10 @@ func checkGrantTTL(ttl time.Duration, controlPlane bool) error {
 	return nil
 }
 
+// mintGrant is `stratum token create` on a control plane: a control-plane
+// grant (token, certificate-key, shared certificates uploaded under it) or a
+// worker token, with the join command for the cluster's server (the VIP when
+// the cluster has one) from the node state. It returns that server too.
 func mintGrant(ctx context.Context, n *ha.Node, h host.Host, ttl time.Duration, controlPlane bool) (*token.Minted, string, error) {
 	st, err := loadState(h)
 	if err != nil {
