@@ -178,13 +178,8 @@ func (n *Node) restart(ctx context.Context, o BootstrapOptions, holder string) (
 // help, while the certificates, the cluster's published members and the
 // other members' peer lists all name the recorded address, so the control
 // plane cannot move. The refusal names the address and both ways out.
-// The host's addresses that cannot be listed judge nothing: etcd's start
-// says what is wrong then.
 func refuseMovedNodeIP(h host.Host, st *nodestate.NodeState) error {
-	if _, err := h.Addresses(); err != nil {
-		return nil
-	}
-	if err := checkLocalIP(h, st.NodeIP); err != nil {
+	if err := nodeIPGone(h, st.NodeIP); err != nil {
 		return Refusal(fmt.Errorf("stratum up refused: node IP %s, which this control plane's node state %s records: %w; nothing was changed, and etcd was not started: its member, its certificates and the cluster's member list name that address, so a control plane does not move to another. If the address comes back (a network not yet up, a lease renewed), run `stratum up` again once it has; on a cluster's only control plane, give the machine that address again (a static address, or a DHCP reservation): a reset there ends the cluster. If another control plane runs and this machine's address changed for good, run `stratum reset` here and join it again with the command `stratum token create --control-plane` prints on a running control plane", st.NodeIP, nodestate.Path, err))
 	}
 	return nil

@@ -925,6 +925,17 @@ func checkLocalIP(h host.Host, ip string) error {
 	return fmt.Errorf("not an address of this host (it has %v)", addrs)
 }
 
+// nodeIPGone is checkLocalIP for a node IP a node state recorded: why ip is
+// not an address of this host, nil when it is. Addresses that cannot be
+// listed judge nothing (nil): etcd's start, or the reset's own request, says
+// what is wrong then.
+func nodeIPGone(h host.Host, ip string) error {
+	if _, err := h.Addresses(); err != nil {
+		return nil
+	}
+	return checkLocalIP(h, ip)
+}
+
 // checkWritable refuses a directory this node cannot write: created when
 // absent, then probed with a file written and removed.
 func checkWritable(h host.Files, dirs ...string) error {

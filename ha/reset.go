@@ -370,10 +370,7 @@ func addressGone(h host.Host, ip string) error {
 	if ip == "" {
 		return nil
 	}
-	if _, err := h.Addresses(); err != nil {
-		return nil
-	}
-	if err := checkLocalIP(h, ip); err != nil {
+	if err := nodeIPGone(h, ip); err != nil {
 		return fmt.Errorf("the node IP %s its node state records: %w", ip, err)
 	}
 	return nil

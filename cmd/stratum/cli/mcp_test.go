@@ -33,17 +33,7 @@ func TestMCPServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	a := &app{stdout: new(bytes.Buffer), stderr: new(bytes.Buffer), opts: opts, log: slog.New(slog.DiscardHandler)}
-	st, ct := mcp.NewInMemoryTransports()
-	ss, err := a.mcpServer(true).Connect(ctx, st, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ss.Close()
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "v0"}, nil).Connect(ctx, ct, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
+	cs := connectMCP(ctx, t, a, true)
 
 	tools, err := cs.ListTools(ctx, nil)
 	if err != nil {
@@ -141,18 +131,7 @@ func TestMCPServer(t *testing.T) {
 
 	// A server started without --allow-control-plane-grants mints no
 	// control-plane grant, whatever the agent confirms.
-	st2, ct2 := mcp.NewInMemoryTransports()
-	ss2, err := a.mcpServer(false).Connect(ctx, st2, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ss2.Close()
-	cs2, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "v0"}, nil).Connect(ctx, ct2, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs2.Close()
-	refused, err := cs2.CallTool(ctx, &mcp.CallToolParams{Name: "token_create", Arguments: map[string]any{"controlPlane": true, "confirm": true}})
+	refused, err := connectMCP(ctx, t, a, false).CallTool(ctx, &mcp.CallToolParams{Name: "token_create", Arguments: map[string]any{"controlPlane": true, "confirm": true}})
 	if err != nil || !refused.IsError || !strings.Contains(text(refused), "--allow-control-plane-grants") || secrets() != before {
 		t.Fatalf("token_create of a control-plane grant on a server without --allow-control-plane-grants: %v, %q, %d token Secrets (were %d)", err, text(refused), secrets(), before)
 	}
@@ -330,4 +309,23 @@ func TestServeMCPStopsCallsInFlightWhenItEnds(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("serveMCP did not return after its context ended")
 	}
+}
+
+// connectMCP is a client session on a's MCP server (allowControlPlaneGrants
+// its --allow-control-plane-grants) over in-memory transports, both closed
+// when the test ends.
+func connectMCP(ctx context.Context, t *testing.T, a *app, allowControlPlaneGrants bool) *mcp.ClientSession {
+	t.Helper()
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := a.mcpServer(allowControlPlaneGrants).Connect(ctx, st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ss.Close() })
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "v0"}, nil).Connect(ctx, ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
 }
