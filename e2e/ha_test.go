@@ -31,7 +31,9 @@ import (
 // the join command `token create` printed, verbatim (the second in its
 // secret-file form), and everything checked with clients nobody here wrote:
 // etcdctl lists three started voters, kubectl reads through the VIP with the
-// admin kubeconfig and TLS verified. Then the VIP holder's stratum is
+// admin kubeconfig and TLS verified, and `kubectl auth whoami` shows it a
+// cluster admin through the stratum:cluster-admins binding, not
+// system:masters. Then the VIP holder's stratum is
 // SIGKILLed (after a SIGKILLed etcd child was restarted by its supervisor):
 // the VIP moves, kubectl answers through it within 20 s,
 // `stratum etcd health` on a survivor names the dead member, and `stratum up`
@@ -102,6 +104,15 @@ func TestHAControlPlaneOnThreeHosts(t *testing.T) {
 		}
 		if got := tools.kubectl(ctx, t, h, "get", "--raw", "/readyz"); strings.TrimSpace(got) != "ok" {
 			t.Fatalf("kubectl on %s through the VIP: /readyz = %q", h.Name(), got)
+		}
+		// The admin kubeconfig is a cluster admin through RBAC's
+		// stratum:cluster-admins binding, not a system:masters superuser.
+		groups := tools.kubectl(ctx, t, h, "auth", "whoami", "-o", "jsonpath={.status.userInfo.groups}")
+		if !strings.Contains(groups, "stratum:cluster-admins") || strings.Contains(groups, "system:masters") {
+			t.Fatalf("kubectl auth whoami on %s: groups %s, want stratum:cluster-admins and not system:masters", h.Name(), groups)
+		}
+		if got := tools.kubectl(ctx, t, h, "auth", "can-i", "*", "*"); strings.TrimSpace(got) != "yes" {
+			t.Fatalf("kubectl auth can-i '*' '*' on %s: %q, want yes", h.Name(), got)
 		}
 	}
 

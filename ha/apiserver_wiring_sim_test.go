@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -106,6 +108,20 @@ func TestAPIServerServesKubeletsAndAggregatedAPIs(t *testing.T) {
 		roots.AppendCertsFromPEM(shared.Cluster.CertPEM)
 		if _, err := crt.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil || crt.Subject.CommonName != pki.APIServerKubeletClientCN {
 			t.Fatalf("the apiserver presented %q to the kubelet (%v); want %s, chaining to the cluster CA", crt.Subject.CommonName, err, pki.APIServerKubeletClientCN)
+		}
+		// A real kubelet (webhook authorization, as kubeadm sets it up)
+		// asks the apiserver whether that identity may reach its API:
+		// logs, exec and port-forward are nodes/proxy. RBAC grants it
+		// through the stratum:cluster-admins binding, not system:masters.
+		if slices.Contains(crt.Subject.Organization, pki.MastersGroup) {
+			t.Fatalf("the kubelet client certificate is in %s: %v", pki.MastersGroup, crt.Subject.Organization)
+		}
+		review, err := admin.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: crt.Subject.CommonName, Groups: append(slices.Clone(crt.Subject.Organization), "system:authenticated"),
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "get", Resource: "nodes", Subresource: "proxy", Name: "node-b"},
+		}}, metav1.CreateOptions{})
+		if err != nil || !review.Status.Allowed {
+			t.Fatalf("the kubelet's authorization of the apiserver's client (%s in %v) for nodes/proxy: %+v, %v; want allowed", crt.Subject.CommonName, crt.Subject.Organization, review, err)
 		}
 	default:
 		t.Fatal("the apiserver presented no client certificate to the kubelet")

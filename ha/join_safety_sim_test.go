@@ -17,11 +17,13 @@ import (
 	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/assets/assetstest"
+	"stratum.dev/stratum/internal/clusteradmins"
 	"stratum.dev/stratum/internal/kubeconfig"
 	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/pki"
@@ -659,11 +661,13 @@ func TestUpWithAnInitialPeerDownStillStarts(t *testing.T) {
 
 // TestUpOfANodeWithStateServesWhenItCannotPublish: a control plane restarts
 // (`stratum up` of a node with saved state) while the cluster refuses the
-// writes its publication for joiners makes: an admission policy denies the
-// cluster-info ConfigMap's writes, as a NOSPACE alarm or a webhook whose
-// pods are down deny them. The start succeeds with a warning and the
-// control plane serves; it failed after a minute, and a supervisor under
-// systemd stopped the control plane it had started, again at each restart.
+// writes its start makes: an admission policy denies the cluster-info
+// ConfigMap's writes, and those of the stratum:cluster-admins binding on a
+// control plane brought up before that binding (its admin.conf in
+// system:masters), as a NOSPACE alarm or a webhook whose pods are down deny
+// them. The start succeeds with a warning for each and the control plane
+// serves; it failed after a minute, and a supervisor under systemd stopped
+// the control plane it had started, again at each restart.
 func TestUpOfANodeWithStateServesWhenItCannotPublish(t *testing.T) {
 	t.Parallel() // its own simulated cluster
 	assetstest.Require(t)
@@ -683,8 +687,16 @@ func TestUpOfANodeWithStateServesWhenItCannotPublish(t *testing.T) {
 					Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
 					Rule:       admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}},
 				},
+			}, {
+				RuleWithOperations: admissionv1.RuleWithOperations{
+					Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
+					Rule:       admissionv1.Rule{APIGroups: []string{rbacv1.GroupName}, APIVersions: []string{"v1"}, Resources: []string{"clusterrolebindings"}},
+				},
 			}}},
-			Validations: []admissionv1.Validation{{Expression: "object.metadata.name != 'cluster-info'", Message: "cluster-info writes refused by the test"}},
+			Validations: []admissionv1.Validation{{
+				Expression: "object.metadata.name != 'cluster-info' && object.metadata.name != '" + clusteradmins.BindingName + "'",
+				Message:    "cluster-info and cluster admins' binding writes refused by the test",
+			}},
 		},
 	}
 	if _, err := admin.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{}); err != nil {
@@ -697,13 +709,23 @@ func TestUpOfANodeWithStateServesWhenItCannotPublish(t *testing.T) {
 	if _, err := admin.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// Enforced once a dry-run write of cluster-info is refused.
+	// A control plane brought up before the binding: admin.conf in
+	// system:masters, no binding.
+	writeMastersAdminConf(t, h)
+	admin = configMapClient(t, h)
+	if err := admin.RbacV1().ClusterRoleBindings().Delete(ctx, clusteradmins.BindingName, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Enforced once dry-run writes of cluster-info and the binding are refused.
 	for {
 		cm, err := admin.CoreV1().ConfigMaps("kube-public").Get(ctx, "cluster-info", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := admin.CoreV1().ConfigMaps("kube-public").Update(ctx, cm, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil && strings.Contains(err.Error(), "refused by the test") {
+		dryRun := []string{metav1.DryRunAll}
+		_, cmErr := admin.CoreV1().ConfigMaps("kube-public").Update(ctx, cm, metav1.UpdateOptions{DryRun: dryRun})
+		_, crbErr := admin.RbacV1().ClusterRoleBindings().Create(ctx, clusteradmins.Binding(), metav1.CreateOptions{DryRun: dryRun})
+		if cmErr != nil && strings.Contains(cmErr.Error(), "refused by the test") && crbErr != nil && strings.Contains(crbErr.Error(), "refused by the test") {
 			break
 		}
 		select {
@@ -722,6 +744,9 @@ func TestUpOfANodeWithStateServesWhenItCannotPublish(t *testing.T) {
 	}
 	if !strings.Contains(progress.String(), "warning: publish cluster-info for joiners") {
 		t.Errorf("the start did not warn that it could not publish:\n%s", progress.String())
+	}
+	if !strings.Contains(progress.String(), "cluster admins bound: not done (warning: bind "+pki.ClusterAdminsGroup) {
+		t.Errorf("the start did not warn that it could not bind the cluster admins' group:\n%s", progress.String())
 	}
 	if !h.EtcdRunning() || !h.APIServerRunning() {
 		t.Fatalf("after the start etcd runs %t, the apiserver %t; want both", h.EtcdRunning(), h.APIServerRunning())

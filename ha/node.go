@@ -104,6 +104,24 @@ func (n *Node) stepSkip(step, reason string) {
 	}
 }
 
+// stepWarned is what a step of a long operation returns when it failed
+// but the operation goes on: what it left undone is a warning, not a reason
+// to stop (or tear down) what the steps before it started.
+type stepWarned struct{ err error }
+
+func (s stepWarned) Error() string { return "warning: " + s.err.Error() }
+
+func (s stepWarned) Unwrap() error { return s.err }
+
+// stepWarn reports a step that failed without stopping its operation, in the
+// log and through Env.Progress.
+func (n *Node) stepWarn(step string, err error) {
+	n.log.Warn(step+": not done", "err", err)
+	if n.env.Progress != nil {
+		n.env.Progress(fmt.Sprintf("%s: not done (warning: %v)", step, err))
+	}
+}
+
 // waitReporter reports what a retrying step waits for through Env.Progress:
 // the first time at once, then at most every WaitReportEvery.
 type waitReporter struct {

@@ -22,6 +22,7 @@ import (
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 
 	"stratum.dev/stratum/internal/apiretry"
+	"stratum.dev/stratum/internal/pki"
 	"stratum.dev/stratum/internal/token"
 )
 
@@ -388,8 +389,9 @@ func ensureJoinFencePolicy(ctx context.Context, cs kubernetes.Interface) error {
 var errNotEnforced = errors.New("admission policy not enforced yet")
 
 // probeFenceEnforced asks one apiserver, as a member of the control-plane
-// bootstrap group (impersonated, with system:masters so RBAC passes and only
-// admission can refuse), to dry-run-create a ConfigMap. The policy must deny
+// bootstrap group (impersonated, with the cluster admins' group so RBAC
+// passes and only admission can refuse; stratum acts as system:masters only
+// to write that group's binding), to dry-run-create a ConfigMap. The policy must deny
 // it; nothing is stored either way.
 func probeFenceEnforced(ctx context.Context, rc rest.Interface) error {
 	if c, ok := rc.(*rest.RESTClient); rc == nil || ok && c == nil {
@@ -407,7 +409,7 @@ func probeFenceEnforced(ctx context.Context, rc rest.Interface) error {
 		Namespace(certsNamespace).Resource("configmaps").
 		Param("dryRun", metav1.DryRunAll).
 		SetHeader("Impersonate-User", bootstrapapi.BootstrapUserPrefix+"stratum-fence-probe").
-		SetHeader("Impersonate-Group", token.ControlPlaneGroup, "system:masters", "system:authenticated").
+		SetHeader("Impersonate-Group", token.ControlPlaneGroup, pki.ClusterAdminsGroup, "system:authenticated").
 		SetHeader("Content-Type", "application/json").
 		Body(body).Do(ctx)
 	err = res.Error()

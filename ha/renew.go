@@ -121,7 +121,7 @@ func (n *Node) RenewCerts(ctx context.Context) (written, restarted []string, err
 	if err := n.checkpoint(ctx, CheckpointRenewAfterKubeconfigs); err != nil {
 		return nil, nil, err
 	}
-	restarted, err = n.restartOntoRenewed(ctx)
+	restarted, err = n.restartOntoRenewed(ctx, st.NodeIP)
 	sort.Strings(written)
 	return slices.Compact(written), restarted, err
 }
@@ -134,7 +134,9 @@ func (n *Node) RenewCerts(ctx context.Context) (written, restarted []string, err
 // instead of leaving the VIP on an apiserver that restarts for seconds; it
 // is started again after the apiserver, also when a restart before failed,
 // so a failed renewal never leaves this node out of the VIP's election.
-func (n *Node) restartOntoRenewed(ctx context.Context) ([]string, error) {
+// Once the apiserver on nodeIP has restarted, the renewed credentials' group
+// is bound (bindClusterAdminsVia), before the VIP candidate starts again.
+func (n *Node) restartOntoRenewed(ctx context.Context, nodeIP string) ([]string, error) {
 	h := n.env.Host
 	vipRuns, err := n.renewedServiceRuns(ctx, ServiceVIP)
 	if err != nil {
@@ -170,10 +172,19 @@ func (n *Node) restartOntoRenewed(ctx context.Context) ([]string, error) {
 		restarted = append(restarted, s)
 		return nil
 	}
-	var failed error
+	var failed, bindFailed error
 	for _, s := range renewRestartOrder {
 		if failed = restart(s); failed != nil {
 			break
+		}
+	}
+	if failed == nil && slices.Contains(restarted, ServiceAPIServer) {
+		// The renewed admin credential and kubelet client are in the
+		// bound group: a renewal by this stratum of a control plane brought
+		// up before the binding binds it before the VIP's candidate, which
+		// elects with that credential, starts again.
+		if err := n.bindClusterAdminsVia(ctx, nodeIP); err != nil {
+			bindFailed = fmt.Errorf("certs renew: %w; the certificates are renewed and the services restarted: re-run `stratum certs renew` or `stratum up`", err)
 		}
 	}
 	if vipRuns {
@@ -185,7 +196,7 @@ func (n *Node) restartOntoRenewed(ctx context.Context) ([]string, error) {
 	if failed != nil {
 		return restarted, failed
 	}
-	return restarted, restart(serviceOperator)
+	return restarted, errors.Join(bindFailed, restart(serviceOperator))
 }
 
 // renewExemptingLeaves are the certificates (relative to version.PKIDir) of

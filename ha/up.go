@@ -9,8 +9,10 @@ import (
 	"strings"
 	"time"
 
+	"stratum.dev/stratum/internal/clusteradmins"
 	"stratum.dev/stratum/internal/host"
 	"stratum.dev/stratum/internal/nodestate"
+	"stratum.dev/stratum/internal/pki"
 )
 
 // Services a control plane runs, by the names the host's service manager
@@ -92,14 +94,18 @@ func (n *Node) StartControlPlane(ctx context.Context) (*nodestate.NodeState, err
 		{CheckpointStartAfterPromote, "learner promotion", n.promoteSelf},
 		{CheckpointStartAfterConfirm, "member confirmation", n.confirmAndClearJournal},
 		{CheckpointStartAfterAPIServer, "kube-apiserver start", n.startAPIServer},
+		{"", "cluster admins bound", n.bindClusterAdmins},
 		{"", "kube-vip start", n.startVIP},
 		{"", "stratum-operator start", n.startOperator},
 		{"", "etcd members published", n.publishOwnView},
 	} {
 		began := time.Now()
 		var skip stepSkipped
+		var warned stepWarned
 		if err := step.run(ctx, st); errors.As(err, &skip) {
 			n.stepSkip(step.what, skip.reason)
+		} else if errors.As(err, &warned) {
+			n.stepWarn(step.what, warned.err)
 		} else if err != nil {
 			return st, err
 		} else {
@@ -160,6 +166,53 @@ func (n *Node) startAPIServer(ctx context.Context, st *nodestate.NodeState) erro
 		if err := h.RestartService(ctx, ServiceAPIServer); err != nil {
 			return fmt.Errorf("restart kube-apiserver onto its reissued certificate: %w", err)
 		}
+	}
+	return nil
+}
+
+// bindClusterAdmins makes sure the admin credential's group is bound to
+// cluster-admin (clusteradmins.Ensure) through this node's own apiserver,
+// just started: kube-vip's election, the publication for joiners and every
+// admin command after need the binding, and the VIP may not answer yet. A
+// node where no kube-apiserver runs skips it. A failure is a warning, never
+// a reason to stop the control plane started (stepWarned): a cluster brought
+// up before the binding still runs on its system:masters admin.conf, and a
+// write refused (NOSPACE, an admission webhook whose pods are down) must not
+// tear down, at every restart under systemd, what served before.
+func (n *Node) bindClusterAdmins(ctx context.Context, st *nodestate.NodeState) error {
+	ss, err := n.env.Host.ServiceStatus(ctx, ServiceAPIServer)
+	if host.NotRunning(ss, err) {
+		return stepSkipped{"no kube-apiserver runs here"}
+	}
+	if err := n.bindClusterAdminsVia(ctx, st.NodeIP); err != nil {
+		return stepWarned{fmt.Errorf("%w; the control plane runs, but the admin kubeconfig, kube-vip's election and the apiserver's kubelet client may be refused until the binding is there: re-run `stratum up` to retry", err)}
+	}
+	return nil
+}
+
+// bindClusterAdminsVia is clusteradmins.Ensure with this node's admin
+// credential aimed at the apiserver on nodeIP (its first address), minting
+// from this node's cluster CA when it must write.
+func (n *Node) bindClusterAdminsVia(ctx context.Context, nodeIP string) error {
+	cfg, err := n.adminRESTConfig()
+	if err != nil {
+		return fmt.Errorf("bind %s: %w", pki.ClusterAdminsGroup, err)
+	}
+	own, _, _ := strings.Cut(nodeIP, ",")
+	cfg.Host = apiServerURL(own)
+	clusterCA := func() (*pki.CA, error) {
+		shared, err := n.loadSharedCAs()
+		if err != nil {
+			return nil, err
+		}
+		return shared.Cluster, nil
+	}
+	wrote, err := clusteradmins.Ensure(ctx, cfg, clusterCA, n.env.Host.Now())
+	if err != nil {
+		return err
+	}
+	if wrote {
+		n.log.Info("bound the admin credential's group to cluster-admin", "binding", clusteradmins.BindingName)
 	}
 	return nil
 }

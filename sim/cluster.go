@@ -26,8 +26,10 @@ import (
 
 	"github.com/go-logr/logr"
 	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	"stratum.dev/stratum/internal/clusteradmins"
 	"stratum.dev/stratum/internal/discovery"
 	"stratum.dev/stratum/internal/kubeconfig"
 	"stratum.dev/stratum/internal/nodestate"
@@ -249,8 +251,16 @@ func New(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 			return nil, err
 		}
 		c.events.Record("", "action", "%d apiservers ready %s after start", len(withAPIServer), time.Since(start).Round(time.Millisecond))
-		// What `stratum up` publishes for joiners: the CA in cluster-info.
-		admin, err := cps[0].Admin()
+		// What `stratum up` binds before its admin credential can act, and
+		// publishes for joiners: the CA in cluster-info.
+		adminCfg, err := cps[0].AdminConfig()
+		if err != nil {
+			return nil, err
+		}
+		if _, err := clusteradmins.Ensure(ctx, adminCfg, func() (*pki.CA, error) { return c.shared.Cluster, nil }, time.Now()); err != nil {
+			return nil, fmt.Errorf("sim: %w", err)
+		}
+		admin, err := kubernetes.NewForConfig(adminCfg)
 		if err != nil {
 			return nil, err
 		}

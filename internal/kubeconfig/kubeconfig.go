@@ -203,14 +203,15 @@ var nodeUsers = map[string]struct {
 	cn  string
 	org []string
 }{
-	Admin:             {pki.AdminCN, []string{pki.MastersGroup}},
+	Admin:             {pki.AdminCN, []string{pki.ClusterAdminsGroup}},
 	ControllerManager: {"system:kube-controller-manager", nil},
 	Scheduler:         {"system:kube-scheduler", nil},
 }
 
 // NodeKubeconfigs returns a control-plane node's kubeconfigs by name (the
 // names Names lists), each with a fresh client certificate from clusterCA and
-// pointed at server: admin (kubernetes-admin in system:masters),
+// pointed at server: admin (kubernetes-admin in stratum:cluster-admins,
+// which RBAC binds to cluster-admin: internal/clusteradmins),
 // controller-manager (system:kube-controller-manager) and scheduler
 // (system:kube-scheduler). The caller writes each to version.Kubeconfig(name).
 func NodeKubeconfigs(clusterCA *pki.CA, server string, now time.Time) (map[string][]byte, error) {

@@ -418,7 +418,7 @@ func TestNodeKubeconfigs(t *testing.T) {
 		name, cn string
 		org      []string
 	}{
-		{"admin", "kubernetes-admin", []string{"system:masters"}},
+		{"admin", "kubernetes-admin", []string{"stratum:cluster-admins"}},
 		{"controller-manager", "system:kube-controller-manager", nil},
 		{"scheduler", "system:kube-scheduler", nil},
 	} {

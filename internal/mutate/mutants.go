@@ -996,4 +996,78 @@ var mutants = []mutant{
 			{"./cmd/stratum/cli", "-run", "TestMCPServer"},
 		},
 	},
+	{
+		Name: "admin-credential-in-system-masters",
+		File: "internal/kubeconfig/kubeconfig.go",
+		Old:  "Admin:             {pki.AdminCN, []string{pki.ClusterAdminsGroup}},",
+		New:  "Admin:             {pki.AdminCN, []string{pki.MastersGroup}},",
+		Tests: [][]string{
+			{"./internal/kubeconfig"},
+			{"./ha", "-run", "TestAdminCredentialIsBoundNotSuperuser"},
+		},
+	},
+	{
+		Name: "kubelet-client-in-system-masters",
+		File: "internal/pki/node.go",
+		Old:  "CommonName: APIServerKubeletClientCN, Organization: []string{ClusterAdminsGroup}, Client: true,",
+		New:  "CommonName: APIServerKubeletClientCN, Organization: []string{MastersGroup}, Client: true,",
+		Tests: [][]string{
+			{"./internal/pki"},
+			{"./ha", "-run", "TestAPIServerServesKubeletsAndAggregatedAPIs|TestAdminCredentialIsBoundNotSuperuser"},
+		},
+	},
+	{
+		Name: "start-without-binding-cluster-admins",
+		File: "ha/up.go",
+		Old:  `{"", "cluster admins bound", n.bindClusterAdmins},`,
+		New:  ``,
+		Tests: [][]string{
+			{"./ha", "-run", "TestAdminCredentialIsBoundNotSuperuser"},
+		},
+	},
+	{
+		Name: "cluster-admins-binding-to-any-role",
+		File: "internal/clusteradmins/clusteradmins.go",
+		Old:  "return b.RoleRef == roleRef() && slices.Contains(b.Subjects, groupSubject())",
+		New:  "return slices.Contains(b.Subjects, groupSubject())",
+		Tests: [][]string{
+			{"./ha", "-run", "TestAdminCredentialIsBoundNotSuperuser"},
+		},
+	},
+	{
+		Name: "cluster-admins-binding-drops-added-subjects",
+		File: "internal/clusteradmins/clusteradmins.go",
+		Old:  "mended.Subjects = append(mended.Subjects, groupSubject())",
+		New:  "mended.Subjects = []rbacv1.Subject{groupSubject()}",
+		Tests: [][]string{
+			{"./ha", "-run", "TestAdminCredentialIsBoundNotSuperuser"},
+		},
+	},
+	{
+		Name: "renew-without-binding-cluster-admins",
+		File: "ha/renew.go",
+		Old:  "if failed == nil && slices.Contains(restarted, ServiceAPIServer) {",
+		New:  "if false && failed == nil && slices.Contains(restarted, ServiceAPIServer) {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestAdminCredentialIsBoundNotSuperuser"},
+		},
+	},
+	{
+		Name: "failed-bind-stops-the-start",
+		File: "ha/up.go",
+		Old:  "} else if errors.As(err, &warned) {",
+		New:  "} else if false && errors.As(err, &warned) {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestUpOfANodeWithStateServesWhenItCannotPublish|TestAdminCredentialIsBoundNotSuperuser"},
+		},
+	},
+	{
+		Name: "cluster-admins-binding-being-deleted-taken-as-bound",
+		File: "internal/clusteradmins/clusteradmins.go",
+		Old:  "slices.Contains(b.Subjects, groupSubject()) && b.DeletionTimestamp == nil",
+		New:  "slices.Contains(b.Subjects, groupSubject())",
+		Tests: [][]string{
+			{"./ha", "-run", "TestAdminCredentialIsBoundNotSuperuser"},
+		},
+	},
 }

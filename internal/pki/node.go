@@ -26,7 +26,18 @@ const (
 	FrontProxyClientCN       = "front-proxy-client"
 	EtcdClientCN             = "stratum-etcd-client"
 	AdminCN                  = "kubernetes-admin"
-	MastersGroup             = "system:masters"
+	// ClusterAdminsGroup is the group of the admin credential and of the
+	// apiserver's kubelet client: bound to the cluster-admin ClusterRole by
+	// a ClusterRoleBinding of the same name (internal/clusteradmins), so
+	// RBAC decides for them and a binding taken away revokes them, as
+	// kubeadm's kubeadm:cluster-admins since 1.29.
+	ClusterAdminsGroup = "stratum:cluster-admins"
+	// MastersGroup is Kubernetes' superuser group, which the apiserver
+	// authorizes before any authorizer and no binding can revoke. No file
+	// stratum writes holds a credential in it: it is minted in memory, for
+	// minutes, only to write ClusterAdminsGroup's binding when the admin
+	// credential cannot (clusteradmins.Ensure).
+	MastersGroup = "system:masters"
 )
 
 // Base names (without .crt/.key) of the node's leaves, relative to
@@ -76,7 +87,7 @@ func nodeLeafSpecs(s *Shared, hostname string, nodeIP net.IP, sans *APISANs) []n
 		}},
 		{APIServerEtcdClientLeaf, s.Etcd, LeafSpec{CommonName: APIServerEtcdClientCN, Client: true}},
 		{APIServerKubeletClientLeaf, s.Cluster, LeafSpec{
-			CommonName: APIServerKubeletClientCN, Organization: []string{MastersGroup}, Client: true,
+			CommonName: APIServerKubeletClientCN, Organization: []string{ClusterAdminsGroup}, Client: true,
 		}},
 		{FrontProxyClientLeaf, s.FrontProxy, LeafSpec{CommonName: FrontProxyClientCN, Client: true}},
 		{EtcdServerLeaf, s.Etcd, LeafSpec{
@@ -91,7 +102,7 @@ func nodeLeafSpecs(s *Shared, hostname string, nodeIP net.IP, sans *APISANs) []n
 			IPs: dedupIPs([]net.IP{nodeIP, loopback}), Server: true, Client: true,
 		}},
 		{EtcdClientLeaf, s.Etcd, LeafSpec{CommonName: EtcdClientCN, Client: true}},
-		{AdminLeaf, s.Cluster, LeafSpec{CommonName: AdminCN, Organization: []string{MastersGroup}, Client: true}},
+		{AdminLeaf, s.Cluster, LeafSpec{CommonName: AdminCN, Organization: []string{ClusterAdminsGroup}, Client: true}},
 	}
 }
 
@@ -104,7 +115,7 @@ func nodeLeafSpecs(s *Shared, hostname string, nodeIP net.IP, sans *APISANs) []n
 //     127.0.0.1 and sans.IPs (the caller puts the VIP and the first service
 //     IP there).
 //   - apiserver-etcd-client: client, etcd CA.
-//   - apiserver-kubelet-client: client, cluster CA, O system:masters.
+//   - apiserver-kubelet-client: client, cluster CA, O stratum:cluster-admins.
 //   - front-proxy-client: client, front-proxy CA.
 //   - etcd/server: server and client, etcd CA; CN hostname; DNS hostname,
 //     localhost; IPs nodeIP, 127.0.0.1.
@@ -113,7 +124,7 @@ func nodeLeafSpecs(s *Shared, hostname string, nodeIP net.IP, sans *APISANs) []n
 //     connects from, and a loopback connection comes from 127.0.0.1).
 //   - etcd/healthcheck-client: client, etcd CA; CN stratum-etcd-client, the
 //     certificate stratum's own etcd client dials with.
-//   - admin: client, cluster CA; CN kubernetes-admin, O system:masters.
+//   - admin: client, cluster CA; CN kubernetes-admin, O stratum:cluster-admins.
 //
 // Names and addresses are deduplicated, so a VIP equal to the node IP or a
 // repeated name does not appear twice.

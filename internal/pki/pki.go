@@ -14,6 +14,7 @@
 package pki
 
 import (
+	"cmp"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -118,10 +119,13 @@ type LeafSpec struct {
 	IPs          []net.IP
 	Server       bool
 	Client       bool
+	// Validity is how long the leaf is valid from now; zero is LeafValidity.
+	// A credential made for one operation and never written lives minutes.
+	Validity time.Duration
 }
 
 // Issue signs a leaf for spec with a fresh ECDSA P-256 key. The leaf is valid
-// for LeafValidity from now (backdated by Backdate), cut short at the CA's own
+// for spec.Validity (LeafValidity when zero) from now (backdated by Backdate), cut short at the CA's own
 // expiry, since a leaf cannot outlive the CA that vouches for it.
 func (ca *CA) Issue(spec LeafSpec, now time.Time) (certPEM, keyPEM []byte, err error) {
 	if _, err := spec.usages(); err != nil {
@@ -150,7 +154,7 @@ func (ca *CA) IssueFor(spec LeafSpec, key crypto.Signer, now time.Time) (certPEM
 	if err != nil {
 		return nil, fmt.Errorf("issue leaf %q: %w", spec.CommonName, err)
 	}
-	notAfter := now.Add(LeafValidity)
+	notAfter := now.Add(cmp.Or(spec.Validity, LeafValidity))
 	if notAfter.After(ca.Cert.NotAfter) {
 		notAfter = ca.Cert.NotAfter
 	}

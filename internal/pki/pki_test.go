@@ -185,6 +185,23 @@ func TestIssueStopsAtCAExpiry(t *testing.T) {
 	}
 }
 
+// TestIssueValidity: a leaf is valid for a year by default, and for its
+// spec's Validity when one is given (a credential minted for one operation).
+func TestIssueValidity(t *testing.T) {
+	ca := mustCA(t, "issuer", now)
+	for _, c := range []struct {
+		validity, want time.Duration
+	}{{0, LeafValidity}, {10 * time.Minute, 10 * time.Minute}} {
+		certPEM, _, err := ca.Issue(LeafSpec{CommonName: "x", Client: true, Validity: c.validity}, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := mustParse(t, certPEM).NotAfter; !got.Equal(now.Add(c.want).UTC().Truncate(time.Second)) {
+			t.Errorf("Validity %v: NotAfter %v, want %v", c.validity, got, now.Add(c.want))
+		}
+	}
+}
+
 func TestIssueRefuses(t *testing.T) {
 	ca := mustCA(t, "issuer", now)
 	for name, spec := range map[string]LeafSpec{
@@ -387,12 +404,12 @@ func TestNodeLeaves(t *testing.T) {
 			[]string{"cp2", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local", "localhost", "api.example"},
 			[]net.IP{nodeIP, lo, vip, svc}, true, false},
 		{"apiserver-etcd-client", "etcd", "kube-apiserver-etcd-client", nil, nil, nil, false, true},
-		{"apiserver-kubelet-client", "cluster", "kube-apiserver-kubelet-client", []string{"system:masters"}, nil, nil, false, true},
+		{"apiserver-kubelet-client", "cluster", "kube-apiserver-kubelet-client", []string{"stratum:cluster-admins"}, nil, nil, false, true},
 		{"front-proxy-client", "front-proxy", "front-proxy-client", nil, nil, nil, false, true},
 		{"etcd/server", "etcd", "cp2", nil, []string{"cp2", "localhost"}, []net.IP{nodeIP, lo}, true, true},
 		{"etcd/peer", "etcd", "cp2", nil, []string{"cp2"}, []net.IP{nodeIP, net.ParseIP("127.0.0.1")}, true, true},
 		{"etcd/healthcheck-client", "etcd", "stratum-etcd-client", nil, nil, nil, false, true},
-		{"admin", "cluster", "kubernetes-admin", []string{"system:masters"}, nil, nil, false, true},
+		{"admin", "cluster", "kubernetes-admin", []string{"stratum:cluster-admins"}, nil, nil, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			certPEM, keyPEM := leaves[tc.name+".crt"], leaves[tc.name+".key"]

@@ -280,7 +280,7 @@ func TestUpAndJoinPrintTheirSteps(t *testing.T) {
 	if code != ExitOK {
 		t.Fatalf("up: exit %d\n%s\n%s", code, out, errOut)
 	}
-	for _, step := range []string{"refusals", "cluster CAs", "node assembly", "node state", "etcd start", "kube-apiserver start", "kube-vip start"} {
+	for _, step := range []string{"refusals", "cluster CAs", "node assembly", "node state", "etcd start", "kube-apiserver start", "cluster admins bound", "kube-vip start"} {
 		if !strings.Contains(out, "  "+step+": done in ") {
 			t.Errorf("up printed no line for its step %q:\n%s", step, out)
 		}
