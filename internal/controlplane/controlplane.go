@@ -142,12 +142,23 @@ func (b Binaries) Version(ctx context.Context, name string) (string, error) {
 	}
 	var says []string
 	for _, a := range accepted {
-		if strings.Contains(string(out), a.says) {
+		if saysLine(string(out), a.says) {
 			return a.version, nil
 		}
 		says = append(says, fmt.Sprintf("%q", a.says))
 	}
 	return "", fmt.Errorf("%w: %s is %q, this stratum runs %s: %s", ErrBinary, p, firstLine(string(out)), strings.Join(says, " or "), fix)
+}
+
+// saysLine reports whether one line of a --version output is exactly says:
+// "Kubernetes v1.37.20" is not v1.37.2, though it contains it.
+func saysLine(out, says string) bool {
+	for line := range strings.Lines(out) {
+		if strings.TrimSpace(line) == says {
+			return true
+		}
+	}
+	return false
 }
 
 // RootOnlyWritable refuses, when this process runs as root, a program that

@@ -148,6 +148,15 @@ func TestBinariesCheck(t *testing.T) {
 	if v, err := b.Version(ctx, EtcdBinary); err != nil || v != version.EtcdPrevious {
 		t.Fatalf("the previous etcd (a downgrade's): %q %v", v, err)
 	}
+	// A version whose text begins with the pinned one's is another version.
+	script(EtcdBinary, "etcd Version: 3.7.30", 0o755)
+	if err := b.Check(ctx, EtcdBinary); !errors.Is(err, ErrBinary) || !strings.Contains(err.Error(), "3.7.30") {
+		t.Fatalf("etcd 3.7.30 against the pinned 3.7.3: %v, want it refused", err)
+	}
+	script(APIServerBinary, "Kubernetes v1.37.20", 0o755)
+	if err := b.Check(ctx, APIServerBinary); !errors.Is(err, ErrBinary) || !strings.Contains(err.Error(), "v1.37.20") {
+		t.Fatalf("kube-apiserver v1.37.20 against the pinned v1.37.2: %v, want it refused", err)
+	}
 	script(EtcdBinary, "etcd Version: 3.7.3", 0o755)
 	script(APIServerBinary, "Kubernetes v1.37.2", 0o755)
 	if err := b.Check(ctx, APIServerBinary); err != nil {

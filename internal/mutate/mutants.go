@@ -1070,4 +1070,22 @@ var mutants = []mutant{
 			{"./ha", "-run", "TestAdminCredentialIsBoundNotSuperuser"},
 		},
 	},
+	{
+		Name: "binary-version-by-substring",
+		File: "internal/controlplane/controlplane.go",
+		Old:  "if strings.TrimSpace(line) == says {",
+		New:  "if strings.Contains(line, says) {",
+		Tests: [][]string{
+			{"./internal/controlplane", "-run", "TestBinariesCheck"},
+		},
+	},
+	{
+		Name: "status-without-service-versions",
+		File: "cmd/stratum/cli/services.go",
+		Old:  "Detail: st.Detail, Version: st.Version})",
+		New:  "Detail: st.Detail})",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestReportsAndDryRunsChangeNothing"},
+		},
+	},
 }

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -73,6 +74,12 @@ func TestReportsAndDryRunsChangeNothing(t *testing.T) {
 	var st statusReport
 	if code != ExitOK || json.Unmarshal([]byte(out), &st) != nil || st.Node == nil || st.Node.NodeName != "cp1" || st.Node.VIP != vip || !st.Supervisor || st.Problem != "" || st.ResetUnderWay {
 		t.Fatalf("status -o json: exit %d\n%s%s", code, out, errOut)
+	}
+	if i := slices.IndexFunc(st.Services, func(s serviceReport) bool { return s.Name == ha.ServiceEtcd }); i < 0 || st.Services[i].Version != version.Etcd {
+		t.Fatalf("status -o json names no etcd version %s among its services: %+v", version.Etcd, st.Services)
+	}
+	if code, out, _ := runCLI(t, opts, "status"); code != ExitOK || !regexp.MustCompile(`(?m)^etcd +`+regexp.QuoteMeta(version.Etcd)+` +running`).MatchString(out) {
+		t.Fatalf("status names no etcd version %s in its table: exit %d\n%s", version.Etcd, code, out)
 	}
 
 	// status on a machine that is no control plane says so, and how to join

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -254,10 +255,16 @@ type nodeReport struct {
 	ClusterID   string `json:"clusterID,omitempty"`
 }
 
+// serviceReport is one supervised service in `stratum status`. Version is
+// what the supervisor says it runs (etcd's binary as last checked, the
+// pinned kube-apiserver, the supervisor's own stratum for kube-vip and the
+// operator, which run inside it): after binaries were swapped, it is what
+// runs until a restart, not what is on disk.
 type serviceReport struct {
 	Name    string `json:"name"`
 	Running bool   `json:"running"`
 	Detail  string `json:"detail"`
+	Version string `json:"version,omitempty"`
 }
 
 // nodeStatus reads this node's saved state and join journal; a node with
@@ -322,7 +329,7 @@ func (rep *statusReport) askSupervisor(ctx context.Context, h host.Host) error {
 			rep.Supervisor, rep.SupervisorError, rep.Services = false, err.Error(), []serviceReport{}
 			return err
 		}
-		rep.Services = append(rep.Services, serviceReport{Name: name, Running: st.Running, Detail: st.Detail})
+		rep.Services = append(rep.Services, serviceReport{Name: name, Running: st.Running, Detail: st.Detail, Version: st.Version})
 	}
 	rep.Supervisor = true
 	return nil
@@ -401,9 +408,9 @@ func writeStatus(w io.Writer, rep statusReport) error {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SERVICE\tSTATE")
+	fmt.Fprintln(tw, "SERVICE\tVERSION\tSTATE")
 	for _, s := range rep.Services {
-		fmt.Fprintf(tw, "%s\t%s\n", s.Name, s.Detail)
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", s.Name, cmp.Or(s.Version, "-"), s.Detail)
 	}
 	return tw.Flush()
 }

@@ -113,15 +113,20 @@ func (a *app) nodeSupervisor(h host.Host, n *ha.Node, binDir string, operator bo
 			Check:   check(controlplane.APIServerBinary),
 			Version: version.Kubernetes,
 		},
-		{Name: ha.ServiceVIP, Run: func(ctx context.Context) error { return a.runVIP(ctx, h) }, Check: func(context.Context) error { return vipCheck(h) }},
+		{Name: ha.ServiceVIP, Run: func(ctx context.Context) error { return a.runVIP(ctx, h) }, Check: func(context.Context) error { return vipCheck(h) }, Version: inProcessVersion()},
 	}
 	if operator {
-		services = append(services, supervisor.Spec{Name: serviceOperator, Run: func(ctx context.Context) error { return a.runOperator(ctx, h, n) }})
+		services = append(services, supervisor.Spec{Name: serviceOperator, Run: func(ctx context.Context) error { return a.runOperator(ctx, h, n) }, Version: inProcessVersion()})
 	}
 	return supervisor.New(supervisor.Config{LogDir: controlplane.LogDir, Log: a.log, Services: services, OnShutdownStop: func(name string) {
 		fmt.Fprintf(a.stdout, "  stopping %s ...\n", name)
 	}})
 }
+
+// inProcessVersion is the version a service running inside the supervisor
+// (kube-vip's election, the operator) reports: the supervisor's own stratum,
+// which `stratum status` from a newer binary on disk tells apart.
+func inProcessVersion() string { return "stratum " + Version }
 
 // binaryVersion is the version a service's binary said it is at its last
 // check: etcd's may be the pinned one or the previous minor (a member
