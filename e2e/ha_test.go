@@ -171,11 +171,17 @@ func TestHAControlPlaneOnThreeHosts(t *testing.T) {
 	table := tools.run(ctx, t, survivor, "etcd", "members")
 	for _, line := range strings.Split(table, "\n") {
 		f := strings.Fields(line)
-		if len(f) < 5 || f[0] == "MEMBER" {
+		if len(f) < 6 || f[0] == "MEMBER" {
 			continue
 		}
 		dead := f[0] == holder.Name()
-		if healthy := f[4] == "healthy"; healthy == dead {
+		// MEMBER PEER-URL ROLE LEADER VERSION HEALTH...: a live member says
+		// its etcd version, the dead one nothing.
+		wantVersion := strings.TrimPrefix(version.Etcd, "v")
+		if dead {
+			wantVersion = "-"
+		}
+		if healthy := f[5] == "healthy"; healthy == dead || f[4] != wantVersion {
 			t.Fatalf("stratum etcd members on %s, %s dead:\n%s", survivor.Name(), holder.Name(), table)
 		}
 	}

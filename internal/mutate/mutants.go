@@ -1088,4 +1088,13 @@ var mutants = []mutant{
 			{"./cmd/stratum/cli", "-run", "TestReportsAndDryRunsChangeNothing"},
 		},
 	},
+	{
+		Name: "etcd-members-without-versions",
+		File: "cmd/stratum/cli/flow.go",
+		Old:  "r.Version = st.Version",
+		New:  "_ = st.Version",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestEtcdMemberRemove"},
+		},
+	},
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -252,6 +253,10 @@ type memberRow struct {
 	Leader   bool   `json:"leader"`
 	// Health is "healthy" or "unhealthy: <why>".
 	Health string `json:"health"`
+	// Version is the etcd version the member says it runs; empty when it
+	// did not answer. During a rolling upgrade or an etcd downgrade the
+	// members differ.
+	Version string `json:"version,omitempty"`
 }
 
 // etcdMembers lists the cluster's members through the etcd at endpoint (a
@@ -286,6 +291,9 @@ func etcdMembers(ctx context.Context, n *ha.Node, endpoint string) ([]memberRow,
 			r.ClientIP = urlHost(m.ClientURLs[0])
 			st := n.EtcdMemberStatus(ctx, r.ClientIP)
 			r.Leader = st.Err == nil && st.ID != 0 && st.ID == st.Leader
+			if st.Err == nil {
+				r.Version = st.Version
+			}
 			switch {
 			case st.Err != nil:
 				r.Health = "unhealthy: " + st.Err.Error()
@@ -306,10 +314,10 @@ func etcdMembers(ctx context.Context, n *ha.Node, endpoint string) ([]memberRow,
 }
 
 // writeMemberTable writes rows as a table: name, peer URL, voter or learner,
-// leader, health.
+// leader, etcd version, health.
 func writeMemberTable(w io.Writer, rows []memberRow) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "MEMBER\tPEER URL\tROLE\tLEADER\tHEALTH")
+	fmt.Fprintln(tw, "MEMBER\tPEER URL\tROLE\tLEADER\tVERSION\tHEALTH")
 	for _, r := range rows {
 		role, leader := "voter", "-"
 		if r.Learner {
@@ -318,7 +326,7 @@ func writeMemberTable(w io.Writer, rows []memberRow) error {
 		if r.Leader {
 			leader = "leader"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Name, r.PeerURL, role, leader, r.Health)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.PeerURL, role, leader, cmp.Or(r.Version, "-"), r.Health)
 	}
 	return tw.Flush()
 }

@@ -9,6 +9,7 @@ import (
 
 	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/host"
+	"stratum.dev/stratum/internal/version"
 	"stratum.dev/stratum/sim"
 )
 
@@ -91,7 +92,7 @@ func TestEtcdMemberRemove(t *testing.T) {
 		if r.Leader {
 			leaders++
 		}
-		if r.Health != "healthy" || r.Learner || r.ClientIP == "" || !strings.HasPrefix(r.PeerURL, "https://") {
+		if r.Health != "healthy" || r.Learner || r.ClientIP == "" || !strings.HasPrefix(r.PeerURL, "https://") || "v"+r.Version != version.Etcd {
 			t.Fatalf("etcd members -o json row %+v", r)
 		}
 	}
