@@ -89,7 +89,7 @@ func (a *app) nodeSupervisor(h host.Host, n *ha.Node, binDir string, operator bo
 	services := []supervisor.Spec{
 		{
 			Name:    ha.ServiceEtcd,
-			Command: etcdCommand(h, bins),
+			Command: etcdCommand(h, etcdVersion),
 			Ready:   func(ctx context.Context) error { return waitEtcdServes(ctx, h, n) },
 			Check: func(ctx context.Context) error {
 				if err := etcdVersion.check(ctx); err != nil {
@@ -102,6 +102,10 @@ func (a *app) nodeSupervisor(h host.Host, n *ha.Node, binDir string, operator bo
 		{
 			Name: ha.ServiceAPIServer,
 			Command: func() (supervisor.Command, error) {
+				// Checked at every launch, as etcd's is (etcdCommand).
+				if err := bins.Check(context.Background(), controlplane.APIServerBinary); err != nil {
+					return supervisor.Command{}, err
+				}
 				st, err := nodestate.Load(h)
 				if err != nil {
 					return supervisor.Command{}, err
@@ -169,14 +173,21 @@ func (v *binaryVersion) get() string {
 }
 
 // etcdCommand renders etcd's command line from the node state at each
-// launch. A member that has served before is not launched on a data
-// directory without its data (ha.RefuseMissingEtcdData): a relaunch after a
-// crash is checked as a start through `stratum up` is, so a data disk that
-// went away under a running member does not become a new, empty member;
-// the supervisor retries the launch with its backoff, and the member starts
-// once the data is back.
-func etcdCommand(h host.Files, bins controlplane.Binaries) func() (supervisor.Command, error) {
+// launch, after checking the binary (binaryVersion.check): binaries swapped
+// on disk under a running supervisor (a release installed in place before
+// the restart) are never launched unchecked by a relaunch after a crash or a
+// renewal's restart, and the version etcd's status reports, which the join's
+// and the rejoin's version checks read, is the one launched. A member that
+// has served before is not launched on a data directory without its data
+// (ha.RefuseMissingEtcdData): a relaunch after a crash is checked as a start
+// through `stratum up` is, so a data disk that went away under a running
+// member does not become a new, empty member; the supervisor retries the
+// launch with its backoff, and the member starts once the data is back.
+func etcdCommand(h host.Files, binary *binaryVersion) func() (supervisor.Command, error) {
 	return func() (supervisor.Command, error) {
+		if err := binary.check(context.Background()); err != nil {
+			return supervisor.Command{}, err
+		}
 		st, err := nodestate.Load(h)
 		if err != nil {
 			return supervisor.Command{}, err
@@ -185,7 +196,7 @@ func etcdCommand(h host.Files, bins controlplane.Binaries) func() (supervisor.Co
 			return supervisor.Command{}, err
 		}
 		args, err := controlplane.EtcdArgs(st)
-		return supervisor.Command{Path: bins.Path(controlplane.EtcdBinary), Args: args}, err
+		return supervisor.Command{Path: binary.bins.Path(controlplane.EtcdBinary), Args: args}, err
 	}
 }
 

@@ -481,6 +481,10 @@ func TestNodeIdentityIsTheRecordedNodeName(t *testing.T) {
 // data directory is empty when the supervisor relaunches it (its disk went
 // away). The relaunch is refused, and the status says why, instead of etcd
 // starting a new, empty member there; once the data is back etcd runs again.
+// The same for a binary swapped on disk under the running supervisor (a
+// release installed in place before the restart): the relaunch after a
+// crash checks it as the supervisor's start does, and never runs one that
+// is not the pinned version.
 func TestEtcdRelaunchWaitsForItsData(t *testing.T) {
 	h := &host.Dir{Root: t.TempDir(), LockDir: "/run/stratum"}
 	st := &nodestate.NodeState{
@@ -497,16 +501,21 @@ func TestEtcdRelaunchWaitsForItsData(t *testing.T) {
 	if err := h.MkdirAll(member, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	// The stand-in etcd records its pid and sleeps.
+	// The stand-in etcd says the pinned version, or records its pid and
+	// sleeps.
 	binDir := t.TempDir()
+	if err := os.Chmod(binDir, 0o755); err != nil { // whatever the umask made it
+		t.Fatal(err)
+	}
 	pidFile := filepath.Join(binDir, "pid")
-	script := "#!/bin/sh\necho $$ > " + pidFile + "\nexec sleep 600\n"
+	script := "#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'etcd Version: " + strings.TrimPrefix(version.Etcd, "v") + "'; exit 0; fi\necho $$ > " + pidFile + "\nexec sleep 600\n"
 	if err := os.WriteFile(filepath.Join(binDir, controlplane.EtcdBinary), []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	etcdBinary := &binaryVersion{bins: controlplane.Binaries{Dir: binDir}, name: controlplane.EtcdBinary, last: version.Etcd, state: h}
 	sup, err := supervisor.New(supervisor.Config{
 		LogDir: t.TempDir(), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Services: []supervisor.Spec{{Name: ha.ServiceEtcd, Command: etcdCommand(h, controlplane.Binaries{Dir: binDir}), StopTimeout: time.Second}},
+		Services: []supervisor.Spec{{Name: ha.ServiceEtcd, Command: etcdCommand(h, etcdBinary), StopTimeout: time.Second}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -560,6 +569,29 @@ func TestEtcdRelaunchWaitsForItsData(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor("relaunch once the data is back", func(s host.ServiceStatus) bool { return s.Running })
+	pid = readPid()
+
+	etcdPath := filepath.Join(binDir, controlplane.EtcdBinary)
+	install := func(script string) {
+		t.Helper()
+		os.Remove(etcdPath) // a new file, as an install writes, not the running one's text
+		if err := os.WriteFile(etcdPath, []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	install(strings.Replace(script, strings.TrimPrefix(version.Etcd, "v"), strings.TrimPrefix(version.Etcd, "v")+"0", 1))
+	os.Remove(pidFile)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("relaunch with another etcd version on disk", func(s host.ServiceStatus) bool {
+		return strings.Contains(s.Detail, "restarting after") && strings.Contains(s.Detail, controlplane.ErrBinary.Error())
+	})
+	if _, err := os.Stat(pidFile); err == nil {
+		t.Fatal("a relaunch ran an etcd binary that is not the pinned version")
+	}
+	install(script)
+	waitFor("relaunch once the pinned binary is back", func(s host.ServiceStatus) bool { return s.Running })
 	readPid()
 }
 
@@ -631,5 +663,22 @@ func TestEtcdStatusSaysItsBinarysVersion(t *testing.T) {
 	says("v3.5.0")
 	if err := binaryRefused(); err == nil || !strings.Contains(err.Error(), controlplane.ErrBinary.Error()) || !strings.Contains(err.Error(), "3.5.0") {
 		t.Fatalf("etcd 3.5.0: %v, want it refused", err)
+	}
+
+	// A kube-apiserver of another version swapped in under the running
+	// supervisor is refused at its launch, not only at the supervisor's
+	// start, and never runs.
+	ran := filepath.Join(binDir, "apiserver-ran")
+	script := "#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'Kubernetes " + version.Kubernetes + "0'; exit 0; fi\ntouch " + ran + "\nexec sleep 600\n"
+	if err := os.WriteFile(filepath.Join(binDir, controlplane.APIServerBinary), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := sup.StartService(sctx, ha.ServiceAPIServer); err == nil || !strings.Contains(err.Error(), controlplane.ErrBinary.Error()) || !strings.Contains(err.Error(), version.Kubernetes+"0") {
+		t.Fatalf("the launch of kube-apiserver %s0: %v, want it refused", version.Kubernetes, err)
+	}
+	if _, err := os.Stat(ran); err == nil {
+		t.Fatal("a kube-apiserver that is not the pinned version was launched")
 	}
 }
