@@ -15,6 +15,7 @@ import (
 
 	"stratum.dev/stratum/internal/controlplane"
 	"stratum.dev/stratum/internal/nodestate"
+	"stratum.dev/stratum/internal/sdnotify"
 	"stratum.dev/stratum/internal/version"
 )
 
@@ -161,7 +162,14 @@ func TestSingleControlPlaneGrowsIntoHA(t *testing.T) {
 	if _, e, err := cp3.Run(ctx, "rm", "-rf", version.EtcdDataDir+"/member"); err != nil {
 		t.Fatalf("removing cp3's etcd data: %v: %s", err, e)
 	}
-	lost := cp3.Start(tools.stratum, "up", "--as-supervisor")
+	notifyPath, notified := notifySocket(t)
+	lost := cp3.Start("env", sdnotify.SocketEnv+"="+notifyPath, tools.stratum, "up", "--as-supervisor")
+	// Settled into its wait, it tells the service manager it is ready
+	// (a unit whose start never ended would be killed at its timeout,
+	// supervisor and all) and says what it waits for.
+	if msg := notified(t, lost, time.Minute); !strings.HasPrefix(msg, "READY=1\nSTATUS=waiting, with nothing started, for this node's etcd data") {
+		t.Fatalf("cp3's supervisor without its etcd data told the service manager %q, want READY=1 naming the wait", msg)
+	}
 	waitFor(t, time.Minute, "cp3's supervisor staying up without its etcd data", func() bool {
 		return strings.Contains(lost.Output(), "the supervisor stays up with nothing started")
 	}, lost)
@@ -172,6 +180,9 @@ func TestSingleControlPlaneGrowsIntoHA(t *testing.T) {
 		t.Fatalf("stratum status on cp3 waiting for its etcd data = %v, want exit 1 naming the missing data\nstdout:\n%s\nstderr:\n%s", err, o, e)
 	}
 	t.Logf("stratum etcd rejoin on cp3 printed:\n%s", tools.run(ctx, t, cp3, "etcd", "rejoin", "--server", cp1.IP().String()))
+	if msg := notified(t, lost, 2*time.Minute); !strings.HasPrefix(msg, "READY=1\nSTATUS=supervising this control plane") {
+		t.Fatalf("cp3's supervisor, its data back, told the service manager %q, want READY=1 supervising", msg)
+	}
 	waitSupervising(t, lost, 2*time.Minute)
 	supervisor[cp3] = lost
 	waitVoters(ctx, t, tools, cp1, 3)

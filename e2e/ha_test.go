@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -8,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +24,7 @@ import (
 	"stratum.dev/stratum/internal/assets"
 	"stratum.dev/stratum/internal/certbundle"
 	"stratum.dev/stratum/internal/nodestate"
+	"stratum.dev/stratum/internal/sdnotify"
 	"stratum.dev/stratum/internal/version"
 )
 
@@ -66,7 +69,24 @@ func TestHAControlPlaneOnThreeHosts(t *testing.T) {
 	writeEncryptionConfig(t, cp1)
 	mountEtcdDisk(ctx, t, cp1)
 	linkEtcdDisk(ctx, t, cp2)
-	up1 := cp1.Start(tools.stratum, "up", "--vip", vip)
+	// Run as the Type=notify unit runs it: systemd's notify socket in its
+	// environment. Its READY comes once the control plane serves, so a
+	// `systemctl start` returns then, not at the fork.
+	notifyPath, notified := notifySocket(t)
+	up1 := cp1.Start("env", sdnotify.SocketEnv+"="+notifyPath, tools.stratum, "up", "--vip", vip)
+	if msg := notified(t, up1, 3*time.Minute); !strings.HasPrefix(msg, "READY=1\nSTATUS=supervising this control plane") {
+		t.Fatalf("cp1's stratum told the service manager %q, want READY=1 with its status", msg)
+	}
+	if got := tools.kubectl(ctx, t, cp1, "--server", "https://"+cp1.IP().String()+":6443", "get", "--raw", "/readyz"); strings.TrimSpace(got) != "ok" {
+		t.Fatalf("cp1's kube-apiserver right after its stratum said READY: /readyz = %q", got)
+	}
+	// Its children do not see the socket: etcd would notify it itself.
+	for _, child := range []string{"etcd", "kube-apiserver"} {
+		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", serverPid(t, cp1, child)))
+		if err != nil || bytes.Contains(env, []byte(sdnotify.SocketEnv+"=")) {
+			t.Fatalf("cp1's %s's environment names the service manager's notify socket (%v)", child, err)
+		}
+	}
 	waitSupervising(t, up1, 3*time.Minute)
 
 	// The join command, as printed.
@@ -123,10 +143,14 @@ func TestHAControlPlaneOnThreeHosts(t *testing.T) {
 
 	// The supervisor answers other commands through its control socket, and
 	// one operator leads.
+	// Each service is named with the version the supervisor runs.
 	status := tools.run(ctx, t, cp2, "status")
-	for _, svc := range []string{"etcd", "kube-apiserver", "kube-vip", "stratum-operator"} {
-		if !strings.Contains(status, svc+" ") || strings.Count(status, "running") != 4 {
-			t.Fatalf("stratum status on cp2:\n%s", status)
+	for svc, runs := range map[string]string{
+		"etcd": regexp.QuoteMeta(version.Etcd), "kube-apiserver": regexp.QuoteMeta(version.Kubernetes),
+		"kube-vip": `stratum \S+`, "stratum-operator": `stratum \S+`,
+	} {
+		if !regexp.MustCompile(`(?m)^`+svc+` +`+runs+` +running`).MatchString(status) || strings.Count(status, "running") != 4 {
+			t.Fatalf("stratum status on cp2 does not say %s runs %s:\n%s", svc, runs, status)
 		}
 	}
 	// A child that dies is restarted: SIGKILL cp2's etcd; the supervisor
@@ -177,7 +201,7 @@ func TestHAControlPlaneOnThreeHosts(t *testing.T) {
 		dead := f[0] == holder.Name()
 		// MEMBER PEER-URL ROLE LEADER VERSION HEALTH...: a live member says
 		// its etcd version, the dead one nothing.
-		wantVersion := strings.TrimPrefix(version.Etcd, "v")
+		wantVersion := version.Etcd
 		if dead {
 			wantVersion = "-"
 		}
@@ -395,7 +419,7 @@ func recoverFromSnapshot(ctx context.Context, t *testing.T, tl *tools, seed, fir
 	// The restore and the rejoins stopped every control plane whole, its
 	// stratum-operator with it; their start brought each back: `stratum
 	// status` exits 0 and names the operator running on every node.
-	operatorRuns := regexp.MustCompile(`(?m)^stratum-operator +running since `)
+	operatorRuns := regexp.MustCompile(`(?m)^stratum-operator +stratum \S+ +running since `)
 	for _, h := range []*host{seed, first, last} {
 		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 			o, e, err := h.Run(ctx, tl.stratum, "status")
@@ -678,6 +702,43 @@ func (tl *tools) kubectl(ctx context.Context, t *testing.T, h *host, args ...str
 		t.Fatalf("kubectl %s on %s: %v\n%s%s", strings.Join(args, " "), h.Name(), err, out, errOut)
 	}
 	return out
+}
+
+// notifySocket is a service manager's notify socket, as systemd gives a
+// Type=notify unit: its path (in the test's temporary directory, which the
+// hosts share) for NOTIFY_SOCKET, and the next datagram sent to it, which
+// fails t if p exits first or nothing comes within the bound.
+func notifySocket(t *testing.T) (string, func(t *testing.T, p *proc, within time.Duration) string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "notify")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	got := make(chan string, 16)
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := conn.Read(buf)
+			if err != nil {
+				return
+			}
+			got <- string(buf[:n])
+		}
+	}()
+	return path, func(t *testing.T, p *proc, within time.Duration) string {
+		t.Helper()
+		select {
+		case msg := <-got:
+			return msg
+		case <-p.Done():
+			t.Fatalf("%s exited before it notified the service manager: %v\n%s", p, p.Wait(), p.Tail(30))
+		case <-time.After(within):
+			t.Fatalf("%s did not notify the service manager within %s:\n%s", p, within, p.Tail(30))
+		}
+		return ""
+	}
 }
 
 // waitSupervising waits until p (stratum up or server) says it supervises

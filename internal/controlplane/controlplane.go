@@ -132,7 +132,9 @@ func (b Binaries) Version(ctx context.Context, name string) (string, error) {
 	}
 	vctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(vctx, p, "--version").CombinedOutput()
+	cmd := exec.CommandContext(vctx, p, "--version")
+	cmd.WaitDelay = time.Second // a child left holding its output does not hold the check up
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("%w: %s --version failed: %v: %s", ErrBinary, p, err, firstLine(string(out)))
 	}

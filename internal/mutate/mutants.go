@@ -1091,8 +1091,8 @@ var mutants = []mutant{
 	{
 		Name: "etcd-members-without-versions",
 		File: "cmd/stratum/cli/flow.go",
-		Old:  "r.Version = st.Version",
-		New:  "_ = st.Version",
+		Old:  `r.Version = "v" + strings.TrimPrefix(st.Version, "v")`,
+		New:  `_ = st.Version`,
 		Tests: [][]string{
 			{"./cmd/stratum/cli", "-run", "TestEtcdMemberRemove"},
 		},
@@ -1100,7 +1100,7 @@ var mutants = []mutant{
 	{
 		Name: "etcd-relaunched-unchecked",
 		File: "cmd/stratum/cli/supervise.go",
-		Old:  "if err := binary.check(context.Background()); err != nil {",
+		Old:  "if err := binary.launchable(context.Background()); err != nil {",
 		New:  "if err := error(nil); err != nil {",
 		Tests: [][]string{
 			{"./cmd/stratum/cli", "-run", "TestEtcdRelaunchWaitsForItsData"},
@@ -1113,6 +1113,51 @@ var mutants = []mutant{
 		New:  "if err := error(nil); err != nil {",
 		Tests: [][]string{
 			{"./cmd/stratum/cli", "-run", "TestEtcdStatusSaysItsBinarysVersion"},
+		},
+	},
+	{
+		Name: "supervisor-never-ready",
+		File: "cmd/stratum/cli/supervise.go",
+		Old:  `a.notify(sdnotify.Ready, "supervising this control plane: etcd, kube-apiserver and what the node runs are up")`,
+		New:  ``,
+		Tests: [][]string{
+			{"./e2e", "-run", "TestHAControlPlaneOnThreeHosts"},
+		},
+	},
+	{
+		Name: "etcd-data-wait-never-ready",
+		File: "cmd/stratum/cli/supervise.go",
+		Old:  `a.notify(sdnotify.Ready, "waiting, with nothing started`,
+		New:  `a.notify(func(string) error { return nil }, "waiting, with nothing started`,
+		Tests: [][]string{
+			{"./e2e", "-run", "TestSingleControlPlaneGrowsIntoHA"},
+		},
+	},
+	{
+		Name: "children-see-the-notify-socket",
+		File: "internal/supervisor/supervisor.go",
+		Old:  "cmd.Env = append(childEnv(os.Environ()), c.Env...)",
+		New:  "cmd.Env = append(os.Environ(), c.Env...)",
+		Tests: [][]string{
+			{"./e2e", "-run", "TestHAControlPlaneOnThreeHosts"},
+		},
+	},
+	{
+		Name: "etcd-launch-applies-the-served-rule",
+		File: "cmd/stratum/cli/supervise.go",
+		Old:  "if err := binary.launchable(context.Background()); err != nil {",
+		New:  "if err := binary.check(context.Background()); err != nil {",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestEtcdStatusSaysItsBinarysVersion"},
+		},
+	},
+	{
+		Name: "restart-stops-before-its-launch-is-checked",
+		File: "internal/supervisor/supervisor.go",
+		Old:  "if _, err := u.spec.Command(); err != nil {",
+		New:  "if _, err := u.spec.Command(); false && err != nil {",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestEtcdRelaunchWaitsForItsData"},
 		},
 	},
 }

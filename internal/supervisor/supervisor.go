@@ -36,6 +36,7 @@ import (
 
 	"stratum.dev/stratum/internal/host"
 	"stratum.dev/stratum/internal/rotlog"
+	"stratum.dev/stratum/internal/sdnotify"
 )
 
 // Command is one start of a process service: the program and its arguments.
@@ -205,11 +206,20 @@ func (s *Supervisor) StopService(ctx context.Context, name string) error {
 }
 
 // RestartService stops the named service and starts it again (a stopped one
-// is started), waiting until it is ready.
+// is started), waiting until it is ready. A process service's command is
+// rendered first: a restart whose launch would be refused (a binary swapped
+// on disk that is not the pinned one, the node state unreadable) fails
+// with the running instance left running, not stopped for a launch that
+// cannot follow.
 func (s *Supervisor) RestartService(ctx context.Context, name string) error {
 	u, err := s.unit(name)
 	if err != nil {
 		return err
+	}
+	if u.spec.Command != nil {
+		if _, err := u.spec.Command(); err != nil {
+			return fmt.Errorf("restart %s: %w; it was not stopped", name, err)
+		}
 	}
 	u.stop()
 	return s.StartService(ctx, name)
@@ -640,6 +650,15 @@ func (u *unit) setRunning(pid int, since time.Time, err error) {
 	u.mu.Unlock()
 }
 
+// childEnv is env without the service manager's notify socket: etcd
+// notifies it itself when it finds one, and the readiness a service manager
+// waits for is the supervisor's (sdnotify), not a child's.
+func childEnv(env []string) []string {
+	return slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
+		return strings.HasPrefix(kv, sdnotify.SocketEnv+"=")
+	})
+}
+
 // runRecovered runs an in-process service, its panic taken as its exit with
 // an error (the stack in it), which the supervisor restarts as any other:
 // a panic left to itself ended stratum, and every child with it by their
@@ -690,7 +709,7 @@ func (u *unit) launch(ctx context.Context) (exited <-chan error, stop func(), er
 		return nil, nil, fmt.Errorf("start %s: output pipe: %w", u.spec.Name, err)
 	}
 	cmd := exec.Command(c.Path, c.Args...)
-	cmd.Env = append(os.Environ(), c.Env...)
+	cmd.Env = append(childEnv(os.Environ()), c.Env...)
 	cmd.Stdout, cmd.Stderr = pw, pw
 	cmd.SysProcAttr = childAttr()
 	fmt.Fprintf(logFile, "--- stratum: starting %s at %s\n", u.spec.Name, time.Now().Format(time.RFC3339))

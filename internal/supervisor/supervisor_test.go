@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -832,5 +833,14 @@ func TestAStartThatExitsAFewTimesThenServesStarts(t *testing.T) {
 	defer cancel()
 	if err := s.StartService(ctx, "slowstarter"); err != nil {
 		t.Fatalf("start of a service that exits three times, then serves: %v", err)
+	}
+}
+
+// TestChildEnvLeavesOutTheNotifySocket: a child never sees the service
+// manager's notify socket, which etcd would notify itself.
+func TestChildEnvLeavesOutTheNotifySocket(t *testing.T) {
+	got := childEnv([]string{"PATH=/usr/bin", "NOTIFY_SOCKET=/run/systemd/notify", "NOTIFY_SOCKETS=kept", "HOME=/root"})
+	if want := []string{"PATH=/usr/bin", "NOTIFY_SOCKETS=kept", "HOME=/root"}; !slices.Equal(got, want) {
+		t.Fatalf("childEnv = %q, want %q", got, want)
 	}
 }

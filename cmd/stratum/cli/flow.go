@@ -291,8 +291,8 @@ func etcdMembers(ctx context.Context, n *ha.Node, endpoint string) ([]memberRow,
 			r.ClientIP = urlHost(m.ClientURLs[0])
 			st := n.EtcdMemberStatus(ctx, r.ClientIP)
 			r.Leader = st.Err == nil && st.ID != 0 && st.ID == st.Leader
-			if st.Err == nil {
-				r.Version = st.Version
+			if st.Err == nil && st.Version != "" {
+				r.Version = "v" + strings.TrimPrefix(st.Version, "v") // as stratum version and status write it
 			}
 			switch {
 			case st.Err != nil:

@@ -349,8 +349,8 @@ func TestSimUpEndToEnd(t *testing.T) {
 		case inTable && len(f) == 0:
 			inTable = false
 		case inTable:
-			if len(f) != 5 {
-				t.Errorf("member row %q: want name, peer URL, role, leader, health", line)
+			if len(f) != 6 {
+				t.Errorf("member row %q: want name, peer URL, role, leader, etcd version, health", line)
 				continue
 			}
 			rows++
@@ -360,7 +360,10 @@ func TestSimUpEndToEnd(t *testing.T) {
 			if f[3] == "leader" {
 				leaders++
 			}
-			if f[4] != "healthy" {
+			if f[4] != version.Etcd {
+				t.Errorf("member row %q does not name the etcd version %s", line, version.Etcd)
+			}
+			if f[5] != "healthy" {
 				t.Errorf("member row %q is not healthy", line)
 			}
 			if !strings.HasPrefix(f[1], "https://"+strings.TrimSuffix(cluster.VIPAddress().String(), ".10")+".") {

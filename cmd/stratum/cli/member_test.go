@@ -92,7 +92,7 @@ func TestEtcdMemberRemove(t *testing.T) {
 		if r.Leader {
 			leaders++
 		}
-		if r.Health != "healthy" || r.Learner || r.ClientIP == "" || !strings.HasPrefix(r.PeerURL, "https://") || "v"+r.Version != version.Etcd {
+		if r.Health != "healthy" || r.Learner || r.ClientIP == "" || !strings.HasPrefix(r.PeerURL, "https://") || r.Version != version.Etcd {
 			t.Fatalf("etcd members -o json row %+v", r)
 		}
 	}

@@ -38,7 +38,11 @@ Wants=network-online.target
 ConditionPathExists=%s
 
 [Service]
-Type=simple
+# notify: systemctl start returns once the control plane is up (or the
+# supervisor settled into a wait it names in systemctl status), not at the fork.
+Type=notify
+NotifyAccess=main
+TimeoutStartSec=30min
 ExecStart=%s up --as-supervisor --bin-dir %s
 Restart=always
 RestartSec=5

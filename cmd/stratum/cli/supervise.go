@@ -29,6 +29,7 @@ import (
 	"stratum.dev/stratum/internal/nodelock"
 	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/pki"
+	"stratum.dev/stratum/internal/sdnotify"
 	"stratum.dev/stratum/internal/supervisor"
 	"stratum.dev/stratum/internal/version"
 	"stratum.dev/stratum/internal/vip"
@@ -166,6 +167,24 @@ func (v *binaryVersion) check(ctx context.Context) error {
 	return nil
 }
 
+// launchable checks the binary at a launch: a version this stratum runs
+// (the pinned one, or etcd's previous minor), recorded as check does. The
+// rule that a member that has not served runs the pinned etcd is check's,
+// made before anything changes (the supervisor's start, a join's or a
+// rejoin's checks): a rejoin of a downgraded member records its member as
+// not yet served after its wipe and member-add, and its launch of the
+// previous minor's etcd must then go through.
+func (v *binaryVersion) launchable(ctx context.Context) error {
+	got, err := v.bins.Version(ctx, v.name)
+	if err != nil {
+		return err
+	}
+	v.mu.Lock()
+	v.last = got
+	v.mu.Unlock()
+	return nil
+}
+
 func (v *binaryVersion) get() string {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -173,7 +192,7 @@ func (v *binaryVersion) get() string {
 }
 
 // etcdCommand renders etcd's command line from the node state at each
-// launch, after checking the binary (binaryVersion.check): binaries swapped
+// launch, after checking the binary (binaryVersion.launchable): binaries swapped
 // on disk under a running supervisor (a release installed in place before
 // the restart) are never launched unchecked by a relaunch after a crash or a
 // renewal's restart, and the version etcd's status reports, which the join's
@@ -185,7 +204,7 @@ func (v *binaryVersion) get() string {
 // launch with its backoff, and the member starts once the data is back.
 func etcdCommand(h host.Files, binary *binaryVersion) func() (supervisor.Command, error) {
 	return func() (supervisor.Command, error) {
-		if err := binary.check(context.Background()); err != nil {
+		if err := binary.launchable(context.Background()); err != nil {
 			return supervisor.Command{}, err
 		}
 		st, err := nodestate.Load(h)
@@ -513,6 +532,7 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 		}
 	}
 	a.printState(done, st)
+	a.notify(sdnotify.Ready, "supervising this control plane: etcd, kube-apiserver and what the node runs are up")
 	fmt.Fprintf(a.stdout, "supervising this control plane (logs in %s, control socket %s); SIGINT, SIGTERM or SIGHUP stops it (a second one kills what still runs)\n", controlplane.LogDir, supervisor.SocketPath)
 	a.warnCertsDue(l)
 	daily := time.NewTicker(certsDueEvery)
@@ -520,6 +540,7 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 	for {
 		select {
 		case <-ctx.Done():
+			a.notify(func(string) error { return sdnotify.Stopping() }, "")
 			fmt.Fprintln(a.stdout, "stopping the control plane (a second SIGINT, SIGTERM or SIGHUP kills what still runs at once)")
 			return nil
 		case <-sup.ExitRequested():
@@ -528,6 +549,18 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 		case <-daily.C:
 			a.warnCertsDue(l)
 		}
+	}
+}
+
+// notify tells a service manager speaking systemd's notify protocol (the
+// unit `stratum install` writes is Type=notify) what the supervisor does:
+// send is sdnotify.Ready once the control plane is up or the supervisor
+// has settled into a wait it says (keepVoterAndRetry, waitForEtcdData), so
+// `systemctl start` returns then and not at the fork. A failure to tell is
+// logged, never a reason to stop.
+func (a *app) notify(send func(status string) error, status string) {
+	if err := send(status); err != nil {
+		a.log.Warn("the service manager was not told the supervisor's state", "err", err)
 	}
 }
 
@@ -567,6 +600,7 @@ func (a *app) keepVoterAndRetry(ctx context.Context, verb string, n *ha.Node, su
 	}
 	fmt.Fprintf(a.stderr, "%s: %v\n", verb, explainHost(failed))
 	fmt.Fprintf(a.stdout, "this node's etcd member is one of the cluster's %d voters, and stopping it would take from the cluster's quorum (with two voters, or three with one down, every write would be refused), so etcd keeps running and the start is tried again every %s: fix the cause meanwhile (`stratum status` shows each service, their logs are in %s); SIGINT, SIGTERM or SIGHUP stops everything (a maintenance command refused as busy during an attempt runs between attempts)\n", voters, startRetryEvery, controlplane.LogDir)
+	a.notify(sdnotify.Ready, fmt.Sprintf("the start failed; this node's etcd voter is kept and the start is tried again every %s: %v", startRetryEvery, failed))
 	for attempt := 1; ; attempt++ {
 		if err := a.nextAttempt(ctx, sup); errors.Is(err, errNodeReset) {
 			return nil, err
@@ -604,6 +638,7 @@ func (a *app) keepVoterAndRetry(ctx context.Context, verb string, n *ha.Node, su
 func (a *app) waitForEtcdData(ctx context.Context, verb string, h host.Files, n *ha.Node, sup *supervisor.Supervisor, o ha.BootstrapOptions, missing error) (*nodestate.NodeState, error) {
 	fmt.Fprintf(a.stderr, "%s: %v\n", verb, missing)
 	fmt.Fprintf(a.stdout, "the supervisor stays up with nothing started, so the commands that bring the data back run through it (`stratum etcd rejoin --server IP`; on the only control plane `stratum snapshot restore FILE`); it starts this control plane once the data directory holds data again (looked at every %s); SIGINT, SIGTERM or SIGHUP stops it\n", startRetryEvery)
+	a.notify(sdnotify.Ready, "waiting, with nothing started, for this node's etcd data (`stratum etcd rejoin --server IP` brings it back): "+missing.Error())
 	said := ""
 	for attempt := 1; ; attempt++ {
 		if err := a.nextAttempt(ctx, sup); errors.Is(err, errNodeReset) {

@@ -111,7 +111,7 @@ func TestInstallWritesAUnitThatRunsUpOnlyWithState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{" up --as-supervisor --bin-dir " + bin + "\n", "ConditionPathExists=/var/lib/stratum/node-state.json", "Restart=always", "WantedBy=multi-user.target"} {
+	for _, want := range []string{" up --as-supervisor --bin-dir " + bin + "\n", "ConditionPathExists=/var/lib/stratum/node-state.json", "Type=notify\n", "NotifyAccess=main\n", "Restart=always", "WantedBy=multi-user.target"} {
 		if !strings.Contains(string(unit), want) {
 			t.Errorf("unit lacks %q:\n%s", want, unit)
 		}
@@ -592,7 +592,17 @@ func TestEtcdRelaunchWaitsForItsData(t *testing.T) {
 	}
 	install(script)
 	waitFor("relaunch once the pinned binary is back", func(s host.ServiceStatus) bool { return s.Running })
-	readPid()
+	pid = readPid()
+
+	// A restart (a renewal's, a quota change's) with such a binary on disk
+	// is refused before it stops the running etcd.
+	install(strings.Replace(script, strings.TrimPrefix(version.Etcd, "v"), strings.TrimPrefix(version.Etcd, "v")+"0", 1))
+	if err := sup.RestartService(ctx, ha.ServiceEtcd); err == nil || !strings.Contains(err.Error(), controlplane.ErrBinary.Error()) || !strings.Contains(err.Error(), "it was not stopped") {
+		t.Fatalf("a restart with another etcd version on disk: %v, want it refused before the stop", err)
+	}
+	if s := status(); !s.Running || !strings.Contains(s.Detail, fmt.Sprintf("pid %d", pid)) {
+		t.Fatalf("after the refused restart etcd's status is %q, want the running pid %d kept", s.Detail, pid)
+	}
 }
 
 // TestEtcdStatusSaysItsBinarysVersion: a member downgraded by `stratum etcd
@@ -643,6 +653,13 @@ func TestEtcdStatusSaysItsBinarysVersion(t *testing.T) {
 	says(version.EtcdPrevious)
 	if err := binaryRefused(); err == nil || !strings.Contains(err.Error(), "has not served yet") {
 		t.Fatalf("the previous minor's etcd on a node without a member that served: %v, want it refused", err)
+	}
+	// The rule is the start's, made before anything changes: a launch of
+	// the previous minor is not refused for it (a rejoin of a downgraded
+	// member launches it after recording its member as not yet served).
+	launch := etcdCommand(h, &binaryVersion{bins: controlplane.Binaries{Dir: binDir}, name: controlplane.EtcdBinary, last: version.Etcd, state: h})
+	if _, err := launch(); errors.Is(err, controlplane.ErrBinary) {
+		t.Fatalf("the launch of the previous minor's etcd for a member not yet served: %v, want the binary accepted", err)
 	}
 	if err := nodestate.Save(h, &nodestate.NodeState{NodeName: "cp1", NodeIP: "127.0.0.1", Etcd: nodestate.Etcd{Name: "cp1", Started: true}}); err != nil {
 		t.Fatal(err)
