@@ -595,9 +595,43 @@ func (n *Node) remainingVoters(ctx context.Context, ms []*etcdserverpb.Member, s
 	return voters, healthy
 }
 
+// isBinDir reports whether p, an entry of version.StateDir, is a directory
+// of control-plane binaries, which a reset keeps: the default one, or any
+// holding etcd or kube-apiserver (the --bin-dir `stratum install` wrote into
+// the unit, a release staged for an upgrade), which a join or a rejoin on
+// this machine needs again.
+func isBinDir(h host.Files, p string) bool {
+	if p == controlplane.DefaultBinDir {
+		return true
+	}
+	for _, name := range []string{controlplane.EtcdBinary, controlplane.APIServerBinary} {
+		if fi, err := h.Stat(path.Join(p, name)); err == nil && !fi.IsDir() {
+			return true
+		}
+	}
+	return false
+}
+
+// keptBinDirs are the entries of version.StateDir a reset keeps as
+// directories of binaries (isBinDir).
+func keptBinDirs(h host.Files) []string {
+	kept := []string{controlplane.DefaultBinDir}
+	entries, err := h.ReadDir(version.StateDir)
+	if err != nil {
+		return kept
+	}
+	for _, e := range entries {
+		if p := path.Join(version.StateDir, e.Name()); p != controlplane.DefaultBinDir && isBinDir(h, p) {
+			kept = append(kept, p)
+		}
+	}
+	return kept
+}
+
 // controlPlaneFilesLeft are the entries of the state and configuration
-// directories a reset removes: all but the reset journal and the installed
-// control-plane binaries, which a join on this machine needs again. The etcd
+// directories a reset removes: all but the reset journal and the directories
+// of control-plane binaries (isBinDir), which a join on this machine needs
+// again. The etcd
 // data directory is one while it holds data: emptied, it may be a mount point
 // or a link, which stay.
 func controlPlaneFilesLeft(h host.Files) ([]string, error) {
@@ -612,7 +646,7 @@ func controlPlaneFilesLeft(h host.Files) ([]string, error) {
 		}
 		for _, e := range entries {
 			p := path.Join(dir, e.Name())
-			if p == resetJournalPath || p == controlplane.DefaultBinDir {
+			if p == resetJournalPath || isBinDir(h, p) {
 				continue
 			}
 			if p == version.EtcdDataDir {
@@ -730,7 +764,7 @@ func (n *Node) resetStep(ctx context.Context, w io.Writer, s resetStep, o resetO
 				return fmt.Errorf("reset: remove %s: %w; %s", p, err, again)
 			}
 		}
-		fmt.Fprintf(w, "control-plane files removed (%s, %s; the binaries in %s stay)\n", version.StateDir, version.K8sConfDir, controlplane.DefaultBinDir)
+		fmt.Fprintf(w, "control-plane files removed (%s, %s; the binaries in %s stay)\n", version.StateDir, version.K8sConfDir, strings.Join(keptBinDirs(h), ", "))
 		if err := n.checkpoint(ctx, CheckpointResetAfterWipe); err != nil {
 			return err
 		}

@@ -1,11 +1,13 @@
 package ha_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"path"
 	"slices"
 	"strings"
@@ -263,6 +265,26 @@ func TestResetUndoesACrashedJoin(t *testing.T) {
 	if got := j.members(); !slices.Equal(got, []string{":learner", "cp1:voter"}) {
 		t.Fatalf("members after the crashed join: %v, want cp1 and an unstarted learner", got)
 	}
+	// Directories of control-plane binaries under the state directory stay:
+	// the default one, and a --bin-dir of the unit or a release staged
+	// for an upgrade (with a link, as an install may make); a directory
+	// holding no binary goes with the rest.
+	binDirs := map[string]string{
+		path.Join(version.StateDir, "bin", "etcd"):                "",
+		path.Join(version.StateDir, "bin-next", "kube-apiserver"): "",
+		path.Join(version.StateDir, "scratch", "notes"):           "gone",
+	}
+	for p := range binDirs {
+		if err := cp2.Files().MkdirAll(path.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := cp2.Files().WriteFile(p, []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(cp2.Path(path.Join(version.StateDir, "bin", "etcd")), cp2.Path(path.Join(version.StateDir, "bin-next", "etcd"))); err != nil {
+		t.Fatal(err)
+	}
 	rep, err := joinNodeOn(cp2).ResetPlanOf(j.ctx, false)
 	if err != nil || strings.Join(rep.Steps, ",") != "member-remove,wipe" || rep.Role != "learner" || rep.Refused != "" {
 		t.Fatalf("the reset's plan after the crashed join: %+v, %v; want member-remove and wipe of a learner", rep, err)
@@ -275,6 +297,14 @@ func TestResetUndoesACrashedJoin(t *testing.T) {
 	}
 	if survives, err := joinNodeOn(cp2).JoinIntentSurvives(j.ctx); err != nil || survives {
 		t.Fatalf("the join journal after the reset: survives %v, %v", survives, err)
+	}
+	for p, want := range binDirs {
+		if _, err := cp2.Files().Stat(p); (err == nil) != (want == "") {
+			t.Errorf("%s after the reset: %v, want it %s", p, err, cmp.Or(want, "kept"))
+		}
+	}
+	if entries, err := cp2.Files().ReadDir(version.StateDir); err != nil || len(entries) != 2 {
+		t.Errorf("%s after the reset: %v (%v), want only bin and bin-next", version.StateDir, entries, err)
 	}
 	if err := j.join("cp2", o); err != nil {
 		t.Fatalf("the same join after the reset: %v", err)

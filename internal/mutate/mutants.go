@@ -1160,4 +1160,13 @@ var mutants = []mutant{
 			{"./cmd/stratum/cli", "-run", "TestEtcdRelaunchWaitsForItsData"},
 		},
 	},
+	{
+		Name: "reset-wipes-staged-bin-dirs",
+		File: "ha/reset.go",
+		Old:  "for _, name := range []string{controlplane.EtcdBinary, controlplane.APIServerBinary} {",
+		New:  "for _, name := range []string{} {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestResetUndoesACrashedJoin"},
+		},
+	},
 }
