@@ -1169,4 +1169,13 @@ var mutants = []mutant{
 			{"./ha", "-run", "TestResetUndoesACrashedJoin"},
 		},
 	},
+	{
+		Name: "unit-runs-the-resolved-stratum",
+		File: "cmd/stratum/cli/services.go",
+		Old:  "if aerr == nil && berr == nil && os.SameFile(a, b) {",
+		New:  "if false && aerr == nil && berr == nil && os.SameFile(a, b) {",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestUnitRunsTheStratumAsInvoked"},
+		},
+	},
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
@@ -55,6 +56,34 @@ WantedBy=multi-user.target
 `, nodestate.Path, stratumPath, binDir)
 }
 
+// unitExecPath is the stratum the unit runs: the path this command was
+// invoked by (made absolute, or found on PATH), when it is this very binary,
+// so a unit installed through a link (/usr/local/bin/stratum to a release's
+// directory) follows the link when it is moved to the next release, as the
+// user who made the link expects; otherwise this binary's own path, links
+// resolved. The unit used to name the resolved path always, so moving the
+// link left systemd running the old release.
+func unitExecPath(argv0 string) (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("find this stratum binary: %w", err)
+	}
+	invoked := argv0
+	if !strings.Contains(argv0, "/") {
+		if p, err := exec.LookPath(argv0); err == nil {
+			invoked = p
+		}
+	}
+	if abs, err := filepath.Abs(invoked); err == nil {
+		a, aerr := os.Stat(abs)
+		b, berr := os.Stat(self)
+		if aerr == nil && berr == nil && os.SameFile(a, b) {
+			return abs, nil
+		}
+	}
+	return filepath.Abs(self)
+}
+
 func (a *app) installCmd() *cobra.Command {
 	var unitDir, binDir string
 	var dryRun bool
@@ -80,11 +109,8 @@ the same and prints the unit instead.`,
   stratum install --dry-run`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			self, err := os.Executable()
+			self, err := unitExecPath(os.Args[0])
 			if err != nil {
-				return fmt.Errorf("find this stratum binary: %w", err)
-			}
-			if self, err = filepath.Abs(self); err != nil {
 				return err
 			}
 			// systemd runs the unit from /, so a relative directory would

@@ -699,3 +699,30 @@ func TestEtcdStatusSaysItsBinarysVersion(t *testing.T) {
 		t.Fatal("a kube-apiserver that is not the pinned version was launched")
 	}
 }
+
+// TestUnitRunsTheStratumAsInvoked: the unit names the stratum `stratum
+// install` was invoked as when that is this binary (through a link, so
+// moving the link to the next release moves the unit with it), and this
+// binary's own path otherwise.
+func TestUnitRunsTheStratumAsInvoked(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), "stratum")
+	if err := os.Symlink(self, link); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := unitExecPath(link); err != nil || got != link {
+		t.Errorf("invoked through the link %s: the unit runs %q (%v), want the link", link, got, err)
+	}
+	other := filepath.Join(t.TempDir(), "stratum")
+	if err := os.WriteFile(other, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, argv0 := range []string{other, "/nonexistent/stratum", "no-such-stratum-on-path"} {
+		if got, err := unitExecPath(argv0); err != nil || got != self {
+			t.Errorf("invoked as %s, which is not this binary: the unit runs %q (%v), want %s", argv0, got, err, self)
+		}
+	}
+}
