@@ -648,6 +648,11 @@ func readBundleSecret(ctx context.Context, cs kubernetes.Interface, who string) 
 // material is one consistent set, and only then writes the files.
 func (n *Node) openAndWrite(ctx context.Context, s *corev1.Secret, entry string, key []byte, check func(certbundle.Profile) error) (certbundle.Grant, error) {
 	files, g, err := certbundle.Open(key, certsSecret, entry, s.Data[entry])
+	if errors.Is(err, certbundle.ErrUnknownContent) {
+		// Not the key's fault: a control plane on a newer stratum minted
+		// it, as in the middle of a rolling upgrade.
+		return certbundle.Grant{}, fmt.Errorf("open shared-certificate bundle: %w; nothing was written: the grant was most likely minted by a newer stratum than this one: join with a stratum at least as new as the control plane that minted it (`stratum version` on each), or mint the grant on a control plane running this release", err)
+	}
 	if err != nil {
 		hint := ""
 		if entry == certbundle.LegacyEntry && errors.Is(err, ErrBundleOpen) {

@@ -373,6 +373,26 @@ func TestCertsAuthorizationMatrix(t *testing.T) {
 	certsPKIEmpty(t, h)
 	e.c.Heal()
 
+	// A grant a newer stratum minted (its entry in an envelope version this
+	// stratum does not read, as a rolling upgrade meets it): refused,
+	// nothing written, naming the newer stratum rather than the key.
+	sec, err := e.admin.CoreV1().Secrets("kube-system").Get(ctx, ha.CertsSecretName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry := "certs-" + live.ID
+	if len(sec.Data[entry]) == 0 {
+		t.Fatalf("no entry %s in %s", entry, ha.CertsSecretName)
+	}
+	sec.Data[entry][0]++
+	if _, err := e.admin.CoreV1().Secrets("kube-system").Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.DownloadCerts(ctx, kc, live.CertKey, nil); !errors.Is(err, ha.ErrBundleMalformed) || !strings.Contains(err.Error(), "minted by a newer stratum") || strings.Contains(err.Error(), "check the --certificate-key") {
+		t.Errorf("download of a newer stratum's grant: %v, want ErrBundleMalformed naming a newer stratum, not the key", err)
+	}
+	certsPKIEmpty(t, h)
+
 	// No bundle published: the error says how to mint one.
 	if err := e.admin.CoreV1().Secrets("kube-system").Delete(ctx, ha.CertsSecretName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)

@@ -75,6 +75,12 @@ var (
 	ErrOpen = errors.New("shared-certificate bundle does not open with this certificate-key")
 	// ErrMalformed: the entry is not a stratum envelope at all.
 	ErrMalformed = errors.New("shared-certificate bundle is malformed")
+	// ErrUnknownContent (an ErrMalformed too): the entry is in an envelope
+	// version this stratum does not read, or opened under its key (so it
+	// is the cluster's, unaltered) and holds fields or files this stratum
+	// does not know: a newer stratum minted it, and a joiner at least as
+	// new reads it.
+	ErrUnknownContent = fmt.Errorf("%w: it holds what this stratum does not read (most likely minted by a newer stratum)", ErrMalformed)
 )
 
 // NewCertKey returns a fresh AES-256 certificate-key (hex) for upload-certs.
@@ -179,21 +185,24 @@ func FileMode(name string) uint32 {
 func checkFiles(files map[string][]byte) error {
 	allowed := fileNames()
 	var errs []error
+	why := ErrMalformed
 	for name := range files {
 		if name == legacyFactsFile {
 			continue
 		}
 		if !slices.Contains(allowed, name) || path.Clean(name) != name {
 			errs = append(errs, fmt.Errorf("unexpected file %q", name))
+			why = ErrUnknownContent // authenticated: a file a newer stratum sends
 		}
 	}
 	for _, name := range pki.SharedFileNames() {
 		if len(files[name]) == 0 {
 			errs = append(errs, fmt.Errorf("%s is missing", name))
+			why = ErrMalformed // no stratum sends a set without it
 		}
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("%w: %w", ErrMalformed, errors.Join(errs...))
+		return fmt.Errorf("%w: %w", why, errors.Join(errs...))
 	}
 	return nil
 }
@@ -232,6 +241,9 @@ func openEntry(key []byte, secretName, entryKey string, wantVer byte, sealed []b
 	ns := aead.NonceSize()
 	if len(sealed) < 1+ns+aead.Overhead() {
 		return nil, fmt.Errorf("entry %s: %w: %d bytes is too short", entryKey, ErrMalformed, len(sealed))
+	}
+	if sealed[0] > envelopeV1 {
+		return nil, fmt.Errorf("entry %s: %w: envelope version %d, this stratum reads up to %d", entryKey, ErrUnknownContent, sealed[0], envelopeV1)
 	}
 	if sealed[0] != wantVer {
 		return nil, fmt.Errorf("entry %s: %w: envelope version %d, want %d", entryKey, ErrMalformed, sealed[0], wantVer)
@@ -325,7 +337,11 @@ func Open(key []byte, secretName, entryKey string, sealed []byte) (map[string][]
 	dec := json.NewDecoder(bytes.NewReader(plain))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&env); err != nil {
-		return nil, Grant{}, fmt.Errorf("entry %s: %w: %v", entryKey, ErrMalformed, err)
+		why := ErrMalformed
+		if strings.HasPrefix(err.Error(), "json: unknown field ") { // authenticated: a newer stratum's field
+			why = ErrUnknownContent
+		}
+		return nil, Grant{}, fmt.Errorf("entry %s: %w: %v", entryKey, why, err)
 	}
 	if err := checkFiles(env.Files); err != nil {
 		return nil, Grant{}, fmt.Errorf("entry %s: %w", entryKey, err)

@@ -2,6 +2,7 @@ package certbundle
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"slices"
 	"testing"
@@ -198,6 +199,69 @@ func TestEnvelopeRefusesBadContents(t *testing.T) {
 				t.Fatalf("open = %v, want ErrMalformed", err)
 			}
 		})
+	}
+}
+
+// TestOpenNamesANewerStratumsGrant: a grant in an envelope version this
+// stratum does not read, or one that opens under its key but holds a field
+// or a file this stratum does not know, is refused as ErrUnknownContent (an
+// ErrMalformed too): a newer stratum minted it, and the join's advice is a
+// stratum at least as new, not another certificate-key. A bundle broken
+// otherwise stays plain ErrMalformed.
+func TestOpenNamesANewerStratumsGrant(t *testing.T) {
+	key := certKeyForTest(t)
+	valid, err := SealV1(key, certsSecret, "certs-aaaaaa", bundleForTest(t, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := openEntry(key, certsSecret, "certs-aaaaaa", envelopeV1, valid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(plain, &doc); err != nil {
+		t.Fatal(err)
+	}
+	doc["addedByANewerStratum"] = true
+	withField, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seal := func(ver byte, plain []byte) []byte {
+		t.Helper()
+		sealed, err := sealEntry(key, certsSecret, "certs-aaaaaa", ver, plain)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sealed
+	}
+	withFile := bundleForTest(t, false)
+	withFile.Files["kubelet-ca.crt"] = []byte("x")
+	sealedWithFile, err := SealV1(key, certsSecret, "certs-aaaaaa", withFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing := bundleForTest(t, false)
+	delete(missing.Files, pki.CAKeyFile)
+	sealedMissing, err := SealV1(key, certsSecret, "certs-aaaaaa", missing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		sealed []byte
+		newer  bool
+	}{
+		{"a newer envelope version", seal(envelopeV1+1, plain), true},
+		{"a field this stratum does not know", seal(envelopeV1, withField), true},
+		{"a file this stratum does not know", sealedWithFile, true},
+		{"not JSON", seal(envelopeV1, []byte("{")), false},
+		{"a required file missing", sealedMissing, false},
+	} {
+		_, _, err := Open(key, certsSecret, "certs-aaaaaa", tc.sealed)
+		if !errors.Is(err, ErrMalformed) || errors.Is(err, ErrUnknownContent) != tc.newer {
+			t.Errorf("%s: %v; want ErrMalformed, ErrUnknownContent %v", tc.name, err, tc.newer)
+		}
 	}
 }
 

@@ -1178,4 +1178,22 @@ var mutants = []mutant{
 			{"./cmd/stratum/cli", "-run", "TestUnitRunsTheStratumAsInvoked"},
 		},
 	},
+	{
+		Name: "newer-grant-blames-the-key",
+		File: "ha/certs.go",
+		Old:  "if errors.Is(err, certbundle.ErrUnknownContent) {",
+		New:  "if false && errors.Is(err, certbundle.ErrUnknownContent) {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestCertsAuthorizationMatrix"},
+		},
+	},
+	{
+		Name: "newer-grants-field-called-malformed",
+		File: "internal/certbundle/bundle.go",
+		Old:  `if strings.HasPrefix(err.Error(), "json: unknown field ") {`,
+		New:  `if false && strings.HasPrefix(err.Error(), "json: unknown field ") {`,
+		Tests: [][]string{
+			{"./internal/certbundle", "-run", "TestOpenNamesANewerStratumsGrant"},
+		},
+	},
 }
