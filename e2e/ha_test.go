@@ -262,11 +262,23 @@ func TestHAControlPlaneOnThreeHosts(t *testing.T) {
 	wrongHash := strings.Replace(join, flagValue(join, "--ca-hash"), "sha256:"+strings.Repeat("0", 64), 1)
 	unreachable := strings.Replace(join, vip, nw.Subnet().Addr().Next().Next().Next().String(), 1) // .3: no host
 	notRoot := "setpriv --reuid=65534 --regid=65534 --clear-groups " + join
+	// The printed command run by a stratum others could replace: root would
+	// run their code, at every boot under the unit.
+	replaceable := filepath.Join(t.TempDir(), "stratum")
+	if data, err := os.ReadFile(tools.stratum); err != nil {
+		t.Fatal(err)
+	} else if err := os.WriteFile(replaceable, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Dir(replaceable), 0o777); err != nil {
+		t.Fatal(err)
+	}
 	for _, r := range []struct{ name, cmd, want string }{
 		{"wrong certificate key", wrongKey, "certificate"},
 		{"wrong CA hash", wrongHash, "hash"},
 		{"unreachable server", unreachable, "no route to host"},
 		{"not root", notRoot, "must run as root"},
+		{"a stratum others may replace", strings.Replace(join, "stratum ", replaceable+" ", 1), "is writable by its group or others"},
 	} {
 		o, e, err := cp4.Run(ctx, tools.shell(r.cmd)...)
 		if exitCode(err) != refusedExit || !strings.Contains(strings.ToLower(e), r.want) {

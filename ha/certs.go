@@ -651,7 +651,7 @@ func (n *Node) openAndWrite(ctx context.Context, s *corev1.Secret, entry string,
 	if errors.Is(err, certbundle.ErrUnknownContent) {
 		// Not the key's fault: a control plane on a newer stratum minted
 		// it, as in the middle of a rolling upgrade.
-		return certbundle.Grant{}, fmt.Errorf("open shared-certificate bundle: %w; nothing was written: the grant was most likely minted by a newer stratum than this one: join with a stratum at least as new as the control plane that minted it (`stratum version` on each), or mint the grant on a control plane running this release", err)
+		return certbundle.Grant{}, fmt.Errorf("open shared-certificate bundle: %w; nothing was written: the grant was most likely minted by a newer stratum than this one: join with a stratum at least as new as the control plane that minted it (`stratum version` on each), or mint the grant on a control plane running this release (if every control plane runs this release, the entry is damaged: mint a new grant)", err)
 	}
 	if err != nil {
 		hint := ""

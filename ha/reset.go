@@ -595,18 +595,45 @@ func (n *Node) remainingVoters(ctx context.Context, ms []*etcdserverpb.Member, s
 	return voters, healthy
 }
 
-// isBinDir reports whether p, an entry of version.StateDir, is a directory
-// of control-plane binaries, which a reset keeps: the default one, or any
-// holding etcd or kube-apiserver (the --bin-dir `stratum install` wrote into
-// the unit, a release staged for an upgrade), which a join or a rejoin on
-// this machine needs again.
+// isBinDir reports whether p, an entry of version.StateDir, is or holds a
+// directory of control-plane binaries, which a reset keeps: the default one,
+// or any entry holding etcd or kube-apiserver within binDirDepth levels (the
+// --bin-dir `stratum install` wrote into the unit, a release staged for an
+// upgrade, /var/lib/stratum/releases/v2), which a join or a rejoin on this
+// machine needs again. The etcd data directory never is one; a directory
+// reached through a link is not searched.
 func isBinDir(h host.Files, p string) bool {
 	if p == controlplane.DefaultBinDir {
 		return true
 	}
-	for _, name := range []string{controlplane.EtcdBinary, controlplane.APIServerBinary} {
-		if fi, err := h.Stat(path.Join(p, name)); err == nil && !fi.IsDir() {
-			return true
+	if p == version.EtcdDataDir || path.Dir(p) != version.StateDir {
+		return false
+	}
+	return holdsBinary(h, p, binDirDepth)
+}
+
+// binDirDepth is how deep below a state directory entry isBinDir looks.
+const binDirDepth = 3
+
+// holdsBinary reports whether dir, or a directory below it within depth
+// levels (links to directories not followed), holds a file named etcd or
+// kube-apiserver.
+func holdsBinary(h host.Files, dir string, depth int) bool {
+	entries, err := h.ReadDir(dir)
+	if err != nil || depth <= 0 {
+		return false
+	}
+	for _, e := range entries {
+		p := path.Join(dir, e.Name())
+		switch {
+		case e.IsDir():
+			if holdsBinary(h, p, depth-1) {
+				return true
+			}
+		case e.Name() == controlplane.EtcdBinary || e.Name() == controlplane.APIServerBinary:
+			if fi, err := h.Stat(p); err == nil && !fi.IsDir() {
+				return true
+			}
 		}
 	}
 	return false

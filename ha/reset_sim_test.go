@@ -272,6 +272,7 @@ func TestResetUndoesACrashedJoin(t *testing.T) {
 	binDirs := map[string]string{
 		path.Join(version.StateDir, "bin", "etcd"):                "",
 		path.Join(version.StateDir, "bin-next", "kube-apiserver"): "",
+		path.Join(version.StateDir, "releases", "v2", "etcd"):     "",
 		path.Join(version.StateDir, "scratch", "notes"):           "gone",
 	}
 	for p := range binDirs {
@@ -303,8 +304,8 @@ func TestResetUndoesACrashedJoin(t *testing.T) {
 			t.Errorf("%s after the reset: %v, want it %s", p, err, cmp.Or(want, "kept"))
 		}
 	}
-	if entries, err := cp2.Files().ReadDir(version.StateDir); err != nil || len(entries) != 2 {
-		t.Errorf("%s after the reset: %v (%v), want only bin and bin-next", version.StateDir, entries, err)
+	if entries, err := cp2.Files().ReadDir(version.StateDir); err != nil || len(entries) != 3 {
+		t.Errorf("%s after the reset: %v (%v), want only bin, bin-next and releases", version.StateDir, entries, err)
 	}
 	if err := j.join("cp2", o); err != nil {
 		t.Fatalf("the same join after the reset: %v", err)

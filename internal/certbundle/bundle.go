@@ -21,6 +21,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"path"
 	"slices"
 	"strings"
@@ -185,14 +186,18 @@ func FileMode(name string) uint32 {
 func checkFiles(files map[string][]byte) error {
 	allowed := fileNames()
 	var errs []error
-	why := ErrMalformed
+	var why error
 	for name := range files {
 		if name == legacyFactsFile {
 			continue
 		}
 		if !slices.Contains(allowed, name) || path.Clean(name) != name {
 			errs = append(errs, fmt.Errorf("unexpected file %q", name))
-			why = ErrUnknownContent // authenticated: a file a newer stratum sends
+			if fs.ValidPath(name) && path.Clean(name) == name && why != ErrMalformed {
+				why = ErrUnknownContent // authenticated: a file a newer stratum sends
+			} else {
+				why = ErrMalformed // a name no stratum writes (../x), whoever sealed it
+			}
 		}
 	}
 	for _, name := range pki.SharedFileNames() {

@@ -207,7 +207,8 @@ func TestEnvelopeRefusesBadContents(t *testing.T) {
 // or a file this stratum does not know, is refused as ErrUnknownContent (an
 // ErrMalformed too): a newer stratum minted it, and the join's advice is a
 // stratum at least as new, not another certificate-key. A bundle broken
-// otherwise stays plain ErrMalformed.
+// otherwise, or naming a file outside the PKI directory, stays plain
+// ErrMalformed.
 func TestOpenNamesANewerStratumsGrant(t *testing.T) {
 	key := certKeyForTest(t)
 	valid, err := SealV1(key, certsSecret, "certs-aaaaaa", bundleForTest(t, false))
@@ -241,6 +242,12 @@ func TestOpenNamesANewerStratumsGrant(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	traversal := bundleForTest(t, false)
+	traversal.Files["../../etc/cron.d/x"] = []byte("x")
+	sealedTraversal, err := SealV1(key, certsSecret, "certs-aaaaaa", traversal)
+	if err != nil {
+		t.Fatal(err)
+	}
 	missing := bundleForTest(t, false)
 	delete(missing.Files, pki.CAKeyFile)
 	sealedMissing, err := SealV1(key, certsSecret, "certs-aaaaaa", missing)
@@ -257,6 +264,7 @@ func TestOpenNamesANewerStratumsGrant(t *testing.T) {
 		{"a file this stratum does not know", sealedWithFile, true},
 		{"not JSON", seal(envelopeV1, []byte("{")), false},
 		{"a required file missing", sealedMissing, false},
+		{"a name no stratum writes", sealedTraversal, false},
 	} {
 		_, _, err := Open(key, certsSecret, "certs-aaaaaa", tc.sealed)
 		if !errors.Is(err, ErrMalformed) || errors.Is(err, ErrUnknownContent) != tc.newer {

@@ -23,6 +23,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -167,8 +168,9 @@ func saysLine(out, says string) bool {
 // another user could change or replace before root runs it: the file, or
 // any directory above it, owned by another user or writable by its group or
 // others (a sticky directory, such as /tmp, lets no one replace another's
-// entry), or a link on the way that is not root's — on the path as given and
-// on the path its links resolve to. Root runs control-plane binaries at
+// entry), or a link on the way that is not root's — on the path as given, on
+// each path a link of the chain points to, and on the path its links resolve
+// to. Root runs control-plane binaries at
 // every start and stratum itself at every boot: one in a user's home or in
 // an archive a user extracted would run that user's code as root.
 func RootOnlyWritable(p string) error {
@@ -179,8 +181,8 @@ func RootOnlyWritable(p string) error {
 	if err != nil {
 		return err
 	}
-	starts := []string{abs}
-	if real, err := filepath.EvalSymlinks(abs); err == nil && real != abs {
+	starts := linkChain(abs)
+	if real, err := filepath.EvalSymlinks(abs); err == nil && !slices.Contains(starts, real) {
 		starts = append(starts, real)
 	}
 	for _, start := range starts {
@@ -207,6 +209,33 @@ func RootOnlyWritable(p string) error {
 		}
 	}
 	return nil
+}
+
+// linkChain is abs and, while the path is a link, each path it points to in
+// turn (at most 40, as the kernel follows): a chain A -> /srv/shared/hop ->
+// /opt/stratum/stratum is checked at its middle hop too, whose directory
+// neither the path as given nor the one it resolves to passes through.
+func linkChain(abs string) []string {
+	chain := []string{abs}
+	for cur := abs; len(chain) <= 40; {
+		fi, err := os.Lstat(cur)
+		if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+			break
+		}
+		target, err := os.Readlink(cur)
+		if err != nil {
+			break
+		}
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(filepath.Dir(cur), target)
+		}
+		cur = filepath.Clean(target)
+		if slices.Contains(chain, cur) {
+			break // a loop: the resolution fails at the start anyway
+		}
+		chain = append(chain, cur)
+	}
+	return chain
 }
 
 func firstLine(s string) string {

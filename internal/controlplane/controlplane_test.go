@@ -208,6 +208,19 @@ func TestBinariesCheck(t *testing.T) {
 	if err := b.Check(ctx, EtcdBinary); err != nil {
 		t.Fatalf("a link to the pinned etcd, both root's: %v", err)
 	}
+	// A chain of links whose middle hop is in a directory others may
+	// write: neither the path as given nor the one it resolves to passes
+	// through it, and it is refused all the same.
+	hop := t.TempDir()
+	mustDo(t, os.Chmod(hop, 0o755))
+	mustDo(t, os.Symlink(etcd, filepath.Join(hop, "etcd-hop")))
+	mustDo(t, os.Remove(filepath.Join(linked, EtcdBinary)))
+	mustDo(t, os.Symlink(filepath.Join(hop, "etcd-hop"), filepath.Join(linked, EtcdBinary)))
+	if err := b.Check(ctx, EtcdBinary); err != nil {
+		t.Fatalf("a chain of links to the pinned etcd, all root's: %v", err)
+	}
+	mustDo(t, os.Chmod(hop, 0o777))
+	refused("a chain of links whose middle hop is in a world-writable directory", "the directory "+hop+" is writable")
 }
 
 func mustDo(t *testing.T, err error) {

@@ -69,12 +69,14 @@ func unitExecPath(argv0 string) (string, error) {
 		return "", fmt.Errorf("find this stratum binary: %w", err)
 	}
 	invoked := argv0
-	if !strings.Contains(argv0, "/") {
+	if strings.HasPrefix(argv0, "/proc/") || strings.HasPrefix(argv0, "/dev/") {
+		invoked = "" // /proc/self/exe is this binary now and systemd at boot
+	} else if !strings.Contains(argv0, "/") {
 		if p, err := exec.LookPath(argv0); err == nil {
 			invoked = p
 		}
 	}
-	if abs, err := filepath.Abs(invoked); err == nil {
+	if abs, err := filepath.Abs(invoked); invoked != "" && err == nil {
 		a, aerr := os.Stat(abs)
 		b, berr := os.Stat(self)
 		if aerr == nil && berr == nil && os.SameFile(a, b) {
@@ -82,6 +84,27 @@ func unitExecPath(argv0 string) (string, error) {
 		}
 	}
 	return filepath.Abs(self)
+}
+
+// refuseReplaceableSelf refuses, run by root, a stratum another user could
+// change or replace (controlplane.RootOnlyWritable): the path it was invoked
+// by (what the unit names: unitExecPath, a link's whole chain) and the file
+// it is. `stratum install` refused such a binary when it wrote the unit, but
+// a link the unit names may since point elsewhere (moved to the next
+// release), and root runs it at every boot.
+func refuseReplaceableSelf(argv0 string) error {
+	invoked, err := unitExecPath(argv0)
+	if err != nil {
+		return err
+	}
+	if err := controlplane.RootOnlyWritable(invoked); err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find this stratum binary: %w", err)
+	}
+	return controlplane.RootOnlyWritable(self)
 }
 
 func (a *app) installCmd() *cobra.Command {

@@ -483,6 +483,9 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 	if err := requireRoot(verb, superviseNeedsRoot); err != nil {
 		return err
 	}
+	if err := refuseReplaceableSelf(os.Args[0]); err != nil {
+		return refusedf("%s refused: %w; nothing was changed", verb, err)
+	}
 	l, err := host.NewLocal()
 	if err != nil {
 		return refused(err)

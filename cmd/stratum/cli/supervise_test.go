@@ -720,9 +720,40 @@ func TestUnitRunsTheStratumAsInvoked(t *testing.T) {
 	if err := os.WriteFile(other, []byte("#!/bin/sh\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, argv0 := range []string{other, "/nonexistent/stratum", "no-such-stratum-on-path"} {
+	for _, argv0 := range []string{other, "/nonexistent/stratum", "no-such-stratum-on-path", "/proc/self/exe"} {
 		if got, err := unitExecPath(argv0); err != nil || got != self {
 			t.Errorf("invoked as %s, which is not this binary: the unit runs %q (%v), want %s", argv0, got, err, self)
 		}
+	}
+}
+
+// TestSupervisorRefusesAReplaceableStratum: run by root through a link in a
+// directory others may write (a release's link moved there after `stratum
+// install` checked it), the supervisor's start refuses: root would run, at
+// every boot, a stratum another user can replace.
+func TestSupervisorRefusesAReplaceableStratum(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the check applies to root, which systemd runs the unit as")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := t.TempDir()
+	if err := os.Chmod(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(open, "stratum")
+	if err := os.Symlink(self, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := refuseReplaceableSelf(link); err == nil || !strings.Contains(err.Error(), "is writable by its group or others") {
+		t.Fatalf("a stratum run through a link in a world-writable directory: %v, want it refused", err)
+	}
+	if err := os.Chmod(open, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := refuseReplaceableSelf(link); err != nil {
+		t.Fatalf("a stratum run through a link root alone may change: %v", err)
 	}
 }
