@@ -679,11 +679,13 @@ func (u *unit) launch(ctx context.Context) (exited <-chan error, stop func(), er
 		rctx, cancel := context.WithCancel(ctx)
 		ch := make(chan error, 1)
 		done := make(chan struct{})
+		// Running before it runs: a service that signals from its first
+		// line (a test's, a readiness probe's) must find its status says so.
+		u.setRunning(0, time.Now(), nil)
 		go func() {
 			defer close(done)
 			ch <- runRecovered(rctx, u.spec.Name, u.spec.Run)
 		}()
-		u.setRunning(0, time.Now(), nil)
 		return ch, func() {
 			cancel()
 			select {
