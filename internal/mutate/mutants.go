@@ -1223,4 +1223,13 @@ var mutants = []mutant{
 			{"./internal/certbundle", "-run", "TestOpenNamesANewerStratumsGrant"},
 		},
 	},
+	{
+		Name: "status-silent-on-a-stratum-skew",
+		File: "cmd/stratum/cli/services.go",
+		Old:  `if runs, ok := strings.CutPrefix(st.Version, "stratum "); ok && runs != Version && rep.StratumSkew == "" {`,
+		New:  `if runs, ok := strings.CutPrefix(st.Version, "stratum "); false && ok && runs != Version && rep.StratumSkew == "" {`,
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestStatusJudgesOnlyTheServicesThisNodeRuns"},
+		},
+	},
 }

@@ -246,6 +246,10 @@ type statusReport struct {
 	// not mounted, or lost). Its supervisor waits for the data with
 	// nothing started; the refusal says how to bring it back.
 	EtcdDataMissing string `json:"etcdDataMissing,omitempty"`
+	// StratumSkew warns that the supervisor runs another stratum than this
+	// binary (one installed in its place, an upgrade not yet restarted
+	// into): what runs is the supervisor's until it restarts.
+	StratumSkew string `json:"stratumSkew,omitempty"`
 	// Problem is what status exits 1 for, with what to do; absent when this
 	// node is a control plane whose supervisor runs every service.
 	Problem string `json:"problem,omitempty"`
@@ -383,6 +387,9 @@ func (rep *statusReport) askSupervisor(ctx context.Context, h host.Host) error {
 			return err
 		}
 		rep.Services = append(rep.Services, serviceReport{Name: name, Running: st.Running, Detail: st.Detail, Version: st.Version})
+		if runs, ok := strings.CutPrefix(st.Version, "stratum "); ok && runs != Version && rep.StratumSkew == "" {
+			rep.StratumSkew = fmt.Sprintf("this node's supervisor runs stratum %s, and this binary is stratum %s: the supervisor and what it runs stay %s until it restarts (`systemctl restart stratum`, one control plane at a time: docs/real-hosts.md, upgrading)", runs, Version, runs)
+		}
 	}
 	rep.Supervisor = true
 	return nil
@@ -452,6 +459,9 @@ func writeStatus(w io.Writer, rep statusReport) error {
 	}
 	if len(rep.CertificatesExpiring) > 0 {
 		fmt.Fprintf(w, "warning: certificates expire soon: %s: %s\n", strings.Join(rep.CertificatesExpiring, "; "), certsRenewAdvice)
+	}
+	if rep.StratumSkew != "" {
+		fmt.Fprintf(w, "warning: %s\n", rep.StratumSkew)
 	}
 	if rep.EtcdSpace != "" {
 		fmt.Fprintf(w, "warning: %s\n", rep.EtcdSpace)

@@ -316,6 +316,30 @@ func TestStatusJudgesOnlyTheServicesThisNodeRuns(t *testing.T) {
 	if err := rep.judge(rep.askSupervisor(ctx, h)); err == nil || !strings.Contains(rep.Problem, "not running: kube-vip") {
 		t.Fatalf("status with a VIP and kube-vip stopped: %v (problem %q), want kube-vip named", err, rep.Problem)
 	}
+	if rep.StratumSkew != "" {
+		t.Fatalf("status from the stratum the supervisor runs warns of a skew: %q", rep.StratumSkew)
+	}
+
+	// A supervisor running another stratum than the binary asked (one
+	// installed in its place, not yet restarted into): a warning naming
+	// both, not a problem.
+	old, err := supervisor.New(supervisor.Config{LogDir: t.TempDir(), Services: []supervisor.Spec{
+		{Name: ha.ServiceEtcd, Run: runs}, {Name: ha.ServiceAPIServer, Run: runs},
+		{Name: ha.ServiceVIP, Run: runs, Version: "stratum v0.0.1-before"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Shutdown()
+	for _, s := range []string{ha.ServiceEtcd, ha.ServiceAPIServer, ha.ServiceVIP} {
+		if err := old.StartService(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep = statusReport{Node: &nodeReport{NodeName: "cp1", VIP: "10.0.0.10"}}
+	if err := rep.judge(rep.askSupervisor(ctx, &host.Local{Dir: host.Dir{Root: t.TempDir()}, Services: old})); err != nil || !strings.Contains(rep.StratumSkew, "runs stratum v0.0.1-before, and this binary is stratum "+Version) {
+		t.Fatalf("status from another stratum than the supervisor runs: %v, skew %q; want exit 0 with a warning naming both", err, rep.StratumSkew)
+	}
 }
 
 // TestServerTakesItsSecretsOutOfTheEnvironment: the join secrets read from
