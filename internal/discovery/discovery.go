@@ -21,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -42,7 +43,8 @@ const (
 
 // Publish writes (or refreshes) the cluster-info ConfigMap with a kubeconfig
 // naming server and carrying caPEM, and lets unauthenticated clients get
-// exactly that object.
+// exactly that object; it returns once the apiserver cs reaches lets them
+// (waitAnonymousReads).
 func Publish(ctx context.Context, cs kubernetes.Interface, server string, caPEM []byte) error {
 	kc, err := kubeconfig.ForCA(server, caPEM)
 	if err != nil {
@@ -77,7 +79,43 @@ func Publish(ctx context.Context, cs kubernetes.Interface, server string, caPEM 
 	if _, err := cs.RbacV1().RoleBindings(Namespace).Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create role binding %s: %w", readerRole, err)
 	}
-	return nil
+	return waitAnonymousReads(ctx, cs)
+}
+
+// Bounds of waitAnonymousReads: how long, and how often it asks.
+const (
+	anonymousReadsWithin = 10 * time.Second
+	anonymousReadsPoll   = 50 * time.Millisecond
+)
+
+// waitAnonymousReads waits until the apiserver cs reaches lets an anonymous
+// client get cluster-info: a binding just written reaches the RBAC
+// authorizer through its informer, and a joiner that fetched meanwhile (a
+// script joining right after the first node's bring-up; the simulator's
+// tests, which did) was refused 403, "cluster-info not published".
+func waitAnonymousReads(ctx context.Context, cs kubernetes.Interface) error {
+	review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User: "system:anonymous", Groups: []string{"system:unauthenticated"},
+		ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: Namespace, Verb: "get", Resource: "configmaps", Name: ConfigMap},
+	}}
+	deadline := time.Now().Add(anonymousReadsWithin)
+	for {
+		got, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
+		if err == nil && got.Status.Allowed {
+			return nil
+		}
+		if err == nil {
+			err = fmt.Errorf("denied: %s", got.Status.Reason)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s/%s is published, but anonymous reads of it are still refused after %s: %w", Namespace, ConfigMap, anonymousReadsWithin, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for anonymous reads of %s/%s: %w (last answer: %v)", Namespace, ConfigMap, ctx.Err(), err)
+		case <-time.After(anonymousReadsPoll):
+		}
+	}
 }
 
 // ErrNotPublished matches a server that publishes no cluster-info.

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"stratum.dev/stratum/internal/assets/assetstest"
 	"stratum.dev/stratum/internal/discovery"
@@ -76,6 +77,41 @@ func TestFetchCAPinsTheHash(t *testing.T) {
 	}
 	if _, _, err := discovery.FetchCA(ctx, server, hash, joiner.DialContext); !errors.Is(err, discovery.ErrUnreachable) {
 		t.Fatalf("a fetch from a server that is down = %v, want ErrUnreachable", err)
+	}
+}
+
+// TestPublishReturnsOnceJoinersMayRead: a joiner that fetches cluster-info
+// right after a publication (a script joining as soon as the first node is
+// up) is answered: Publish returns once the apiserver's RBAC authorizer has
+// the binding that lets anonymous clients read it, which reaches it through
+// an informer. Each round takes the binding away first, so every
+// publication writes it anew.
+func TestPublishReturnsOnceJoinersMayRead(t *testing.T) {
+	assetstest.Require(t)
+	c := sim.Start(t, sim.Config{ControlPlanes: 1, SpareHosts: 1, APIServers: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	admin, err := c.Host("cp1").Admin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := c.Shared().Cluster.CertPEM
+	hash, err := pki.CAHash(ca)
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := c.Host("cp1").APIServerURL()
+	joiner := c.Host("cp2").Handle()
+	for round := range 50 {
+		if err := admin.RbacV1().RoleBindings(discovery.Namespace).Delete(ctx, "stratum:cluster-info-reader", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := discovery.Publish(ctx, admin, server, ca); err != nil {
+			t.Fatalf("round %d: publish: %v", round, err)
+		}
+		if _, _, err := discovery.FetchCA(ctx, server, hash, joiner.DialContext); err != nil {
+			t.Fatalf("round %d: a joiner's fetch right after the publication: %v", round, err)
+		}
 	}
 }
 

@@ -1232,4 +1232,13 @@ var mutants = []mutant{
 			{"./cmd/stratum/cli", "-run", "TestStatusJudgesOnlyTheServicesThisNodeRuns"},
 		},
 	},
+	{
+		Name: "publish-returns-before-joiners-may-read",
+		File: "internal/discovery/discovery.go",
+		Old:  "return waitAnonymousReads(ctx, cs)",
+		New:  "return nil",
+		Tests: [][]string{
+			{"./internal/discovery", "-run", "TestPublishReturnsOnceJoinersMayRead"},
+		},
+	},
 }
