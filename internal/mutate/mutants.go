@@ -1118,7 +1118,7 @@ var mutants = []mutant{
 	{
 		Name: "supervisor-never-ready",
 		File: "cmd/stratum/cli/supervise.go",
-		Old:  `a.notify(sdnotify.Ready, "supervising this control plane: etcd, kube-apiserver and what the node runs are up")`,
+		Old:  `a.notify(sdnotify.Ready("supervising this control plane: etcd, kube-apiserver and what the node runs are up"))`,
 		New:  ``,
 		Tests: [][]string{
 			{"./e2e", "-run", "TestHAControlPlaneOnThreeHosts"},
@@ -1127,8 +1127,8 @@ var mutants = []mutant{
 	{
 		Name: "etcd-data-wait-never-ready",
 		File: "cmd/stratum/cli/supervise.go",
-		Old:  `a.notify(sdnotify.Ready, "waiting, with nothing started`,
-		New:  `a.notify(func(string) error { return nil }, "waiting, with nothing started`,
+		Old:  `a.notify(sdnotify.Ready("waiting, with nothing started`,
+		New:  `a.notify(sdnotify.Status("waiting, with nothing started`,
 		Tests: [][]string{
 			{"./e2e", "-run", "TestSingleControlPlaneGrowsIntoHA"},
 		},

@@ -152,19 +152,15 @@ type binaryVersion struct {
 // which run the pinned etcd), so a mis-installed binary does not start a
 // cluster of the older version.
 func (v *binaryVersion) check(ctx context.Context) error {
-	got, err := v.bins.Version(ctx, v.name)
-	if err != nil {
-		return err
-	}
-	if got == version.EtcdPrevious {
+	return v.judge(ctx, func(got string) error {
+		if got != version.EtcdPrevious {
+			return nil
+		}
 		if st, serr := nodestate.Load(v.state); serr != nil || !st.Etcd.Started {
 			return fmt.Errorf("%w: %s is etcd %s, the previous minor, which only a member downgraded by `stratum etcd downgrade` runs; this node's member has not served yet, and a new member runs the pinned etcd %s: install the dist's bin/etcd there", controlplane.ErrBinary, v.bins.Path(v.name), version.EtcdPrevious, version.Etcd)
 		}
-	}
-	v.mu.Lock()
-	v.last = got
-	v.mu.Unlock()
-	return nil
+		return nil
+	})
 }
 
 // launchable checks the binary at a launch: a version this stratum runs
@@ -175,8 +171,17 @@ func (v *binaryVersion) check(ctx context.Context) error {
 // not yet served after its wipe and member-add, and its launch of the
 // previous minor's etcd must then go through.
 func (v *binaryVersion) launchable(ctx context.Context) error {
+	return v.judge(ctx, func(string) error { return nil })
+}
+
+// judge asks the binary its version, refuses it with rule's error, and
+// otherwise records it.
+func (v *binaryVersion) judge(ctx context.Context, rule func(got string) error) error {
 	got, err := v.bins.Version(ctx, v.name)
 	if err != nil {
+		return err
+	}
+	if err := rule(got); err != nil {
 		return err
 	}
 	v.mu.Lock()
@@ -535,7 +540,7 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 		}
 	}
 	a.printState(done, st)
-	a.notify(sdnotify.Ready, "supervising this control plane: etcd, kube-apiserver and what the node runs are up")
+	a.notify(sdnotify.Ready("supervising this control plane: etcd, kube-apiserver and what the node runs are up"))
 	fmt.Fprintf(a.stdout, "supervising this control plane (logs in %s, control socket %s); SIGINT, SIGTERM or SIGHUP stops it (a second one kills what still runs)\n", controlplane.LogDir, supervisor.SocketPath)
 	a.warnCertsDue(l)
 	daily := time.NewTicker(certsDueEvery)
@@ -543,7 +548,7 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 	for {
 		select {
 		case <-ctx.Done():
-			a.notify(func(string) error { return sdnotify.Stopping() }, "")
+			a.notify(sdnotify.Stopping())
 			fmt.Fprintln(a.stdout, "stopping the control plane (a second SIGINT, SIGTERM or SIGHUP kills what still runs at once)")
 			return nil
 		case <-sup.ExitRequested():
@@ -555,14 +560,14 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 	}
 }
 
-// notify tells a service manager speaking systemd's notify protocol (the
-// unit `stratum install` writes is Type=notify) what the supervisor does:
-// send is sdnotify.Ready once the control plane is up or the supervisor
-// has settled into a wait it says (keepVoterAndRetry, waitForEtcdData), so
-// `systemctl start` returns then and not at the fork. A failure to tell is
-// logged, never a reason to stop.
-func (a *app) notify(send func(status string) error, status string) {
-	if err := send(status); err != nil {
+// notify logs err, what a call telling a service manager speaking systemd's
+// notify protocol returned (the unit `stratum install` writes is
+// Type=notify): sdnotify.Ready once the control plane is up or the
+// supervisor has settled into a wait it says (keepVoterAndRetry,
+// waitForEtcdData), so `systemctl start` returns then and not at the fork.
+// A failure to tell is logged, never a reason to stop.
+func (a *app) notify(err error) {
+	if err != nil {
 		a.log.Warn("the service manager was not told the supervisor's state", "err", err)
 	}
 }
@@ -603,7 +608,7 @@ func (a *app) keepVoterAndRetry(ctx context.Context, verb string, n *ha.Node, su
 	}
 	fmt.Fprintf(a.stderr, "%s: %v\n", verb, explainHost(failed))
 	fmt.Fprintf(a.stdout, "this node's etcd member is one of the cluster's %d voters, and stopping it would take from the cluster's quorum (with two voters, or three with one down, every write would be refused), so etcd keeps running and the start is tried again every %s: fix the cause meanwhile (`stratum status` shows each service, their logs are in %s); SIGINT, SIGTERM or SIGHUP stops everything (a maintenance command refused as busy during an attempt runs between attempts)\n", voters, startRetryEvery, controlplane.LogDir)
-	a.notify(sdnotify.Ready, fmt.Sprintf("the start failed; this node's etcd voter is kept and the start is tried again every %s: %v", startRetryEvery, failed))
+	a.notify(sdnotify.Ready(fmt.Sprintf("the start failed; this node's etcd voter is kept and the start is tried again every %s: %v", startRetryEvery, failed)))
 	for attempt := 1; ; attempt++ {
 		if err := a.nextAttempt(ctx, sup); errors.Is(err, errNodeReset) {
 			return nil, err
@@ -641,7 +646,7 @@ func (a *app) keepVoterAndRetry(ctx context.Context, verb string, n *ha.Node, su
 func (a *app) waitForEtcdData(ctx context.Context, verb string, h host.Files, n *ha.Node, sup *supervisor.Supervisor, o ha.BootstrapOptions, missing error) (*nodestate.NodeState, error) {
 	fmt.Fprintf(a.stderr, "%s: %v\n", verb, missing)
 	fmt.Fprintf(a.stdout, "the supervisor stays up with nothing started, so the commands that bring the data back run through it (`stratum etcd rejoin --server IP`; on the only control plane `stratum snapshot restore FILE`); it starts this control plane once the data directory holds data again (looked at every %s); SIGINT, SIGTERM or SIGHUP stops it\n", startRetryEvery)
-	a.notify(sdnotify.Ready, "waiting, with nothing started, for this node's etcd data (`stratum etcd rejoin --server IP` brings it back): "+missing.Error())
+	a.notify(sdnotify.Ready("waiting, with nothing started, for this node's etcd data (`stratum etcd rejoin --server IP` brings it back): " + missing.Error()))
 	said := ""
 	for attempt := 1; ; attempt++ {
 		if err := a.nextAttempt(ctx, sup); errors.Is(err, errNodeReset) {

@@ -603,7 +603,9 @@ func TestEtcdRelaunchWaitsForItsData(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	install(strings.Replace(script, strings.TrimPrefix(version.Etcd, "v"), strings.TrimPrefix(version.Etcd, "v")+"0", 1))
+	// The same stand-in, saying a version this stratum does not run.
+	otherVersion := strings.Replace(script, strings.TrimPrefix(version.Etcd, "v"), strings.TrimPrefix(version.Etcd, "v")+"0", 1)
+	install(otherVersion)
 	os.Remove(pidFile)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -620,7 +622,7 @@ func TestEtcdRelaunchWaitsForItsData(t *testing.T) {
 
 	// A restart (a renewal's, a quota change's) with such a binary on disk
 	// is refused before it stops the running etcd.
-	install(strings.Replace(script, strings.TrimPrefix(version.Etcd, "v"), strings.TrimPrefix(version.Etcd, "v")+"0", 1))
+	install(otherVersion)
 	if err := sup.RestartService(ctx, ha.ServiceEtcd); err == nil || !strings.Contains(err.Error(), controlplane.ErrBinary.Error()) || !strings.Contains(err.Error(), "it was not stopped") {
 		t.Fatalf("a restart with another etcd version on disk: %v, want it refused before the stop", err)
 	}
