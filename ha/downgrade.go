@@ -9,6 +9,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"stratum.dev/stratum/internal/version"
 )
 
 // ErrDowngradeNotValidated matches a DowngradeEtcd that failed at its validate
@@ -175,7 +177,7 @@ func (n *Node) waitMembersRun(ctx context.Context, hosts []string, target string
 // versionMajorMinor is "3.6" of "3.6.16" (parseMajorMinor's reading), or v
 // when it is not a version.
 func versionMajorMinor(v string) string {
-	if major, minor, ok := parseMajorMinor(v); ok {
+	if major, minor, ok := version.MajorMinor(v); ok {
 		return fmt.Sprintf("%d.%d", major, minor)
 	}
 	return v

@@ -1,13 +1,13 @@
 package ha
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 
 	"stratum.dev/stratum/internal/version"
@@ -75,7 +75,17 @@ func (n *Node) etcdVersionsAt(ctx context.Context, cpIP string) (etcdVersions, e
 // run once the cause is fixed: a join's and a rejoin's differ.
 type versionRefusal struct {
 	unchanged, then string
+	// wouldFail is what etcd would do with the member (joinWouldFail when
+	// empty).
+	wouldFail string
 }
+
+// joinWouldFail is what a member added at a version etcd refuses meets.
+const joinWouldFail = "etcd would refuse to start this member after its add, leaving a learner that blocks every later join"
+
+// upgradeVersionRefusal is `stratum upgrade node`'s (EtcdVersionFits).
+var upgradeVersionRefusal = versionRefusal{unchanged: "nothing was changed", then: "run the upgrade again",
+	wouldFail: "etcd would refuse to start this member on it, leaving this control plane down"}
 
 // joinVersionRefusal is the join's: its refusals come before the member-add.
 var joinVersionRefusal = versionRefusal{unchanged: "nothing was added to etcd", then: joinHint}
@@ -94,7 +104,19 @@ type memberVersions struct {
 // grows). Members that do not answer are passed over; a cluster none of
 // whose members answers is refused as unhealthy.
 func (n *Node) checkEtcdVersionFits(ctx context.Context, etcdIPs []string, r versionRefusal) error {
-	local := n.localEtcdVersion(ctx)
+	return n.etcdVersionFits(ctx, etcdIPs, n.localEtcdVersion(ctx), r)
+}
+
+// EtcdVersionFits refuses, as checkEtcdVersionFits refuses a joiner's, an
+// etcd of version etcdVersion for this node's member among the members at
+// etcdIPs: etcd would not start it (the cluster's version newer, or a
+// downgrade under way). `stratum upgrade node` checks a release's etcd with
+// it before it restarts the member on that etcd. Nil when it fits.
+func (n *Node) EtcdVersionFits(ctx context.Context, etcdIPs []string, etcdVersion string) error {
+	return n.etcdVersionFits(ctx, etcdIPs, etcdVersion, upgradeVersionRefusal)
+}
+
+func (n *Node) etcdVersionFits(ctx context.Context, etcdIPs []string, local string, r versionRefusal) error {
 	var errs []error
 	var answers []memberVersions
 	for _, ip := range etcdIPs {
@@ -128,26 +150,26 @@ func (n *Node) checkEtcdVersionFits(ctx context.Context, etcdIPs []string, r ver
 // (a snapshot restored by a newer etcd starts at the snapshot's version and
 // is raised soon after), and a new member that started below it would be
 // stopped then; one that started at the cluster's version keeps it there.
-func clusterVersionAhead(answers []memberVersions) (version, at string) {
+func clusterVersionAhead(answers []memberVersions) (ahead, at string) {
 	for _, a := range answers {
-		if _, _, ok := parseMajorMinor(a.server); ok && (version == "" || newerMinor(version, a.server)) {
-			version, at = a.server, a.ip
+		if _, _, ok := version.MajorMinor(a.server); ok && (ahead == "" || newerMinor(ahead, a.server)) {
+			ahead, at = a.server, a.ip
 		}
 	}
 	for _, a := range answers {
-		if newerMinor(a.cluster, version) {
-			version, at = a.cluster, a.ip
+		if newerMinor(a.cluster, ahead) {
+			ahead, at = a.cluster, a.ip
 		}
 	}
-	return version, at
+	return ahead, at
 }
 
 // newerMinor reports whether etcd version a's major.minor is above b's. An
 // a that does not parse is never newer; a b that does not parse is below any
 // a that does.
 func newerMinor(a, b string) bool {
-	amaj, amin, aok := parseMajorMinor(a)
-	bmaj, bmin, bok := parseMajorMinor(b)
+	amaj, amin, aok := version.MajorMinor(a)
+	bmaj, bmin, bok := version.MajorMinor(b)
 	return aok && (!bok || amaj > bmaj || amaj == bmaj && amin > bmin)
 }
 
@@ -156,21 +178,10 @@ func newerMinor(a, b string) bool {
 // major.minor, may not be newer than the member's. A cluster whose version
 // is not known is not judged.
 func checkEtcdVersionSkew(local, cluster, at string, r versionRefusal) error {
-	if _, _, ok := parseMajorMinor(local); !ok || !newerMinor(cluster, local) {
+	if _, _, ok := version.MajorMinor(local); !ok || !newerMinor(cluster, local) {
 		return nil
 	}
 	cv := versionMajorMinor(cluster)
-	return fmt.Errorf("%w: this node runs etcd %s and the cluster (member %s) is at etcd %s; etcd would refuse to start this member after its add, leaving a learner that blocks every later join; %s: install the etcd the cluster runs (the stratum release that pins etcd %s), then %s",
-		ErrEtcdVersionSkew, strings.TrimPrefix(local, "v"), at, cv, r.unchanged, cv, r.then)
-}
-
-// parseMajorMinor reads "v3.7.3", "3.7.0" or "3.6" as its major and minor.
-func parseMajorMinor(v string) (major, minor int, ok bool) {
-	parts := strings.SplitN(strings.TrimPrefix(strings.TrimSpace(v), "v"), ".", 3)
-	if len(parts) < 2 {
-		return 0, 0, false
-	}
-	maj, err1 := strconv.Atoi(parts[0])
-	min, err2 := strconv.Atoi(parts[1])
-	return maj, min, err1 == nil && err2 == nil
+	return fmt.Errorf("%w: this node runs etcd %s and the cluster (member %s) is at etcd %s; %s; %s: install the etcd the cluster runs (the stratum release that pins etcd %s), then %s",
+		ErrEtcdVersionSkew, strings.TrimPrefix(local, "v"), at, cv, cmp.Or(r.wouldFail, joinWouldFail), r.unchanged, cv, r.then)
 }

@@ -6,7 +6,11 @@
 // names the same file on every host, and no test has to redirect a path.
 package version
 
-import "path"
+import (
+	"path"
+	"strconv"
+	"strings"
+)
 
 // Component versions this release of stratum runs. The binaries the simulator
 // and the tests start are built from the same pins (tools/versions.mk); a test
@@ -45,3 +49,15 @@ func Kubeconfig(name string) string { return path.Join(K8sConfDir, name+".conf")
 
 // PKIFile is the path of a file named relative to PKIDir ("ca.crt", "etcd/ca.crt").
 func PKIFile(name string) string { return path.Join(PKIDir, name) }
+
+// MajorMinor reads a version such as "v3.7.3", "3.7.0", "v1.37.2" or "3.6"
+// as its major and minor numbers; ok is false for anything else.
+func MajorMinor(v string) (major, minor int, ok bool) {
+	parts := strings.SplitN(strings.TrimPrefix(strings.TrimSpace(v), "v"), ".", 3)
+	if len(parts) < 2 {
+		return 0, 0, false
+	}
+	maj, err1 := strconv.Atoi(parts[0])
+	min, err2 := strconv.Atoi(parts[1])
+	return maj, min, err1 == nil && err2 == nil
+}
