@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -23,18 +24,21 @@ const SocketPath = "/run/stratum/supervisor.sock"
 
 // request is one control-socket call: one JSON object per connection.
 type request struct {
-	Op       string   `json:"op"` // start, stop, restart, status, check, exit
-	Service  string   `json:"service,omitempty"`
-	Services []string `json:"services,omitempty"`
+	Op          string       `json:"op"` // start, stop, restart, status, check, exit, about, replace
+	Service     string       `json:"service,omitempty"`
+	Services    []string     `json:"services,omitempty"`
+	Replacement *Replacement `json:"replacement,omitempty"`
 }
 
 // response is the answer to a request.
 type response struct {
 	Error string `json:"error,omitempty"`
 	// Code names the sentinel the error matched, so the client's error
-	// matches it too: "unknown-service", "unavailable".
+	// matches it too: "unknown-service", "unavailable", "running",
+	// "unsupported", "shutting-down".
 	Code   string              `json:"code,omitempty"`
 	Status *host.ServiceStatus `json:"status,omitempty"`
+	About  *About              `json:"about,omitempty"`
 }
 
 // Listen opens the control socket at path (a real path), root-only (mode
@@ -179,8 +183,17 @@ func (s *Supervisor) answer(ctx context.Context, c net.Conn) {
 		err = s.CheckServices(ctx, req.Services)
 	case "exit":
 		err = s.requestExit()
+	case "about":
+		about := s.About()
+		resp.About = &about
+	case "replace":
+		if req.Replacement == nil {
+			err = errors.New("a replace request names no replacement")
+		} else {
+			err = s.requestReplacement(*req.Replacement)
+		}
 	default:
-		err = fmt.Errorf("unknown operation %q", req.Op)
+		err = fmt.Errorf("%w: unknown operation %q", ErrUnsupported, req.Op)
 	}
 	if err != nil {
 		resp.Error = err.Error()
@@ -191,6 +204,10 @@ func (s *Supervisor) answer(ctx context.Context, c net.Conn) {
 			resp.Code = "unavailable"
 		case errors.Is(err, ErrServicesRunning):
 			resp.Code = "running"
+		case errors.Is(err, ErrUnsupported):
+			resp.Code = "unsupported"
+		case errors.Is(err, ErrShuttingDown):
+			resp.Code = "shutting-down"
 		}
 	}
 	_ = json.NewEncoder(c).Encode(resp)
@@ -271,18 +288,46 @@ func (c Client) call(ctx context.Context, req request) (response, error) {
 		return response{}, fmt.Errorf("read the stratum supervisor's answer to %s %s: %w", req.Op, req.Service, err)
 	}
 	if resp.Error != "" {
-		err := errors.New(resp.Error)
-		switch resp.Code {
-		case "unknown-service":
-			err = fmt.Errorf("%w: %s", host.ErrUnknownService, resp.Error)
-		case "unavailable":
-			err = fmt.Errorf("%w: %s", host.ErrServicesUnavailable, resp.Error)
-		case "running":
-			err = fmt.Errorf("%w: %s", ErrServicesRunning, resp.Error)
-		}
-		return resp, err
+		return resp, answerError{answered(resp)}
 	}
 	return resp, nil
+}
+
+// answerError is an error the supervisor answered with (Answered).
+type answerError struct{ err error }
+
+func (e answerError) Error() string { return e.err.Error() }
+func (e answerError) Unwrap() error { return e.err }
+
+// Answered reports whether err is the supervisor's own answer to a call (a
+// refusal or a failure it reported), as opposed to a supervisor not
+// reached, or one whose answer was lost: a caller then does not know what
+// it did.
+func Answered(err error) bool {
+	var a answerError
+	return errors.As(err, &a)
+}
+
+// answered is the error resp carries, matching the sentinel its code names.
+func answered(resp response) error {
+	switch resp.Code {
+	case "unknown-service":
+		return fmt.Errorf("%w: %s", host.ErrUnknownService, resp.Error)
+	case "unavailable":
+		return fmt.Errorf("%w: %s", host.ErrServicesUnavailable, resp.Error)
+	case "running":
+		return fmt.Errorf("%w: %s", ErrServicesRunning, resp.Error)
+	case "unsupported":
+		return fmt.Errorf("%w: %s", ErrUnsupported, resp.Error)
+	case "shutting-down":
+		return fmt.Errorf("%w: %s", ErrShuttingDown, resp.Error)
+	}
+	// A supervisor older than the code answers an operation it does not
+	// know in words only.
+	if strings.HasPrefix(resp.Error, "unknown operation") {
+		return fmt.Errorf("%w: %s", ErrUnsupported, resp.Error)
+	}
+	return errors.New(resp.Error)
 }
 
 func (c Client) StartService(ctx context.Context, name string) error {

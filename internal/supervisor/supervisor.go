@@ -101,6 +101,12 @@ type Config struct {
 	// is about to stop, so a long shutdown (a SIGTERM grace of seconds)
 	// shows what it waits for.
 	OnShutdownStop func(service string)
+	// Identity is what the supervisor reports of itself (About).
+	Identity Identity
+	// CheckReplacement, when set, judges a Replacement a control-socket
+	// caller asks for (nil: refused); an accepted one is delivered on
+	// ReplaceRequested.
+	CheckReplacement func(Replacement) error
 }
 
 // Supervisor runs Config.Services on demand. Safe for concurrent use.
@@ -130,6 +136,12 @@ type Supervisor struct {
 	force     chan struct{}
 	forceOnce sync.Once
 	onStop    func(string)
+
+	identity         Identity
+	instance         string // About.Instance
+	state            string // SetState's, under mu
+	checkReplacement func(Replacement) error
+	replace          chan Replacement
 }
 
 // ErrServicesRunning: an exit asked of a supervisor that still runs
@@ -147,7 +159,8 @@ func New(cfg Config) (*Supervisor, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Supervisor{logDir: cfg.LogDir, logMaxBytes: cfg.LogMaxBytes, logKeep: cfg.LogKeep, log: log, units: map[string]*unit{}, exit: make(chan struct{}), force: make(chan struct{}), onStop: cfg.OnShutdownStop}
+	s := &Supervisor{logDir: cfg.LogDir, logMaxBytes: cfg.LogMaxBytes, logKeep: cfg.LogKeep, log: log, units: map[string]*unit{}, exit: make(chan struct{}), force: make(chan struct{}), onStop: cfg.OnShutdownStop,
+		identity: cfg.Identity, instance: newInstance(), state: StateStarting, checkReplacement: cfg.CheckReplacement, replace: make(chan Replacement, 1)}
 	for _, sp := range cfg.Services {
 		if sp.Name == "" || (sp.Command == nil) == (sp.Run == nil) {
 			return nil, fmt.Errorf("supervisor: service %q needs a name and exactly one of Command and Run", sp.Name)
