@@ -31,7 +31,11 @@ import (
 // then `up --vip`), then `stratum repoint --vip` runs through each running
 // supervisor. A third joins with a command minted after, through the VIP.
 // cp3's etcd data is then lost: its supervisor stays up and the rejoin its
-// refusal advises runs through it. Last, the VIP holder's stratum is SIGKILLed and kubectl through the VIP
+// refusal advises runs through it; an upgrade is refused meanwhile, on cp1
+// (a member down) and on cp3 (its supervisor waiting). The VIP holder is then
+// upgraded in place with `stratum upgrade node` of a next release while the
+// others serve.
+// Last, the VIP holder's stratum is SIGKILLed and kubectl through the VIP
 // answers from a survivor within 20 s: the control planes that joined before
 // the VIP existed serve it with certificates that cover it, as clients
 // nobody here wrote check. The survivors are stopped with two SIGTERMs,
@@ -42,7 +46,7 @@ func TestSingleControlPlaneGrowsIntoHA(t *testing.T) {
 	cp1, cp2, cp3 := nw.Host("cp1"), nw.Host("cp2"), nw.Host("cp3")
 	vip := nw.VIP().String()
 	vipURL := "https://" + vip + ":6443"
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 
 	// A single controller (the cis profile: its apiserver audits), and a
@@ -179,6 +183,11 @@ func TestSingleControlPlaneGrowsIntoHA(t *testing.T) {
 	if o, e, err := cp3.Run(ctx, tools.stratum, "status"); exitCode(err) != 1 || !strings.Contains(e, "etcd data missing") {
 		t.Fatalf("stratum status on cp3 waiting for its etcd data = %v, want exit 1 naming the missing data\nstdout:\n%s\nstderr:\n%s", err, o, e)
 	}
+	// No upgrade meanwhile, with nothing changed: cp1's, with cp3's member
+	// down, could take the quorum; cp3's supervisor waits for its data.
+	next := buildNextRelease(t)
+	refuseUpgrade(ctx, t, cp1, next, "stopping this etcd member while the cluster is unhealthy could take its quorum", cp3.IP().String())
+	refuseUpgrade(ctx, t, cp3, next, "is waiting for its etcd data")
 	t.Logf("stratum etcd rejoin on cp3 printed:\n%s", tools.run(ctx, t, cp3, "etcd", "rejoin", "--server", cp1.IP().String()))
 	if msg := notified(t, lost, 2*time.Minute); !strings.HasPrefix(msg, "READY=1\nSTATUS=supervising this control plane") {
 		t.Fatalf("cp3's supervisor, its data back, told the service manager %q, want READY=1 supervising", msg)
@@ -187,6 +196,10 @@ func TestSingleControlPlaneGrowsIntoHA(t *testing.T) {
 	supervisor[cp3] = lost
 	waitVoters(ctx, t, tools, cp1, 3)
 	tools.etcdctl(ctx, t, cp3, "endpoint", "health", "--cluster")
+
+	// The VIP holder is upgraded in place to a next release while the
+	// others serve (upgradeHolderInPlace).
+	upgradeHolderInPlace(ctx, t, tools, nw, next)
 
 	// The first failover: whichever control plane held the VIP dies, and
 	// the VIP answers from another, TLS verified against the cluster CA.

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -939,7 +940,10 @@ func vipHolder(ctx context.Context, t *testing.T, nw *network) *host {
 }
 
 // waitNoServers waits until no etcd or kube-apiserver runs in h's network
-// namespace: a stopped or killed stratum leaves no child behind.
+// namespace and nothing listens on their ports: a stopped or killed stratum
+// leaves no child behind. A killed server's thread-group leader shows as a
+// zombie while its other threads still exit, holding its sockets: a start
+// right then met "port 6443 is in use", so the ports are waited for too.
 func waitNoServers(t *testing.T, h *host) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
@@ -956,6 +960,7 @@ func waitNoServers(t *testing.T, h *host) {
 				servers = append(servers, fmt.Sprintf("%s (pid %d)", name, pid))
 			}
 		}
+		servers = append(servers, listeners(h, 2379, 2380, 6443)...)
 		if len(servers) == 0 {
 			return
 		}
@@ -964,6 +969,30 @@ func waitNoServers(t *testing.T, h *host) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// listeners names each of ports something listens on in h's network
+// namespace (its TCP tables, read through its holder process).
+func listeners(h *host, ports ...int) []string {
+	var out []string
+	for _, table := range []string{"tcp", "tcp6"} {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", h.holder.Process.Pid, table))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(data), "\n")[1:] {
+			f := strings.Fields(line)
+			if len(f) < 4 || f[3] != "0A" { // LISTEN
+				continue
+			}
+			_, hexPort, _ := strings.Cut(f[1], ":")
+			port, err := strconv.ParseInt(hexPort, 16, 32)
+			if err == nil && slices.Contains(ports, int(port)) {
+				out = append(out, fmt.Sprintf("a listener on port %d (%s)", port, table))
+			}
+		}
+	}
+	return out
 }
 
 // hostFiles lists every file under h's stratum directories with its size

@@ -27,9 +27,12 @@ func main() {
 	// children keep the default.
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), interrupt.Signals()...)
-	code := cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr, cli.Options{Exec: func(argv, env []string) error {
-		// This very binary, even if the file was replaced since it started.
-		return syscall.Exec("/proc/self/exe", argv, env)
+	code := cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr, cli.Options{Exec: func(path string, argv, env []string) error {
+		if path == "" {
+			// This very binary, even if the file was replaced since it started.
+			path = "/proc/self/exe"
+		}
+		return syscall.Exec(path, argv, env)
 	}})
 	stop()
 	os.Exit(code)

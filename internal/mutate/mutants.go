@@ -1118,8 +1118,8 @@ var mutants = []mutant{
 	{
 		Name: "supervisor-never-ready",
 		File: "cmd/stratum/cli/supervise.go",
-		Old:  `a.notify(sdnotify.Ready("supervising this control plane: etcd, kube-apiserver and what the node runs are up"))`,
-		New:  ``,
+		Old:  `a.settle(sup, supervisor.StateSupervising, "supervising this control plane: etcd, kube-apiserver and what the node runs are up")`,
+		New:  `sup.SetState(supervisor.StateSupervising)`,
 		Tests: [][]string{
 			{"./e2e", "-run", "TestHAControlPlaneOnThreeHosts"},
 		},
@@ -1127,8 +1127,8 @@ var mutants = []mutant{
 	{
 		Name: "etcd-data-wait-never-ready",
 		File: "cmd/stratum/cli/supervise.go",
-		Old:  `a.notify(sdnotify.Ready("waiting, with nothing started`,
-		New:  `a.notify(sdnotify.Status("waiting, with nothing started`,
+		Old:  `a.settle(sup, "waiting for its etcd data", `,
+		New:  `func(s *supervisor.Supervisor, state, status string) { s.SetState(state); a.notify(sdnotify.Status(status)) }(sup, "waiting for its etcd data", `,
 		Tests: [][]string{
 			{"./e2e", "-run", "TestSingleControlPlaneGrowsIntoHA"},
 		},
@@ -1239,6 +1239,96 @@ var mutants = []mutant{
 		New:  "return nil",
 		Tests: [][]string{
 			{"./internal/discovery", "-run", "TestPublishReturnsOnceJoinersMayRead"},
+		},
+	},
+	{
+		Name: "upgrade-ignores-an-unhealthy-cluster",
+		File: "cmd/stratum/cli/upgrade.go",
+		Old:  "if rep, err := etcdHealth(ctx, u.n, u.st); err != nil {",
+		New:  "if rep, err := etcdHealth(ctx, u.n, u.st); err != nil && false {",
+		Tests: [][]string{
+			{"./e2e", "-run", "TestSingleControlPlaneGrowsIntoHA"},
+		},
+	},
+	{
+		Name: "upgrade-returns-before-the-node-serves",
+		File: "cmd/stratum/cli/upgrade.go",
+		Old:  "u.saveSnapshot, u.replaceSupervisor, u.waitServing, u.waitHealthy, u.writeUnit}",
+		New:  "u.saveSnapshot, u.replaceSupervisor, u.writeUnit}",
+		Tests: [][]string{
+			{"./e2e", "-run", "TestSingleControlPlaneGrowsIntoHA"},
+		},
+	},
+	{
+		Name: "upgrade-leaves-the-unit-on-the-old-stratum",
+		File: "cmd/stratum/cli/upgrade.go",
+		Old:  "	if u.unitPath == \"\" {\n		return nil\n	}\n	if err := writeFileAtomic(",
+		New:  "	if true {\n		return nil\n	}\n	if err := writeFileAtomic(",
+		Tests: [][]string{
+			{"./e2e", "-run", "TestSingleControlPlaneGrowsIntoHA"},
+		},
+	},
+	{
+		Name: "upgrade-skips-an-etcd-minor",
+		File: "cmd/stratum/cli/upgrade.go",
+		Old:  "case tmaj > lmaj || tmin > lmin+1:",
+		New:  "case false:",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestUpgradeVersionSteps"},
+		},
+	},
+	{
+		Name: "supervisor-replaced-while-not-supervising",
+		File: "internal/supervisor/replace.go",
+		Old:  "case s.state != StateSupervising:",
+		New:  "case false:",
+		Tests: [][]string{
+			{"./internal/supervisor", "-run", "TestReplacementIsJudgedThenDelivered"},
+		},
+	},
+	{
+		Name: "supervisor-replaced-by-a-replaceable-stratum",
+		File: "cmd/stratum/cli/supervise.go",
+		Old:  "if err := controlplane.RootOnlyWritable(r.Path); err != nil {",
+		New:  "if err := error(nil); err != nil {",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestSupervisorIsReplacedOnlyByItsOwnKind"},
+		},
+	},
+	{
+		Name: "supervisor-runs-itself-instead-of-the-upgrade",
+		File: "cmd/stratum/cli/supervise.go",
+		Old:  "err := a.opts.Exec(r.Path, r.Args, os.Environ())",
+		New:  "err := a.opts.Exec(\"\", r.Args, os.Environ())",
+		Tests: [][]string{
+			{"./e2e", "-run", "TestSingleControlPlaneGrowsIntoHA"},
+		},
+	},
+	{
+		Name: "supervisor-replacement-skips-its-check",
+		File: "internal/supervisor/replace.go",
+		Old:  "if err := s.checkReplacement(r); err != nil {",
+		New:  "if err := error(nil); err != nil {",
+		Tests: [][]string{
+			{"./internal/supervisor", "-run", "TestReplacementIsJudgedThenDelivered"},
+		},
+	},
+	{
+		Name: "upgrade-takes-the-supervisor-asked-for-its-replacement",
+		File: "cmd/stratum/cli/upgrade.go",
+		Old:  "case asked != \"\" && about.Instance == asked:",
+		New:  "case asked != \"\" && false:",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestUpgradeWaitsForTheReplacement"},
+		},
+	},
+	{
+		Name: "replacement-runs-despite-a-stop-signal",
+		File: "cmd/stratum/cli/supervise.go",
+		Old:  "	if ctx.Err() != nil {\n		a.dropReplacement(r, ",
+		New:  "	if false {\n		a.dropReplacement(r, ",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestAReplacementIsNotRunAfterAStopSignal"},
 		},
 	},
 }

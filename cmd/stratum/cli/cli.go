@@ -60,14 +60,17 @@ type Options struct {
 	// right after it is up, so a test can learn its directory and check
 	// that nothing it started survives the run.
 	OnCluster func(*sim.Cluster)
-	// Exec, when set, replaces this process with the program run as argv
-	// (argv[0] its name) in env, as execve does; cmd/stratum sets it.
-	// `stratum server` on a real host uses it once, before it changes
-	// anything, to run itself again with the join secrets it was given as
-	// flags moved into its environment: /proc/<pid>/cmdline, which every
-	// local user reads, then no longer carries them for the life of the
-	// supervisor. Nil (tests) leaves them where they are.
-	Exec func(argv, env []string) error
+	// Exec, when set, replaces this process with the program at path ("":
+	// this very binary, even if its file was replaced since it started)
+	// run as argv (argv[0] its name) in env, as execve does; cmd/stratum
+	// sets it. `stratum server` on a real host uses it once, before it
+	// changes anything, to run itself again with the join secrets it was
+	// given as flags moved into its environment: /proc/<pid>/cmdline, which
+	// every local user reads, then no longer carries them for the life of
+	// the supervisor. A supervisor uses it to run a newer stratum in its
+	// place (`stratum upgrade node`). Nil (tests) leaves the secrets where
+	// they are, and a supervisor refuses to be replaced.
+	Exec func(path string, argv, env []string) error
 }
 
 // Run executes the command line args (without the program name) under ctx,
@@ -178,6 +181,10 @@ type app struct {
 	args     []string
 	logLevel string
 	log      *slog.Logger
+	// replacementLocks releases the node's locks a supervisor took when it
+	// accepted a replacement (checkReplacement); an exec releases them
+	// itself (their files are closed on exec).
+	replacementLocks func()
 }
 
 func (a *app) rootCmd() *cobra.Command {
@@ -219,7 +226,7 @@ processes driven from one process) via "stratum sim", before it acts on real mac
 	}
 	root.PersistentFlags().StringVar(&a.logLevel, "log-level", "warn", "log level on stderr: debug, info, warn or error")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{plainFlagError(err)} })
-	root.AddCommand(a.upCmd(), a.serverCmd(), a.tokenCmd(), a.withRejoin(a.etcdCmd()), a.certsCmd(), a.grantsCmd(), a.simCmd(), a.versionCmd(), a.repointCmd(), a.snapshotCmd(), a.installCmd(), a.statusCmd(), a.operatorCmd(), a.mcpCmd(), a.resetCmd())
+	root.AddCommand(a.upCmd(), a.serverCmd(), a.tokenCmd(), a.withRejoin(a.etcdCmd()), a.certsCmd(), a.grantsCmd(), a.simCmd(), a.versionCmd(), a.repointCmd(), a.snapshotCmd(), a.installCmd(), a.statusCmd(), a.operatorCmd(), a.mcpCmd(), a.resetCmd(), a.upgradeCmd())
 	if a.stdout != nil {
 		root.SetOut(a.stdout)
 	}

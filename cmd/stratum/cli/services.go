@@ -20,6 +20,7 @@ import (
 	"stratum.dev/stratum/internal/controlplane"
 	"stratum.dev/stratum/internal/host"
 	"stratum.dev/stratum/internal/nodestate"
+	"stratum.dev/stratum/internal/supervisor"
 	"stratum.dev/stratum/internal/version"
 )
 
@@ -223,9 +224,13 @@ type statusReport struct {
 	JoinIntentSurvives bool `json:"joinIntentSurvives"`
 	// Supervisor is whether a stratum supervisor answered; SupervisorError
 	// says why not.
-	Supervisor      bool            `json:"supervisor"`
-	SupervisorError string          `json:"supervisorError,omitempty"`
-	Services        []serviceReport `json:"services"`
+	Supervisor      bool   `json:"supervisor"`
+	SupervisorError string `json:"supervisorError,omitempty"`
+	// SupervisorProcess is what the running supervisor says of itself (a
+	// supervisor older than this field says nothing): its process, its
+	// stratum, its binaries' directory and what it does.
+	SupervisorProcess *supervisorProcess `json:"supervisorProcess,omitempty"`
+	Services          []serviceReport    `json:"services"`
 	// ResetUnderWay: a `stratum reset` began here and has not finished
 	// (its journal is there); run it again to finish it.
 	ResetUnderWay bool `json:"resetUnderWay"`
@@ -299,6 +304,27 @@ func (rep *statusReport) problem(serr error) error {
 		return fmt.Errorf("certificates expired: %s: %s", strings.Join(rep.CertificatesExpired, "; "), certsRenewAdvice)
 	}
 	return nil
+}
+
+// supervisorProcess is `status`'s word on the running supervisor
+// (supervisor.About).
+type supervisorProcess struct {
+	PID     int    `json:"pid"`
+	Version string `json:"version"`
+	BinDir  string `json:"binDir"`
+	// State is "starting", "supervising", or a wait it names ("retrying
+	// its start", "waiting for its etcd data"), or "stopping".
+	State string `json:"state"`
+}
+
+// askAbout fills in SupervisorProcess from the supervisor on this real host
+// (none in the simulator, whose hosts have no control socket); one that
+// does not say is left out.
+func (rep *statusReport) askAbout(ctx context.Context) {
+	about, err := (supervisor.Client{Path: supervisor.SocketPath}).About(ctx)
+	if err == nil {
+		rep.SupervisorProcess = &supervisorProcess{PID: about.PID, Version: about.Version, BinDir: about.BinDir, State: about.State}
+	}
 }
 
 // nodeReport is a control plane's saved state, as `status` and the MCP
@@ -429,7 +455,11 @@ more is a warning (etcdSpace; "stratum etcd defrag" gives back its free space).`
 			if err != nil {
 				return fmt.Errorf("status: %w", err)
 			}
-			verdict := rep.judge(rep.askSupervisor(cmd.Context(), h))
+			serr := rep.askSupervisor(cmd.Context(), h)
+			if serr == nil && a.opts.Host == nil {
+				rep.askAbout(cmd.Context())
+			}
+			verdict := rep.judge(serr)
 			if err := a.write(out, rep, func() error { return writeStatus(a.stdout, rep) }); err != nil {
 				return err
 			}
@@ -468,6 +498,9 @@ func writeStatus(w io.Writer, rep statusReport) error {
 	}
 	if !rep.Supervisor {
 		return nil
+	}
+	if p := rep.SupervisorProcess; p != nil {
+		fmt.Fprintf(w, "supervisor: pid %d, stratum %s, %s (binaries from %s)\n", p.PID, p.Version, p.State, p.BinDir)
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

@@ -12,6 +12,8 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -123,9 +125,55 @@ func (a *app) nodeSupervisor(h host.Host, n *ha.Node, binDir string, operator bo
 	if operator {
 		services = append(services, supervisor.Spec{Name: serviceOperator, Run: func(ctx context.Context) error { return a.runOperator(ctx, h, n) }, Version: inProcessVersion()})
 	}
-	return supervisor.New(supervisor.Config{LogDir: controlplane.LogDir, Log: a.log, Services: services, OnShutdownStop: func(name string) {
+	absBinDir, err := filepath.Abs(binDir)
+	if err != nil {
+		return nil, fmt.Errorf("--bin-dir: %w", err)
+	}
+	cfg := supervisor.Config{LogDir: controlplane.LogDir, Log: a.log, Services: services, OnShutdownStop: func(name string) {
 		fmt.Fprintf(a.stdout, "  stopping %s ...\n", name)
-	}})
+	}, Identity: supervisor.Identity{Version: Version, BinDir: absBinDir, Operator: operator}}
+	var sup *supervisor.Supervisor
+	if a.opts.Exec != nil {
+		cfg.CheckReplacement = func(r supervisor.Replacement) error {
+			if err := checkReplacement(r); err != nil {
+				return err
+			}
+			// Held through the stops and released by the exec: no
+			// restore, renewal or reset runs on the node meanwhile, and
+			// the new stratum's start takes them itself.
+			release, err := nodelock.AcquireBoth(h, "stratum upgrade node (this supervisor's replacement)")
+			if err != nil {
+				return err
+			}
+			a.replacementLocks = release
+			return nil
+		}
+	}
+	sup, err = supervisor.New(cfg)
+	return sup, err
+}
+
+// checkReplacement is what a supervisor accepts to be replaced by (`stratum
+// upgrade node`; the supervisor itself accepts one only while it supervises
+// a control plane that is up): a stratum root alone may change
+// (controlplane.RootOnlyWritable, as every supervisor's start requires of
+// itself), run as the node's supervisor (up --as-supervisor), so the exec
+// cannot end the node in a program that is not its supervisor.
+func checkReplacement(r supervisor.Replacement) error {
+	fi, err := os.Stat(r.Path)
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o100 == 0 {
+		return fmt.Errorf("%s is not an executable file", r.Path)
+	}
+	if err := controlplane.RootOnlyWritable(r.Path); err != nil {
+		return err
+	}
+	if len(r.Args) < 3 || r.Args[1] != "up" || !slices.Contains(r.Args[2:], "--as-supervisor") {
+		return fmt.Errorf("it would run %q, not the node's supervisor (up --as-supervisor)", strings.Join(r.Args, " "))
+	}
+	return nil
 }
 
 // inProcessVersion is the version a service running inside the supervisor
@@ -484,13 +532,23 @@ func (f *superviseFlags) add(cmd *cobra.Command) {
 // idle supervisor to end (`stratum reset`, supervisor.Client.Exit). o are
 // the command's bring-up options, which a retried start (keepVoterAndRetry,
 // waitForEtcdData) takes again.
-func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags, o ha.BootstrapOptions, prepare func(context.Context, *ha.Node) (*nodestate.NodeState, error)) error {
+func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags, o ha.BootstrapOptions, prepare func(context.Context, *ha.Node) (*nodestate.NodeState, error)) (rerr error) {
 	if err := requireRoot(verb, superviseNeedsRoot); err != nil {
 		return err
 	}
 	if err := refuseReplaceableSelf(os.Args[0]); err != nil {
 		return refusedf("%s refused: %w; nothing was changed", verb, err)
 	}
+	// A replacement asked through the control socket (`stratum upgrade
+	// node`) runs last: once every service has stopped and the socket and
+	// its lock are closed (the defers below run before this one).
+	var replacement *supervisor.Replacement
+	var identity supervisor.Identity
+	defer func() {
+		if replacement != nil {
+			rerr = a.finishReplacement(ctx, *replacement, identity)
+		}
+	}()
 	l, err := host.NewLocal()
 	if err != nil {
 		return refused(err)
@@ -540,7 +598,7 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 		}
 	}
 	a.printState(done, st)
-	a.notify(sdnotify.Ready("supervising this control plane: etcd, kube-apiserver and what the node runs are up"))
+	a.settle(sup, supervisor.StateSupervising, "supervising this control plane: etcd, kube-apiserver and what the node runs are up")
 	fmt.Fprintf(a.stdout, "supervising this control plane (logs in %s, control socket %s); SIGINT, SIGTERM or SIGHUP stops it (a second one kills what still runs)\n", controlplane.LogDir, supervisor.SocketPath)
 	a.warnCertsDue(l)
 	daily := time.NewTicker(certsDueEvery)
@@ -548,8 +606,20 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 	for {
 		select {
 		case <-ctx.Done():
+			sup.SetState("stopping")
+			select {
+			case r := <-sup.ReplaceRequested():
+				a.dropReplacement(r, "a stop signal came as it was accepted")
+			default:
+			}
 			a.notify(sdnotify.Stopping())
 			fmt.Fprintln(a.stdout, "stopping the control plane (a second SIGINT, SIGTERM or SIGHUP kills what still runs at once)")
+			return nil
+		case r := <-sup.ReplaceRequested():
+			identity = sup.About().Identity
+			a.notify(sdnotify.Status("stopping every service to run " + r.Path + " in this process's place (an upgrade)"))
+			fmt.Fprintf(a.stdout, "stopping the control plane to run %s in this process's place (an upgrade of this node's stratum)\n", r.Path)
+			replacement = &r
 			return nil
 		case <-sup.ExitRequested():
 			fmt.Fprintln(a.stdout, "nothing is left to run on this node (its control plane was reset): the supervisor ends")
@@ -557,6 +627,55 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 		case <-daily.C:
 			a.warnCertsDue(l)
 		}
+	}
+}
+
+// settle records the supervisor's state (its About) and tells the service
+// manager it is ready, saying status: the control plane is up, or the
+// supervisor settled into a wait.
+func (a *app) settle(sup *supervisor.Supervisor, state, status string) {
+	sup.SetState(state)
+	a.notify(sdnotify.Ready(status))
+}
+
+// finishReplacement is the end of a supervisor that accepted r and has
+// stopped every service for it: r run in this process's place
+// (replaceProcess), unless a stop signal came meanwhile (ctx ended): the
+// node is then stopped, as asked, and nothing new starts.
+func (a *app) finishReplacement(ctx context.Context, r supervisor.Replacement, id supervisor.Identity) error {
+	if ctx.Err() != nil {
+		a.dropReplacement(r, "a stop signal came while its services stopped")
+		return nil
+	}
+	return a.replaceProcess(r, id)
+}
+
+// replaceProcess runs r in this process's place (execve, through
+// Options.Exec), once the supervisor stopped every service for it: the
+// process, its PID and what systemd knows of it are kept, and the new
+// stratum starts the control plane from the node's state, as at a boot.
+// When that exec fails, it runs this stratum again as it was started, so
+// the node comes back as it was; it returns only when that fails too.
+func (a *app) replaceProcess(r supervisor.Replacement, id supervisor.Identity) error {
+	fmt.Fprintf(a.stdout, "every service stopped: running %s\n", strings.Join(r.Args, " "))
+	err := a.opts.Exec(r.Path, r.Args, os.Environ())
+	// Itself as the unit runs it: a supervisor started by `stratum
+	// server` would run its join again.
+	self := []string{os.Args[0], "up", "--as-supervisor", "--bin-dir", id.BinDir, "--operator=" + strconv.FormatBool(id.Operator)}
+	a.log.Error("could not run the replacement; running this stratum again", "path", r.Path, "err", err, "args", self)
+	fmt.Fprintf(a.stdout, "could not run %s (%v): running this stratum (%s) again: %s\n", r.Path, err, Version, strings.Join(self, " "))
+	again := a.opts.Exec("", self, os.Environ())
+	return fmt.Errorf("the supervisor stopped every service to run %s in its place and could not (%w), nor run itself again (%v): start it again (`systemctl restart stratum`, or `stratum up`)", r.Path, err, again)
+}
+
+// dropReplacement says that an accepted replacement is not run (why), and
+// releases the node's locks it took.
+func (a *app) dropReplacement(r supervisor.Replacement, why string) {
+	a.log.Warn("the accepted replacement is not run: "+why, "path", r.Path)
+	fmt.Fprintf(a.stdout, "not running %s in this process's place: %s\n", r.Path, why)
+	if a.replacementLocks != nil {
+		a.replacementLocks()
+		a.replacementLocks = nil
 	}
 }
 
@@ -608,7 +727,7 @@ func (a *app) keepVoterAndRetry(ctx context.Context, verb string, n *ha.Node, su
 	}
 	fmt.Fprintf(a.stderr, "%s: %v\n", verb, explainHost(failed))
 	fmt.Fprintf(a.stdout, "this node's etcd member is one of the cluster's %d voters, and stopping it would take from the cluster's quorum (with two voters, or three with one down, every write would be refused), so etcd keeps running and the start is tried again every %s: fix the cause meanwhile (`stratum status` shows each service, their logs are in %s); SIGINT, SIGTERM or SIGHUP stops everything (a maintenance command refused as busy during an attempt runs between attempts)\n", voters, startRetryEvery, controlplane.LogDir)
-	a.notify(sdnotify.Ready(fmt.Sprintf("the start failed; this node's etcd voter is kept and the start is tried again every %s: %v", startRetryEvery, failed)))
+	a.settle(sup, "retrying its start", fmt.Sprintf("the start failed; this node's etcd voter is kept and the start is tried again every %s: %v", startRetryEvery, failed))
 	for attempt := 1; ; attempt++ {
 		if err := a.nextAttempt(ctx, sup); errors.Is(err, errNodeReset) {
 			return nil, err
@@ -646,7 +765,7 @@ func (a *app) keepVoterAndRetry(ctx context.Context, verb string, n *ha.Node, su
 func (a *app) waitForEtcdData(ctx context.Context, verb string, h host.Files, n *ha.Node, sup *supervisor.Supervisor, o ha.BootstrapOptions, missing error) (*nodestate.NodeState, error) {
 	fmt.Fprintf(a.stderr, "%s: %v\n", verb, missing)
 	fmt.Fprintf(a.stdout, "the supervisor stays up with nothing started, so the commands that bring the data back run through it (`stratum etcd rejoin --server IP`; on the only control plane `stratum snapshot restore FILE`); it starts this control plane once the data directory holds data again (looked at every %s); SIGINT, SIGTERM or SIGHUP stops it\n", startRetryEvery)
-	a.notify(sdnotify.Ready("waiting, with nothing started, for this node's etcd data (`stratum etcd rejoin --server IP` brings it back): " + missing.Error()))
+	a.settle(sup, "waiting for its etcd data", "waiting, with nothing started, for this node's etcd data (`stratum etcd rejoin --server IP` brings it back): "+missing.Error())
 	said := ""
 	for attempt := 1; ; attempt++ {
 		if err := a.nextAttempt(ctx, sup); errors.Is(err, errNodeReset) {
@@ -839,7 +958,7 @@ func (a *app) secretsOutOfArgv(f *serverFlags) error {
 	}
 	a.log.Debug("running again with the join secrets in the environment, out of the process list")
 	argv := append([]string{os.Args[0]}, withoutSecretFlags(a.args)...)
-	err := a.opts.Exec(argv, env)
+	err := a.opts.Exec("", argv, env)
 	a.log.Warn("could not run stratum server again with the join secrets out of its command line: they stay in it, where every local user can read them; pass them with --token-file and --certificate-key-file (or $"+envToken+" and $"+envCertKey+") to avoid that", "err", err)
 	return nil
 }

@@ -373,7 +373,7 @@ func TestServerMovesFlagSecretsIntoItsEnvironment(t *testing.T) {
 		"--certificate-key=" + key, "--node-ip", "10.0.0.12", "--token-file-not-a-secret", "x"}
 	var gotArgv, gotEnv []string
 	execs := 0
-	a := &app{args: args, log: slog.New(slog.DiscardHandler), opts: Options{Exec: func(argv, env []string) error {
+	a := &app{args: args, log: slog.New(slog.DiscardHandler), opts: Options{Exec: func(_ string, argv, env []string) error {
 		gotArgv, gotEnv = argv, env
 		execs++
 		return nil
@@ -424,7 +424,7 @@ func TestServerMovesFlagSecretsIntoItsEnvironment(t *testing.T) {
 		t.Fatalf("the file form ran again (%d execs, %v)", execs, err)
 	}
 	// An exec that fails (no /proc) goes on, the secrets where they were.
-	a.opts.Exec = func([]string, []string) error { return errors.New("no such file or directory") }
+	a.opts.Exec = func(string, []string, []string) error { return errors.New("no such file or directory") }
 	if err := a.secretsOutOfArgv(&serverFlags{token: tok}); err != nil {
 		t.Fatalf("a failed exec: %v, want the join to go on", err)
 	}

@@ -1,0 +1,232 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"stratum.dev/stratum/internal/supervisor"
+)
+
+func TestUpgradeVersionSteps(t *testing.T) {
+	for _, c := range []struct {
+		from, to string
+		refused  string // "" when allowed
+	}{
+		{"v1.37.2", "v1.37.2", ""},
+		{"v1.37.2", "v1.37.5", ""},
+		{"v1.37.2", "v1.38.0", ""},
+		{"v1.37.2", "v1.39.0", "more than one minor version above"},
+		{"v1.37.2", "v1.36.9", "Kubernetes does not go back"},
+		{"v1.37.2", "v2.0.0", "more than one minor version above"},
+		{"v2.0.0", "v1.37.2", "Kubernetes does not go back"},
+		{"", "v1.37.2", ""}, // the running version not known: not judged
+	} {
+		err := apiServerStep(c.from, c.to)
+		if (err == nil) != (c.refused == "") || err != nil && !strings.Contains(err.Error(), c.refused) {
+			t.Errorf("apiServerStep(%q, %q) = %v, want refused %q", c.from, c.to, err, c.refused)
+		}
+	}
+	for _, c := range []struct {
+		members []string
+		to      string
+		refused string
+	}{
+		{[]string{"v3.7.3", "v3.7.3"}, "v3.7.3", ""},
+		{[]string{"v3.6.16", "v3.7.3"}, "v3.7.3", ""},
+		{[]string{"v3.6.16", "v3.6.16"}, "v3.7.3", ""},
+		{[]string{"v3.5.21", "v3.6.16"}, "v3.7.3", "more than one minor version above the lowest member's v3.5.21"},
+		{[]string{"v3.7.3", "v3.7.3"}, "v3.6.16", "below the lowest member's v3.7.3"},
+		{[]string{"v3.6.16", "v3.7.3"}, "v3.6.16", ""},
+		{nil, "v3.7.3", ""},
+		{[]string{"v3.7.3"}, "v4.0.0", "more than one minor version above"},
+	} {
+		err := etcdStep(c.members, c.to)
+		if (err == nil) != (c.refused == "") || err != nil && !strings.Contains(err.Error(), c.refused) {
+			t.Errorf("etcdStep(%v, %q) = %v, want refused %q", c.members, c.to, err, c.refused)
+		}
+	}
+}
+
+// TestSupervisorIsReplacedOnlyByItsOwnKind: a supervisor accepts a
+// replacement only by an executable only root may change, run as the node's
+// supervisor (that it supervises at all is the supervisor's own check:
+// internal/supervisor's TestReplacementIsJudgedThenDelivered).
+func TestSupervisorIsReplacedOnlyByItsOwnKind(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the binary's ownership is judged as root's")
+	}
+	dir := t.TempDir()
+	good := filepath.Join(dir, "stratum")
+	if err := os.WriteFile(good, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	plain := filepath.Join(dir, "data")
+	if err := os.WriteFile(plain, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	open := filepath.Join(t.TempDir(), "open")
+	if err := os.Mkdir(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	replaceable := filepath.Join(open, "stratum")
+	if err := os.WriteFile(replaceable, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	args := func(p string, rest ...string) []string { return append([]string{p}, rest...) }
+	r := supervisor.Replacement{Path: good, Args: args(good, "up", "--as-supervisor", "--bin-dir", "/opt/bin")}
+	if err := checkReplacement(r); err != nil {
+		t.Fatalf("a replacement by a root-only stratum run as the supervisor: %v", err)
+	}
+	for _, c := range []struct {
+		r    supervisor.Replacement
+		want string
+	}{
+		{supervisor.Replacement{Path: plain, Args: args(plain, "up", "--as-supervisor")}, "not an executable file"},
+		{supervisor.Replacement{Path: filepath.Join(dir, "none"), Args: args(good, "up", "--as-supervisor")}, "no such file"},
+		{supervisor.Replacement{Path: replaceable, Args: args(replaceable, "up", "--as-supervisor")}, open},
+		{supervisor.Replacement{Path: good, Args: args(good, "reset", "--as-supervisor")}, "not the node's supervisor"},
+		{supervisor.Replacement{Path: good, Args: args(good, "up")}, "not the node's supervisor"},
+	} {
+		if err := checkReplacement(c.r); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("checkReplacement(%+v) = %v, want it refused naming %q", c.r, err, c.want)
+		}
+	}
+}
+
+// servedSupervisor is a real supervisor answering on sock, with its state
+// set, until stop.
+func servedSupervisor(t *testing.T, sock string, id supervisor.Identity, state string) (s *supervisor.Supervisor, stop func()) {
+	t.Helper()
+	s, err := supervisor.New(supervisor.Config{LogDir: t.TempDir(), Identity: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetState(state)
+	ln, err := supervisor.Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Serve(ctx, ln) }()
+	stop = func() { cancel(); <-done; ln.Close() }
+	t.Cleanup(stop)
+	return s, stop
+}
+
+// TestUpgradeWaitsForTheReplacement: the wait after asking a supervisor to
+// be replaced judges the supervisor that answers, not the one asked: the
+// one asked (the same version and binary, another bin directory) is not
+// taken for the upgraded one while it stops; the replacement serving as this
+// stratum from the new directory ends the wait; a replacement that is the
+// previous stratum again (its exec failed), or one that settled into a
+// retried start, fails it at once, naming what runs.
+func TestUpgradeWaitsForTheReplacement(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	newID := supervisor.Identity{Version: Version, BinDir: "/opt/stratum/v2/bin", Operator: true}
+	for _, c := range []struct {
+		name       string
+		next       supervisor.Identity
+		nextState  string
+		wantErr    string
+		wantOutput string
+	}{
+		{"served as this stratum", newID, supervisor.StateSupervising, "", "serves as stratum " + Version},
+		{"the previous stratum again", supervisor.Identity{Version: "v0.1.0", BinDir: "/var/lib/stratum/bin", Operator: true}, supervisor.StateSupervising, "did not run stratum " + Version, ""},
+		{"a retried start", newID, "retrying its start", "is retrying its start", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sock := filepath.Join(t.TempDir(), "supervisor.sock")
+			// The supervisor asked: the same stratum from another
+			// directory, already on its way.
+			old, stopOld := servedSupervisor(t, sock, supervisor.Identity{Version: Version, BinDir: "/var/lib/stratum/bin", Operator: true}, supervisor.StateReplacing+self+" in its place")
+			var out strings.Builder
+			u := &nodeUpgrade{a: &app{stdout: &out, log: slog.New(slog.DiscardHandler)}, f: upgradeFlags{timeout: time.Minute},
+				client: supervisor.Client{Path: sock}, running: old.About(), self: self, binDir: newID.BinDir, askedAt: time.Now()}
+			result := make(chan error, 1)
+			go func() { result <- u.waitServing(context.Background()) }()
+			time.Sleep(500 * time.Millisecond) // several polls of the one asked
+			select {
+			case err := <-result:
+				t.Fatalf("the wait ended (%v) while only the supervisor asked answered", err)
+			default:
+			}
+			stopOld()
+			servedSupervisor(t, sock, c.next, c.nextState)
+			var err error
+			select {
+			case err = <-result:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the wait did not end within 30 s of the replacement answering")
+			}
+			if (err == nil) != (c.wantErr == "") || err != nil && !strings.Contains(err.Error(), c.wantErr) {
+				t.Fatalf("waitServing = %v, want error %q", err, c.wantErr)
+			}
+			if !strings.Contains(out.String(), c.wantOutput) {
+				t.Fatalf("waitServing printed %q, want %q in it", out.String(), c.wantOutput)
+			}
+		})
+	}
+}
+
+// TestAReplacementIsNotRunAfterAStopSignal: a supervisor whose services
+// stopped for a replacement runs it in its place, unless a stop signal came
+// meanwhile (nothing then runs, and the locks it took are released); when
+// the exec fails it runs itself again as the unit runs it (never its own
+// first command line, which for `stratum server` is a join), and says both
+// failed when that fails too.
+func TestAReplacementIsNotRunAfterAStopSignal(t *testing.T) {
+	r := supervisor.Replacement{Path: "/opt/stratum/v2/bin/stratum", Args: []string{"/opt/stratum/v2/bin/stratum", "up", "--as-supervisor", "--bin-dir", "/opt/stratum/v2/bin", "--operator=true"}}
+	id := supervisor.Identity{Version: Version, BinDir: "/var/lib/stratum/bin", Operator: false}
+	type call struct {
+		path string
+		argv []string
+	}
+	newApp := func(fail bool) (*app, *[]call, *bool) {
+		var calls []call
+		released := false
+		a := &app{stdout: io.Discard, log: slog.New(slog.DiscardHandler), opts: Options{Exec: func(path string, argv, _ []string) error {
+			calls = append(calls, call{path, argv})
+			if fail {
+				return errors.New("exec format error")
+			}
+			return nil
+		}}, replacementLocks: func() { released = true }}
+		return a, &calls, &released
+	}
+
+	stopped, cancel := context.WithCancel(context.Background())
+	cancel()
+	a, calls, released := newApp(false)
+	if err := a.finishReplacement(stopped, r, id); err != nil || len(*calls) != 0 || !*released {
+		t.Fatalf("after a stop signal: err %v, execs %v, locks released %v; want nothing run and the locks released", err, *calls, *released)
+	}
+
+	a, calls, _ = newApp(false)
+	_ = a.finishReplacement(context.Background(), r, id)
+	if len(*calls) == 0 || (*calls)[0].path != r.Path || strings.Join((*calls)[0].argv, " ") != strings.Join(r.Args, " ") {
+		t.Fatalf("the replacement ran %v, want %s %v", *calls, r.Path, r.Args)
+	}
+
+	a, calls, _ = newApp(true)
+	err := a.finishReplacement(context.Background(), r, id)
+	if len(*calls) != 2 || (*calls)[1].path != "" || strings.Join((*calls)[1].argv[1:], " ") != "up --as-supervisor --bin-dir /var/lib/stratum/bin --operator=false" {
+		t.Fatalf("after a failed exec it ran %v, want itself (\"\") as the unit runs it, from its own bin directory and operator setting", *calls)
+	}
+	if err == nil || !strings.Contains(err.Error(), "exec format error") || !strings.Contains(err.Error(), "nor run itself again") {
+		t.Fatalf("both execs failed: %v, want both named", err)
+	}
+}
