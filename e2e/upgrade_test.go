@@ -10,6 +10,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"stratum.dev/stratum/internal/assets"
+	"stratum.dev/stratum/internal/version"
 )
 
 // nextVersion is the version the next release's stratum is built as.
@@ -30,7 +33,8 @@ func buildNextRelease(t *testing.T) string {
 // upgradeHolderInPlace upgrades the VIP holder with the next release's
 // `stratum upgrade node`, its binaries in a directory of their own, while the
 // other control planes serve, and judges it from outside: a bin directory
-// without a kube-apiserver and a dry run first change nothing; then the
+// without a kube-apiserver, one whose etcd is the previous minor (the
+// cluster is at the pinned one) and a dry run first change nothing; then the
 // same supervisor process (its PID, as systemd sees it) runs the next
 // stratum with etcd from the new directory, the unit `stratum install`
 // wrote names both, a snapshot was saved, the member is a voter of a
@@ -62,6 +66,24 @@ func upgradeHolderInPlace(ctx context.Context, t *testing.T, tl *tools, nw *netw
 	}
 	if o, e, err := holder.Run(ctx, next, "upgrade", "node", "--bin-dir", empty, "--unit-dir", unitDir); exitCode(err) != refusedExit || !strings.Contains(e, "nothing was changed") || !strings.Contains(e, "kube-apiserver") && !strings.Contains(e, "etcd") {
 		t.Fatalf("upgrade node with an empty --bin-dir = %v, want a refusal naming the binary\nstdout:\n%s\nstderr:\n%s", err, o, e)
+	}
+	// Refused with nothing changed: the previous minor's etcd, which the
+	// cluster, at etcd 3.7, would not let start.
+	older := "/var/lib/stratum/releases/older-etcd"
+	prev, err := assets.Etcd(version.EtcdPrevious)
+	if err != nil {
+		t.Fatalf("%v (run `make assets`)", err)
+	}
+	if err := os.MkdirAll(holder.MachinePath(older), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, src := range map[string]string{"etcd": prev, "kube-apiserver": tl.apiserver} {
+		if err := os.Symlink(src, holder.MachinePath(older+"/"+name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if o, e, err := holder.Run(ctx, next, "upgrade", "node", "--bin-dir", older, "--unit-dir", unitDir); exitCode(err) != refusedExit || !strings.Contains(e, "etcd would refuse to start this member on it") || !strings.Contains(e, "nothing was changed") {
+		t.Fatalf("upgrade node with etcd %s in --bin-dir = %v, want a refusal naming the cluster's etcd version\nstdout:\n%s\nstderr:\n%s", version.EtcdPrevious, err, o, e)
 	}
 	o := runStratum(ctx, t, holder, next, "upgrade", "node", "--bin-dir", newBin, "--unit-dir", unitDir, "--dry-run")
 	if !strings.Contains(o, "steps it would take") || !strings.Contains(o, "save an etcd snapshot") {
@@ -116,6 +138,11 @@ func upgradeHolderInPlace(ctx context.Context, t *testing.T, tl *tools, nw *netw
 	unit := readMachineFiles(t, holder, unitDir+"/stratum.service")[unitDir+"/stratum.service"]
 	if want := "ExecStart=" + next + " up --as-supervisor --bin-dir " + newBin + "\n"; !strings.Contains(unit, want) {
 		t.Fatalf("the unit after the upgrade does not run the next release (want %q):\n%s", want, unit)
+	}
+	if was, _ := filepath.Glob(holder.MachinePath(backups + "/stratum.service-before-upgrade-" + nextVersion + "-*")); len(was) != 1 {
+		t.Fatalf("want the unit's previous text kept under %s, found %v", backups, was)
+	} else if b, err := os.ReadFile(was[0]); err != nil || !strings.Contains(string(b), "ExecStart="+tl.stratum+" up --as-supervisor --bin-dir "+binDir+"\n") {
+		t.Fatalf("the unit's previous text %s (%v) does not run the previous stratum:\n%s", was[0], err, b)
 	}
 	snaps, _ := filepath.Glob(holder.MachinePath(backups + "/etcd-before-upgrade-" + nextVersion + "-*.db"))
 	if len(snaps) != 1 {

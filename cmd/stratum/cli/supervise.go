@@ -139,8 +139,9 @@ func (a *app) nodeSupervisor(h host.Host, n *ha.Node, binDir string, operator bo
 				return err
 			}
 			// Held through the stops and released by the exec: no
-			// restore, renewal or reset runs on the node meanwhile, and
-			// the new stratum's start takes them itself.
+			// restore, renewal or reset starts on the node during the
+			// stops; the new stratum's start takes them itself, as at a
+			// boot.
 			release, err := nodelock.AcquireBoth(h, "stratum upgrade node (this supervisor's replacement)")
 			if err != nil {
 				return err
@@ -643,6 +644,9 @@ func (a *app) settle(sup *supervisor.Supervisor, state, status string) {
 // (replaceProcess), unless a stop signal came meanwhile (ctx ended): the
 // node is then stopped, as asked, and nothing new starts.
 func (a *app) finishReplacement(ctx context.Context, r supervisor.Replacement, id supervisor.Identity) error {
+	// From here a stop signal ends the process (its default action), as
+	// it asks: none is caught for a context nobody reads any more.
+	signal.Reset(interrupt.Signals()...)
 	if ctx.Err() != nil {
 		a.dropReplacement(r, "a stop signal came while its services stopped")
 		return nil

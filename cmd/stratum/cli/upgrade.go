@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -67,10 +68,10 @@ It refuses, with nothing changed (exit 3), unless all of these hold:
   - its stratum supervisor runs, can be replaced in place (this release or later; an
     older one is upgraded by hand: docs/real-hosts.md) and supervises a control plane
     that is up;
-  - the etcd fits the cluster's etcd version as etcd judges a start (no downgrade under
-    way) and is at most one minor above the lowest member's; every control plane's
-    kube-apiserver stays within one minor version of this release's, which is not below
-    any of them;
+  - --bin-dir's etcd fits the cluster's etcd version as etcd judges a start (no
+    downgrade under way) and is at most one minor above the lowest member's; every
+    control plane's kube-apiserver answers its version and stays within one minor
+    version of this release's, which is not below any of them;
   - every etcd member is healthy and none is a learner (a join under way), so the
     cluster keeps its quorum while this member restarts (with fewer than three voters
     it cannot: the command says so and goes on, as any restart of this node would).
@@ -86,8 +87,9 @@ Then, in order, each step said as it runs:
      --bin-dir; one that runs the previous stratum again or retries its start fails it;
   4. it waits until this node's etcd member is a healthy voter of a healthy cluster;
   5. the systemd unit "stratum install" wrote (in --unit-dir) is rewritten to run this
-     stratum with --bin-dir, and systemd reads it ("systemctl daemon-reload") where it
-     runs; a unit stratum did not write is left as it is.
+     stratum with --bin-dir (its previous text kept under /var/lib/stratum/backups), and
+     systemd reads it ("systemctl daemon-reload") where it runs; a unit stratum did not
+     write is left as it is.
 Re-running the command after any interruption finishes the upgrade: a node that already
 runs this stratum from --bin-dir, or is on its way to it, is only waited for and its unit
 updated. --dry-run makes every check and prints the steps, changing nothing.
@@ -129,7 +131,9 @@ type nodeUpgrade struct {
 	self, binDir string
 	// fromAPIServer is the kube-apiserver version the supervisor runs.
 	fromAPIServer string
-	// members are the etcd members as checkVersions listed them.
+	// etcdVersion is the version of --bin-dir's etcd.
+	etcdVersion string
+	// members are the etcd members as checkHealth listed them.
 	members []memberRow
 	// done: the supervisor already runs this stratum from binDir (an
 	// upgrade finished or interrupted after its restart); only the wait
@@ -137,9 +141,11 @@ type nodeUpgrade struct {
 	// stratum as its replacement and is on its way to it (an upgrade
 	// interrupted right after it asked).
 	done, replacing bool
-	// unitPath is the unit to rewrite ("" when none is to be).
+	// unitPath is the unit to rewrite ("" when none is to be), with
+	// unitText, from unitWas.
 	unitPath  string
 	unitText  string
+	unitWas   []byte
 	snapshot  string
 	notes     []string
 	startedAt time.Time
@@ -152,7 +158,7 @@ type nodeUpgrade struct {
 func (a *app) upgradeNode(ctx context.Context, f upgradeFlags) error {
 	u := &nodeUpgrade{a: a, f: f, client: supervisor.Client{Path: supervisor.SocketPath}, startedAt: time.Now()}
 	for _, check := range []func(context.Context) error{
-		u.checkNode, u.checkRelease, u.checkSupervisor, u.checkVersions, u.checkHealth, u.checkUnit,
+		u.checkNode, u.checkRelease, u.checkSupervisor, u.checkHealth, u.checkVersions, u.checkUnit,
 	} {
 		if err := check(ctx); err != nil {
 			return err
@@ -167,7 +173,7 @@ func (a *app) upgradeNode(ctx context.Context, f upgradeFlags) error {
 			return err
 		}
 	}
-	fmt.Fprintf(a.stdout, "node %s upgraded to stratum %s (etcd %s, kube-apiserver %s from %s) in %s", u.st.NodeName, Version, version.Etcd, version.Kubernetes, u.binDir, time.Since(u.startedAt).Round(100*time.Millisecond))
+	fmt.Fprintf(a.stdout, "node %s upgraded to stratum %s (etcd %s, kube-apiserver %s from %s) in %s", u.st.NodeName, Version, u.etcdVersion, version.Kubernetes, u.binDir, time.Since(u.startedAt).Round(100*time.Millisecond))
 	if u.snapshot != "" {
 		fmt.Fprintf(a.stdout, "; the snapshot taken before is %s", u.snapshot)
 	}
@@ -224,7 +230,9 @@ func (u *nodeUpgrade) checkSupervisor(ctx context.Context) error {
 	if about.State != supervisor.StateSupervising {
 		return upgradeRefusedf("this node's supervisor (stratum %s, pid %d) is %s, not supervising a control plane that is up: `stratum status` says why; fix that first, or upgrade by hand (docs/real-hosts.md, upgrading)", about.Version, about.PID, about.State)
 	}
-	st, err := u.client.ServiceStatus(ctx, ha.ServiceAPIServer)
+	sctx, cancel := context.WithTimeout(ctx, supervisorCallTimeout)
+	defer cancel()
+	st, err := u.client.ServiceStatus(sctx, ha.ServiceAPIServer)
 	if err != nil {
 		return fmt.Errorf("upgrade: status of this node's kube-apiserver: %w; nothing was changed", err)
 	}
@@ -252,10 +260,13 @@ func (u *nodeUpgrade) checkRelease(ctx context.Context) error {
 		return usagef("--bin-dir %q holds %q, which a systemd ExecStart would split or expand; nothing was changed: use a directory without it", u.binDir, c)
 	}
 	bins := controlplane.Binaries{Dir: u.binDir}
-	for _, name := range []string{controlplane.EtcdBinary, controlplane.APIServerBinary} {
-		if err := bins.Check(ctx, name); err != nil {
-			return upgradeRefusedf("the new supervisor would not start: %v", err)
-		}
+	// etcd may be the pinned one or the previous minor (a downgraded
+	// node's): the version rules judge the one that is there.
+	if u.etcdVersion, err = bins.Version(ctx, controlplane.EtcdBinary); err != nil {
+		return upgradeRefusedf("the new supervisor would not start: %v", err)
+	}
+	if err := bins.Check(ctx, controlplane.APIServerBinary); err != nil {
+		return upgradeRefusedf("the new supervisor would not start: %v", err)
 	}
 	u.self = self
 	return nil
@@ -267,13 +278,8 @@ func (u *nodeUpgrade) checkVersions(ctx context.Context) error {
 	if u.done || u.replacing {
 		return nil
 	}
-	rows, err := etcdMembers(ctx, u.n, u.st.Etcd.ClientURL)
-	if err != nil {
-		return fmt.Errorf("upgrade: %w; nothing was changed", err)
-	}
-	u.members = rows
 	var etcdVersions, ips []string
-	for _, r := range rows {
+	for _, r := range u.members {
 		if r.Version != "" {
 			etcdVersions = append(etcdVersions, r.Version)
 		}
@@ -281,10 +287,10 @@ func (u *nodeUpgrade) checkVersions(ctx context.Context) error {
 			ips = append(ips, r.ClientIP)
 		}
 	}
-	if err := u.n.EtcdVersionFits(ctx, ips, version.Etcd); err != nil {
+	if err := u.n.EtcdVersionFits(ctx, ips, u.etcdVersion); err != nil {
 		return refused(fmt.Errorf("upgrade refused: %w", err))
 	}
-	if err := etcdStep(etcdVersions, version.Etcd); err != nil {
+	if err := etcdStep(etcdVersions, u.etcdVersion); err != nil {
 		return upgradeRefusedf("%v", err)
 	}
 	running := map[string]string{urlHost(u.st.Etcd.ClientURL): u.fromAPIServer}
@@ -294,12 +300,14 @@ func (u *nodeUpgrade) checkVersions(ctx context.Context) error {
 		}
 		v, err := u.apiServerVersion(ctx, ip)
 		if err != nil {
-			u.notes = append(u.notes, fmt.Sprintf("the kube-apiserver at %s did not tell its version (%v): the version step was judged without it", ip, err))
-			continue
+			return upgradeRefusedf("the kube-apiserver at %s did not tell its version (%v), and Kubernetes keeps every kube-apiserver of a cluster within one minor version of the others: bring it up first (`stratum status` there), or remove that control plane (`stratum reset` on it, or `stratum etcd member remove` for a machine that is gone)", ip, err)
 		}
 		running[ip] = v
 	}
 	for ip, v := range running {
+		if _, _, ok := version.MajorMinor(v); !ok {
+			return upgradeRefusedf("the kube-apiserver at %s says it is %q, which is no version this stratum reads: its version step cannot be judged", ip, v)
+		}
 		if err := apiServerStep(v, version.Kubernetes); err != nil {
 			return upgradeRefusedf("%v (the kube-apiserver at %s); Kubernetes keeps every kube-apiserver of a cluster within one minor version of the others", err, ip)
 		}
@@ -354,6 +362,11 @@ func (u *nodeUpgrade) checkHealth(ctx context.Context) error {
 	if rep, err := etcdHealth(ctx, u.n, u.st); err != nil {
 		return upgradeRefusedf("stopping this etcd member while the cluster is unhealthy could take its quorum (members %s): %v; `stratum etcd members` shows each member", strings.Join(rep.Members, ", "), err)
 	}
+	rows, err := etcdMembers(ctx, u.n, u.st.Etcd.ClientURL)
+	if err != nil {
+		return fmt.Errorf("upgrade: %w; nothing was changed", err)
+	}
+	u.members = rows
 	voters := 0
 	for _, r := range u.members {
 		if r.Learner {
@@ -388,6 +401,12 @@ func (u *nodeUpgrade) checkUnit(context.Context) error {
 		u.notes = append(u.notes, fmt.Sprintf("%s was not written by `stratum install`: it is left as it is; make its ExecStart run %s up --as-supervisor --bin-dir %s", p, u.self, u.binDir))
 		return nil
 	}
+	dropins, _ := filepath.Glob(filepath.Join(u.f.unitDir, unitName+".d", "*.conf"))
+	for _, d := range dropins {
+		if b, err := os.ReadFile(d); err == nil && strings.Contains(string(b), "ExecStart") {
+			u.notes = append(u.notes, fmt.Sprintf("the drop-in %s sets ExecStart, over the unit's: make it run %s up --as-supervisor --bin-dir %s", d, u.self, u.binDir))
+		}
+	}
 	want := systemdUnit(u.self, u.binDir)
 	if string(data) == want {
 		return nil
@@ -395,7 +414,7 @@ func (u *nodeUpgrade) checkUnit(context.Context) error {
 	if err := checkWritableFile(p); err != nil {
 		return upgradeRefusedf("the systemd unit %s cannot be rewritten: %v", p, err)
 	}
-	u.unitPath, u.unitText = p, want
+	u.unitPath, u.unitText, u.unitWas = p, want, data
 	return nil
 }
 
@@ -404,7 +423,7 @@ func (u *nodeUpgrade) printPlan() {
 	w := u.a.stdout
 	r := u.running
 	fmt.Fprintf(w, "node %s: supervisor pid %d runs stratum %s (%s) from %s, %s\n", u.st.NodeName, r.PID, r.Version, r.Exe, r.BinDir, r.State)
-	fmt.Fprintf(w, "this release: stratum %s (%s) with etcd %s and kube-apiserver %s from %s\n", Version, u.self, version.Etcd, version.Kubernetes, u.binDir)
+	fmt.Fprintf(w, "this release: stratum %s (%s) with etcd %s and kube-apiserver %s from %s\n", Version, u.self, u.etcdVersion, version.Kubernetes, u.binDir)
 	for _, n := range u.notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
@@ -481,7 +500,9 @@ func (u *nodeUpgrade) replaceSupervisor(ctx context.Context) error {
 	}
 	args := u.replacementArgs()
 	u.a.progress(fmt.Sprintf("asking the supervisor (pid %d) to stop its services and run %s in its place", u.running.PID, strings.Join(args, " ")))
-	err := u.client.Replace(ctx, supervisor.Replacement{Path: u.self, Args: args})
+	rctx, cancel := context.WithTimeout(ctx, supervisorCallTimeout)
+	defer cancel()
+	err := u.client.Replace(rctx, supervisor.Replacement{Path: u.self, Args: args})
 	switch {
 	case err == nil:
 		return nil
@@ -553,6 +574,15 @@ func (u *nodeUpgrade) snapshotNote() string {
 	return "; the snapshot taken before is " + u.snapshot
 }
 
+// systemdUnitDirs are the directories systemd's system manager reads units
+// from: only a unit written there is worth a daemon-reload.
+var systemdUnitDirs = []string{"/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system"}
+
+// supervisorCallTimeout bounds a call to the supervisor outside the
+// waits: one that accepts the connection and never answers (stopped,
+// wedged) does not hold the command up.
+const supervisorCallTimeout = 30 * time.Second
+
 // supervisorGoneFor is how long waitServing waits for a supervisor to answer
 // once the replaced process has exited: systemd's unit starts one again
 // after its RestartSec (5 s), then its start takes a few seconds.
@@ -601,12 +631,24 @@ func (u *nodeUpgrade) writeUnit(ctx context.Context) error {
 	if u.unitPath == "" {
 		return nil
 	}
+	// What it was, edits by hand included, is kept beside the snapshot.
+	was := filepath.Join(upgradeBackupDir, fmt.Sprintf("%s-before-upgrade-%s-%s", unitName, Version, u.startedAt.UTC().Format("20060102T150405Z")))
+	if err := os.MkdirAll(upgradeBackupDir, 0o700); err != nil {
+		return fmt.Errorf("upgrade: the control plane runs stratum %s; make %s to keep the unit's previous text: %w; %s was not rewritten: run `stratum install --bin-dir %s` with this stratum", Version, upgradeBackupDir, err, u.unitPath, u.binDir)
+	}
+	if err := writeFileAtomic(was, u.unitWas, 0o600); err != nil {
+		return fmt.Errorf("upgrade: the control plane runs stratum %s; keep the unit's previous text in %s: %w; %s was not rewritten: run `stratum install --bin-dir %s` with this stratum", Version, was, err, u.unitPath, u.binDir)
+	}
 	if err := writeFileAtomic(u.unitPath, []byte(u.unitText), 0o644); err != nil {
 		return fmt.Errorf("upgrade: the control plane runs stratum %s, and its unit could not be rewritten: write %s: %w; it still runs the previous stratum at the next boot: run `stratum install --bin-dir %s` with this stratum", Version, u.unitPath, err, u.binDir)
 	}
-	u.a.progress(fmt.Sprintf("rewrote %s (runs %s up --as-supervisor --bin-dir %s)", u.unitPath, u.self, u.binDir))
+	u.a.progress(fmt.Sprintf("rewrote %s (runs %s up --as-supervisor --bin-dir %s; its previous text is in %s)", u.unitPath, u.self, u.binDir, was))
 	if _, err := os.Stat("/run/systemd/system"); err != nil {
 		return nil // no systemd runs here: it reads the unit when it starts
+	}
+	if !slices.Contains(systemdUnitDirs, filepath.Clean(u.f.unitDir)) {
+		u.a.progress(fmt.Sprintf("%s is not a directory systemd reads units from: systemd was not asked to read it", u.f.unitDir))
+		return nil
 	}
 	// Until systemd reads it, a crash's restart would run the previous
 	// stratum, whose etcd may no longer start under the cluster's version.
