@@ -159,6 +159,30 @@ func upgradeHolderInPlace(ctx context.Context, t *testing.T, tl *tools, nw *netw
 	if got := tl.kubectl(ctx, t, holder, "get", "--raw", "/readyz"); strings.TrimSpace(got) != "ok" {
 		t.Fatalf("kubectl on the upgraded %s through the VIP: /readyz = %q", holder.Name(), got)
 	}
+	// The plan, from the next release: the holder runs it, the others do
+	// not yet (their supervisors recorded the stratum under test).
+	var plan struct {
+		ControlPlanes []struct{ Node, Stratum, Etcd, KubeAPIServer, Verdict string }
+		Healthy       bool
+		ToUpgrade     int
+		Next          string
+	}
+	if err := json.Unmarshal([]byte(runStratum(ctx, t, holder, next, "upgrade", "plan", "-o", "json")), &plan); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("stratum upgrade plan on %s after its upgrade:\n%s", holder.Name(), runStratum(ctx, t, holder, next, "upgrade", "plan"))
+	if !plan.Healthy || plan.ToUpgrade != len(nw.Hosts())-1 || len(plan.ControlPlanes) != len(nw.Hosts()) {
+		t.Fatalf("upgrade plan after %s's upgrade: %+v, want a healthy cluster of %d with all but it to upgrade", holder.Name(), plan, len(nw.Hosts()))
+	}
+	for _, c := range plan.ControlPlanes {
+		want, verdict := "dev", "to upgrade"
+		if c.Node == holder.Name() {
+			want, verdict = nextVersion, "up to date"
+		}
+		if c.Stratum != want || c.Verdict != verdict || c.Etcd != version.Etcd || c.KubeAPIServer != version.Kubernetes {
+			t.Fatalf("upgrade plan's row of %s: %+v, want stratum %s, %s, etcd %s, kube-apiserver %s", c.Node, c, want, verdict, version.Etcd, version.Kubernetes)
+		}
+	}
 	// A re-run finds it done.
 	if o := runStratum(ctx, t, holder, next, "upgrade", "node", "--bin-dir", newBin, "--unit-dir", unitDir); !strings.Contains(o, "nothing to restart") {
 		t.Fatalf("upgrade node again on the upgraded node:\n%s", o)

@@ -1331,4 +1331,22 @@ var mutants = []mutant{
 			{"./cmd/stratum/cli", "-run", "TestAReplacementIsNotRunAfterAStopSignal"},
 		},
 	},
+	{
+		Name: "release-never-recorded",
+		File: "cmd/stratum/cli/supervise.go",
+		Old:  "	go a.recordRelease(ctx, l, sup, st)\n",
+		New:  "",
+		Tests: [][]string{
+			{"./e2e", "-run", "TestSingleControlPlaneGrowsIntoHA"},
+		},
+	},
+	{
+		Name: "plan-takes-any-stratum-for-this-one",
+		File: "cmd/stratum/cli/upgrade_plan.go",
+		Old:  "if row.Stratum == to.Stratum && row.Etcd == to.Etcd",
+		New:  "if row.Etcd == to.Etcd",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestUpgradePlanVerdicts"},
+		},
+	},
 }

@@ -406,6 +406,7 @@ func TestDocsNameEveryJSONField(t *testing.T) {
 		"etcd rejoin --dry-run": ha.RejoinPlanReport{},
 		"reset --dry-run":       ha.ResetPlanReport{},
 		"sim_events":            simEventsOut{},
+		"upgrade plan":          planReport{},
 	} {
 		check(reflect.TypeOf(v), report)
 	}

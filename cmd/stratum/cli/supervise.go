@@ -29,6 +29,7 @@ import (
 	"stratum.dev/stratum/internal/host"
 	"stratum.dev/stratum/internal/interrupt"
 	"stratum.dev/stratum/internal/nodelock"
+	"stratum.dev/stratum/internal/noderelease"
 	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/pki"
 	"stratum.dev/stratum/internal/sdnotify"
@@ -600,6 +601,7 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 	}
 	a.printState(done, st)
 	a.settle(sup, supervisor.StateSupervising, "supervising this control plane: etcd, kube-apiserver and what the node runs are up")
+	go a.recordRelease(ctx, l, sup, st)
 	fmt.Fprintf(a.stdout, "supervising this control plane (logs in %s, control socket %s); SIGINT, SIGTERM or SIGHUP stops it (a second one kills what still runs)\n", controlplane.LogDir, supervisor.SocketPath)
 	a.warnCertsDue(l)
 	daily := time.NewTicker(certsDueEvery)
@@ -630,6 +632,44 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 		}
 	}
 }
+
+// recordRelease records in the cluster which release this control plane
+// runs (internal/noderelease), for `stratum upgrade plan`: this stratum, the
+// etcd and kube-apiserver it runs and where from. It runs beside the
+// supervision, through this node's own apiserver, a few times while that
+// fails; a failure is logged, and the plan then says the node's stratum is
+// not known.
+func (a *app) recordRelease(ctx context.Context, h host.Host, sup *supervisor.Supervisor, st *nodestate.NodeState) {
+	etcd, _ := sup.ServiceStatus(ctx, ha.ServiceEtcd)
+	r := noderelease.Release{Node: st.NodeName, Stratum: Version, Etcd: etcd.Version, APIServer: version.Kubernetes,
+		BinDir: sup.About().BinDir, Since: time.Now()}
+	var err error
+	for attempt := 0; attempt < recordReleaseAttempts; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(recordReleaseEvery):
+			}
+		}
+		var cs kubernetes.Interface
+		if cs, err = localAdminClient(h, 10*time.Second); err == nil {
+			rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+			err = noderelease.Record(rctx, cs, r)
+			cancel()
+		}
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+	}
+	a.log.Warn("this control plane's release was not recorded in the cluster: `stratum upgrade plan` shows its stratum as not known until its next start", "err", err)
+}
+
+// recordReleaseAttempts and recordReleaseEvery bound recordRelease.
+const (
+	recordReleaseAttempts = 4
+	recordReleaseEvery    = 5 * time.Second
+)
 
 // settle records the supervisor's state (its About) and tells the service
 // manager it is ready, saying status: the control plane is up, or the

@@ -48,7 +48,7 @@ func (a *app) upgradeCmd() *cobra.Command {
 		Args: cobra.ArbitraryArgs,
 		RunE: groupRun,
 	}
-	cmd.AddCommand(a.upgradeNodeCmd())
+	cmd.AddCommand(a.upgradePlanCmd(), a.upgradeNodeCmd())
 	return cmd
 }
 
@@ -298,7 +298,7 @@ func (u *nodeUpgrade) checkVersions(ctx context.Context) error {
 		if _, ok := running[ip]; ok {
 			continue
 		}
-		v, err := u.apiServerVersion(ctx, ip)
+		v, err := apiServerVersionAt(ctx, u.h, ip)
 		if err != nil {
 			return upgradeRefusedf("the kube-apiserver at %s did not tell its version (%v), and Kubernetes keeps every kube-apiserver of a cluster within one minor version of the others: bring it up first (`stratum status` there), or remove that control plane (`stratum reset` on it, or `stratum etcd member remove` for a machine that is gone)", ip, err)
 		}
@@ -315,11 +315,11 @@ func (u *nodeUpgrade) checkVersions(ctx context.Context) error {
 	return nil
 }
 
-// apiServerVersion is the gitVersion the kube-apiserver at ip answers on
+// apiServerVersionAt is the gitVersion the kube-apiserver at ip answers on
 // /version (readable by anyone), its certificate checked against the
-// cluster CA.
-func (u *nodeUpgrade) apiServerVersion(ctx context.Context, ip string) (string, error) {
-	ca, err := u.h.ReadFile(version.PKIFile("ca.crt"))
+// cluster CA on h.
+func apiServerVersionAt(ctx context.Context, h host.Host, ip string) (string, error) {
+	ca, err := h.ReadFile(version.PKIFile("ca.crt"))
 	if err != nil {
 		return "", err
 	}
@@ -327,7 +327,7 @@ func (u *nodeUpgrade) apiServerVersion(ctx context.Context, ip string) (string, 
 	if !pool.AppendCertsFromPEM(ca) {
 		return "", fmt.Errorf("%s holds no certificate", version.PKIFile("ca.crt"))
 	}
-	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, DialContext: u.h.DialContext, DisableKeepAlives: true}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, DialContext: h.DialContext, DisableKeepAlives: true}
 	defer tr.CloseIdleConnections()
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()

@@ -230,3 +230,39 @@ func TestAReplacementIsNotRunAfterAStopSignal(t *testing.T) {
 		t.Fatalf("both execs failed: %v, want both named", err)
 	}
 }
+
+// TestUpgradePlanVerdicts: a control plane is up to date only when it runs
+// this stratum, etcd and kube-apiserver; one whose stratum is not recorded,
+// or that runs another, is to be upgraded; one a version step stands in the
+// way of is blocked; and the plan's next step says so.
+func TestUpgradePlanVerdicts(t *testing.T) {
+	to := planRelease{Stratum: "v0.5.0", Etcd: "v3.7.3", KubeAPIServer: "v1.37.2"}
+	for _, c := range []struct {
+		row  planRow
+		want string
+	}{
+		{planRow{Stratum: "v0.5.0", Etcd: "v3.7.3", KubeAPIServer: "v1.37.2"}, "up to date"},
+		{planRow{Stratum: "v0.4.0", Etcd: "v3.7.3", KubeAPIServer: "v1.37.2"}, "to upgrade"},
+		{planRow{Stratum: "", Etcd: "v3.7.3", KubeAPIServer: "v1.37.2"}, "to upgrade"},
+		{planRow{Stratum: "v0.5.0", Etcd: "v3.6.16", KubeAPIServer: "v1.37.2"}, "to upgrade"},
+		{planRow{Stratum: "v0.3.0", Etcd: "v3.7.3", KubeAPIServer: "v1.35.0"}, "blocked: this release's kube-apiserver v1.37.2 is more than one minor version above"},
+		{planRow{Stratum: "v0.3.0", Etcd: "v3.5.21", KubeAPIServer: "v1.37.2"}, "blocked: this release's etcd v3.7.3 is more than one minor version above"},
+	} {
+		if got := planVerdict(c.row, to); !strings.HasPrefix(got, c.want) {
+			t.Errorf("planVerdict(%+v) = %q, want %q", c.row, got, c.want)
+		}
+	}
+	rep := planReport{Release: to, Healthy: true, ToUpgrade: 2, ControlPlanes: []planRow{
+		{Node: "cp1", Verdict: "up to date"}, {Node: "cp2", Verdict: "to upgrade"}, {Node: "cp3", Verdict: "blocked: ..."},
+	}}
+	if got := planNext(rep, nil); !strings.Contains(got, "1 of 3 control planes to upgrade (cp2)") || !strings.Contains(got, "another release first") {
+		t.Errorf("planNext = %q", got)
+	}
+	rep.Healthy = false
+	if got := planNext(rep, errors.New("forbidden")); !strings.Contains(got, "not healthy") || !strings.Contains(got, "forbidden") {
+		t.Errorf("planNext of an unhealthy cluster whose records are unread = %q", got)
+	}
+	if got := planNext(planReport{Release: to, Healthy: true}, nil); got != "every control plane runs stratum v0.5.0" {
+		t.Errorf("planNext of a cluster on this release = %q", got)
+	}
+}
