@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -162,13 +163,20 @@ func upgradeHolderInPlace(ctx context.Context, t *testing.T, tl *tools, nw *netw
 	// The plan, from the next release: the holder runs it, the others do
 	// not yet (their supervisors recorded the stratum under test).
 	var plan struct {
-		ControlPlanes []struct{ Node, Stratum, Etcd, KubeAPIServer, Verdict string }
+		ControlPlanes []planControlPlane
 		Healthy       bool
 		ToUpgrade     int
 		Next          string
 	}
-	if err := json.Unmarshal([]byte(runStratum(ctx, t, holder, next, "upgrade", "plan", "-o", "json")), &plan); err != nil {
-		t.Fatal(err)
+	// The holder's new supervisor records its release beside its start:
+	// asked again until its row says so, for a while.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Second) {
+		if err := json.Unmarshal([]byte(runStratum(ctx, t, holder, next, "upgrade", "plan", "-o", "json")), &plan); err != nil {
+			t.Fatal(err)
+		}
+		if slices.ContainsFunc(plan.ControlPlanes, func(c planControlPlane) bool { return c.Node == holder.Name() && c.Stratum == nextVersion }) || time.Now().After(deadline) {
+			break
+		}
 	}
 	t.Logf("stratum upgrade plan on %s after its upgrade:\n%s", holder.Name(), runStratum(ctx, t, holder, next, "upgrade", "plan"))
 	if !plan.Healthy || plan.ToUpgrade != len(nw.Hosts())-1 || len(plan.ControlPlanes) != len(nw.Hosts()) {
@@ -246,6 +254,9 @@ func refuseUpgrade(ctx context.Context, t *testing.T, h *host, next string, want
 	}
 	t.Logf("stratum upgrade node on %s refused:\n%s", h.Name(), e)
 }
+
+// planControlPlane is a row of `stratum upgrade plan -o json`.
+type planControlPlane struct{ Node, Stratum, Etcd, KubeAPIServer, Verdict string }
 
 // runStratum runs the stratum at path with args on h and returns its
 // stdout; a failure fails t.

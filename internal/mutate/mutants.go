@@ -1334,7 +1334,7 @@ var mutants = []mutant{
 	{
 		Name: "release-never-recorded",
 		File: "cmd/stratum/cli/supervise.go",
-		Old:  "	go a.recordRelease(ctx, l, sup, st)\n",
+		Old:  "	go a.recordRelease(recording, l, n, sup, st)\n",
 		New:  "",
 		Tests: [][]string{
 			{"./e2e", "-run", "TestSingleControlPlaneGrowsIntoHA"},
@@ -1343,8 +1343,8 @@ var mutants = []mutant{
 	{
 		Name: "plan-takes-any-stratum-for-this-one",
 		File: "cmd/stratum/cli/upgrade_plan.go",
-		Old:  "if row.Stratum == to.Stratum && row.Etcd == to.Etcd",
-		New:  "if row.Etcd == to.Etcd",
+		Old:  "case row.Stratum == to.Stratum && row.Etcd == to.Etcd",
+		New:  "case row.Etcd == to.Etcd",
 		Tests: [][]string{
 			{"./cmd/stratum/cli", "-run", "TestUpgradePlanVerdicts"},
 		},

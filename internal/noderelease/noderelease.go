@@ -1,7 +1,7 @@
 // Package noderelease records, in the cluster, which stratum release each
 // control plane's supervisor runs: a Lease per control plane in kube-system
-// (stratum-release-<node>), written by the supervisor each time its control
-// plane is up. etcd tells each member's etcd version and every
+// (stratum-release-<member name>), written by the supervisor once its control
+// plane is up and renewed while it runs (its renew time says when). etcd tells each member's etcd version and every
 // kube-apiserver its own, but only a node's supervisor knows its stratum;
 // `stratum upgrade plan` reads these to say, for the whole cluster, which
 // control planes run which release during a rolling upgrade.
@@ -32,19 +32,23 @@ const (
 	annoEtcd      = "stratum.dev/etcd-version"
 	annoAPIServer = "stratum.dev/kube-apiserver-version"
 	annoBinDir    = "stratum.dev/bin-dir"
+	annoMemberID  = "stratum.dev/etcd-member-id"
 )
 
 // Release is what one control plane's supervisor runs.
 type Release struct {
-	// Node is the control plane's node name (its etcd member's name).
+	// Node is the control plane's etcd member name (its node name).
 	Node string `json:"node"`
+	// MemberID is its etcd member's ID in hex: a node reset and joined
+	// again under its name is another member, whose release this is not.
+	MemberID string `json:"memberID,omitempty"`
 	// Stratum, Etcd and APIServer are the versions it runs.
 	Stratum   string `json:"stratum"`
 	Etcd      string `json:"etcd"`
 	APIServer string `json:"kubeAPIServer"`
 	// BinDir is the directory its etcd and kube-apiserver run from.
 	BinDir string `json:"binDir"`
-	// Since is when the supervisor recorded it: its control plane's start.
+	// Since is when the supervisor last recorded it.
 	Since time.Time `json:"since"`
 }
 
@@ -63,7 +67,7 @@ func Record(ctx context.Context, cs kubernetes.Interface, r Release) error {
 			Name: LeaseName(r.Node), Namespace: Namespace,
 			Labels: map[string]string{label: "true", "app.kubernetes.io/managed-by": "stratum"},
 			Annotations: map[string]string{
-				annoStratum: r.Stratum, annoEtcd: r.Etcd, annoAPIServer: r.APIServer, annoBinDir: r.BinDir,
+				annoStratum: r.Stratum, annoEtcd: r.Etcd, annoAPIServer: r.APIServer, annoBinDir: r.BinDir, annoMemberID: r.MemberID,
 			},
 		},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, AcquireTime: &since, RenewTime: &since},
@@ -98,7 +102,7 @@ func List(ctx context.Context, cs kubernetes.Interface) (map[string]Release, err
 		if !ok {
 			continue
 		}
-		r := Release{Node: node, Stratum: l.Annotations[annoStratum], Etcd: l.Annotations[annoEtcd],
+		r := Release{Node: node, MemberID: l.Annotations[annoMemberID], Stratum: l.Annotations[annoStratum], Etcd: l.Annotations[annoEtcd],
 			APIServer: l.Annotations[annoAPIServer], BinDir: l.Annotations[annoBinDir]}
 		if l.Spec.RenewTime != nil {
 			r.Since = l.Spec.RenewTime.Time

@@ -16,7 +16,7 @@ func TestRecordThenList(t *testing.T) {
 	ctx := context.Background()
 	cs := fake.NewClientset(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "kube-vip", Namespace: Namespace}})
 	t0 := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
-	cp1 := Release{Node: "cp1", Stratum: "v1.0.0", Etcd: "v3.7.3", APIServer: "v1.37.2", BinDir: "/var/lib/stratum/bin", Since: t0}
+	cp1 := Release{Node: "cp1", MemberID: "8e9e05c52164694d", Stratum: "v1.0.0", Etcd: "v3.7.3", APIServer: "v1.37.2", BinDir: "/var/lib/stratum/bin", Since: t0}
 	cp2 := Release{Node: "cp2", Stratum: "v1.0.0", Etcd: "v3.7.3", APIServer: "v1.37.2", BinDir: "/var/lib/stratum/bin", Since: t0}
 	for _, r := range []Release{cp1, cp2} {
 		if err := Record(ctx, cs, r); err != nil {
@@ -32,7 +32,7 @@ func TestRecordThenList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 2 || !got["cp1"].Since.Equal(upgraded.Since) || got["cp1"].Stratum != "v1.1.0" || got["cp1"].BinDir != upgraded.BinDir || got["cp2"].Stratum != "v1.0.0" || got["cp2"].Etcd != "v3.7.3" || got["cp2"].APIServer != "v1.37.2" {
+	if len(got) != 2 || !got["cp1"].Since.Equal(upgraded.Since) || got["cp1"].Stratum != "v1.1.0" || got["cp1"].BinDir != upgraded.BinDir || got["cp1"].MemberID != "8e9e05c52164694d" || got["cp2"].Stratum != "v1.0.0" || got["cp2"].Etcd != "v3.7.3" || got["cp2"].APIServer != "v1.37.2" {
 		t.Fatalf("List = %+v, want cp1 upgraded and cp2 as recorded, nothing else", got)
 	}
 	if err := Record(ctx, cs, Release{}); err == nil {

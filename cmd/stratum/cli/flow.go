@@ -257,6 +257,8 @@ type memberRow struct {
 	// did not answer. During a rolling upgrade or an etcd downgrade the
 	// members differ.
 	Version string `json:"version,omitempty"`
+	// id is the member's ID in hex, as a node's records name it.
+	id string
 }
 
 // etcdMembers lists the cluster's members through the etcd at endpoint (a
@@ -277,7 +279,7 @@ func etcdMembers(ctx context.Context, n *ha.Node, endpoint string) ([]memberRow,
 	rows := make([]memberRow, len(list.Members))
 	done := make(chan struct{}, len(list.Members))
 	for i, m := range list.Members {
-		rows[i] = memberRow{Name: m.Name, PeerURL: strings.Join(m.PeerURLs, ","), Learner: m.IsLearner}
+		rows[i] = memberRow{Name: m.Name, PeerURL: strings.Join(m.PeerURLs, ","), Learner: m.IsLearner, id: fmt.Sprintf("%x", m.ID)}
 		if rows[i].Name == "" {
 			rows[i].Name = "(unstarted)"
 		}

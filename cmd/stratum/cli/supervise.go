@@ -601,7 +601,9 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 	}
 	a.printState(done, st)
 	a.settle(sup, supervisor.StateSupervising, "supervising this control plane: etcd, kube-apiserver and what the node runs are up")
-	go a.recordRelease(ctx, l, sup, st)
+	recording, stopRecording := context.WithCancel(ctx)
+	defer stopRecording() // before a replacement's exec, or the end
+	go a.recordRelease(recording, l, n, sup, st)
 	fmt.Fprintf(a.stdout, "supervising this control plane (logs in %s, control socket %s); SIGINT, SIGTERM or SIGHUP stops it (a second one kills what still runs)\n", controlplane.LogDir, supervisor.SocketPath)
 	a.warnCertsDue(l)
 	daily := time.NewTicker(certsDueEvery)
@@ -635,14 +637,33 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 
 // recordRelease records in the cluster which release this control plane
 // runs (internal/noderelease), for `stratum upgrade plan`: this stratum, the
-// etcd and kube-apiserver it runs and where from. It runs beside the
-// supervision, through this node's own apiserver, a few times while that
-// fails; a failure is logged, and the plan then says the node's stratum is
-// not known.
-func (a *app) recordRelease(ctx context.Context, h host.Host, sup *supervisor.Supervisor, st *nodestate.NodeState) {
+// etcd and kube-apiserver it runs and where from, and its etcd member's ID.
+// It runs beside the supervision, through this node's own apiserver, until
+// ctx ends: written once the control plane is up, then renewed every
+// releaseRenewEvery, so a record the plan finds older than that is one no
+// supervisor stands behind. A write that keeps failing is logged.
+func (a *app) recordRelease(ctx context.Context, h host.Host, n *ha.Node, sup *supervisor.Supervisor, st *nodestate.NodeState) {
 	etcd, _ := sup.ServiceStatus(ctx, ha.ServiceEtcd)
-	r := noderelease.Release{Node: st.NodeName, Stratum: Version, Etcd: etcd.Version, APIServer: version.Kubernetes,
-		BinDir: sup.About().BinDir, Since: time.Now()}
+	r := noderelease.Release{Node: cmp.Or(st.Etcd.Name, st.NodeName), Stratum: Version, Etcd: etcd.Version, APIServer: version.Kubernetes,
+		BinDir: sup.About().BinDir}
+	for {
+		if r.MemberID == "" {
+			if m := n.EtcdMemberStatus(ctx, urlHost(st.Etcd.ClientURL)); m.Err == nil && m.ID != 0 {
+				r.MemberID = fmt.Sprintf("%x", m.ID)
+			}
+		}
+		r.Since = time.Now()
+		a.recordReleaseOnce(ctx, h, r)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(releaseRenewEvery):
+		}
+	}
+}
+
+// recordReleaseOnce writes r, tried recordReleaseAttempts times.
+func (a *app) recordReleaseOnce(ctx context.Context, h host.Host, r noderelease.Release) {
 	var err error
 	for attempt := 0; attempt < recordReleaseAttempts; attempt++ {
 		if attempt > 0 {
@@ -662,13 +683,15 @@ func (a *app) recordRelease(ctx context.Context, h host.Host, sup *supervisor.Su
 			return
 		}
 	}
-	a.log.Warn("this control plane's release was not recorded in the cluster: `stratum upgrade plan` shows its stratum as not known until its next start", "err", err)
+	a.log.Warn("this control plane's release was not recorded in the cluster: `stratum upgrade plan` shows its stratum as not known until a write succeeds", "err", err)
 }
 
-// recordReleaseAttempts and recordReleaseEvery bound recordRelease.
+// recordReleaseAttempts and recordReleaseEvery bound recordReleaseOnce;
+// releaseRenewEvery is how often a supervisor renews its record.
 const (
 	recordReleaseAttempts = 4
 	recordReleaseEvery    = 5 * time.Second
+	releaseRenewEvery     = 10 * time.Minute
 )
 
 // settle records the supervisor's state (its About) and tells the service

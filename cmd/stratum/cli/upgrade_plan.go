@@ -2,9 +2,9 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -54,9 +54,13 @@ type planRow struct {
 	Etcd          string `json:"etcd,omitempty"`
 	KubeAPIServer string `json:"kubeAPIServer,omitempty"`
 	Health        string `json:"health"`
-	// Verdict: "up to date", "to upgrade", "blocked: <why>" or "stale:
-	// <why>".
+	// Verdict: "up to date", "to upgrade", "blocked: <why>", "unknown:
+	// <why>", "joining: <why>" or "stale: <why>".
 	Verdict string `json:"verdict"`
+	// recordAge is how long ago its record was renewed; joining, that it
+	// is a learner or not yet started.
+	recordAge time.Duration
+	joining   bool
 }
 
 func (a *app) upgradePlanCmd() *cobra.Command {
@@ -65,15 +69,18 @@ func (a *app) upgradePlanCmd() *cobra.Command {
 		Use:   "plan",
 		Short: "Show which release each control plane runs, and which ones this stratum would upgrade",
 		Long: `List every control plane of the cluster (its etcd members) with what it runs: the
-stratum its supervisor recorded in the cluster at its last start (a Lease
-kube-system/stratum-release-<node>; a stratum from before that record shows none), the
-etcd its member says it runs and the kube-apiserver version its apiserver answers. Each
-is judged against this stratum's release: "up to date", "to upgrade" (run this
-stratum's "upgrade node" there, one control plane at a time), or "blocked" when a
-version step Kubernetes or etcd does not take stands in the way. A recorded release of
-a node that is no etcd member (reset, or replaced) is listed as stale. It changes
-nothing. Exits 0 once it could list the members (an unhealthy cluster is said, as
-upgrade node would refuse it), 1 otherwise.`,
+stratum its supervisor recorded in the cluster (a Lease
+kube-system/stratum-release-<member>, written once its control plane is up and renewed
+every 10 minutes; a stratum from before that record shows none), the etcd its member
+says it runs and the kube-apiserver version its apiserver answers. Each is judged
+against this stratum's release: "up to date", "to upgrade" (run this stratum's "upgrade
+node" there, one control plane at a time), "blocked" when a version step Kubernetes or
+etcd does not take stands in the way of the whole roll, "unknown" when a version was
+not read or a record is not renewed, "joining" for a learner. A record of a node that
+is no etcd member (reset, or replaced) is listed as stale. It changes nothing. Exits 0
+once it could list the members (an unhealthy cluster is said, as upgrade node would
+refuse it), 1 when it could not, 2 on bad usage, 3 on a machine that is no control
+plane.`,
 		Example: `  /opt/stratum/v2/bin/stratum upgrade plan
   stratum upgrade plan -o json`,
 		Args: usageArgs(cobra.NoArgs),
@@ -94,7 +101,7 @@ upgrade node would refuse it), 1 otherwise.`,
 
 // upgradePlan gathers the plan: the members and their health through this
 // node's etcd, each kube-apiserver's version, the recorded releases through
-// the admin kubeconfig's server.
+// this node's apiserver (or the admin kubeconfig's server).
 func (a *app) upgradePlan(ctx context.Context) (planReport, error) {
 	rep := planReport{Release: planRelease{Stratum: Version, Etcd: version.Etcd, KubeAPIServer: version.Kubernetes}, ControlPlanes: []planRow{}}
 	n, h, err := a.localNode()
@@ -105,7 +112,7 @@ func (a *app) upgradePlan(ctx context.Context) (planReport, error) {
 	if err != nil {
 		return rep, err
 	}
-	rows, err := etcdMembers(ctx, n, st.Etcd.ClientURL)
+	members, err := etcdMembers(ctx, n, st.Etcd.ClientURL)
 	if err != nil {
 		return rep, fmt.Errorf("upgrade plan: %w", err)
 	}
@@ -115,22 +122,30 @@ func (a *app) upgradePlan(ctx context.Context) (planReport, error) {
 		rep.Healthy = true
 	}
 	releases, rerr := recordedReleases(ctx, h)
-	for _, m := range rows {
+	for _, m := range members {
 		row := planRow{Node: m.Name, Address: m.ClientIP, Etcd: m.Version, Health: m.Health}
 		if r, ok := releases[m.Name]; ok {
-			row.Stratum, row.BinDir = r.Stratum, r.BinDir
 			delete(releases, m.Name)
+			if r.MemberID == "" || r.MemberID == m.id {
+				row.BinDir = r.BinDir
+				row.Stratum, row.recordAge = r.Stratum, time.Since(r.Since)
+			}
 		}
 		if m.ClientIP != "" {
 			if v, err := apiServerVersionAt(ctx, h, m.ClientIP); err == nil {
 				row.KubeAPIServer = v
 			}
 		}
-		row.Verdict = planVerdict(row, rep.Release)
-		if row.Verdict != "up to date" {
+		row.joining = m.Learner || m.ClientIP == ""
+		rep.ControlPlanes = append(rep.ControlPlanes, row)
+	}
+	block := clusterBlock(rep.ControlPlanes, rep.Release)
+	for i := range rep.ControlPlanes {
+		row := &rep.ControlPlanes[i]
+		row.Verdict = planVerdict(*row, rep.Release, block, rerr)
+		if strings.HasPrefix(row.Verdict, "to upgrade") || strings.HasPrefix(row.Verdict, "blocked") {
 			rep.ToUpgrade++
 		}
-		rep.ControlPlanes = append(rep.ControlPlanes, row)
 	}
 	for _, node := range noderelease.Nodes(releases) {
 		r := releases[node]
@@ -141,35 +156,81 @@ func (a *app) upgradePlan(ctx context.Context) (planReport, error) {
 	return rep, nil
 }
 
-// recordedReleases lists the recorded releases through the admin
-// kubeconfig's server (the VIP, or this node's apiserver).
+// releaseTrustedFor is how old a record may be and still be taken as what
+// its node runs: its supervisor renews it every releaseRenewEvery.
+const releaseTrustedFor = 3 * releaseRenewEvery
+
+// recordedReleases lists the recorded releases through this node's own
+// apiserver, or, when it does not answer, the admin kubeconfig's server
+// (the VIP).
 func recordedReleases(ctx context.Context, h host.Host) (map[string]noderelease.Release, error) {
+	var errs []error
+	if cs, err := localAdminClient(h, 10*time.Second); err == nil {
+		r, err := noderelease.List(ctx, cs)
+		if err == nil {
+			return r, nil
+		}
+		errs = append(errs, err)
+	}
 	cfg, err := adminRESTConfig(h)
 	if err != nil {
-		return nil, err
+		return nil, errors.Join(append(errs, err)...)
 	}
 	cfg.Timeout = 10 * time.Second
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return nil, err
+		return nil, errors.Join(append(errs, err)...)
 	}
-	return noderelease.List(ctx, cs)
+	r, err := noderelease.List(ctx, cs)
+	if err != nil {
+		return nil, errors.Join(append(errs, err)...)
+	}
+	return r, nil
 }
 
-// planVerdict judges one member against this release.
-func planVerdict(row planRow, to planRelease) string {
-	if row.Stratum == to.Stratum && row.Etcd == to.Etcd && row.KubeAPIServer == to.KubeAPIServer {
+// clusterBlock is what keeps the whole cluster from this release, as
+// `upgrade node` judges it on any control plane: the etcd more than a minor
+// above the lowest member's or below it, a kube-apiserver this release's is
+// more than a minor above or below ("" when nothing does).
+func clusterBlock(rows []planRow, to planRelease) string {
+	var etcds []string
+	for _, r := range rows {
+		if r.Etcd != "" {
+			etcds = append(etcds, r.Etcd)
+		}
+		if r.KubeAPIServer != "" {
+			if err := apiServerStep(r.KubeAPIServer, to.KubeAPIServer); err != nil {
+				return fmt.Sprintf("%s: %v", r.Node, err)
+			}
+		}
+	}
+	if err := etcdStep(etcds, to.Etcd); err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
+// planVerdict judges one member against this release: joining (a learner,
+// or a member not yet started), unknown (a version not read), up to date,
+// blocked (block, the cluster's), or to upgrade.
+func planVerdict(row planRow, to planRelease, block string, releasesErr error) string {
+	switch {
+	case row.joining:
+		return "joining: a learner or a member not yet started (a join under way): `upgrade node` waits for it to finish"
+	case row.Etcd == "":
+		return "unknown: its etcd member did not answer"
+	case row.KubeAPIServer == "":
+		return "unknown: its kube-apiserver did not answer /version"
+	case releasesErr != nil:
+		return "unknown: the recorded releases could not be read"
+	case row.Stratum != "" && row.recordAge > releaseTrustedFor:
+		return fmt.Sprintf("unknown: its record (stratum %s) was last renewed %s ago, and a supervisor renews it every %s: it runs a stratum from before the record, or cannot reach its apiserver", row.Stratum, row.recordAge.Round(time.Minute), releaseRenewEvery)
+	case row.Stratum == to.Stratum && row.Etcd == to.Etcd && row.KubeAPIServer == to.KubeAPIServer:
 		return "up to date"
-	}
-	if row.KubeAPIServer != "" {
-		if err := apiServerStep(row.KubeAPIServer, to.KubeAPIServer); err != nil {
-			return "blocked: " + err.Error()
-		}
-	}
-	if row.Etcd != "" {
-		if err := etcdStep([]string{row.Etcd}, to.Etcd); err != nil {
-			return "blocked: " + err.Error()
-		}
+	case block != "":
+		return "blocked: " + block
+	case row.Stratum == "":
+		return "to upgrade (no stratum recorded: a release from before the record)"
 	}
 	return "to upgrade"
 }
@@ -178,28 +239,34 @@ func planVerdict(row planRow, to planRelease) string {
 func planNext(rep planReport, releasesErr error) string {
 	var notes []string
 	if releasesErr != nil {
-		notes = append(notes, fmt.Sprintf("the recorded releases could not be read (%v), so no stratum version is known", releasesErr))
+		notes = append(notes, fmt.Sprintf("the recorded releases could not be read (%v), so no control plane's stratum is known", releasesErr))
+	}
+	var to, unknown []string
+	blocked := false
+	for _, r := range rep.ControlPlanes {
+		switch {
+		case strings.HasPrefix(r.Verdict, "to upgrade"):
+			to = append(to, r.Node)
+		case strings.HasPrefix(r.Verdict, "unknown"), strings.HasPrefix(r.Verdict, "joining"):
+			unknown = append(unknown, r.Node)
+		case strings.HasPrefix(r.Verdict, "blocked"):
+			blocked = true
+		}
 	}
 	switch {
-	case rep.ToUpgrade == 0:
-		notes = append(notes, fmt.Sprintf("every control plane runs stratum %s", rep.Release.Stratum))
-	case !rep.Healthy:
+	case blocked:
+		notes = append(notes, "this release cannot be rolled out from what the cluster runs (the blocked verdicts say which step): another release first")
+	case !rep.Healthy && len(to) > 0:
 		notes = append(notes, "the etcd cluster is not healthy, and `stratum upgrade node` refuses until it is: `stratum etcd members` shows each member")
-	default:
-		var to []string
-		for _, r := range rep.ControlPlanes {
-			if r.Verdict == "to upgrade" {
-				to = append(to, r.Node)
-			}
-		}
-		if len(to) > 0 {
-			notes = append(notes, fmt.Sprintf("%d of %d control planes to upgrade (%s): run this stratum's `upgrade node --bin-dir DIR` on each, one at a time", len(to), len(rep.ControlPlanes), strings.Join(to, ", ")))
-		}
-		if rep.ToUpgrade > len(to) {
-			notes = append(notes, "a blocked control plane needs another release first (its verdict says which step)")
-		}
+	case len(to) > 0:
+		notes = append(notes, fmt.Sprintf("%d of %d control planes to upgrade (%s): run this stratum's `upgrade node --bin-dir DIR` on each, one at a time", len(to), len(rep.ControlPlanes), strings.Join(to, ", ")))
+	case len(unknown) == 0 && releasesErr == nil:
+		notes = append(notes, fmt.Sprintf("every control plane runs stratum %s", rep.Release.Stratum))
 	}
-	return strings.Join(slices.Compact(notes), "; ")
+	if len(unknown) > 0 {
+		notes = append(notes, fmt.Sprintf("not judged: %s (see their verdicts)", strings.Join(unknown, ", ")))
+	}
+	return strings.Join(notes, "; ")
 }
 
 // writePlan is the plan's human form.

@@ -233,36 +233,64 @@ func TestAReplacementIsNotRunAfterAStopSignal(t *testing.T) {
 
 // TestUpgradePlanVerdicts: a control plane is up to date only when it runs
 // this stratum, etcd and kube-apiserver; one whose stratum is not recorded,
-// or that runs another, is to be upgraded; one a version step stands in the
-// way of is blocked; and the plan's next step says so.
+// or that runs another, is to be upgraded; one whose versions were not all
+// read, or whose record no supervisor renews, is not judged; a learner is
+// joining; a version step of any control plane blocks the whole roll; and
+// the plan's next step says so.
 func TestUpgradePlanVerdicts(t *testing.T) {
 	to := planRelease{Stratum: "v0.5.0", Etcd: "v3.7.3", KubeAPIServer: "v1.37.2"}
+	current := planRow{Stratum: "v0.5.0", Etcd: "v3.7.3", KubeAPIServer: "v1.37.2"}
+	with := func(f func(*planRow)) planRow { r := current; f(&r); return r }
 	for _, c := range []struct {
-		row  planRow
-		want string
+		row   planRow
+		block string
+		err   error
+		want  string
 	}{
-		{planRow{Stratum: "v0.5.0", Etcd: "v3.7.3", KubeAPIServer: "v1.37.2"}, "up to date"},
-		{planRow{Stratum: "v0.4.0", Etcd: "v3.7.3", KubeAPIServer: "v1.37.2"}, "to upgrade"},
-		{planRow{Stratum: "", Etcd: "v3.7.3", KubeAPIServer: "v1.37.2"}, "to upgrade"},
-		{planRow{Stratum: "v0.5.0", Etcd: "v3.6.16", KubeAPIServer: "v1.37.2"}, "to upgrade"},
-		{planRow{Stratum: "v0.3.0", Etcd: "v3.7.3", KubeAPIServer: "v1.35.0"}, "blocked: this release's kube-apiserver v1.37.2 is more than one minor version above"},
-		{planRow{Stratum: "v0.3.0", Etcd: "v3.5.21", KubeAPIServer: "v1.37.2"}, "blocked: this release's etcd v3.7.3 is more than one minor version above"},
+		{current, "", nil, "up to date"},
+		{with(func(r *planRow) { r.Stratum = "v0.4.0" }), "", nil, "to upgrade"},
+		{with(func(r *planRow) { r.Stratum = "" }), "", nil, "to upgrade (no stratum recorded"},
+		{with(func(r *planRow) { r.Etcd = "v3.6.16" }), "", nil, "to upgrade"},
+		{with(func(r *planRow) { r.Stratum = "v0.4.0" }), "etcd too old", nil, "blocked: etcd too old"},
+		{with(func(r *planRow) { r.Etcd = "" }), "", nil, "unknown: its etcd member did not answer"},
+		{with(func(r *planRow) { r.KubeAPIServer = "" }), "", nil, "unknown: its kube-apiserver did not answer"},
+		{current, "", errors.New("forbidden"), "unknown: the recorded releases could not be read"},
+		{with(func(r *planRow) { r.recordAge = 2 * time.Hour }), "", nil, "unknown: its record (stratum v0.5.0) was last renewed 2h0m0s ago"},
+		{with(func(r *planRow) { r.joining = true }), "", nil, "joining:"},
 	} {
-		if got := planVerdict(c.row, to); !strings.HasPrefix(got, c.want) {
-			t.Errorf("planVerdict(%+v) = %q, want %q", c.row, got, c.want)
+		if got := planVerdict(c.row, to, c.block, c.err); !strings.HasPrefix(got, c.want) {
+			t.Errorf("planVerdict(%+v, block %q, %v) = %q, want %q", c.row, c.block, c.err, got, c.want)
 		}
 	}
-	rep := planReport{Release: to, Healthy: true, ToUpgrade: 2, ControlPlanes: []planRow{
-		{Node: "cp1", Verdict: "up to date"}, {Node: "cp2", Verdict: "to upgrade"}, {Node: "cp3", Verdict: "blocked: ..."},
+	for _, c := range []struct {
+		rows []planRow
+		want string
+	}{
+		{[]planRow{current, with(func(r *planRow) { r.Stratum = "v0.4.0" })}, ""},
+		{[]planRow{current, with(func(r *planRow) { r.Node, r.KubeAPIServer = "cp2", "v1.35.0" })}, "more than one minor version above the running v1.35.0"},
+		{[]planRow{current, with(func(r *planRow) { r.Etcd = "v3.5.21" })}, "more than one minor version above the lowest member's v3.5.21"},
+	} {
+		if got := clusterBlock(c.rows, to); c.want == "" && got != "" || c.want != "" && !strings.Contains(got, c.want) {
+			t.Errorf("clusterBlock(%+v) = %q, want %q", c.rows, got, c.want)
+		}
+	}
+	rep := planReport{Release: to, Healthy: true, ControlPlanes: []planRow{
+		{Node: "cp1", Verdict: "up to date"}, {Node: "cp2", Verdict: "to upgrade"}, {Node: "cp3", Verdict: "unknown: ..."},
 	}}
-	if got := planNext(rep, nil); !strings.Contains(got, "1 of 3 control planes to upgrade (cp2)") || !strings.Contains(got, "another release first") {
+	if got := planNext(rep, nil); !strings.Contains(got, "1 of 3 control planes to upgrade (cp2)") || !strings.Contains(got, "not judged: cp3") {
 		t.Errorf("planNext = %q", got)
 	}
+	rep.ControlPlanes[2].Verdict = "blocked: ..."
+	if got := planNext(rep, nil); !strings.Contains(got, "another release first") || strings.Contains(got, "to upgrade (cp2)") {
+		t.Errorf("planNext of a blocked roll = %q", got)
+	}
+	rep.ControlPlanes[2].Verdict = "to upgrade"
 	rep.Healthy = false
 	if got := planNext(rep, errors.New("forbidden")); !strings.Contains(got, "not healthy") || !strings.Contains(got, "forbidden") {
 		t.Errorf("planNext of an unhealthy cluster whose records are unread = %q", got)
 	}
-	if got := planNext(planReport{Release: to, Healthy: true}, nil); got != "every control plane runs stratum v0.5.0" {
+	done := planReport{Release: to, Healthy: true, ControlPlanes: []planRow{{Node: "cp1", Verdict: "up to date"}}}
+	if got := planNext(done, nil); got != "every control plane runs stratum v0.5.0" {
 		t.Errorf("planNext of a cluster on this release = %q", got)
 	}
 }
