@@ -1335,7 +1335,7 @@ var mutants = []mutant{
 		Name: "release-never-recorded",
 		File: "cmd/stratum/cli/supervise.go",
 		Old:  "	go a.recordRelease(recording, l, n, sup, st)\n",
-		New:  "",
+		New:  "	_ = recording\n",
 		Tests: [][]string{
 			{"./e2e", "-run", "TestSingleControlPlaneGrowsIntoHA"},
 		},
