@@ -314,7 +314,11 @@ func TestHAControlPlaneOnThreeHosts(t *testing.T) {
 	// voters without it, its etcd and apiserver are gone, nothing of a
 	// control plane is left but the installed binaries, and the supervisor,
 	// with nothing left to run, has exited 0, saying why.
+	tools.kubectl(ctx, t, cp1, "-n", "kube-system", "get", "lease", "stratum-release-cp2") // its supervisor's record
 	resetStratum(ctx, t, tools, cp2, supervisor[cp2])
+	if out, errOut, err := cp1.Run(ctx, tools.kubectlArgs("-n", "kube-system", "get", "lease", "stratum-release-cp2")...); err == nil || !strings.Contains(errOut, "NotFound") {
+		t.Fatalf("cp2's release record after its reset: err %v, stdout %q, stderr %q; want NotFound", err, out, errOut)
+	}
 	if voters := waitVoters(ctx, t, tools, cp1, 2); slices.Contains(voters, "cp2") {
 		t.Fatalf("etcd voters after cp2's reset: %v", voters)
 	}

@@ -1349,4 +1349,13 @@ var mutants = []mutant{
 			{"./cmd/stratum/cli", "-run", "TestUpgradePlanVerdicts"},
 		},
 	},
+	{
+		Name: "reset-keeps-its-release-record",
+		File: "cmd/stratum/cli/reset.go",
+		Old:  "				forget = a.releaseForgetter(h)",
+		New:  "				_ = h",
+		Tests: [][]string{
+			{"./e2e", "-run", "TestHAControlPlaneOnThreeHosts"},
+		},
+	},
 }

@@ -90,6 +90,16 @@ func Record(ctx context.Context, cs kubernetes.Interface, r Release) error {
 	return nil
 }
 
+// Forget deletes node's record (a node reset: it no longer runs a
+// release); one already gone is not an error.
+func Forget(ctx context.Context, cs kubernetes.Interface, node string) error {
+	err := cs.CoordinationV1().Leases(Namespace).Delete(ctx, LeaseName(node), metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete the release record of %s (Lease %s/%s): %w", node, Namespace, LeaseName(node), err)
+	}
+	return nil
+}
+
 // List is every recorded release, by node name.
 func List(ctx context.Context, cs kubernetes.Interface) (map[string]Release, error) {
 	list, err := cs.CoordinationV1().Leases(Namespace).List(ctx, metav1.ListOptions{LabelSelector: label + "=true"})

@@ -35,6 +35,14 @@ func TestRecordThenList(t *testing.T) {
 	if len(got) != 2 || !got["cp1"].Since.Equal(upgraded.Since) || got["cp1"].Stratum != "v1.1.0" || got["cp1"].BinDir != upgraded.BinDir || got["cp1"].MemberID != "8e9e05c52164694d" || got["cp2"].Stratum != "v1.0.0" || got["cp2"].Etcd != "v3.7.3" || got["cp2"].APIServer != "v1.37.2" {
 		t.Fatalf("List = %+v, want cp1 upgraded and cp2 as recorded, nothing else", got)
 	}
+	for range 2 { // the second finds it gone
+		if err := Forget(ctx, cs, "cp2"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, _ := List(ctx, cs); len(got) != 1 || got["cp1"].Stratum != "v1.1.0" {
+		t.Fatalf("List after cp2 was forgotten = %+v, want cp1 alone", got)
+	}
 	if err := Record(ctx, cs, Release{}); err == nil {
 		t.Fatal("a release of no node was recorded")
 	}

@@ -1,15 +1,19 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
 
 	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/controlplane"
 	"stratum.dev/stratum/internal/host"
+	"stratum.dev/stratum/internal/noderelease"
 	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/supervisor"
 	"stratum.dev/stratum/internal/version"
@@ -87,7 +91,7 @@ it: it resumes), 2 on bad usage; a dry run exits 0 or 3 as the reset would.`,
 					return err
 				}
 			}
-			n, _, err := a.localNode()
+			n, h, err := a.localNode()
 			if err != nil {
 				return err
 			}
@@ -125,8 +129,15 @@ it: it resumes), 2 on bad usage; a dry run exits 0 or 3 as the reset would.`,
 				}
 				return nil
 			}
+			var forget func(context.Context)
+			if a.opts.Host == nil { // the simulator's supervisors record no release
+				forget = a.releaseForgetter(h)
+			}
 			if err := n.ResetControlPlane(cmd.Context(), a.stdout, force); err != nil {
 				return explainHost(err)
+			}
+			if forget != nil {
+				forget(cmd.Context())
 			}
 			if a.opts.Host == nil {
 				a.endIdleSupervisor(cmd.Context())
@@ -139,6 +150,38 @@ it: it resumes), 2 on bad usage; a dry run exits 0 or 3 as the reset would.`,
 	cmd.Flags().StringVar(&binDir, "bin-dir", controlplane.DefaultBinDir, "the `directory` holding the pinned etcd binary, as `stratum up --bin-dir` (or the unit `stratum install --bin-dir` wrote) runs it: used only when no supervisor runs and the reset must start this node's etcd again")
 	out = addOutput(cmd, "text")
 	return cmd
+}
+
+// releaseForgetter is what deletes this node's release record
+// (internal/noderelease) once its reset is done: the admin credential and
+// the member name are read before the reset removes them, and the record is
+// deleted through the admin kubeconfig's server (the VIP, served by
+// another control plane). nil on a node without them (a reset run again
+// after its files went). A failure is said, not an error: the reset is
+// done, and `stratum upgrade plan` lists the record as stale.
+func (a *app) releaseForgetter(h host.Host) func(context.Context) {
+	st, err := nodestate.Load(h)
+	if err != nil {
+		return nil
+	}
+	cfg, err := adminRESTConfig(h)
+	if err != nil {
+		return nil
+	}
+	cfg.Timeout = 10 * time.Second
+	name := cmp.Or(st.Etcd.Name, st.NodeName)
+	lease := noderelease.Namespace + "/" + noderelease.LeaseName(name)
+	return func(ctx context.Context) {
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err == nil {
+			err = noderelease.Forget(ctx, cs, name)
+		}
+		if err != nil {
+			fmt.Fprintf(a.stdout, "this node's release record (Lease %s) was not deleted (%v): `stratum upgrade plan` lists it as stale; delete it from a running control plane (kubectl -n kube-system delete lease %s)\n", lease, err, noderelease.LeaseName(name))
+			return
+		}
+		fmt.Fprintf(a.stdout, "this node's release record (Lease %s) deleted\n", lease)
+	}
 }
 
 func orNothing(steps []string) string {
