@@ -540,23 +540,7 @@ func signalStratum(t *testing.T, h *host, sig syscall.Signal) {
 // it while it ran.
 func signalStratumEach(t *testing.T, h *host, apart time.Duration, sigs ...syscall.Signal) {
 	t.Helper()
-	pids, err := netnsPids(filepath.Join(netnsDir, h.NetNS()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid := 0
-	for _, p := range pids {
-		data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
-		if filepath.Base(strings.SplitN(string(data), "\x00", 2)[0]) == "stratum" {
-			if pid != 0 {
-				t.Fatalf("%s runs two stratum processes (%d, %d)", h.Name(), pid, p)
-			}
-			pid = p
-		}
-	}
-	if pid == 0 {
-		t.Fatalf("no stratum runs on %s", h.Name())
-	}
+	pid := stratumPID(t, h)
 	for i, sig := range sigs {
 		if i > 0 {
 			time.Sleep(apart)

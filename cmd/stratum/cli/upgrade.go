@@ -2,14 +2,9 @@ package cli
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +14,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/controlplane"
@@ -293,12 +290,16 @@ func (u *nodeUpgrade) checkVersions(ctx context.Context) error {
 	if err := etcdStep(etcdVersions, u.etcdVersion); err != nil {
 		return upgradeRefusedf("%v", err)
 	}
+	admin, err := adminRESTConfig(u.h)
+	if err != nil {
+		return err
+	}
 	running := map[string]string{urlHost(u.st.Etcd.ClientURL): u.fromAPIServer}
 	for _, ip := range ips {
 		if _, ok := running[ip]; ok {
 			continue
 		}
-		v, err := apiServerVersionAt(ctx, u.h, ip)
+		v, err := apiServerVersionAt(admin, ip)
 		if err != nil {
 			return upgradeRefusedf("the kube-apiserver at %s did not tell its version (%v), and Kubernetes keeps every kube-apiserver of a cluster within one minor version of the others: bring it up first (`stratum status` there), or remove that control plane (`stratum reset` on it, or `stratum etcd member remove` for a machine that is gone)", ip, err)
 		}
@@ -316,38 +317,18 @@ func (u *nodeUpgrade) checkVersions(ctx context.Context) error {
 }
 
 // apiServerVersionAt is the gitVersion the kube-apiserver at ip answers on
-// /version (readable by anyone), its certificate checked against the
-// cluster CA on h.
-func apiServerVersionAt(ctx context.Context, h host.Host, ip string) (string, error) {
-	ca, err := h.ReadFile(version.PKIFile("ca.crt"))
+// /version, asked with admin (the admin kubeconfig's credential and its
+// cluster CA) aimed at ip.
+func apiServerVersionAt(admin *rest.Config, ip string) (string, error) {
+	cfg := rest.CopyConfig(admin)
+	cfg.Host, cfg.Timeout = apiServerURL(ip), 5*time.Second
+	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return "", err
 	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(ca) {
-		return "", fmt.Errorf("%s holds no certificate", version.PKIFile("ca.crt"))
-	}
-	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, DialContext: h.DialContext, DisableKeepAlives: true}
-	defer tr.CloseIdleConnections()
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(rctx, http.MethodGet, apiServerURL(ip)+"/version", nil)
+	v, err := cs.Discovery().ServerVersion()
 	if err != nil {
 		return "", err
-	}
-	resp, err := (&http.Client{Transport: tr}).Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	var v struct {
-		GitVersion string `json:"gitVersion"`
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("GET /version: %s", resp.Status)
-	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&v); err != nil {
-		return "", fmt.Errorf("GET /version: %w", err)
 	}
 	return v.GitVersion, nil
 }

@@ -122,6 +122,7 @@ func (a *app) upgradePlan(ctx context.Context) (planReport, error) {
 		rep.Healthy = true
 	}
 	releases, rerr := recordedReleases(ctx, h)
+	admin, aerr := adminRESTConfig(h) // without it, no kube-apiserver's version is read: unknown
 	for _, m := range members {
 		row := planRow{Node: m.Name, Address: m.ClientIP, Etcd: m.Version, Health: m.Health}
 		if r, ok := releases[m.Name]; ok {
@@ -131,8 +132,8 @@ func (a *app) upgradePlan(ctx context.Context) (planReport, error) {
 				row.Stratum, row.recordAge = r.Stratum, time.Since(r.Since)
 			}
 		}
-		if m.ClientIP != "" {
-			if v, err := apiServerVersionAt(ctx, h, m.ClientIP); err == nil {
+		if m.ClientIP != "" && aerr == nil {
+			if v, err := apiServerVersionAt(admin, m.ClientIP); err == nil {
 				row.KubeAPIServer = v
 			}
 		}
