@@ -501,13 +501,15 @@ func (n *Node) writeLeaves(leaves map[string][]byte) error {
 
 // publishForJoiners publishes what a joiner needs before any grant is
 // minted: the CA in cluster-info, the certs-reader grant and its fence
-// policy. Idempotent: every `stratum up` runs it.
+// policy. Idempotent: every `stratum up` runs it, through this node's own
+// kube-apiserver, just started (ownAdminRESTConfig: not the VIP, which its
+// candidate, started a moment before, may not hold yet).
 func (n *Node) publishForJoiners(ctx context.Context, st *nodestate.NodeState, within time.Duration) error {
 	caPEM, err := n.env.Host.ReadFile(version.PKIFile("ca.crt"))
 	if err != nil {
 		return fmt.Errorf("publish cluster-info for joiners: read the cluster CA: %w", err)
 	}
-	cs, err := n.adminClient()
+	cs, err := n.ownAdminClient(st.NodeIP)
 	if err != nil {
 		return err
 	}

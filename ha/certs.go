@@ -553,6 +553,31 @@ func (n *Node) adminClient() (kubernetes.Interface, error) {
 	return kubernetes.NewForConfig(cfg)
 }
 
+// ownAdminClient is a clientset of ownAdminRESTConfig.
+func (n *Node) ownAdminClient(nodeIP string) (kubernetes.Interface, error) {
+	cfg, err := n.ownAdminRESTConfig(nodeIP)
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(cfg)
+}
+
+// ownAdminRESTConfig is adminRESTConfig aimed at the kube-apiserver on
+// nodeIP (its first address): this node's own, where the admin kubeconfig
+// names the VIP. A start that just started its VIP candidate reaches its
+// own apiserver at once, where a connection to the VIP begun before the
+// candidate took it waits out the address's neighbour resolution (about
+// 3 s) and fails.
+func (n *Node) ownAdminRESTConfig(nodeIP string) (*rest.Config, error) {
+	cfg, err := n.adminRESTConfig()
+	if err != nil {
+		return nil, err
+	}
+	own, _, _ := strings.Cut(nodeIP, ",")
+	cfg.Host = apiServerURL(own)
+	return cfg, nil
+}
+
 // adminRESTConfig is the client configuration of this node's admin
 // kubeconfig.
 func (n *Node) adminRESTConfig() (*rest.Config, error) {

@@ -96,6 +96,7 @@ func (n *Node) StartControlPlane(ctx context.Context) (*nodestate.NodeState, err
 		{CheckpointStartAfterAPIServer, "kube-apiserver start", n.startAPIServer},
 		{"", "cluster admins bound", n.bindClusterAdmins},
 		{"", "kube-vip start", n.startVIP},
+		{"", "VIP serving", n.waitVIPServing},
 		{"", "stratum-operator start", n.startOperator},
 		{"", "etcd members published", n.publishOwnView},
 	} {
@@ -194,12 +195,10 @@ func (n *Node) bindClusterAdmins(ctx context.Context, st *nodestate.NodeState) e
 // credential aimed at the apiserver on nodeIP (its first address), minting
 // from this node's cluster CA when it must write.
 func (n *Node) bindClusterAdminsVia(ctx context.Context, nodeIP string) error {
-	cfg, err := n.adminRESTConfig()
+	cfg, err := n.ownAdminRESTConfig(nodeIP)
 	if err != nil {
 		return fmt.Errorf("bind %s: %w", pki.ClusterAdminsGroup, err)
 	}
-	own, _, _ := strings.Cut(nodeIP, ",")
-	cfg.Host = apiServerURL(own)
 	clusterCA := func() (*pki.CA, error) {
 		shared, err := n.loadSharedCAs()
 		if err != nil {
@@ -231,6 +230,49 @@ func (n *Node) startVIP(ctx context.Context, st *nodestate.NodeState) error {
 		return fmt.Errorf("start kube-vip: %w", err)
 	}
 	return nil
+}
+
+// Bounds of waitVIPServing: a probe of its own, and the whole wait, which
+// spans a dead holder's lease running out (kube-vip's, 5 s).
+const (
+	vipServingProbe  = 250 * time.Millisecond
+	vipServingWithin = 10 * time.Second
+)
+
+// waitVIPServing waits, on a node of a cluster with a VIP, until the VIP
+// serves this cluster's apiserver (VIPServes): through this node's own
+// candidate, just started, or another control plane's. A start is not "up"
+// for its clients before that: the admin kubeconfig, and every client
+// repointed, names the VIP. Each probe is bounded by vipServingProbe, so one
+// begun before the candidate took the address does not wait out the
+// address's neighbour resolution (about 3 s). A VIP that does not serve
+// within vipServingWithin is a warning: the control plane runs and serves
+// on the node's own address, and the supervisor's kube-vip lines say why.
+func (n *Node) waitVIPServing(ctx context.Context, st *nodestate.NodeState) error {
+	if st.VIP.Address == "" {
+		return stepSkipped{"this cluster has no VIP"}
+	}
+	deadline := time.Now().Add(vipServingWithin)
+	for {
+		probe, cancel := context.WithTimeout(ctx, vipServingProbe)
+		ok, err := n.VIPServes(probe, st.VIP.Address)
+		cancel()
+		if ok {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if time.Now().After(deadline) {
+			own, _, _ := strings.Cut(st.NodeIP, ",")
+			return stepWarned{fmt.Errorf("the VIP %s does not serve this cluster after %s (%w): the control plane runs and serves on its own address, %s; the supervisor's kube-vip lines say why", st.VIP.Address, vipServingWithin, err, apiServerURL(own))}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // startOperator starts the stratum-operator where this host's service
