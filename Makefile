@@ -177,15 +177,17 @@ test: assets e2e-deps timeline-deps
 e2e: assets e2e-deps
 	$(GO) test -count=1 -timeout 10m -v ./e2e
 
-## e2e-deps: install what the end-to-end test's hosts need (iproute2's ip, util-linux's unshare, nsenter, setpriv, mountpoint, and mount) when missing and root
+## e2e-deps: install what the end-to-end test's hosts need (iproute2's ip, util-linux's unshare, nsenter, setpriv, mountpoint, and mount; systemd and systemd-container's systemd-nspawn, for the host booted into systemd) when missing and root
 e2e-deps:
 	@missing=""; \
-	for c in ip unshare nsenter setpriv mountpoint mount; do command -v "$$c" >/dev/null || missing+=" $$c"; done; \
+	for c in ip unshare nsenter setpriv mountpoint mount systemd-nspawn systemctl; do command -v "$$c" >/dev/null || missing+=" $$c"; done; \
+	[[ -x /lib/systemd/systemd ]] || missing+=" /lib/systemd/systemd"; \
 	if [[ -z "$$missing" ]]; then exit 0; fi; \
 	if [[ "$$(id -u)" != 0 ]]; then echo "e2e-deps: missing$$missing; not root, so not installing (the e2e test skips without root)"; exit 0; fi; \
-	echo "e2e-deps: installing iproute2 util-linux mount for$$missing"; \
-	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends iproute2 util-linux mount >/dev/null || \
-		{ apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends iproute2 util-linux mount >/dev/null; }
+	pkgs="iproute2 util-linux mount systemd systemd-container"; \
+	echo "e2e-deps: installing $$pkgs for$$missing"; \
+	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$pkgs >/dev/null || \
+		{ apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$pkgs >/dev/null; }
 
 ## timeline-deps: install headless Chromium (Debian's chromium), which ./sim/timeline's browser tests render the timeline page in, when missing and root (without it they skip, or fail when CI is set)
 timeline-deps:

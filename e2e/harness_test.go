@@ -95,6 +95,10 @@ type host struct {
 	holder     *exec.Cmd
 	holderDone chan struct{}
 	holderErr  error // set before holderDone closes
+
+	// machine, once the host is booted into systemd (Boot), is whose
+	// namespaces its commands join instead of the holder's.
+	machine *machine
 }
 
 // proc is a long-running command started in a host with host.Start. Its
@@ -106,6 +110,9 @@ type proc struct {
 	cmd  *exec.Cmd
 	done chan struct{}
 	err  error // set before done closes
+	// forked: nsenter forked the command into a PID namespace (a booted
+	// host's) and waits for it, passing on its exit, not its signals.
+	forked bool
 }
 
 // newNetwork makes n hosts named cp1..cpN on one bridge, or skips the test
@@ -364,6 +371,9 @@ func (h *host) Root() string { return h.root }
 // /etc/hosts move under Root; any other path is shared and stays.
 func (h *host) MachinePath(p string) string {
 	p = filepath.Clean(p)
+	if h.machine != nil {
+		return h.machine.path(h, p)
+	}
 	if p == "/etc/hosts" {
 		return h.root + p
 	}
@@ -378,7 +388,8 @@ func (h *host) MachinePath(p string) string {
 func (h *host) String() string { return h.name }
 
 // Command returns a command that runs args in the host (its network, mount
-// and UTS namespaces, in the test's working directory) for callers wanting
+// and UTS namespaces, in the test's working directory; a booted host's
+// machine's, in its /) for callers wanting
 // exec.Cmd's control over stdin and environment. ctx may be nil. The command
 // is in its own process group and is killed if the test binary dies.
 func (h *host) Command(ctx context.Context, args ...string) *exec.Cmd {
@@ -386,12 +397,17 @@ func (h *host) Command(ctx context.Context, args ...string) *exec.Cmd {
 	if err != nil {
 		wd = "/"
 	}
-	target := 0 // never set up: nsenter fails, saying so
-	if h.holder != nil {
+	target := 0 // never set up, or a machine not running: nsenter fails, saying so
+	ns := []string{"--mount", "--uts", "--net"}
+	switch {
+	case h.machine != nil:
+		// Its PID namespace too, or /proc/self would be nobody's there:
+		// nsenter then forks (proc.forked).
+		target, wd, ns = h.machine.initPid(), "/", append(ns, "--pid")
+	case h.holder != nil:
 		target = h.holder.Process.Pid
 	}
-	full := append([]string{"--target", strconv.Itoa(target), "--mount", "--uts", "--net",
-		"--wdns=" + wd, "--"}, args...)
+	full := append(append([]string{"--target", strconv.Itoa(target)}, ns...), append([]string{"--wdns=" + wd, "--"}, args...)...)
 	var cmd *exec.Cmd
 	if ctx != nil {
 		cmd = exec.CommandContext(ctx, "nsenter", full...)
@@ -446,6 +462,14 @@ func (h *host) usable() error {
 // never fails: if the command cannot start, the proc is already done and
 // Wait returns why. Teardown kills it (and all it started) if it still runs.
 func (h *host) Start(args ...string) *proc {
+	p := h.startCmd(args, h.Command(nil, args...))
+	p.forked = h.machine != nil
+	return p
+}
+
+// startCmd starts cmd, which runs args, as Start does: logged, waited, and
+// killed at teardown if it still runs.
+func (h *host) startCmd(args []string, cmd *exec.Cmd) *proc {
 	nw := h.nw
 	nw.mu.Lock()
 	nw.seq++
@@ -472,7 +496,10 @@ func (h *host) Start(args ...string) *proc {
 	if err != nil {
 		return fail(err)
 	}
-	p.cmd = h.Command(nil, args...)
+	p.cmd = cmd
+	if p.cmd.SysProcAttr == nil {
+		p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	}
 	p.cmd.Stdout, p.cmd.Stderr = f, f
 	nw.mu.Lock()
 	if nw.closed {
@@ -624,10 +651,15 @@ func dialInNetns(ctx context.Context, nsPath, network, address string) (c net.Co
 	return c, true, dialErr
 }
 
-// Pid is the command's pid (nsenter execs it, so it is the command's own).
+// Pid is the command's pid: nsenter execs it, so it is the command's own,
+// but on a booted host, where nsenter forks it, nsenter's child (0 once
+// it has exited).
 func (p *proc) Pid() int {
 	if p.cmd == nil || p.cmd.Process == nil {
 		return 0
+	}
+	if p.forked {
+		return childOf(p.cmd.Process.Pid)
 	}
 	return p.cmd.Process.Pid
 }
@@ -637,7 +669,14 @@ func (p *proc) Signal(sig os.Signal) error {
 	if p.cmd == nil || p.cmd.Process == nil {
 		return os.ErrProcessDone
 	}
-	return p.cmd.Process.Signal(sig)
+	if !p.forked {
+		return p.cmd.Process.Signal(sig)
+	}
+	pid := p.Pid()
+	if pid == 0 {
+		return os.ErrProcessDone
+	}
+	return syscall.Kill(pid, sig.(syscall.Signal))
 }
 
 // Wait waits for the command to exit and returns its error (nil on exit 0).

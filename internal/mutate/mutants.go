@@ -1358,4 +1358,49 @@ var mutants = []mutant{
 			{"./e2e", "-run", "TestHAControlPlaneOnThreeHosts"},
 		},
 	},
+	{
+		Name: "vip-serving-never-waited",
+		File: "ha/up.go",
+		Old:  "	deadline := time.Now().Add(vipServingWithin)\n	for {\n		probe,",
+		New:  "	deadline := time.Now().Add(vipServingWithin)\n	for ctx != nil {\n		return nil\n	}\n	for {\n		probe,",
+		Tests: [][]string{
+			{"./ha", "-run", "TestStartWaitsForTheVIPToServe"},
+		},
+	},
+	{
+		Name: "unit-not-type-notify",
+		File: "cmd/stratum/cli/services.go",
+		Old:  "Type=notify\nNotifyAccess=main\n",
+		New:  "Type=simple\nNotifyAccess=main\n",
+		Tests: [][]string{
+			{"./e2e", "-run", "TestControlPlaneUnderSystemd"},
+		},
+	},
+	{
+		Name: "unit-never-restarts",
+		File: "cmd/stratum/cli/services.go",
+		Old:  "Restart=always\n",
+		New:  "Restart=no\n",
+		Tests: [][]string{
+			{"./e2e", "-run", "TestControlPlaneUnderSystemd"},
+		},
+	},
+	{
+		Name: "upgrade-unit-not-reloaded",
+		File: "cmd/stratum/cli/upgrade.go",
+		Old:  "exec.CommandContext(rctx, \"systemctl\", \"daemon-reload\")",
+		New:  "exec.CommandContext(rctx, \"true\")",
+		Tests: [][]string{
+			{"./e2e", "-run", "TestControlPlaneUnderSystemd"},
+		},
+	},
+	{
+		Name: "replacement-loses-the-notify-socket",
+		File: "cmd/stratum/cli/supervise.go",
+		Old:  "	err := a.opts.Exec(r.Path, r.Args, os.Environ())\n",
+		New:  "	err := a.opts.Exec(r.Path, r.Args, nil)\n",
+		Tests: [][]string{
+			{"./e2e", "-run", "TestControlPlaneUnderSystemd"},
+		},
+	},
 }

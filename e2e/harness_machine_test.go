@@ -1,0 +1,279 @@
+package e2e
+
+// Hosts booted as machines of their own: systemd as PID 1 of a container
+// (systemd-nspawn --boot) in the host's network namespace, so the unit
+// `stratum install` writes runs under a real service manager.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// machineTools are what booting a machine needs: systemd-nspawn (Debian's
+// systemd-container) and systemd itself, which the container runs as its
+// PID 1 from this machine's /usr.
+var machineTools = []string{"systemd-nspawn", "/lib/systemd/systemd", "systemctl", "cp"}
+
+// machine is the systemd a host was booted into (host.Boot): the
+// systemd-nspawn process and the container's PID 1, which every command in
+// the host then joins instead of the namespace holder's namespaces.
+type machine struct {
+	name   string   // nspawn's machine name: the host's namespace name, unique to the run
+	shared []string // paths of this machine bound read-only at the same paths inside
+
+	mu     sync.Mutex
+	nspawn *proc
+	init   int // the container's PID 1 as this machine sees it; 0 when not running
+}
+
+// requireMachines skips the test, or fails it when CI=true, unless this
+// machine can boot namespace hosts into systemd (`make e2e-deps` installs
+// what is missing).
+func requireMachines(t testing.TB) {
+	t.Helper()
+	requireNamespaces(t)
+	var missing []string
+	for _, tool := range machineTools {
+		if _, err := exec.LookPath(tool); err != nil {
+			missing = append(missing, tool)
+		}
+	}
+	if len(missing) == 0 {
+		return
+	}
+	msg := "missing " + strings.Join(missing, ", ") + " (Debian's systemd and systemd-container; `make e2e-deps` installs them)"
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("e2e: this machine cannot boot hosts into systemd (CI=true makes that a failure): %s", msg)
+	}
+	t.Skipf("e2e: skipped: this machine cannot boot hosts into systemd: %s", msg)
+}
+
+// Boot boots h as a machine whose PID 1 is systemd, and waits until its boot
+// has finished. Its root is h's directory on this machine (its stratum
+// directories, /etc/hosts, and a copy of this machine's /etc with no unit
+// enabled), with this machine's /usr and each of shared bound read-only at
+// the same paths; /run and /tmp are its own, and a boot after a power-off
+// finds /run empty, as a reboot does. From here every command in h runs in
+// the machine's namespaces (host.Command), with / as its directory, and
+// MachinePath reaches the machine's files through its PID 1. Teardown kills
+// it with the rest of the host's namespace.
+func (h *host) Boot(ctx context.Context, t *testing.T, shared ...string) {
+	t.Helper()
+	if h.machine == nil {
+		if err := h.makeMachineRoot(); err != nil {
+			t.Fatalf("e2e: %s: make the machine's root: %v", h.name, err)
+		}
+		h.machine = &machine{name: h.ns, shared: shared}
+	}
+	m := h.machine
+	args := []string{"systemd-nspawn", "--quiet", "--boot", "--directory=" + h.root, "--machine=" + m.name,
+		"--hostname=" + h.name, "--register=no", "--keep-unit", "--console=read-only",
+		"--network-namespace-path=" + filepath.Join(netnsDir, h.ns), "--bind-ro=/usr",
+		// A machine's root may change its network (the VIP); nspawn
+		// grants that only to containers with a network of their own.
+		"--capability=CAP_NET_ADMIN"}
+	for _, p := range m.shared {
+		args = append(args, "--bind-ro="+p)
+	}
+	cmd := exec.Command(args[0], args[1:]...)
+	// The unified cgroup hierarchy, as current distributions boot: on a
+	// machine that boots the legacy one, systemd in a container hears of
+	// no cgroup running empty and waits out TimeoutStopSec instead.
+	cmd.Env = append(os.Environ(), "SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1")
+	p := h.startCmd(args, cmd)
+	m.mu.Lock()
+	m.nspawn, m.init = p, 0
+	m.mu.Unlock()
+	init, err := waitChild(ctx, p)
+	if err != nil {
+		t.Fatalf("e2e: %s: boot systemd: %v\n%s", h.name, err, p.Tail(20))
+	}
+	m.mu.Lock()
+	m.init = init
+	m.mu.Unlock()
+	// Booted: systemd answers and has reached its default target.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		out, _, err := h.Run(ctx, "systemctl", "is-system-running", "--wait")
+		state := strings.TrimSpace(out)
+		if state == "running" || state == "degraded" {
+			if state == "degraded" {
+				failed, _, _ := h.Run(ctx, "systemctl", "--failed", "--no-pager", "--plain")
+				t.Logf("e2e: %s booted degraded (no unit of stratum's; the copy of this machine's /etc):\n%s", h.name, failed)
+			}
+			t.Logf("e2e: %s booted into systemd (nspawn pid %d, PID 1 here %d)", h.name, p.Pid(), init)
+			return
+		}
+		select {
+		case <-p.Done():
+			t.Fatalf("e2e: %s: systemd-nspawn exited during the boot: %v\n%s", h.name, p.Wait(), p.Tail(20))
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("e2e: %s: not booted within a minute (systemctl is-system-running: %q, %v)\n%s", h.name, state, err, p.Tail(20))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// PowerOff shuts the machine down as `systemctl poweroff` does (every unit
+// stopped in order) and waits until its container has ended.
+func (h *host) PowerOff(ctx context.Context, t *testing.T) {
+	t.Helper()
+	m := h.machine
+	if m == nil {
+		t.Fatalf("e2e: %s was never booted", h.name)
+	}
+	m.mu.Lock()
+	p := m.nspawn
+	m.mu.Unlock()
+	// The command's connection may end with the machine: its error says
+	// nothing; the container's end is what counts.
+	_, _, _ = h.Run(ctx, "systemctl", "poweroff")
+	select {
+	case <-p.Done():
+	case <-time.After(90 * time.Second):
+		t.Fatalf("e2e: %s: the machine did not power off within 90 s\n%s", h.name, p.Tail(20))
+	}
+	m.mu.Lock()
+	m.init = 0
+	m.mu.Unlock()
+}
+
+// initPid is the machine's PID 1 as this machine sees it, or 0.
+func (m *machine) initPid() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.init
+}
+
+// path maps a path as the machine sees it to the same file here: through
+// its PID 1's root while it runs, else on its root's disk (its /run then
+// gone); shared paths and /usr are the same on both sides.
+func (m *machine) path(h *host, p string) string {
+	for _, s := range append([]string{"/usr"}, m.shared...) {
+		if p == s || strings.HasPrefix(p, s+"/") {
+			return p
+		}
+	}
+	if pid := m.initPid(); pid != 0 {
+		return fmt.Sprintf("/proc/%d/root%s", pid, p)
+	}
+	return h.root + p
+}
+
+// makeMachineRoot turns h's directory into a root systemd boots: the merged
+// /usr's links, empty mount points, and a copy of this machine's /etc with
+// its own machine ID, hostname and hosts file, no fstab entries and no unit
+// enabled (this machine's services are not the host's).
+func (h *host) makeMachineRoot() error {
+	r := h.root
+	hosts, err := os.ReadFile(r + "/etc/hosts")
+	if err != nil {
+		return err
+	}
+	for _, d := range []string{"usr", "dev", "proc", "sys", "run", "tmp", "var/tmp", "root", "etc"} {
+		if err := os.MkdirAll(filepath.Join(r, d), 0o755); err != nil {
+			return err
+		}
+	}
+	for _, l := range []string{"bin", "sbin", "lib", "lib64"} {
+		if target, err := os.Readlink("/" + l); err == nil {
+			if err := os.Symlink(target, filepath.Join(r, l)); err != nil {
+				return err
+			}
+		}
+	}
+	if out, err := exec.Command("cp", "-a", "/etc/.", r+"/etc/").CombinedOutput(); err != nil {
+		return fmt.Errorf("copy /etc: %w: %s", err, out)
+	}
+	// systemd-nspawn looks for os-release before /usr is bound.
+	osRelease, err := os.ReadFile("/usr/lib/os-release")
+	if err != nil {
+		return err
+	}
+	id := make([]byte, 16)
+	if _, err := rand.Read(id); err != nil {
+		return err
+	}
+	for name, data := range map[string][]byte{
+		"etc/hosts":      hosts,
+		"etc/hostname":   []byte(h.name + "\n"),
+		"etc/machine-id": []byte(hex.EncodeToString(id) + "\n"),
+		"etc/os-release": osRelease,
+		"etc/fstab":      nil,
+	} {
+		p := filepath.Join(r, name)
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			return err
+		}
+	}
+	wants, _ := filepath.Glob(filepath.Join(r, "etc/systemd/system/*.wants"))
+	for _, w := range wants {
+		if err := os.RemoveAll(w); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitChild waits for p's first child: systemd-nspawn's child is the
+// container's PID 1.
+func waitChild(ctx context.Context, p *proc) (int, error) {
+	for {
+		if pid := childOf(p.Pid()); pid != 0 {
+			return pid, nil
+		}
+		select {
+		case <-p.Done():
+			return 0, fmt.Errorf("systemd-nspawn exited: %v", p.Wait())
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// childOf is a live child of pid, or 0.
+func childOf(pid int) int {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		c, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if st, ppid, ok := procState(c); ok && ppid == pid && st != "Z" {
+			return c
+		}
+	}
+	return 0
+}
+
+// pidInMachine is the pid of this machine's process pid as the machine's
+// own processes (and its systemd) see it: the last of its NSpid.
+func pidInMachine(pid int) (int, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(strings.TrimPrefix(line, "NSpid:")); strings.HasPrefix(line, "NSpid:") && len(f) > 0 {
+			return strconv.Atoi(f[len(f)-1])
+		}
+	}
+	return 0, fmt.Errorf("pid %d: no NSpid in its status", pid)
+}
