@@ -63,6 +63,15 @@ func checkVIPServes(ctx context.Context, vip string) (bool, error) {
 // apiserver answers 200, or 401/403 when anonymous requests are not
 // allowed). false comes with the reason as the error.
 func (n *Node) VIPServes(ctx context.Context, vip string) (bool, error) {
+	return n.vipServes(ctx, vip, vipProbeTimeout)
+}
+
+// vipServes is VIPServes with the connection's dial bounded by dialWithin
+// (the whole probe by vipProbeTimeout): a start's wait for the VIP dials
+// again soon rather than wait out the neighbour resolution of an address
+// its own candidate takes meanwhile, and still gives a busy apiserver its
+// time to answer.
+func (n *Node) vipServes(ctx context.Context, vip string, dialWithin time.Duration) (bool, error) {
 	ip := net.ParseIP(vip)
 	if ip == nil {
 		return false, fmt.Errorf("%w: %q is not an IP address", ErrVIPNotServing, vip)
@@ -77,9 +86,14 @@ func (n *Node) VIPServes(ctx context.Context, vip string) (bool, error) {
 	}
 	h := n.env.Host
 	// ServerName an IP: crypto/tls verifies it against the IP SANs.
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		ctx, cancel := context.WithTimeout(ctx, dialWithin)
+		defer cancel()
+		return h.DialContext(ctx, network, addr)
+	}
 	tr := &http.Transport{
 		TLSClientConfig:   &tls.Config{RootCAs: pool, ServerName: ip.String(), MinVersion: tls.VersionTLS12},
-		DialContext:       h.DialContext,
+		DialContext:       dial,
 		DisableKeepAlives: true,
 	}
 	defer tr.CloseIdleConnections()

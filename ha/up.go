@@ -232,10 +232,10 @@ func (n *Node) startVIP(ctx context.Context, st *nodestate.NodeState) error {
 	return nil
 }
 
-// Bounds of waitVIPServing: a probe of its own, and the whole wait, which
-// spans a dead holder's lease running out (kube-vip's, 5 s).
+// Bounds of waitVIPServing: a probe's dial, and the whole wait, which spans
+// a dead holder's lease running out (kube-vip's, 5 s).
 const (
-	vipServingProbe  = 250 * time.Millisecond
+	vipServingDial   = 250 * time.Millisecond
 	vipServingWithin = 10 * time.Second
 )
 
@@ -243,9 +243,10 @@ const (
 // serves this cluster's apiserver (VIPServes): through this node's own
 // candidate, just started, or another control plane's. A start is not "up"
 // for its clients before that: the admin kubeconfig, and every client
-// repointed, names the VIP. Each probe is bounded by vipServingProbe, so one
-// begun before the candidate took the address does not wait out the
-// address's neighbour resolution (about 3 s). A VIP that does not serve
+// repointed, names the VIP. Each probe's dial is bounded by vipServingDial,
+// so one begun before the candidate took the address does not wait out the
+// address's neighbour resolution (about 3 s); its exchange has
+// vipProbeTimeout, as a busy apiserver may need. A VIP that does not serve
 // within vipServingWithin is a warning: the control plane runs and serves
 // on the node's own address, and the supervisor's kube-vip lines say why.
 func (n *Node) waitVIPServing(ctx context.Context, st *nodestate.NodeState) error {
@@ -254,9 +255,7 @@ func (n *Node) waitVIPServing(ctx context.Context, st *nodestate.NodeState) erro
 	}
 	deadline := time.Now().Add(vipServingWithin)
 	for {
-		probe, cancel := context.WithTimeout(ctx, vipServingProbe)
-		ok, err := n.VIPServes(probe, st.VIP.Address)
-		cancel()
+		ok, err := n.vipServes(ctx, st.VIP.Address, vipServingDial)
 		if ok {
 			return nil
 		}

@@ -27,8 +27,9 @@ func (h vipNeverTaken) StartService(ctx context.Context, name string) error {
 // TestStartWaitsForTheVIPToServe: a start is up for its clients once the VIP
 // serves this cluster, which the admin kubeconfig names. With a candidate
 // that never takes it, the start ends with a warning naming the VIP and the
-// address the control plane serves on, after the bound; with one that
-// does, the step is done and the VIP serves, as a client sees it.
+// address the control plane serves on, after the bound, and still publishes
+// what joiners need (through its own apiserver); with one that does, the
+// step is done and the VIP serves, as a client sees it.
 func TestStartWaitsForTheVIPToServe(t *testing.T) {
 	t.Parallel() // its own simulated cluster
 	assetstest.Require(t)
@@ -53,6 +54,11 @@ func TestStartWaitsForTheVIPToServe(t *testing.T) {
 	want := "VIP serving: not done (warning: the VIP " + vip + " does not serve this cluster after 10s"
 	if !strings.Contains(out, want) || !strings.Contains(out, cp1.APIServerURL()) {
 		t.Fatalf("stratum up with a VIP candidate that never takes the VIP did not warn %q naming %s:\n%s", want, cp1.APIServerURL(), out)
+	}
+	// What joiners need is published through cp1's own apiserver, which
+	// serves, not through the VIP, which does not.
+	if strings.Contains(out, "joins use what was published before") {
+		t.Fatalf("stratum up with the VIP not served did not publish for joiners:\n%s", out)
 	}
 	if holder := c.VIPHolder(); holder != nil {
 		t.Fatalf("the VIP is held by %s after a start whose candidate never took it", holder.Name())

@@ -1361,8 +1361,8 @@ var mutants = []mutant{
 	{
 		Name: "vip-serving-never-waited",
 		File: "ha/up.go",
-		Old:  "	deadline := time.Now().Add(vipServingWithin)\n	for {\n		probe,",
-		New:  "	deadline := time.Now().Add(vipServingWithin)\n	for ctx != nil {\n		return nil\n	}\n	for {\n		probe,",
+		Old:  "	deadline := time.Now().Add(vipServingWithin)\n	for {\n		ok, err :=",
+		New:  "	deadline := time.Now().Add(vipServingWithin)\n	for ctx != nil {\n		return nil\n	}\n	for {\n		ok, err :=",
 		Tests: [][]string{
 			{"./ha", "-run", "TestStartWaitsForTheVIPToServe"},
 		},
@@ -1401,6 +1401,24 @@ var mutants = []mutant{
 		New:  "	err := a.opts.Exec(r.Path, r.Args, nil)\n",
 		Tests: [][]string{
 			{"./e2e", "-run", "TestControlPlaneUnderSystemd"},
+		},
+	},
+	{
+		Name: "release-member-never-refreshed",
+		File: "cmd/stratum/cli/supervise.go",
+		Old:  "m.Err == nil && m.ID != 0 {\n			r.MemberID = fmt.Sprintf",
+		New:  "m.Err == nil && m.ID != 0 && recorded.MemberID == \"\" {\n			r.MemberID = fmt.Sprintf",
+		Tests: [][]string{
+			{"./e2e", "-run", "TestHAControlPlaneOnThreeHosts"},
+		},
+	},
+	{
+		Name: "publish-through-the-vip",
+		File: "ha/bootstrap.go",
+		Old:  "	cs, err := n.ownAdminClient(st.NodeIP)\n",
+		New:  "	cs, err := n.adminClient()\n",
+		Tests: [][]string{
+			{"./ha", "-run", "TestStartWaitsForTheVIPToServe"},
 		},
 	},
 }
