@@ -22,8 +22,8 @@ import (
 
 // machineTools are what booting a machine needs: systemd-nspawn (Debian's
 // systemd-container) and systemd itself, which the container runs as its
-// PID 1 from this machine's /usr.
-var machineTools = []string{"systemd-nspawn", "/lib/systemd/systemd", "systemctl", "cp"}
+// PID 1 from this machine's /usr; util-linux's unshare and setpriv.
+var machineTools = []string{"systemd-nspawn", "/lib/systemd/systemd", "systemctl", "cp", "unshare", "setpriv"}
 
 // machine is the systemd a host was booted into (host.Boot): the
 // systemd-nspawn process and the container's PID 1, which every command in
@@ -49,6 +49,9 @@ func requireMachines(t testing.TB) {
 			missing = append(missing, tool)
 		}
 	}
+	if target, err := os.Readlink("/bin"); err != nil || strings.TrimPrefix(target, "/") != "usr/bin" {
+		missing = append(missing, "a merged /usr (/bin a link to usr/bin), which the booted host's root shares")
+	}
 	if len(missing) == 0 {
 		return
 	}
@@ -62,12 +65,16 @@ func requireMachines(t testing.TB) {
 // Boot boots h as a machine whose PID 1 is systemd, and waits until its boot
 // has finished. Its root is h's directory on this machine (its stratum
 // directories, /etc/hosts, and a copy of this machine's /etc with no unit
-// enabled), with this machine's /usr and each of shared bound read-only at
-// the same paths; /run and /tmp are its own, and a boot after a power-off
-// finds /run empty, as a reboot does. From here every command in h runs in
-// the machine's namespaces (host.Command), with / as its directory, and
-// MachinePath reaches the machine's files through its PID 1. Teardown kills
-// it with the rest of the host's namespace.
+// enabled and no stratum files), with this machine's /usr and each of
+// shared bound read-only at the same paths; /run and /tmp are its own, and a
+// boot after a power-off finds /run empty, as a reboot does. From here every
+// command in h runs in the machine's namespaces (host.Command), with / as
+// its directory, and MachinePath reaches the machine's files through its
+// PID 1. systemd-nspawn runs as PID 1 of a PID namespace of its own
+// (unshare --kill-child), so the container, its services included, dies
+// with the test binary, which a control plane under Restart=always would
+// otherwise outlive; teardown kills it with the rest of the host's network
+// namespace.
 func (h *host) Boot(ctx context.Context, t *testing.T, shared ...string) {
 	t.Helper()
 	if h.machine == nil {
@@ -77,7 +84,8 @@ func (h *host) Boot(ctx context.Context, t *testing.T, shared ...string) {
 		h.machine = &machine{name: h.ns, shared: shared}
 	}
 	m := h.machine
-	args := []string{"systemd-nspawn", "--quiet", "--boot", "--directory=" + h.root, "--machine=" + m.name,
+	args := []string{"unshare", "--pid", "--fork", "--kill-child", "--",
+		"systemd-nspawn", "--quiet", "--boot", "--directory=" + h.root, "--machine=" + m.name,
 		"--hostname=" + h.name, "--register=no", "--keep-unit", "--console=read-only",
 		"--network-namespace-path=" + filepath.Join(netnsDir, h.ns), "--bind-ro=/usr",
 		// A machine's root may change its network (the VIP); nspawn
@@ -91,28 +99,41 @@ func (h *host) Boot(ctx context.Context, t *testing.T, shared ...string) {
 	// machine that boots the legacy one, systemd in a container hears of
 	// no cgroup running empty and waits out TimeoutStopSec instead.
 	cmd.Env = append(os.Environ(), "SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1")
-	p := h.startCmd(args, cmd)
+	p := h.startCmd(args, cmd, false)
 	m.mu.Lock()
 	m.nspawn, m.init = p, 0
 	m.mu.Unlock()
-	init, err := waitChild(ctx, p)
+	init, err := waitContainerInit(ctx, p)
 	if err != nil {
 		t.Fatalf("e2e: %s: boot systemd: %v\n%s", h.name, err, p.Tail(20))
 	}
 	m.mu.Lock()
 	m.init = init
 	m.mu.Unlock()
+	go func() {
+		<-p.Done()
+		m.mu.Lock()
+		if m.nspawn == p {
+			m.init = 0
+		}
+		m.mu.Unlock()
+		// What nspawn keeps for a machine on this machine's /run, which
+		// it leaves when it is killed.
+		_ = os.RemoveAll(filepath.Join("/run/systemd/nspawn/propagate", m.name))
+	}()
 	// Booted: systemd answers and has reached its default target.
 	deadline := time.Now().Add(time.Minute)
 	for {
-		out, _, err := h.Run(ctx, "systemctl", "is-system-running", "--wait")
+		cctx, cancel := context.WithDeadline(ctx, deadline)
+		out, _, err := h.Run(cctx, "systemctl", "is-system-running", "--wait")
+		cancel()
 		state := strings.TrimSpace(out)
 		if state == "running" || state == "degraded" {
 			if state == "degraded" {
 				failed, _, _ := h.Run(ctx, "systemctl", "--failed", "--no-pager", "--plain")
 				t.Logf("e2e: %s booted degraded (no unit of stratum's; the copy of this machine's /etc):\n%s", h.name, failed)
 			}
-			t.Logf("e2e: %s booted into systemd (nspawn pid %d, PID 1 here %d)", h.name, p.Pid(), init)
+			t.Logf("e2e: %s booted into systemd (PID 1 here %d)", h.name, init)
 			return
 		}
 		select {
@@ -151,11 +172,18 @@ func (h *host) PowerOff(ctx context.Context, t *testing.T) {
 	m.mu.Unlock()
 }
 
-// initPid is the machine's PID 1 as this machine sees it, or 0.
+// initPid is the machine's PID 1 as this machine sees it, or 0: also when
+// that pid is no longer a PID namespace's first process (the container ended
+// and the pid went to another process, whose namespaces a command must not
+// join).
 func (m *machine) initPid() int {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.init
+	pid := m.init
+	m.mu.Unlock()
+	if ns, err := nsPids(pid); pid == 0 || err != nil || len(ns) < 2 || ns[len(ns)-1] != 1 {
+		return 0
+	}
+	return pid
 }
 
 // path maps a path as the machine sees it to the same file here: through
@@ -195,8 +223,22 @@ func (h *host) makeMachineRoot() error {
 			}
 		}
 	}
-	if out, err := exec.Command("cp", "-a", "/etc/.", r+"/etc/").CombinedOutput(); err != nil {
-		return fmt.Errorf("copy /etc: %w: %s", err, out)
+	// This machine's /etc, but what is stratum's: on a machine that is a
+	// control plane itself, its keys, kubeconfigs and unit stay out.
+	etc, err := os.ReadDir("/etc")
+	if err != nil {
+		return err
+	}
+	for _, e := range etc {
+		if e.Name() == "stratum" || e.Name() == "hosts" {
+			continue
+		}
+		if out, err := exec.Command("cp", "-a", "/etc/"+e.Name(), r+"/etc/").CombinedOutput(); err != nil {
+			return fmt.Errorf("copy /etc/%s: %w: %s", e.Name(), err, out)
+		}
+	}
+	if err := os.Remove(r + "/etc/systemd/system/stratum.service"); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
 	}
 	// systemd-nspawn looks for os-release before /usr is bound.
 	osRelease, err := os.ReadFile("/usr/lib/os-release")
@@ -231,12 +273,20 @@ func (h *host) makeMachineRoot() error {
 	return nil
 }
 
-// waitChild waits for p's first child: systemd-nspawn's child is the
-// container's PID 1.
-func waitChild(ctx context.Context, p *proc) (int, error) {
+// waitContainerInit waits for the container's PID 1 under p (unshare, then
+// systemd-nspawn, PID 1 of the PID namespace unshare made): the process one
+// PID namespace below nspawn's whose pid there is 1. nspawn's own helper
+// children live in nspawn's namespace and are not taken for it.
+func waitContainerInit(ctx context.Context, p *proc) (int, error) {
 	for {
-		if pid := childOf(p.Pid()); pid != 0 {
-			return pid, nil
+		if nspawn := childOf(p.Pid()); nspawn != 0 {
+			if outer, err := nsPids(nspawn); err == nil {
+				for _, c := range childrenOf(nspawn) {
+					if ns, err := nsPids(c); err == nil && len(ns) == len(outer)+1 && ns[len(ns)-1] == 1 {
+						return c, nil
+					}
+				}
+			}
 		}
 		select {
 		case <-p.Done():
@@ -250,30 +300,62 @@ func waitChild(ctx context.Context, p *proc) (int, error) {
 
 // childOf is a live child of pid, or 0.
 func childOf(pid int) int {
+	if c := childrenOf(pid); len(c) > 0 {
+		return c[0]
+	}
+	return 0
+}
+
+// childrenOf are pid's live children.
+func childrenOf(pid int) []int {
 	entries, _ := os.ReadDir("/proc")
+	var out []int
 	for _, e := range entries {
 		c, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
 		if st, ppid, ok := procState(c); ok && ppid == pid && st != "Z" {
-			return c
+			out = append(out, c)
 		}
 	}
-	return 0
+	return out
+}
+
+// nsPids is a process's NSpid: its pid in each PID namespace it is in, the
+// outermost first.
+func nsPids(pid int) ([]int, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return nil, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		rest, ok := strings.CutPrefix(line, "NSpid:")
+		if !ok {
+			continue
+		}
+		var out []int
+		for _, f := range strings.Fields(rest) {
+			n, err := strconv.Atoi(f)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, n)
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("pid %d: no NSpid in its status", pid)
 }
 
 // pidInMachine is the pid of this machine's process pid as the machine's
 // own processes (and its systemd) see it: the last of its NSpid.
 func pidInMachine(pid int) (int, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	ns, err := nsPids(pid)
 	if err != nil {
 		return 0, err
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(strings.TrimPrefix(line, "NSpid:")); strings.HasPrefix(line, "NSpid:") && len(f) > 0 {
-			return strconv.Atoi(f[len(f)-1])
-		}
+	if len(ns) == 0 {
+		return 0, fmt.Errorf("pid %d: an empty NSpid", pid)
 	}
-	return 0, fmt.Errorf("pid %d: no NSpid in its status", pid)
+	return ns[len(ns)-1], nil
 }

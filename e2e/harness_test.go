@@ -407,7 +407,13 @@ func (h *host) Command(ctx context.Context, args ...string) *exec.Cmd {
 	case h.holder != nil:
 		target = h.holder.Process.Pid
 	}
-	full := append(append([]string{"--target", strconv.Itoa(target)}, ns...), append([]string{"--wdns=" + wd, "--"}, args...)...)
+	full := append(append([]string{"--target", strconv.Itoa(target)}, ns...), "--wdns="+wd, "--")
+	if h.machine != nil {
+		// nsenter's child, not nsenter, runs the command: it dies with
+		// nsenter (which dies with the test binary) all the same.
+		full = append(full, "setpriv", "--pdeathsig", "KILL", "--")
+	}
+	full = append(full, args...)
 	var cmd *exec.Cmd
 	if ctx != nil {
 		cmd = exec.CommandContext(ctx, "nsenter", full...)
@@ -462,14 +468,13 @@ func (h *host) usable() error {
 // never fails: if the command cannot start, the proc is already done and
 // Wait returns why. Teardown kills it (and all it started) if it still runs.
 func (h *host) Start(args ...string) *proc {
-	p := h.startCmd(args, h.Command(nil, args...))
-	p.forked = h.machine != nil
-	return p
+	return h.startCmd(args, h.Command(nil, args...), h.machine != nil)
 }
 
 // startCmd starts cmd, which runs args, as Start does: logged, waited, and
-// killed at teardown if it still runs.
-func (h *host) startCmd(args []string, cmd *exec.Cmd) *proc {
+// killed at teardown if it still runs. forked: cmd is nsenter forking args
+// into a booted host's PID namespace (proc.forked).
+func (h *host) startCmd(args []string, cmd *exec.Cmd, forked bool) *proc {
 	nw := h.nw
 	nw.mu.Lock()
 	nw.seq++
@@ -479,7 +484,7 @@ func (h *host) startCmd(args []string, cmd *exec.Cmd) *proc {
 	if len(args) > 0 {
 		base = unsafeFileChars.ReplaceAllString(filepath.Base(args[0]), "_")
 	}
-	p := &proc{host: h, args: args, done: make(chan struct{}),
+	p := &proc{host: h, args: args, done: make(chan struct{}), forked: forked,
 		log: filepath.Join(nw.dir, "logs", fmt.Sprintf("%s-%02d-%s.log", h.name, seq, base))}
 	fail := func(err error) *proc {
 		p.err = fmt.Errorf("%s: start %s: %w", h.name, strings.Join(args, " "), err)
@@ -652,19 +657,25 @@ func dialInNetns(ctx context.Context, nsPath, network, address string) (c net.Co
 }
 
 // Pid is the command's pid: nsenter execs it, so it is the command's own,
-// but on a booted host, where nsenter forks it, nsenter's child (0 once
-// it has exited).
+// but on a booted host, where nsenter forks it, nsenter's child; 0 before
+// that child exists and once the command has exited.
 func (p *proc) Pid() int {
 	if p.cmd == nil || p.cmd.Process == nil {
 		return 0
 	}
-	if p.forked {
+	if !p.forked {
+		return p.cmd.Process.Pid
+	}
+	select {
+	case <-p.done: // nsenter reaped: its pid may be another's now
+		return 0
+	default:
 		return childOf(p.cmd.Process.Pid)
 	}
-	return p.cmd.Process.Pid
 }
 
-// Signal sends sig to the command (not to its children).
+// Signal sends sig to the command (not to its children). On a booted host
+// it waits, a few seconds at most, for nsenter to have forked the command.
 func (p *proc) Signal(sig os.Signal) error {
 	if p.cmd == nil || p.cmd.Process == nil {
 		return os.ErrProcessDone
@@ -672,11 +683,19 @@ func (p *proc) Signal(sig os.Signal) error {
 	if !p.forked {
 		return p.cmd.Process.Signal(sig)
 	}
-	pid := p.Pid()
-	if pid == 0 {
-		return os.ErrProcessDone
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if pid := p.Pid(); pid != 0 {
+			return syscall.Kill(pid, sig.(syscall.Signal))
+		}
+		select {
+		case <-p.done:
+			return os.ErrProcessDone
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: nsenter has not started the command within 5 s", p.host.name)
+		}
 	}
-	return syscall.Kill(pid, sig.(syscall.Signal))
 }
 
 // Wait waits for the command to exit and returns its error (nil on exit 0).

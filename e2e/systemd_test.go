@@ -25,9 +25,10 @@ import (
 //   - `systemctl enable --now stratum` returns once the control plane
 //     serves (Type=notify): kubectl through the VIP answers at once, and
 //     systemd's status text is the supervisor's;
-//   - the supervisor SIGKILLed: systemd kills the etcd and kube-apiserver
-//     it left (KillMode=mixed) and starts it again (Restart=always), and it
-//     brings the control plane back over its own stale control socket;
+//   - the supervisor SIGKILLed: the etcd and kube-apiserver it ran end with
+//     it (their parent-death signal; systemd kills whatever else is left of
+//     the unit), systemd starts it again (Restart=always), and it brings the
+//     control plane back over its own stale control socket;
 //   - `stratum upgrade node` of a next release: the same main PID runs it
 //     (execve), the unit is active throughout with no restart counted, the
 //     new stratum's READY comes back over the notify socket, and the unit
@@ -90,7 +91,8 @@ func TestControlPlaneUnderSystemd(t *testing.T) {
 	mainPID := checkMainPID(t, cp1, unit)
 	machineKubectl(ctx, t, tl, cp1, "create", "configmap", "written-under-systemd", "--from-literal=k=v")
 
-	// The supervisor dies: systemd takes what it left and starts it again.
+	// The supervisor dies: what it ran ends with it, and systemd starts it
+	// again.
 	etcdBefore := namedPIDs(t, cp1, "etcd")
 	apiBefore := namedPIDs(t, cp1, "kube-apiserver")
 	if err := syscall.Kill(stratumPID(t, cp1), syscall.SIGKILL); err != nil {
