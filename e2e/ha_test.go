@@ -448,6 +448,27 @@ func recoverFromSnapshot(ctx context.Context, t *testing.T, tl *tools, seed, fir
 			}
 		}
 	}
+	// Every member is new (a restored cluster, and members added to it),
+	// while the supervisors ran on: each records its release under its new
+	// member, so the plan knows what each control plane runs.
+	var plan struct{ ControlPlanes []planControlPlane }
+	for deadline := time.Now().Add(45 * time.Second); ; time.Sleep(time.Second) {
+		if err := json.Unmarshal([]byte(tl.run(ctx, t, seed, "upgrade", "plan", "-o", "json")), &plan); err != nil {
+			t.Fatal(err)
+		}
+		known := 0
+		for _, c := range plan.ControlPlanes {
+			if c.Stratum == "dev" && c.Verdict == "up to date" {
+				known++
+			}
+		}
+		if known == 3 && len(plan.ControlPlanes) == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("upgrade plan after the recovery, %s later: %+v, want each of the 3 control planes on stratum dev, up to date\n%s", 45*time.Second, plan.ControlPlanes, tl.run(ctx, t, seed, "upgrade", "plan"))
+		}
+	}
 }
 
 // crashMidReset leaves h as a crash right after its reset began would: every

@@ -47,3 +47,33 @@ func TestRecordThenList(t *testing.T) {
 		t.Fatal("a release of no node was recorded")
 	}
 }
+
+// TestForgetMemberKeepsAnotherMembersRecord: a removed member's record is
+// deleted when it names that member or none; one naming another member
+// under the same name (the node joined again since) is kept, and none at
+// all is no error.
+func TestForgetMemberKeepsAnotherMembersRecord(t *testing.T) {
+	ctx := context.Background()
+	cs := fake.NewClientset()
+	for _, r := range []Release{{Node: "cp2", MemberID: "aa"}, {Node: "cp3", MemberID: "bb"}, {Node: "cp4"}} {
+		if err := Record(ctx, cs, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		node, member string
+		deleted      bool
+	}{
+		{"cp2", "cc", false}, // cp2 is member aa now
+		{"cp3", "bb", true},
+		{"cp4", "dd", true}, // no member recorded
+		{"cp5", "ee", false},
+	} {
+		if got, err := ForgetMember(ctx, cs, c.node, c.member); err != nil || got != c.deleted {
+			t.Fatalf("ForgetMember(%s, %s) = %v, %v; want %v", c.node, c.member, got, err, c.deleted)
+		}
+	}
+	if got, _ := List(ctx, cs); len(got) != 1 || got["cp2"].MemberID != "aa" {
+		t.Fatalf("records left: %+v, want cp2's alone", got)
+	}
+}

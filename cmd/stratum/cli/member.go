@@ -1,12 +1,16 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"stratum.dev/stratum/ha"
+	"stratum.dev/stratum/internal/host"
+	"stratum.dev/stratum/internal/noderelease"
 )
 
 // removalPlan is what `etcd member remove` would do, decided from the member
@@ -110,7 +114,7 @@ changes nothing.`,
   stratum etcd member remove cp3`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			n, _, st, err := a.controlPlaneNode()
+			n, h, st, err := a.controlPlaneNode()
 			if err != nil {
 				return err
 			}
@@ -139,6 +143,7 @@ changes nothing.`,
 				return fmt.Errorf("etcd member remove: %w", err)
 			}
 			fmt.Fprintf(a.stdout, "removed: %s\n", strings.TrimPrefix(plan.String(), "remove "))
+			a.forgetRemovedRelease(cmd.Context(), h, plan.Target)
 			if err := n.PublishEtcdMembers(cmd.Context()); err != nil {
 				a.log.Warn("the remaining etcd members were not published for later joins (the operator's next pass does it)", "err", err)
 			}
@@ -149,6 +154,29 @@ changes nothing.`,
 	remove.Flags().BoolVar(&dryRun, "dry-run", false, "print the plan, change nothing")
 	cmd.AddCommand(remove)
 	return cmd
+}
+
+// forgetRemovedRelease deletes the release record (internal/noderelease) of
+// the member m just removed, through this node's own apiserver, when the
+// record is that member's: a control plane gone for good runs no release,
+// and `stratum upgrade plan` would list its record as stale. A failure is
+// said, not an error: the member is removed.
+func (a *app) forgetRemovedRelease(ctx context.Context, h host.Host, m memberRow) {
+	if m.Name == "" {
+		return // a learner that never started: it recorded nothing
+	}
+	lease := noderelease.Namespace + "/" + noderelease.LeaseName(m.Name)
+	deleted := false
+	cs, err := localAdminClient(h, 10*time.Second)
+	if err == nil {
+		deleted, err = noderelease.ForgetMember(ctx, cs, m.Name, m.id)
+	}
+	switch {
+	case err != nil:
+		fmt.Fprintf(a.stdout, "its release record (Lease %s) was not deleted (%v): `stratum upgrade plan` lists it as stale; delete it from a running control plane (kubectl -n %s delete lease %s)\n", lease, err, noderelease.Namespace, noderelease.LeaseName(m.Name))
+	case deleted:
+		fmt.Fprintf(a.stdout, "its release record (Lease %s) deleted\n", lease)
+	}
 }
 
 // etcdDowngradeCmd is `stratum etcd downgrade MAJOR.MINOR`.

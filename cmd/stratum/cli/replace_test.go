@@ -9,9 +9,11 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"k8s.io/client-go/kubernetes"
 
 	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/host"
+	"stratum.dev/stratum/internal/noderelease"
 	"stratum.dev/stratum/sim"
 )
 
@@ -86,12 +88,29 @@ func TestReplacingAControlPlanesMachine(t *testing.T) {
 		t.Fatalf("the refused join left files on cp3: %v", keysOf(left))
 	}
 
-	if code, out, errOut := runCLI(t, on(cp1), strings.Fields(removal[1])[1:]...); code != ExitOK {
-		t.Fatalf("%s on cp1, as the refusal printed it: exit %d\n%s\n%s", removal[1], code, out, errOut)
-	}
 	cfg, err := c.VIPConfig() // cp1's admin kubeconfig: the cluster CA only
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The release records cp3's and cp2's supervisors would have written
+	// (the simulator runs none): the removal deletes cp3's, which names
+	// the removed member, and keeps cp2's.
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []*sim.Host{cp2, cp3} {
+		id := fmt.Sprintf("%x", memberWithPeerURL(ctx, t, cp1, h.PeerURL()).id)
+		if err := noderelease.Record(ctx, cs, noderelease.Release{Node: h.Name(), MemberID: id, Stratum: Version, Since: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, errOut = runCLI(t, on(cp1), strings.Fields(removal[1])[1:]...)
+	if code != ExitOK || !strings.Contains(out, "its release record (Lease kube-system/stratum-release-cp3) deleted") {
+		t.Fatalf("%s on cp1, as the refusal printed it: exit %d, want 0 saying cp3's release record was deleted\n%s\n%s", removal[1], code, out, errOut)
+	}
+	if releases, err := noderelease.List(ctx, cs); err != nil || len(releases) != 1 || releases["cp2"].Node != "cp2" {
+		t.Fatalf("release records after cp3's member was removed: %v (%v), want cp2's alone", releases, err)
 	}
 	// The removal published the members that remain, for later joins.
 	if got, want := publishedEtcdMembers(ctx, t, cfg)(), clientURLs(cp1, cp2); got != want {

@@ -641,35 +641,46 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 // It runs beside the supervision, through this node's own apiserver, until
 // ctx ends: written once the control plane is up, then renewed every
 // releaseRenewEvery, so a record the plan finds older than that is one no
-// supervisor stands behind. A write that keeps failing is logged.
+// supervisor stands behind. What it records is read again every
+// releaseCheckEvery and written at once when it changed: a snapshot
+// restore or an etcd rejoin run through this supervisor gives its node a
+// new member (and a restored cluster holds the records of the snapshot's
+// time), and a downgrade another etcd. A write that keeps failing is
+// logged.
 func (a *app) recordRelease(ctx context.Context, h host.Host, n *ha.Node, sup *supervisor.Supervisor, st *nodestate.NodeState) {
-	etcd, _ := sup.ServiceStatus(ctx, ha.ServiceEtcd)
-	r := noderelease.Release{Node: cmp.Or(st.Etcd.Name, st.NodeName), Stratum: Version, Etcd: etcd.Version, APIServer: version.Kubernetes,
-		BinDir: sup.About().BinDir}
+	var recorded noderelease.Release
 	for {
-		if r.MemberID == "" {
-			if m := n.EtcdMemberStatus(ctx, urlHost(st.Etcd.ClientURL)); m.Err == nil && m.ID != 0 {
-				r.MemberID = fmt.Sprintf("%x", m.ID)
+		r := noderelease.Release{Node: cmp.Or(st.Etcd.Name, st.NodeName), Stratum: Version, APIServer: version.Kubernetes,
+			BinDir: sup.About().BinDir, MemberID: recorded.MemberID, Etcd: recorded.Etcd}
+		if etcd, err := sup.ServiceStatus(ctx, ha.ServiceEtcd); err == nil && etcd.Version != "" {
+			r.Etcd = etcd.Version
+		}
+		if m := n.EtcdMemberStatus(ctx, urlHost(st.Etcd.ClientURL)); m.Err == nil && m.ID != 0 {
+			r.MemberID = fmt.Sprintf("%x", m.ID)
+		}
+		if r.Since = recorded.Since; r != recorded || time.Since(recorded.Since) >= releaseRenewEvery {
+			r.Since = time.Now()
+			if a.recordReleaseOnce(ctx, h, r) {
+				recorded = r
 			}
 		}
-		r.Since = time.Now()
-		a.recordReleaseOnce(ctx, h, r)
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(releaseRenewEvery):
+		case <-time.After(releaseCheckEvery):
 		}
 	}
 }
 
-// recordReleaseOnce writes r, tried recordReleaseAttempts times.
-func (a *app) recordReleaseOnce(ctx context.Context, h host.Host, r noderelease.Release) {
+// recordReleaseOnce writes r, tried recordReleaseAttempts times, and says
+// whether it was written.
+func (a *app) recordReleaseOnce(ctx context.Context, h host.Host, r noderelease.Release) bool {
 	var err error
 	for attempt := 0; attempt < recordReleaseAttempts; attempt++ {
 		if attempt > 0 {
 			select {
 			case <-ctx.Done():
-				return
+				return false
 			case <-time.After(recordReleaseEvery):
 			}
 		}
@@ -680,18 +691,21 @@ func (a *app) recordReleaseOnce(ctx context.Context, h host.Host, r noderelease.
 			cancel()
 		}
 		if err == nil || ctx.Err() != nil {
-			return
+			return err == nil
 		}
 	}
 	a.log.Warn("this control plane's release was not recorded in the cluster: `stratum upgrade plan` shows its stratum as not known until a write succeeds", "err", err)
+	return false
 }
 
 // recordReleaseAttempts and recordReleaseEvery bound recordReleaseOnce;
-// releaseRenewEvery is how often a supervisor renews its record.
+// releaseRenewEvery is how often a supervisor renews its record, and
+// releaseCheckEvery how often it reads again what it would record.
 const (
 	recordReleaseAttempts = 4
 	recordReleaseEvery    = 5 * time.Second
 	releaseRenewEvery     = 10 * time.Minute
+	releaseCheckEvery     = 10 * time.Second
 )
 
 // settle records the supervisor's state (its About) and tells the service
