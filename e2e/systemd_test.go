@@ -35,7 +35,9 @@ import (
 //     rewritten to run it is loaded (daemon-reload, no reload pending);
 //   - `systemctl stop` stops every service and releases the VIP;
 //   - a power-off and a boot: systemd starts the control plane from the
-//     enabled unit, the data written before served again.
+//     enabled unit, the data written before served again;
+//   - `stratum reset`: the supervisor ends, and the unit's condition (no
+//     node state) skips systemd's restart of it, so nothing starts again.
 func TestControlPlaneUnderSystemd(t *testing.T) {
 	t.Parallel() // its own machine; the other real-host tests run beside it
 	requireMachines(t)
@@ -168,10 +170,20 @@ func TestControlPlaneUnderSystemd(t *testing.T) {
 	if got := machineKubectl(ctx, t, tl, cp1, "get", "configmap", "written-under-systemd", "-o", "jsonpath={.data.k}"); got != "v" {
 		t.Fatalf("the ConfigMap written before the power-off reads %q after the boot, want v", got)
 	}
+
+	// Reset: the supervisor ends, nothing left to run, and the restart
+	// systemd then makes is skipped by the unit's condition (no node
+	// state): no loop of starts.
+	o = tl.run(ctx, t, cp1, "reset", "--force")
+	unit = waitUnit(ctx, t, cp1, time.Minute, "skipped by its condition after the reset", func(u map[string]string) bool {
+		return u["ActiveState"] == "inactive" && u["ConditionResult"] == "no"
+	})
+	waitNoServers(t, cp1)
+	t.Logf("stratum.service after stratum reset --force: %v", unit)
 }
 
 // unitProperties are what the test reads of stratum.service.
-var unitProperties = []string{"ActiveState", "SubState", "Result", "Type", "MainPID", "NRestarts", "StatusText", "NeedDaemonReload", "ExecStart"}
+var unitProperties = []string{"ActiveState", "SubState", "Result", "Type", "MainPID", "NRestarts", "StatusText", "NeedDaemonReload", "ExecStart", "ConditionResult"}
 
 // unitState is `systemctl show stratum` of unitProperties.
 func unitState(ctx context.Context, t *testing.T, h *host) map[string]string {

@@ -61,6 +61,10 @@ type planRow struct {
 	// is a learner or not yet started.
 	recordAge time.Duration
 	joining   bool
+	// recordOf is the etcd member a record under its name names, when that
+	// is not its member: a record not yet rewritten since a snapshot
+	// restore or an etcd rejoin gave the node a new member.
+	recordOf string
 }
 
 func (a *app) upgradePlanCmd() *cobra.Command {
@@ -130,6 +134,8 @@ func (a *app) upgradePlan(ctx context.Context) (planReport, error) {
 			if r.MemberID == "" || r.MemberID == m.id {
 				row.BinDir = r.BinDir
 				row.Stratum, row.recordAge = r.Stratum, time.Since(r.Since)
+			} else {
+				row.recordOf = r.MemberID
 			}
 		}
 		if m.ClientIP != "" && aerr == nil {
@@ -224,6 +230,8 @@ func planVerdict(row planRow, to planRelease, block string, releasesErr error) s
 		return "unknown: its kube-apiserver did not answer /version"
 	case releasesErr != nil:
 		return "unknown: the recorded releases could not be read"
+	case row.recordOf != "":
+		return fmt.Sprintf("unknown: its release record names etcd member %s, not its member: a snapshot restore or an etcd rejoin gave it a new one, which its supervisor records within %s (a stratum from before that, at its next start)", row.recordOf, releaseCheckEvery)
 	case row.Stratum != "" && row.recordAge > releaseTrustedFor:
 		return fmt.Sprintf("unknown: its record (stratum %s) was last renewed %s ago, and a supervisor renews it every %s: it runs a stratum from before the record, or cannot reach its apiserver", row.Stratum, row.recordAge.Round(time.Minute), releaseRenewEvery)
 	case row.Stratum == to.Stratum && row.Etcd == to.Etcd && row.KubeAPIServer == to.KubeAPIServer:

@@ -257,6 +257,7 @@ func TestUpgradePlanVerdicts(t *testing.T) {
 		{current, "", errors.New("forbidden"), "unknown: the recorded releases could not be read"},
 		{with(func(r *planRow) { r.recordAge = 2 * time.Hour }), "", nil, "unknown: its record (stratum v0.5.0) was last renewed 2h0m0s ago"},
 		{with(func(r *planRow) { r.joining = true }), "", nil, "joining:"},
+		{with(func(r *planRow) { r.Stratum, r.recordOf = "", "8e9e05c52164694d" }), "", nil, "unknown: its release record names etcd member 8e9e05c52164694d, not its member"},
 	} {
 		if got := planVerdict(c.row, to, c.block, c.err); !strings.HasPrefix(got, c.want) {
 			t.Errorf("planVerdict(%+v, block %q, %v) = %q, want %q", c.row, c.block, c.err, got, c.want)
