@@ -224,6 +224,9 @@ func (nw *network) teardown(dump func()) (errs []error) {
 			}
 		}
 		reapOrphans(killed, nw.isChild)
+		for _, h := range nw.hosts {
+			h.removeMachineLeftovers() // its nspawn is dead by now
+		}
 		for _, ns := range names {
 			if err := ipRun(ctx, "netns", "del", ns); err != nil {
 				errs = append(errs, err)

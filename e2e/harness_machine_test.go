@@ -18,6 +18,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // machineTools are what booting a machine needs: systemd-nspawn (Debian's
@@ -32,9 +34,10 @@ type machine struct {
 	name   string   // nspawn's machine name: the host's namespace name, unique to the run
 	shared []string // paths of this machine bound read-only at the same paths inside
 
-	mu     sync.Mutex
-	nspawn *proc
-	init   int // the container's PID 1 as this machine sees it; 0 when not running
+	mu        sync.Mutex
+	nspawn    *proc
+	init      int    // the container's PID 1 as this machine sees it; 0 when not running
+	initStart string // its start time (procStartTime), which a reused pid does not share
 }
 
 // requireMachines skips the test, or fails it when CI=true, unless this
@@ -84,6 +87,7 @@ func (h *host) Boot(ctx context.Context, t *testing.T, shared ...string) {
 		h.machine = &machine{name: h.ns, shared: shared}
 	}
 	m := h.machine
+	h.removeMachineLeftovers()
 	args := []string{"unshare", "--pid", "--fork", "--kill-child", "--",
 		"systemd-nspawn", "--quiet", "--boot", "--directory=" + h.root, "--machine=" + m.name,
 		"--hostname=" + h.name, "--register=no", "--keep-unit", "--console=read-only",
@@ -108,7 +112,7 @@ func (h *host) Boot(ctx context.Context, t *testing.T, shared ...string) {
 		t.Fatalf("e2e: %s: boot systemd: %v\n%s", h.name, err, p.Tail(20))
 	}
 	m.mu.Lock()
-	m.init = init
+	m.init, m.initStart = init, procStartTime(init)
 	m.mu.Unlock()
 	go func() {
 		<-p.Done()
@@ -117,9 +121,6 @@ func (h *host) Boot(ctx context.Context, t *testing.T, shared ...string) {
 			m.init = 0
 		}
 		m.mu.Unlock()
-		// What nspawn keeps for a machine on this machine's /run, which
-		// it leaves when it is killed.
-		_ = os.RemoveAll(filepath.Join("/run/systemd/nspawn/propagate", m.name))
 	}()
 	// Booted: systemd answers and has reached its default target.
 	deadline := time.Now().Add(time.Minute)
@@ -178,12 +179,27 @@ func (h *host) PowerOff(ctx context.Context, t *testing.T) {
 // join).
 func (m *machine) initPid() int {
 	m.mu.Lock()
-	pid := m.init
+	pid, start := m.init, m.initStart
 	m.mu.Unlock()
-	if ns, err := nsPids(pid); pid == 0 || err != nil || len(ns) < 2 || ns[len(ns)-1] != 1 {
+	if pid == 0 || procStartTime(pid) != start {
 		return 0
 	}
 	return pid
+}
+
+// removeMachineLeftovers removes what systemd-nspawn keeps on this
+// machine's /run for h's machine while it runs, which a killed nspawn
+// leaves: its propagation directory and the lock on its root's inode. It is
+// called with no nspawn of h's running (before a boot, at teardown).
+func (h *host) removeMachineLeftovers() {
+	if h.machine == nil {
+		return
+	}
+	_ = os.RemoveAll(filepath.Join("/run/systemd/nspawn/propagate", h.machine.name))
+	var st unix.Stat_t
+	if unix.Stat(h.root, &st) == nil {
+		_ = os.Remove(fmt.Sprintf("/run/systemd/nspawn/locks/inode-%d:%d", st.Dev, st.Ino))
+	}
 }
 
 // path maps a path as the machine sees it to the same file here: through
@@ -237,8 +253,11 @@ func (h *host) makeMachineRoot() error {
 			return fmt.Errorf("copy /etc/%s: %w: %s", e.Name(), err, out)
 		}
 	}
-	if err := os.Remove(r + "/etc/systemd/system/stratum.service"); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
+	units, _ := filepath.Glob(r + "/etc/systemd/system/stratum.service*") // the unit and its drop-ins
+	for _, u := range units {
+		if err := os.RemoveAll(u); err != nil {
+			return err
+		}
 	}
 	// systemd-nspawn looks for os-release before /usr is bound.
 	osRelease, err := os.ReadFile("/usr/lib/os-release")

@@ -174,7 +174,9 @@ func TestControlPlaneUnderSystemd(t *testing.T) {
 	// Reset: the supervisor ends, nothing left to run, and the restart
 	// systemd then makes is skipped by the unit's condition (no node
 	// state): no loop of starts.
-	o = tl.run(ctx, t, cp1, "reset", "--force")
+	if o = tl.run(ctx, t, cp1, "reset", "--force"); !strings.Contains(o, "the stratum supervisor on this node ended") {
+		t.Fatalf("stratum reset --force under the unit did not end the supervisor:\n%s", o)
+	}
 	unit = waitUnit(ctx, t, cp1, time.Minute, "skipped by its condition after the reset", func(u map[string]string) bool {
 		return u["ActiveState"] == "inactive" && u["ConditionResult"] == "no"
 	})

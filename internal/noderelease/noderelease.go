@@ -103,32 +103,35 @@ func Forget(ctx context.Context, cs kubernetes.Interface, node string) error {
 // ForgetMember deletes node's record when it is the record of etcd member
 // memberID (hex), or names no member: a member removed for good no longer
 // runs a release. A record of another member under the same name (the node
-// joined again since) is kept, and so is one renewed meanwhile by a
-// supervisor that still runs (the delete is conditional on the version
-// read). It says whether it deleted one; none there is not an error.
+// joined again since) is kept. The delete is conditional on the version
+// read; a record written meanwhile is read and judged again. It says
+// whether it deleted one; none there is not an error.
 func ForgetMember(ctx context.Context, cs kubernetes.Interface, node, memberID string) (bool, error) {
 	leases := cs.CoordinationV1().Leases(Namespace)
-	cur, err := leases.Get(ctx, LeaseName(node), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return false, nil
+	lease := Namespace + "/" + LeaseName(node)
+	for attempt := 0; ; attempt++ {
+		cur, err := leases.Get(ctx, LeaseName(node), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("read the release record of %s (Lease %s): %w", node, lease, err)
+		}
+		if id := cur.Annotations[annoMemberID]; id != "" && id != memberID {
+			return false, nil
+		}
+		rv := cur.ResourceVersion
+		err = leases.Delete(ctx, cur.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
+		switch {
+		case err == nil:
+			return true, nil
+		case apierrors.IsNotFound(err):
+			return false, nil
+		case apierrors.IsConflict(err) && attempt < 2:
+			continue // written meanwhile: judged again
+		}
+		return false, fmt.Errorf("delete the release record of %s (Lease %s): %w", node, lease, err)
 	}
-	if err != nil {
-		return false, fmt.Errorf("read the release record of %s (Lease %s/%s): %w", node, Namespace, LeaseName(node), err)
-	}
-	if id := cur.Annotations[annoMemberID]; id != "" && id != memberID {
-		return false, nil
-	}
-	rv := cur.ResourceVersion
-	err = leases.Delete(ctx, cur.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
-	switch {
-	case apierrors.IsNotFound(err):
-		return false, nil
-	case apierrors.IsConflict(err):
-		return false, fmt.Errorf("the release record of %s (Lease %s/%s) was renewed while it was being deleted: a supervisor still records it; kept", node, Namespace, LeaseName(node))
-	case err != nil:
-		return false, fmt.Errorf("delete the release record of %s (Lease %s/%s): %w", node, Namespace, LeaseName(node), err)
-	}
-	return true, nil
 }
 
 // List is every recorded release, by node name.

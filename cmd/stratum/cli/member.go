@@ -173,7 +173,7 @@ func (a *app) forgetRemovedRelease(ctx context.Context, h host.Host, m memberRow
 	}
 	switch {
 	case err != nil:
-		fmt.Fprintf(a.stdout, "its release record (Lease %s) was not deleted (%v): `stratum upgrade plan` lists it as stale; delete it from a running control plane (kubectl -n %s delete lease %s)\n", lease, err, noderelease.Namespace, noderelease.LeaseName(m.Name))
+		fmt.Fprintf(a.stdout, "its release record (Lease %s) was not deleted: %v; `stratum upgrade plan` lists it as stale while no member is named %s: delete it then (kubectl -n %s delete lease %s)\n", lease, err, m.Name, noderelease.Namespace, noderelease.LeaseName(m.Name))
 	case deleted:
 		fmt.Fprintf(a.stdout, "its release record (Lease %s) deleted\n", lease)
 	}

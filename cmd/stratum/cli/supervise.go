@@ -645,10 +645,13 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 // releaseCheckEvery and written at once when it changed: a snapshot
 // restore or an etcd rejoin run through this supervisor gives its node a
 // new member (and a restored cluster holds the records of the snapshot's
-// time), and a downgrade another etcd. A write that keeps failing is
-// logged.
+// time), and a downgrade another etcd. A write that fails is tried again
+// after a wait that doubles from releaseCheckEvery up to releaseRenewEvery,
+// logged once when the failures begin and once when a write succeeds again.
 func (a *app) recordRelease(ctx context.Context, h host.Host, n *ha.Node, sup *supervisor.Supervisor, st *nodestate.NodeState) {
 	var recorded noderelease.Release
+	var failing time.Duration // the wait after the last failed write; 0 while writes succeed
+	var retryAt time.Time
 	for {
 		r := noderelease.Release{Node: cmp.Or(st.Etcd.Name, st.NodeName), Stratum: Version, APIServer: version.Kubernetes,
 			BinDir: sup.About().BinDir, MemberID: recorded.MemberID, Etcd: recorded.Etcd}
@@ -658,10 +661,25 @@ func (a *app) recordRelease(ctx context.Context, h host.Host, n *ha.Node, sup *s
 		if m := n.EtcdMemberStatus(ctx, urlHost(st.Etcd.ClientURL)); m.Err == nil && m.ID != 0 {
 			r.MemberID = fmt.Sprintf("%x", m.ID)
 		}
-		if r.Since = recorded.Since; r != recorded || time.Since(recorded.Since) >= releaseRenewEvery {
+		r.Since = recorded.Since
+		due := r != recorded || time.Since(recorded.Since) >= releaseRenewEvery
+		if due && !time.Now().Before(retryAt) {
 			r.Since = time.Now()
-			if a.recordReleaseOnce(ctx, h, r) {
-				recorded = r
+			err := recordReleaseOnce(ctx, h, r)
+			switch {
+			case err == nil:
+				if failing > 0 {
+					a.log.Info("this control plane's release is recorded in the cluster again")
+				}
+				recorded, failing, retryAt = r, 0, time.Time{}
+			case ctx.Err() != nil:
+				return
+			default:
+				if failing == 0 {
+					a.log.Warn("this control plane's release was not recorded in the cluster: `stratum upgrade plan` shows its stratum as not known until a write succeeds; tried again with a growing wait", "err", err)
+				}
+				failing = min(max(2*failing, releaseCheckEvery), releaseRenewEvery)
+				retryAt = time.Now().Add(failing)
 			}
 		}
 		select {
@@ -672,40 +690,23 @@ func (a *app) recordRelease(ctx context.Context, h host.Host, n *ha.Node, sup *s
 	}
 }
 
-// recordReleaseOnce writes r, tried recordReleaseAttempts times, and says
-// whether it was written.
-func (a *app) recordReleaseOnce(ctx context.Context, h host.Host, r noderelease.Release) bool {
-	var err error
-	for attempt := 0; attempt < recordReleaseAttempts; attempt++ {
-		if attempt > 0 {
-			select {
-			case <-ctx.Done():
-				return false
-			case <-time.After(recordReleaseEvery):
-			}
-		}
-		var cs kubernetes.Interface
-		if cs, err = localAdminClient(h, 10*time.Second); err == nil {
-			rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-			err = noderelease.Record(rctx, cs, r)
-			cancel()
-		}
-		if err == nil || ctx.Err() != nil {
-			return err == nil
-		}
+// recordReleaseOnce writes r through this node's own apiserver, bounded.
+func recordReleaseOnce(ctx context.Context, h host.Host, r noderelease.Release) error {
+	cs, err := localAdminClient(h, 10*time.Second)
+	if err != nil {
+		return err
 	}
-	a.log.Warn("this control plane's release was not recorded in the cluster: `stratum upgrade plan` shows its stratum as not known until a write succeeds", "err", err)
-	return false
+	rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	return noderelease.Record(rctx, cs, r)
 }
 
-// recordReleaseAttempts and recordReleaseEvery bound recordReleaseOnce;
 // releaseRenewEvery is how often a supervisor renews its record, and
-// releaseCheckEvery how often it reads again what it would record.
+// releaseCheckEvery how often it reads again what it would record (and the
+// first wait after a failed write).
 const (
-	recordReleaseAttempts = 4
-	recordReleaseEvery    = 5 * time.Second
-	releaseRenewEvery     = 10 * time.Minute
-	releaseCheckEvery     = 10 * time.Second
+	releaseRenewEvery = 10 * time.Minute
+	releaseCheckEvery = 10 * time.Second
 )
 
 // settle records the supervisor's state (its About) and tells the service

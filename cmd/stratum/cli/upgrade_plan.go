@@ -157,7 +157,7 @@ func (a *app) upgradePlan(ctx context.Context) (planReport, error) {
 	for _, node := range noderelease.Nodes(releases) {
 		r := releases[node]
 		rep.ControlPlanes = append(rep.ControlPlanes, planRow{Node: node, Stratum: r.Stratum, BinDir: r.BinDir, Etcd: r.Etcd, KubeAPIServer: r.APIServer,
-			Health: "no etcd member", Verdict: fmt.Sprintf("stale: no etcd member is named %s (a node reset or replaced); its record, Lease %s/%s, may be deleted", node, noderelease.Namespace, noderelease.LeaseName(node))})
+			Health: "no etcd member", Verdict: fmt.Sprintf("stale: no etcd member is named %s (a node reset, removed or replaced); its record, Lease %s/%s, may be deleted", node, noderelease.Namespace, noderelease.LeaseName(node))})
 	}
 	rep.Next = planNext(rep, rerr)
 	return rep, nil
