@@ -1421,4 +1421,13 @@ var mutants = []mutant{
 			{"./ha", "-run", "TestStartWaitsForTheVIPToServe"},
 		},
 	},
+	{
+		Name: "vip-hold-failures-logged-every-time",
+		File: "internal/vip/vip.go",
+		Old:  "	if msg := err.Error(); msg != f.logged {",
+		New:  "	if msg := err.Error(); msg != \"\" {",
+		Tests: [][]string{
+			{"./internal/vip", "-run", "TestElection/hold_fails_the_same_way"},
+		},
+	},
 }

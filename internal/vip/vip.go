@@ -177,6 +177,12 @@ func (cfg Config) withDefaults() (Config, error) {
 //
 // Run returns nil when ctx ends, CanHold's error (wrapped) when a win was
 // refused, or the error that stopped the election from starting.
+//
+// A candidate whose Hold keeps failing (a node that may not add the
+// address: no CAP_NET_ADMIN, an interface gone) waits twice as long after
+// each failure, up to maxHoldBackoff RetryPeriods, and logs a failure as an
+// error once while it fails the same way; the lease it releases each time
+// lets another node take the VIP meanwhile.
 func Run(ctx context.Context, cfg Config) error {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -185,23 +191,76 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.Announcer.Release(); err != nil {
 		cfg.Log.Error("releasing the VIP left from an earlier run failed; running for it anyway", "err", err)
 	}
+	fails := &holdFailures{}
 	for {
-		if err := runElection(ctx, cfg); err != nil {
+		if err := runElection(ctx, cfg, fails); err != nil {
 			return err
 		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(cfg.RetryPeriod):
+		case <-time.After(fails.backoff(cfg.RetryPeriod)):
 		}
 	}
+}
+
+// maxHoldBackoff bounds the wait after failed Holds, in RetryPeriods.
+const maxHoldBackoff = 16
+
+// holdFailures are a candidate's consecutive failed Holds, across its
+// terms: how many, and the last failure logged as an error.
+type holdFailures struct {
+	mu     sync.Mutex
+	n      int
+	logged string
+}
+
+// failed counts a failed Hold and says whether err is worth an error line:
+// the first failure, or one that differs from the last logged.
+func (f *holdFailures) failed(err error) (loud bool, n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n++
+	if msg := err.Error(); msg != f.logged {
+		f.logged = msg
+		return true, f.n
+	}
+	return false, f.n
+}
+
+// held clears the failures and returns how many there were.
+func (f *holdFailures) held() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := f.n
+	f.n, f.logged = 0, ""
+	return n
+}
+
+// failing says whether the last Hold failed.
+func (f *holdFailures) failing() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.n > 0
+}
+
+// backoff is the wait before the next term: retry, doubled for each
+// consecutive failed Hold after the first, up to maxHoldBackoff times retry.
+func (f *holdFailures) backoff(retry time.Duration) time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n <= 1 {
+		return retry
+	}
+	return retry * time.Duration(min(1<<min(f.n-1, 30), maxHoldBackoff))
 }
 
 // term is one run of the leader elector: from the first attempt to acquire
 // the lease to the lease lost or given up. Its mutex orders Hold before
 // Release, as the elector calls OnStartedLeading in a goroutine of its own.
 type term struct {
-	cfg Config
+	cfg   Config
+	fails *holdFailures
 
 	mu      sync.Mutex
 	over    bool  // the term ended: no more Hold
@@ -219,7 +278,12 @@ func (t *term) end() {
 		return
 	}
 	if err := t.cfg.Announcer.Release(); err != nil {
-		t.cfg.Log.Error("releasing the VIP failed", "err", err)
+		if t.fails.failing() {
+			// A Hold that failed the same way: said already.
+			t.cfg.Log.Debug("releasing the VIP failed", "err", err)
+		} else {
+			t.cfg.Log.Error("releasing the VIP failed", "err", err)
+		}
 		return
 	}
 	t.held = false
@@ -244,24 +308,38 @@ func (t *term) won(ctx context.Context) (stop bool) {
 		}
 	}
 	if err := t.cfg.Announcer.Hold(ctx); err != nil {
+		loud := false
 		if ctx.Err() == nil {
-			t.cfg.Log.Error("taking the VIP failed; releasing it and the lease, then running again", "err", err)
+			var n int
+			if loud, n = t.fails.failed(err); loud {
+				t.cfg.Log.Error("taking the VIP failed; releasing it and the lease, then running again, after a wait that grows while it fails (logged again when the failure changes)", "err", err, "tries", n)
+			} else {
+				t.cfg.Log.Debug("taking the VIP failed again", "err", err, "tries", n)
+			}
 		}
 		if rerr := t.cfg.Announcer.Release(); rerr != nil {
 			t.held = true // let end try again
-			t.cfg.Log.Error("releasing the half-taken VIP failed", "err", rerr)
+			if loud {
+				t.cfg.Log.Error("releasing the half-taken VIP failed", "err", rerr)
+			} else {
+				t.cfg.Log.Debug("releasing the half-taken VIP failed", "err", rerr)
+			}
 		}
 		return true
 	}
 	t.held = true
-	t.cfg.Log.Info("holds the VIP")
+	if n := t.fails.held(); n > 0 {
+		t.cfg.Log.Info("holds the VIP", "after failed tries", n)
+	} else {
+		t.cfg.Log.Info("holds the VIP")
+	}
 	return false
 }
 
 // runElection runs one term and returns the error that ends the candidate:
 // a refused win or an election that cannot be built; nil to run again.
-func runElection(ctx context.Context, cfg Config) error {
-	t := &term{cfg: cfg}
+func runElection(ctx context.Context, cfg Config, fails *holdFailures) error {
+	t := &term{cfg: cfg, fails: fails}
 	// The elector's context ends only after the address is released, so the
 	// elector releases the lease (ReleaseOnCancel) with the address gone.
 	ectx, cancel := context.WithCancel(context.WithoutCancel(ctx))

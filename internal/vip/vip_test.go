@@ -1,9 +1,11 @@
 package vip
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -146,12 +148,18 @@ type candidate struct {
 // stopped in cleanup.
 func startCandidate(t *testing.T, cs kubernetes.Interface, lease, identity string, a Announcer, canHold func() error) *candidate {
 	t.Helper()
+	return startCandidateLogging(t, cs, lease, identity, a, canHold, nil)
+}
+
+// startCandidateLogging is startCandidate with the candidate's log.
+func startCandidateLogging(t *testing.T, cs kubernetes.Interface, lease, identity string, a Announcer, canHold func() error, log *slog.Logger) *candidate {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &candidate{cancel: cancel, done: make(chan error, 1)}
 	cfg := Config{
 		Client: cs, Identity: identity, Lease: lease,
 		LeaseDuration: testLeaseDuration, RenewDeadline: testRenewDeadline, RetryPeriod: testRetryPeriod,
-		CanHold: canHold, Announcer: a,
+		CanHold: canHold, Announcer: a, Log: log,
 	}
 	go func() { c.done <- Run(ctx, cfg) }()
 	t.Cleanup(func() { c.stop(t) })
@@ -319,6 +327,27 @@ func TestElection(t *testing.T) {
 		}
 	})
 
+	// A candidate that cannot take the address (no right to add it, say)
+	// says so once while it fails the same way, not at every try, and
+	// says when it holds the VIP at last.
+	t.Run("hold fails the same way", func(t *testing.T) {
+		r := newBoard().recorder("stubborn")
+		r.failHolds = 4
+		var logs lockedBuffer
+		log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		startCandidateLogging(t, cs, "holdfailsagain", "stubborn", r, nil, log)
+		eventually(t, 30*time.Second, "the candidate holds the VIP after four failed Holds", r.holds)
+		out := logs.String()
+		if loud, quiet := strings.Count(out, `level=ERROR msg="taking the VIP failed`), strings.Count(out, `msg="taking the VIP failed again"`); loud != 1 || quiet != 3 {
+			t.Fatalf("four Holds failing the same way logged %d errors and %d debug lines, want 1 and 3:\n%s", loud, quiet, out)
+		}
+		if !slices.ContainsFunc(strings.Split(out, "\n"), func(l string) bool {
+			return strings.Contains(l, `msg="holds the VIP"`) && strings.Contains(l, `"after failed tries"=4`)
+		}) {
+			t.Fatalf("the candidate's log does not say it holds the VIP after 4 failed tries:\n%s", out)
+		}
+	})
+
 	t.Run("hold fails", func(t *testing.T) {
 		r := newBoard().recorder("flaky")
 		r.failHolds = 1
@@ -330,6 +359,41 @@ func TestElection(t *testing.T) {
 			t.Fatalf("calls %v: a failed Hold is not followed by a Release", h)
 		}
 	})
+}
+
+// lockedBuffer is a bytes.Buffer for a logger written from several
+// goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestHoldFailuresBackOff: after failed Holds a candidate waits twice as
+// long each time, from the retry period up to maxHoldBackoff of them.
+func TestHoldFailuresBackOff(t *testing.T) {
+	f := &holdFailures{}
+	want := []time.Duration{1, 1, 2, 4, 8, 16, 16, 16}
+	for i, w := range want {
+		if got := f.backoff(time.Second); got != w*time.Second {
+			t.Fatalf("backoff after %d failed Holds = %s, want %s", i, got, w*time.Second)
+		}
+		f.failed(errors.New("operation not permitted"))
+	}
+	if f.held(); f.backoff(time.Second) != time.Second {
+		t.Fatal("a held VIP did not clear the backoff")
+	}
 }
 
 // TestRunRefusesIncompleteConfig: Run needs a client, an identity and an
