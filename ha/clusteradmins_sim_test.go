@@ -23,6 +23,7 @@ import (
 	"stratum.dev/stratum/internal/clusteradmins"
 	"stratum.dev/stratum/internal/kubeconfig"
 	"stratum.dev/stratum/internal/pki"
+	"stratum.dev/stratum/internal/syncbuf"
 	"stratum.dev/stratum/internal/version"
 	"stratum.dev/stratum/sim"
 )
@@ -121,7 +122,7 @@ func TestAdminCredentialIsBoundNotSuperuser(t *testing.T) {
 	if err := crbs.Delete(ctx, clusteradmins.BindingName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	var progress syncBuffer
+	var progress syncbuf.Buffer
 	d := h.Handle()
 	watched := ha.NewNode(ha.Env{Host: d, Checkpoint: d.Checkpoint, Progress: func(s string) { fmt.Fprintln(&progress, s) }})
 	if _, err := watched.Up(ctx, ha.BootstrapOptions{}); err != nil {

@@ -1,13 +1,11 @@
 package ha_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/pki"
+	"stratum.dev/stratum/internal/syncbuf"
 	"stratum.dev/stratum/internal/version"
 	"stratum.dev/stratum/sim"
 )
@@ -28,27 +27,9 @@ func nodeOn(h *sim.Host) *ha.Node {
 	return ha.NewNode(ha.Env{Host: d, Checkpoint: d.Checkpoint})
 }
 
-// logBuffer is a slog destination a test can read.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
 // loggedNodeOn is nodeOn with its logs kept in the returned buffer.
-func loggedNodeOn(h *sim.Host) (*ha.Node, *logBuffer) {
-	lb := &logBuffer{}
+func loggedNodeOn(h *sim.Host) (*ha.Node, *syncbuf.Buffer) {
+	lb := &syncbuf.Buffer{}
 	return ha.NewNode(ha.Env{Host: h.Handle(), Checkpoint: h.Handle().Checkpoint,
 		Log:      slog.New(slog.NewTextHandler(lb, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Progress: func(line string) { fmt.Fprintf(lb, "progress: %s\n", line) }}), lb

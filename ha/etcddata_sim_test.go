@@ -17,6 +17,7 @@ import (
 	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/assets/assetstest"
 	"stratum.dev/stratum/internal/nodestate"
+	"stratum.dev/stratum/internal/syncbuf"
 	"stratum.dev/stratum/internal/version"
 	"stratum.dev/stratum/sim"
 )
@@ -129,7 +130,7 @@ func TestRejoinBringsBackAJoinedMemberWhoseDataIsLost(t *testing.T) {
 	if !errors.Is(err, ha.ErrEtcdDataMissing) || !strings.Contains(err.Error(), "stratum etcd rejoin --server") {
 		t.Fatalf("stratum up on cp2 with its data lost: %v; want ErrEtcdDataMissing advising a rejoin", err)
 	}
-	var out syncBuffer
+	var out syncbuf.Buffer
 	if err := reportingNodeOn(cp2, &out).RejoinEtcd(ctx, &out, c.Host("cp1").IP().String(), false); err != nil {
 		t.Fatalf("the rejoin the refusal advises: %v\n%s", err, out.String())
 	}

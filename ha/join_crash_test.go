@@ -13,6 +13,7 @@ import (
 	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/interrupt"
 	"stratum.dev/stratum/internal/nodestate"
+	"stratum.dev/stratum/internal/syncbuf"
 	"stratum.dev/stratum/internal/version"
 )
 
@@ -305,7 +306,7 @@ func TestJoinSignalWhileTheAddIsRefusedStopsIt(t *testing.T) {
 	sigs := make(chan os.Signal, 1)
 	run := interrupt.NewWithSignals(j.ctx, sigs, nil)
 	defer run.Stop()
-	var progress syncBuffer
+	var progress syncbuf.Buffer
 	done := make(chan error, 1)
 	go func() {
 		_, err := reportingNodeOn(h, &progress).PrepareControlPlaneJoin(run.Context(), o)

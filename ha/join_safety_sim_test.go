@@ -27,6 +27,7 @@ import (
 	"stratum.dev/stratum/internal/kubeconfig"
 	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/pki"
+	"stratum.dev/stratum/internal/syncbuf"
 	"stratum.dev/stratum/internal/token"
 	"stratum.dev/stratum/internal/version"
 	"stratum.dev/stratum/sim"
@@ -736,7 +737,7 @@ func TestUpOfANodeWithStateServesWhenItCannotPublish(t *testing.T) {
 	}
 
 	h.Crash()
-	var progress syncBuffer
+	var progress syncbuf.Buffer
 	d := h.Handle()
 	n := ha.NewNode(ha.Env{Host: d, Checkpoint: d.Checkpoint, Progress: func(s string) { fmt.Fprintln(&progress, s) }})
 	if _, err := n.Up(ctx, ha.BootstrapOptions{}); err != nil {

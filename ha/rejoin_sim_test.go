@@ -12,7 +12,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,27 +23,10 @@ import (
 	"stratum.dev/stratum/internal/assets/assetstest"
 	"stratum.dev/stratum/internal/nodelock"
 	"stratum.dev/stratum/internal/nodestate"
+	"stratum.dev/stratum/internal/syncbuf"
 	"stratum.dev/stratum/internal/version"
 	"stratum.dev/stratum/sim"
 )
-
-// syncBuffer is a bytes.Buffer safe for a rejoin writing from a goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // restoreCluster is a simulated three-control-plane cluster with etcd data
 // written before and after a snapshot.
@@ -99,7 +81,7 @@ func (r *restoreCluster) put(host, key string) {
 
 func (r *restoreCluster) restore() {
 	r.t.Helper()
-	var out syncBuffer
+	var out syncbuf.Buffer
 	if err := reportingNodeOn(r.c.Host("cp1"), &out).SnapshotRestore(r.ctx, &out, r.snap); err != nil {
 		r.t.Fatalf("restore on cp1: %v\n%s", err, out.String())
 	}
@@ -166,7 +148,7 @@ func (r *restoreCluster) checkHoldsSnapshot(host string) {
 }
 
 func (r *restoreCluster) rejoin(host string, force bool) (string, error) {
-	var out syncBuffer
+	var out syncbuf.Buffer
 	err := reportingNodeOn(r.c.Host(host), &out).RejoinEtcd(r.ctx, &out, r.c.Host("cp1").IP().String(), force)
 	return out.String(), err
 }
@@ -210,7 +192,7 @@ func (r *restoreCluster) restoreRefusesDamagedSnapshot() {
 	if err := os.WriteFile(damaged, db, 0o600); err != nil {
 		r.t.Fatal(err)
 	}
-	var out syncBuffer
+	var out syncbuf.Buffer
 	err = reportingNodeOn(r.c.Host("cp1"), &out).SnapshotRestore(r.ctx, &out, damaged)
 	if !errors.Is(err, ha.ErrRefused) || !strings.Contains(err.Error(), "nothing was changed") {
 		r.t.Fatalf("restore of a snapshot whose data does not match its checksum: %v, want a refusal\n%s", err, out.String())
@@ -261,7 +243,7 @@ func TestSnapshotRestoreThenRejoin(t *testing.T) {
 	stateBefore, _ := cp2.Files().ReadFile(nodestate.Path)
 	// The dry run prints the plan and the refusal it would meet; the checks
 	// below hold after it too.
-	var plan syncBuffer
+	var plan syncbuf.Buffer
 	if err := joinNodeOn(cp2).RejoinPlan(r.ctx, &plan, cp1IP, false); !errors.Is(err, ha.ErrOldClusterQuorum) || !errors.Is(err, ha.ErrRefused) {
 		t.Fatalf("rejoin dry run: %v, want the refusal the rejoin would meet (ErrOldClusterQuorum)\n%s", err, plan.String())
 	}
@@ -288,7 +270,7 @@ func TestSnapshotRestoreThenRejoin(t *testing.T) {
 	// cp2), even a forced rejoin is refused before it stops or wipes
 	// anything: etcd would exit at the first start, after the add.
 	cp2.SetEtcdVersion(version.EtcdPrevious)
-	var olderPlan syncBuffer
+	var olderPlan syncbuf.Buffer
 	if err := joinNodeOn(cp2).RejoinPlan(r.ctx, &olderPlan, cp1IP, true); !errors.Is(err, ha.ErrEtcdVersionSkew) || !errors.Is(err, ha.ErrRefused) {
 		t.Fatalf("rejoin dry run on etcd %s: %v, want ErrEtcdVersionSkew\n%s", version.EtcdPrevious, err, olderPlan.String())
 	}
@@ -320,7 +302,7 @@ func TestSnapshotRestoreThenRejoin(t *testing.T) {
 	cp3 := c.Host("cp3")
 	armed := c.PauseAt("cp3", ha.CheckpointRejoinAfterStop)
 	errc := make(chan error, 1)
-	var out3 syncBuffer
+	var out3 syncbuf.Buffer
 	go func() {
 		errc <- joinNodeOn(cp3).RejoinEtcd(r.ctx, &out3, cp1IP, false)
 	}()
@@ -571,7 +553,7 @@ func TestRejoinRefusedWhileOldPeersMayHoldQuorum(t *testing.T) {
 	state, _ := cp2.Files().ReadFile(nodestate.Path)
 	check := func(want string) {
 		t.Helper()
-		var out syncBuffer
+		var out syncbuf.Buffer
 		err := joinNodeOn(cp2).RejoinEtcd(ctx, &out, cp1.IP().String(), false)
 		if !errors.Is(err, ha.ErrOldClusterQuorum) || !strings.Contains(err.Error(), want) {
 			t.Fatalf("rejoin of cp2: %v, want %v naming %q\n%s", err, ha.ErrOldClusterQuorum, want, out.String())
@@ -625,7 +607,7 @@ func TestRejoinRefusedWhileOldPeersMayHoldQuorum(t *testing.T) {
 		return joinNodeOn(cp2).RejoinEtcd(ctx, io.Discard, cp1.IP().String(), false)
 	})
 	waitCrashed(t, cp2, inc)
-	var out syncBuffer
+	var out syncbuf.Buffer
 	if err := joinNodeOn(cp2).RejoinEtcd(ctx, &out, cp1.IP().String(), false); err != nil {
 		t.Fatalf("the rejoin of cp2, re-run without --force after a crash once it stopped cp2's etcd: %v\n%s", err, out.String())
 	}

@@ -13,6 +13,7 @@ import (
 	"stratum.dev/stratum/internal/assets/assetstest"
 	"stratum.dev/stratum/internal/kubeconfig"
 	"stratum.dev/stratum/internal/nodestate"
+	"stratum.dev/stratum/internal/syncbuf"
 	"stratum.dev/stratum/internal/version"
 	"stratum.dev/stratum/sim"
 )
@@ -75,7 +76,7 @@ func TestResetOfTheFirstControlPlaneWithItsEtcdStopped(t *testing.T) {
 	if err := h1.Files().Remove(kc); err != nil {
 		t.Fatal(err)
 	}
-	var refused syncBuffer
+	var refused syncbuf.Buffer
 	err = cp1.ResetControlPlane(ctx, &refused, false)
 	if !ha.IsRefusal(err) || !strings.Contains(err.Error(), "asked "+h1.IP().String()+";") ||
 		!strings.Contains(err.Error(), "could not be read") || !strings.Contains(err.Error(), "--force") {
@@ -109,7 +110,7 @@ func TestResetOfTheFirstControlPlaneWithItsEtcdStopped(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var out syncBuffer
+	var out syncbuf.Buffer
 	if err := cp1.ResetControlPlane(ctx, &out, false); err != nil {
 		t.Fatalf("the reset of cp1 with its etcd stopped: %v\n%s", err, out.String())
 	}

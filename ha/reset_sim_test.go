@@ -19,6 +19,7 @@ import (
 	"stratum.dev/stratum/internal/assets/assetstest"
 	"stratum.dev/stratum/internal/host/faultfs"
 	"stratum.dev/stratum/internal/nodestate"
+	"stratum.dev/stratum/internal/syncbuf"
 	"stratum.dev/stratum/internal/version"
 	"stratum.dev/stratum/sim"
 )
@@ -104,7 +105,7 @@ func TestResetConvergesAfterACrashAtEveryCheckpoint(t *testing.T) {
 		if err := cp2.Files().WriteFile(ha.DataReplacePath(), []byte(`{"op":"etcd rejoin"}`), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		var refused syncBuffer
+		var refused syncbuf.Buffer
 		if err := joinNodeOn(cp2).ResetControlPlane(ctx, &refused, false); !ha.IsRefusal(err) || !strings.Contains(err.Error(), ha.DataReplacePath()) ||
 			!strings.Contains(err.Error(), "stratum reset --force") || strings.Contains(refused.String(), "starting it") || cp2.EtcdRunning() {
 			t.Fatalf("the reset re-run over a data replacement under way = %v (etcd running: %t), want a refusal naming %s\n%s", err, cp2.EtcdRunning(), ha.DataReplacePath(), refused.String())
@@ -112,7 +113,7 @@ func TestResetConvergesAfterACrashAtEveryCheckpoint(t *testing.T) {
 		if err := cp2.Files().Remove(ha.DataReplacePath()); err != nil {
 			t.Fatal(err)
 		}
-		var out syncBuffer
+		var out syncbuf.Buffer
 		if err := joinNodeOn(cp2).ResetControlPlane(ctx, &out, false); err != nil {
 			t.Fatalf("the reset of one of two voters, re-run after a crash: %v\n%s", err, out.String())
 		}
@@ -139,7 +140,7 @@ func TestResetConvergesAfterACrashAtEveryCheckpoint(t *testing.T) {
 		rejoin(ctx, t, c, cp1, "cp2")
 		crashResetAt(ctx, t, c, cp2, ha.CheckpointResetAfterMemberRemove)
 		c.Host("cp1").StopEtcd()
-		var out syncBuffer
+		var out syncbuf.Buffer
 		if err := joinNodeOn(cp2).ResetControlPlane(ctx, &out, false); err != nil {
 			t.Fatalf("the reset re-run with its member removed and no member answering: %v\n%s", err, out.String())
 		}
@@ -338,7 +339,7 @@ func TestResetConvergesAfterItsProcessIsKilled(t *testing.T) {
 				rejoin(ctx, t, c, cp1, "cp3")
 			}
 			resetUntil(ctx, t, cp3, c.CrashCommandAt(cp3.Name(), checkpoint), checkpoint)
-			var out syncBuffer
+			var out syncbuf.Buffer
 			if err := joinNodeOn(cp3).ResetControlPlane(ctx, &out, false); err != nil {
 				t.Fatalf("the reset re-run after its process was killed at %s: %v\n%s", checkpoint, err, out.String())
 			}

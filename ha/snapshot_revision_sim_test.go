@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"stratum.dev/stratum/internal/syncbuf"
 	"stratum.dev/stratum/internal/version"
 	"stratum.dev/stratum/sim"
 )
@@ -72,7 +73,7 @@ func TestSnapshotRestoreNeverMovesTheRevisionBack(t *testing.T) {
 	}
 	restore := func() string {
 		t.Helper()
-		var out syncBuffer
+		var out syncbuf.Buffer
 		if err := reportingNodeOn(cp1, &out).SnapshotRestore(ctx, &out, snap); err != nil {
 			t.Fatalf("restore: %v\n%s", err, out.String())
 		}

@@ -13,6 +13,7 @@ import (
 	"stratum.dev/stratum/internal/assets"
 	"stratum.dev/stratum/internal/assets/assetstest"
 	"stratum.dev/stratum/internal/nodestate"
+	"stratum.dev/stratum/internal/syncbuf"
 	"stratum.dev/stratum/internal/version"
 	"stratum.dev/stratum/sim"
 )
@@ -60,11 +61,11 @@ func TestSnapshotRestoreRefusesANewerEtcdsData(t *testing.T) {
 
 	// The older snapshot: refused, dry run and restore alike, changing nothing.
 	stateBefore, _ := cp1.Files().ReadFile(nodestate.Path)
-	var plan syncBuffer
+	var plan syncbuf.Buffer
 	if err := n.SnapshotRestorePlan(ctx, &plan, older); !errors.Is(err, ha.ErrSnapshotNewerThanEtcd) || !errors.Is(err, ha.ErrRefused) {
 		t.Fatalf("restore dry run of a snapshot saved before the downgrade: %v, want ErrSnapshotNewerThanEtcd\n%s", err, plan.String())
 	}
-	var out syncBuffer
+	var out syncbuf.Buffer
 	err := reportingNodeOn(cp1, &out).SnapshotRestore(ctx, &out, older)
 	if !errors.Is(err, ha.ErrSnapshotNewerThanEtcd) || !errors.Is(err, ha.ErrRefused) {
 		t.Fatalf("restore of a snapshot saved before the downgrade: %v, want a refusal (ErrSnapshotNewerThanEtcd)\n%s", err, out.String())
@@ -91,7 +92,7 @@ func TestSnapshotRestoreRefusesANewerEtcdsData(t *testing.T) {
 		t.Fatal(err)
 	}
 	put(t, ctx, cp1, "after-second-snapshot")
-	out = syncBuffer{}
+	out = syncbuf.Buffer{}
 	if err := reportingNodeOn(cp1, &out).SnapshotRestore(ctx, &out, newer); err != nil {
 		t.Fatalf("restore of a snapshot saved since the downgrade: %v\n%s", err, out.String())
 	}

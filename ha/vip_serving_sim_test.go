@@ -10,6 +10,7 @@ import (
 	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/assets/assetstest"
 	"stratum.dev/stratum/internal/host"
+	"stratum.dev/stratum/internal/syncbuf"
 	"stratum.dev/stratum/sim"
 )
 
@@ -42,7 +43,7 @@ func TestStartWaitsForTheVIPToServe(t *testing.T) {
 
 	up := func(h host.Host) string {
 		t.Helper()
-		var progress syncBuffer
+		var progress syncbuf.Buffer
 		d := cp1.Handle()
 		n := ha.NewNode(ha.Env{Host: h, Checkpoint: d.Checkpoint, Progress: func(s string) { fmt.Fprintln(&progress, s) }})
 		if _, err := n.Up(ctx, ha.BootstrapOptions{}); err != nil {

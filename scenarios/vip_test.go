@@ -21,6 +21,7 @@ import (
 	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/assets"
 	"stratum.dev/stratum/internal/host"
+	"stratum.dev/stratum/internal/syncbuf"
 	"stratum.dev/stratum/internal/token"
 	"stratum.dev/stratum/internal/version"
 	"stratum.dev/stratum/sim"
@@ -115,25 +116,6 @@ func TestClientsThroughVIP(t *testing.T) {
 	}, assets.KubeAPIServerName)
 }
 
-// syncBuffer is a bytes.Buffer safe for a command still writing while the
-// test reads it (a command that overran its bound).
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // stratum runs `stratum args...` on h through cli.Run, bound to h's current
 // incarnation (its Handle is the machine, its Checkpoint the hook), and
 // returns the exit code and streams. A command that does not return within
@@ -160,7 +142,7 @@ func runStratum(t *rapid.T, ctx context.Context, c *sim.Cluster, bound time.Dura
 	o := cli.Options{Host: func() (host.Host, error) { return d, nil }, Checkpoint: d.Checkpoint}
 	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
-	var out, errOut syncBuffer
+	var out, errOut syncbuf.Buffer
 	done := make(chan int, 1)
 	start := time.Now()
 	go func() { done <- cli.Run(ctx, args, &out, &errOut, o) }()
@@ -222,7 +204,7 @@ func (w *vipWorld) crashedRun(h *sim.Host, cp string, args []string) {
 	d := h.Handle()
 	o := cli.Options{Host: func() (host.Host, error) { return d, nil }, Checkpoint: d.Checkpoint}
 	returned := make(chan int, 1)
-	go func() { returned <- cli.Run(w.ctx, args, &syncBuffer{}, &syncBuffer{}, o) }()
+	go func() { returned <- cli.Run(w.ctx, args, &syncbuf.Buffer{}, &syncbuf.Buffer{}, o) }()
 	select {
 	case <-armed.Reached():
 	case code := <-returned:

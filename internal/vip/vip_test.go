@@ -1,7 +1,6 @@
 package vip
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -25,6 +24,7 @@ import (
 
 	"stratum.dev/stratum/internal/assets"
 	"stratum.dev/stratum/internal/assets/assetstest"
+	"stratum.dev/stratum/internal/syncbuf"
 	"stratum.dev/stratum/internal/version"
 )
 
@@ -333,7 +333,7 @@ func TestElection(t *testing.T) {
 	t.Run("hold fails the same way", func(t *testing.T) {
 		r := newBoard().recorder("stubborn")
 		r.failHolds = 4
-		var logs lockedBuffer
+		var logs syncbuf.Buffer
 		log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		startCandidateLogging(t, cs, "holdfailsagain", "stubborn", r, nil, log)
 		eventually(t, 30*time.Second, "the candidate holds the VIP after four failed Holds", r.holds)
@@ -359,25 +359,6 @@ func TestElection(t *testing.T) {
 			t.Fatalf("calls %v: a failed Hold is not followed by a Release", h)
 		}
 	})
-}
-
-// lockedBuffer is a bytes.Buffer for a logger written from several
-// goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // TestHoldFailuresBackOff: after failed Holds a candidate waits twice as
