@@ -181,7 +181,7 @@ func (m *machine) initPid() int {
 	m.mu.Lock()
 	pid, start := m.init, m.initStart
 	m.mu.Unlock()
-	if pid == 0 || procStartTime(pid) != start {
+	if pid == 0 || start == "" || procStartTime(pid) != start {
 		return 0
 	}
 	return pid

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"k8s.io/client-go/kubernetes"
 
+	"stratum.dev/stratum/internal/noderelease"
 	"stratum.dev/stratum/internal/nodestate"
 )
 
@@ -29,7 +31,18 @@ type OperatorReport struct {
 	// deleted them, their last token being gone.
 	OwnersDropped []string
 	CertsDeleted  bool
+	// ReleasesForgotten names the control planes whose release records
+	// (internal/noderelease) it deleted: records of no etcd member, not
+	// renewed for staleReleaseAfter.
+	ReleasesForgotten []string
 }
+
+// staleReleaseAfter is how long a release record of no etcd member stays
+// before an operator pass deletes it: three of a supervisor's renewals, so
+// one still running has renewed it (a node joining under that name records
+// only once it is a member), and the reset or removal that should have
+// deleted it could not reach the cluster.
+const staleReleaseAfter = 30 * time.Minute
 
 // OperatorPass is one pass of the stratum-operator on a control plane: it
 // promotes every etcd learner that has started (a joiner whose own start path
@@ -41,7 +54,9 @@ type OperatorReport struct {
 // collector would (CollectSharedCerts), so they do not outlive their last
 // token on a cluster that runs no kube-controller-manager; and publishes the
 // etcd members for later joins (etcdClientURLsAnnotation), so a membership
-// change no start or reset published still reaches them. It reports what
+// change no start or reset published still reaches them; and deletes the
+// release records of control planes that are no etcd member
+// (forgetStaleReleases). It reports what
 // it did even when a part failed; errors of the parts are joined, one never
 // stopping another.
 func (n *Node) OperatorPass(ctx context.Context, cs kubernetes.Interface) (OperatorReport, error) {
@@ -87,6 +102,46 @@ func (n *Node) OperatorPass(ctx context.Context, cs kubernetes.Interface) (Opera
 		if _, perr := n.publishEtcdMembers(ctx, cs, members); perr != nil {
 			errs = append(errs, fmt.Errorf("operator pass: %w", perr))
 		}
+		if rep.ReleasesForgotten, perr = n.forgetStaleReleases(ctx, cs, members); perr != nil {
+			errs = append(errs, fmt.Errorf("operator pass: %w", perr))
+		}
 	}
 	return rep, errors.Join(errs...)
+}
+
+// forgetStaleReleases deletes the release records that name no etcd member,
+// neither by their node's name nor by their member ID, and were last
+// renewed staleReleaseAfter ago or more (by this host's clock): what a reset
+// or a member removal that could not reach the cluster left, which
+// `stratum upgrade plan` lists as stale. A record renewed meanwhile is kept
+// (noderelease.ForgetMember).
+func (n *Node) forgetStaleReleases(ctx context.Context, cs kubernetes.Interface, members []*etcdserverpb.Member) ([]string, error) {
+	releases, err := noderelease.List(ctx, cs)
+	if err != nil {
+		return nil, err
+	}
+	names, ids := map[string]bool{}, map[string]bool{}
+	for _, m := range members {
+		names[m.Name] = true
+		ids[fmt.Sprintf("%x", m.ID)] = true
+	}
+	now := n.env.Host.Now()
+	var forgotten []string
+	var errs []error
+	for _, node := range noderelease.Nodes(releases) {
+		r := releases[node]
+		if names[node] || r.MemberID != "" && ids[r.MemberID] || now.Sub(r.Since) < staleReleaseAfter {
+			continue
+		}
+		deleted, err := noderelease.ForgetMember(ctx, cs, node, r.MemberID)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if deleted {
+			forgotten = append(forgotten, node)
+			n.log.Info("operator deleted the release record of a control plane that is no etcd member", "node", node, "renewed", r.Since)
+		}
+	}
+	return forgotten, errors.Join(errs...)
 }

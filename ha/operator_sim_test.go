@@ -1,9 +1,12 @@
 package ha_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"stratum.dev/stratum/internal/noderelease"
 )
 
 // TestOperatorPassPromotesAStrandedLearner: a join whose node started its
@@ -36,8 +39,41 @@ func TestOperatorPassPromotesAStrandedLearner(t *testing.T) {
 	if got := strings.Join(j.members(), " "); got != "cp1:voter cp2:voter" {
 		t.Fatalf("after the pass: %s", got)
 	}
-	// A second pass has nothing to do.
-	if rep, err := j.cp1.OperatorPass(j.ctx, admin); err != nil || len(rep.Promoted) != 0 {
-		t.Fatalf("second pass: %v %v", rep.Promoted, err)
+	// A second pass has nothing to promote. Of the release records, it
+	// deletes only the one of no etcd member not renewed for 30 minutes:
+	// not a member's (cp1's, however old), not a recent one (cp8's, a
+	// supervisor that may still run), not one naming a member's ID under
+	// another name.
+	now := j.c.Host("cp1").Handle().Now()
+	cp2ID := ""
+	ms, err := j.c.Host("cp1").EtcdMembers(j.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if m.Name == "cp2" {
+			cp2ID = fmt.Sprintf("%x", m.ID)
+		}
+	}
+	for _, r := range []noderelease.Release{
+		{Node: "cp1", Since: now.Add(-time.Hour)},
+		{Node: "cp9", MemberID: "1234", Since: now.Add(-time.Hour)},
+		{Node: "cp8", Since: now.Add(-time.Minute)},
+		{Node: "cp7", MemberID: cp2ID, Since: now.Add(-time.Hour)},
+	} {
+		if err := noderelease.Record(j.ctx, admin, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err = j.cp1.OperatorPass(j.ctx, admin)
+	if err != nil || len(rep.Promoted) != 0 || strings.Join(rep.ReleasesForgotten, ",") != "cp9" {
+		t.Fatalf("second pass: promoted %v, release records deleted %v, %v; want none promoted and cp9's record deleted", rep.Promoted, rep.ReleasesForgotten, err)
+	}
+	left, err := noderelease.List(j.ctx, admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(noderelease.Nodes(left), ","); got != "cp1,cp7,cp8" {
+		t.Fatalf("release records after the pass: %s, want cp1,cp7,cp8", got)
 	}
 }

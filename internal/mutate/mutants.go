@@ -1430,4 +1430,22 @@ var mutants = []mutant{
 			{"./internal/vip", "-run", "TestElection/hold_fails_the_same_way"},
 		},
 	},
+	{
+		Name: "operator-forgets-fresh-release-records",
+		File: "ha/operator.go",
+		Old:  "ids[r.MemberID] || now.Sub(r.Since) < staleReleaseAfter {",
+		New:  "ids[r.MemberID] || now.IsZero() {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestOperatorPassPromotesAStrandedLearner"},
+		},
+	},
+	{
+		Name: "vip-hold-backoff-unused",
+		File: "internal/vip/vip.go",
+		Old:  "		case <-cfg.after(fails.backoff(cfg.RetryPeriod)):",
+		New:  "		case <-cfg.after(cfg.RetryPeriod):",
+		Tests: [][]string{
+			{"./internal/vip", "-run", "TestElection/hold_fails_the_same_way"},
+		},
+	},
 }

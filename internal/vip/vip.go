@@ -68,6 +68,9 @@ type Config struct {
 	Announcer Announcer
 	// Log receives the candidate's decisions; nil discards them.
 	Log *slog.Logger
+
+	// after is the wait between terms (time.After; a test records it).
+	after func(time.Duration) <-chan time.Time
 }
 
 // Announcer makes the node the VIP's holder and stops it being one. Both
@@ -161,6 +164,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.after == nil {
+		cfg.after = time.After
+	}
 	cfg.Log = cfg.Log.With("lease", LeaseNamespace+"/"+cfg.Lease, "identity", cfg.Identity)
 	return cfg, nil
 }
@@ -191,7 +197,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.Announcer.Release(); err != nil {
 		cfg.Log.Error("releasing the VIP left from an earlier run failed; running for it anyway", "err", err)
 	}
-	fails := &holdFailures{}
+	fails := &holdFailures{forgetAfter: 2 * maxHoldBackoff * cfg.RetryPeriod}
 	for {
 		if err := runElection(ctx, cfg, fails); err != nil {
 			return err
@@ -199,7 +205,7 @@ func Run(ctx context.Context, cfg Config) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(fails.backoff(cfg.RetryPeriod)):
+		case <-cfg.after(fails.backoff(cfg.RetryPeriod)):
 		}
 	}
 }
@@ -208,11 +214,25 @@ func Run(ctx context.Context, cfg Config) error {
 const maxHoldBackoff = 16
 
 // holdFailures are a candidate's consecutive failed Holds, across its
-// terms: how many, and the last failure logged as an error.
+// terms: how many, when the last was, and the last failure of a Hold and of
+// a release logged as an error. Failures older than forgetAfter are
+// forgotten: a candidate that waited long for the lease (another node held
+// the VIP) starts afresh, its first failure an error line and a short wait.
 type holdFailures struct {
-	mu     sync.Mutex
-	n      int
-	logged string
+	forgetAfter time.Duration
+
+	mu              sync.Mutex
+	n               int
+	last            time.Time
+	logged          string
+	releaseLoggedAs string
+}
+
+// forgetStale clears failures older than forgetAfter; f.mu is held.
+func (f *holdFailures) forgetStale() {
+	if f.n > 0 && time.Since(f.last) > f.forgetAfter {
+		f.n, f.logged, f.releaseLoggedAs = 0, "", ""
+	}
 }
 
 // failed counts a failed Hold and says whether err is worth an error line:
@@ -220,7 +240,9 @@ type holdFailures struct {
 func (f *holdFailures) failed(err error) (loud bool, n int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.forgetStale()
 	f.n++
+	f.last = time.Now()
 	if msg := err.Error(); msg != f.logged {
 		f.logged = msg
 		return true, f.n
@@ -228,20 +250,28 @@ func (f *holdFailures) failed(err error) (loud bool, n int) {
 	return false, f.n
 }
 
+// releaseFailed says whether a failed release is worth an error line: one
+// outside a run of failed Holds, or one whose error differs from the last
+// logged.
+func (f *holdFailures) releaseFailed(err error) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.forgetStale()
+	if msg := err.Error(); f.n == 0 || msg != f.releaseLoggedAs {
+		f.releaseLoggedAs = msg
+		return true
+	}
+	return false
+}
+
 // held clears the failures and returns how many there were.
 func (f *holdFailures) held() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.forgetStale()
 	n := f.n
-	f.n, f.logged = 0, ""
+	f.n, f.logged, f.releaseLoggedAs = 0, "", ""
 	return n
-}
-
-// failing says whether the last Hold failed.
-func (f *holdFailures) failing() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.n > 0
 }
 
 // backoff is the wait before the next term: retry, doubled for each
@@ -249,6 +279,7 @@ func (f *holdFailures) failing() bool {
 func (f *holdFailures) backoff(retry time.Duration) time.Duration {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.forgetStale()
 	if f.n <= 1 {
 		return retry
 	}
@@ -278,11 +309,10 @@ func (t *term) end() {
 		return
 	}
 	if err := t.cfg.Announcer.Release(); err != nil {
-		if t.fails.failing() {
-			// A Hold that failed the same way: said already.
-			t.cfg.Log.Debug("releasing the VIP failed", "err", err)
-		} else {
+		if t.fails.releaseFailed(err) {
 			t.cfg.Log.Error("releasing the VIP failed", "err", err)
+		} else {
+			t.cfg.Log.Debug("releasing the VIP failed again", "err", err)
 		}
 		return
 	}
@@ -308,10 +338,8 @@ func (t *term) won(ctx context.Context) (stop bool) {
 		}
 	}
 	if err := t.cfg.Announcer.Hold(ctx); err != nil {
-		loud := false
 		if ctx.Err() == nil {
-			var n int
-			if loud, n = t.fails.failed(err); loud {
+			if loud, n := t.fails.failed(err); loud {
 				t.cfg.Log.Error("taking the VIP failed; releasing it and the lease, then running again, after a wait that grows while it fails (logged again when the failure changes)", "err", err, "tries", n)
 			} else {
 				t.cfg.Log.Debug("taking the VIP failed again", "err", err, "tries", n)
@@ -319,10 +347,10 @@ func (t *term) won(ctx context.Context) (stop bool) {
 		}
 		if rerr := t.cfg.Announcer.Release(); rerr != nil {
 			t.held = true // let end try again
-			if loud {
+			if t.fails.releaseFailed(rerr) {
 				t.cfg.Log.Error("releasing the half-taken VIP failed", "err", rerr)
 			} else {
-				t.cfg.Log.Debug("releasing the half-taken VIP failed", "err", rerr)
+				t.cfg.Log.Debug("releasing the half-taken VIP failed again", "err", rerr)
 			}
 		}
 		return true

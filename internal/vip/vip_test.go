@@ -151,8 +151,9 @@ func startCandidate(t *testing.T, cs kubernetes.Interface, lease, identity strin
 	return startCandidateLogging(t, cs, lease, identity, a, canHold, nil)
 }
 
-// startCandidateLogging is startCandidate with the candidate's log.
-func startCandidateLogging(t *testing.T, cs kubernetes.Interface, lease, identity string, a Announcer, canHold func() error, log *slog.Logger) *candidate {
+// startCandidateLogging is startCandidate with the candidate's log, and its
+// waits between terms, each in turn, sent to waits when that is not nil.
+func startCandidateLogging(t *testing.T, cs kubernetes.Interface, lease, identity string, a Announcer, canHold func() error, log *slog.Logger, waits ...chan<- time.Duration) *candidate {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &candidate{cancel: cancel, done: make(chan error, 1)}
@@ -160,6 +161,15 @@ func startCandidateLogging(t *testing.T, cs kubernetes.Interface, lease, identit
 		Client: cs, Identity: identity, Lease: lease,
 		LeaseDuration: testLeaseDuration, RenewDeadline: testRenewDeadline, RetryPeriod: testRetryPeriod,
 		CanHold: canHold, Announcer: a, Log: log,
+	}
+	if len(waits) > 0 {
+		cfg.after = func(d time.Duration) <-chan time.Time {
+			select {
+			case waits[0] <- d:
+			default:
+			}
+			return time.After(d)
+		}
 	}
 	go func() { c.done <- Run(ctx, cfg) }()
 	t.Cleanup(func() { c.stop(t) })
@@ -335,8 +345,16 @@ func TestElection(t *testing.T) {
 		r.failHolds = 4
 		var logs syncbuf.Buffer
 		log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-		startCandidateLogging(t, cs, "holdfailsagain", "stubborn", r, nil, log)
+		waits := make(chan time.Duration, 16)
+		startCandidateLogging(t, cs, "holdfailsagain", "stubborn", r, nil, log, waits)
 		eventually(t, 30*time.Second, "the candidate holds the VIP after four failed Holds", r.holds)
+		var got []time.Duration
+		for len(waits) > 0 {
+			got = append(got, <-waits)
+		}
+		if want := []time.Duration{testRetryPeriod, 2 * testRetryPeriod, 4 * testRetryPeriod, 8 * testRetryPeriod}; !slices.Equal(got, want) {
+			t.Fatalf("the waits after four failed Holds were %v, want %v (doubling)", got, want)
+		}
 		out := logs.String()
 		if loud, quiet := strings.Count(out, `level=ERROR msg="taking the VIP failed`), strings.Count(out, `msg="taking the VIP failed again"`); loud != 1 || quiet != 3 {
 			t.Fatalf("four Holds failing the same way logged %d errors and %d debug lines, want 1 and 3:\n%s", loud, quiet, out)
@@ -364,7 +382,7 @@ func TestElection(t *testing.T) {
 // TestHoldFailuresBackOff: after failed Holds a candidate waits twice as
 // long each time, from the retry period up to maxHoldBackoff of them.
 func TestHoldFailuresBackOff(t *testing.T) {
-	f := &holdFailures{}
+	f := &holdFailures{forgetAfter: time.Hour}
 	want := []time.Duration{1, 1, 2, 4, 8, 16, 16, 16}
 	for i, w := range want {
 		if got := f.backoff(time.Second); got != w*time.Second {
@@ -374,6 +392,16 @@ func TestHoldFailuresBackOff(t *testing.T) {
 	}
 	if f.held(); f.backoff(time.Second) != time.Second {
 		t.Fatal("a held VIP did not clear the backoff")
+	}
+	// Failures long past (a candidate that then waited for the lease) are
+	// forgotten: the next failure is the first again, said and short.
+	f = &holdFailures{forgetAfter: time.Minute}
+	for range 5 {
+		f.failed(errors.New("operation not permitted"))
+	}
+	f.last = f.last.Add(-2 * time.Minute)
+	if loud, n := f.failed(errors.New("operation not permitted")); !loud || n != 1 || f.backoff(time.Second) != time.Second {
+		t.Fatalf("a failure after old ones: loud %v, count %d, backoff %s; want said, 1, 1s", loud, n, f.backoff(time.Second))
 	}
 }
 

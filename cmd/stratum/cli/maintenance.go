@@ -107,7 +107,10 @@ grant entries of expired or deleted bootstrap tokens from the shared-certificate
 delete the Secret once none is left, as kube-controller-manager's garbage collector
 would (the next control-plane token create uploads it again); and publish the cluster's
 current etcd members (their client URLs, in the stratum.dev/etcd-client-urls annotation
-of that Secret) when they changed, so a later join finds them. The supervisor runs the
+of that Secret) when they changed, so a later join finds them; and delete the release
+records (kube-system/stratum-release-<name>, which "stratum upgrade plan" reads) of
+control planes that are no etcd member, once not renewed for 30 minutes (a reset or
+member removal that could not reach the cluster left them). The supervisor runs the
 same pass every 30 s on the elected operator; this runs it now. A learner still
 catching up is reported and left for the next pass (exit 1).`,
 		Example: `  stratum operator pass`,
@@ -129,6 +132,9 @@ catching up is reported and left for the next pass (exit 1).`,
 			}
 			if line := collectedLine(rep); line != "" {
 				fmt.Fprintln(a.stdout, line)
+			}
+			if len(rep.ReleasesForgotten) > 0 {
+				fmt.Fprintf(a.stdout, "deleted the release records of control planes that are no etcd member (not renewed for 30 minutes): %s\n", strings.Join(rep.ReleasesForgotten, ", "))
 			}
 			if err != nil {
 				return err
