@@ -521,6 +521,9 @@ func sweepStale(ctx context.Context, logf func(format string, args ...any)) {
 		if err := ipRun(ctx, "netns", "del", ns); err != nil {
 			logf("e2e: stale sweep: %v", err)
 		}
+		// A host booted into systemd is a machine of the namespace's name,
+		// whose nspawn, killed with its run, left this on /run.
+		_ = os.RemoveAll(filepath.Join("/run/systemd/nspawn/propagate", ns))
 	}
 	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), nsPrefix+"*"))
 	for _, dir := range dirs {
