@@ -573,8 +573,7 @@ func (n *Node) ownAdminRESTConfig(nodeIP string) (*rest.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	own, _, _ := strings.Cut(nodeIP, ",")
-	cfg.Host = apiServerURL(own)
+	cfg.Host = apiServerURL(nodestate.FirstIP(nodeIP))
 	return cfg, nil
 }
 

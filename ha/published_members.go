@@ -166,7 +166,7 @@ func (n *Node) PublishEtcdMembers(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("publish the etcd members: %w", err)
 	}
-	own, _, _ := strings.Cut(st.NodeIP, ",")
+	own := nodestate.FirstIP(st.NodeIP)
 	if own == "" {
 		return fmt.Errorf("publish the etcd members: node state %s names no node IP", nodestate.Path)
 	}

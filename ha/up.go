@@ -134,7 +134,7 @@ func (n *Node) promoteSelf(ctx context.Context, st *nodestate.NodeState) error {
 	// any of them may be down now while the cluster has a quorum without
 	// it. This node's own member, just started, knows the current members:
 	// it is asked too, after them.
-	own, _, _ := strings.Cut(st.NodeIP, ",") // a dual-stack node: "v4,v6"
+	own := nodestate.FirstIP(st.NodeIP)
 	if own != "" && !slices.Contains(peers, own) {
 		peers = append(peers, own)
 	}
@@ -263,7 +263,7 @@ func (n *Node) waitVIPServing(ctx context.Context, st *nodestate.NodeState) erro
 			return ctx.Err()
 		}
 		if time.Now().After(deadline) {
-			own, _, _ := strings.Cut(st.NodeIP, ",")
+			own := nodestate.FirstIP(st.NodeIP)
 			return stepWarned{fmt.Errorf("the VIP %s does not serve this cluster after %s (%w): the control plane runs and serves on its own address, %s; the supervisor's kube-vip lines say why", st.VIP.Address, vipServingWithin, err, apiServerURL(own))}
 		}
 		select {

@@ -325,7 +325,7 @@ const (
 // and `kubectl top` need both). The at-rest encryption config is used when
 // the node has one.
 func APIServerArgs(st *nodestate.NodeState, files host.Files) ([]string, error) {
-	advertise, _, _ := strings.Cut(st.NodeIP, ",")
+	advertise := nodestate.FirstIP(st.NodeIP)
 	if net.ParseIP(advertise) == nil {
 		return nil, fmt.Errorf("node state %s has no usable node IP (%q)", nodestate.Path, st.NodeIP)
 	}

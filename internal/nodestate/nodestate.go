@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"strings"
 
 	"stratum.dev/stratum/internal/addons"
 	"stratum.dev/stratum/internal/host"
@@ -72,6 +73,14 @@ type Etcd struct {
 	// size at which it raises NOSPACE and refuses every write; 0 is etcd's
 	// default, 2 GiB. A join takes the cluster's (its members' largest).
 	QuotaBackendBytes int64 `json:"quotaBackendBytes,omitempty"`
+}
+
+// FirstIP is the node's first address: NodeIP itself, or on a dual-stack
+// node ("v4,v6") the address before the comma, which its kube-apiserver
+// advertises and its clients dial.
+func FirstIP(nodeIP string) string {
+	first, _, _ := strings.Cut(nodeIP, ",")
+	return first
 }
 
 // NodeState is the node's persisted record.

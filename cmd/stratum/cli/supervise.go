@@ -318,7 +318,7 @@ func waitAPIServerServes(ctx context.Context, h host.Host) error {
 	if err != nil {
 		return err
 	}
-	ip, _, _ := strings.Cut(st.NodeIP, ",")
+	ip := nodestate.FirstIP(st.NodeIP)
 	ctx, cancel := context.WithTimeout(ctx, controlplane.ServiceReadyWithin)
 	defer cancel()
 	return controlplane.WaitAPIServerReady(ctx, ip, ca)
@@ -341,7 +341,7 @@ func localAdminClient(h host.Host, timeout time.Duration) (kubernetes.Interface,
 	if err != nil {
 		return nil, err
 	}
-	ip, _, _ := strings.Cut(st.NodeIP, ",")
+	ip := nodestate.FirstIP(st.NodeIP)
 	cfg.Host = apiServerURL(ip)
 	cfg.Timeout = timeout
 	return kubernetes.NewForConfig(cfg)
@@ -383,7 +383,7 @@ func (a *app) runVIP(ctx context.Context, h host.Host) error {
 	}
 	iface := st.VIP.Interface
 	if iface == "" {
-		ip, _, _ := strings.Cut(st.NodeIP, ",")
+		ip := nodestate.FirstIP(st.NodeIP)
 		nodeIP, err := netip.ParseAddr(ip)
 		if err != nil {
 			return fmt.Errorf("node state node IP %q: %w", st.NodeIP, err)
