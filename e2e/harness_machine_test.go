@@ -80,6 +80,16 @@ func requireMachines(t testing.TB) {
 // namespace.
 func (h *host) Boot(ctx context.Context, t *testing.T, shared ...string) {
 	t.Helper()
+	h.PowerOn(ctx, t, shared...)
+	h.waitBooted(ctx, t)
+}
+
+// PowerOn starts h's machine as Boot does and returns once its PID 1 runs,
+// without waiting for its boot to finish: machines powered on together boot
+// together (a cluster's control planes after a power failure, each of whose
+// stratum units waits for the others' etcd members).
+func (h *host) PowerOn(ctx context.Context, t *testing.T, shared ...string) {
+	t.Helper()
 	if h.machine == nil {
 		if err := h.makeMachineRoot(); err != nil {
 			t.Fatalf("e2e: %s: make the machine's root: %v", h.name, err)
@@ -122,7 +132,16 @@ func (h *host) Boot(ctx context.Context, t *testing.T, shared ...string) {
 		}
 		m.mu.Unlock()
 	}()
-	// Booted: systemd answers and has reached its default target.
+}
+
+// waitBooted waits until h's systemd answers and has reached its default
+// target.
+func (h *host) waitBooted(ctx context.Context, t *testing.T) {
+	t.Helper()
+	m := h.machine
+	m.mu.Lock()
+	p, init := m.nspawn, m.init
+	m.mu.Unlock()
 	deadline := time.Now().Add(time.Minute)
 	for {
 		cctx, cancel := context.WithDeadline(ctx, deadline)
@@ -149,28 +168,50 @@ func (h *host) Boot(ctx context.Context, t *testing.T, shared ...string) {
 	}
 }
 
-// PowerOff shuts the machine down as `systemctl poweroff` does (every unit
-// stopped in order) and waits until its container has ended.
-func (h *host) PowerOff(ctx context.Context, t *testing.T) {
+// booted is h's machine and its systemd-nspawn process, failing t when h
+// was never booted.
+func (h *host) booted(t *testing.T) (*machine, *proc) {
 	t.Helper()
 	m := h.machine
 	if m == nil {
 		t.Fatalf("e2e: %s was never booted", h.name)
 	}
 	m.mu.Lock()
-	p := m.nspawn
-	m.mu.Unlock()
-	// The command's connection may end with the machine: its error says
-	// nothing; the container's end is what counts.
-	_, _, _ = h.Run(ctx, "systemctl", "poweroff")
-	select {
-	case <-p.Done():
-	case <-time.After(90 * time.Second):
-		t.Fatalf("e2e: %s: the machine did not power off within 90 s\n%s", h.name, p.Tail(20))
+	defer m.mu.Unlock()
+	return m, m.nspawn
+}
+
+// PowerCut ends the machine at once, as a power failure does: its
+// container and every process in it are killed (SIGKILL to nspawn's PID
+// namespace), nothing is stopped in order, and what the machine's processes
+// added to its network (the VIP) goes with its power, as a boot starts with
+// the configured addresses only. Its disk (h's root) stays as it was.
+func (h *host) PowerCut(ctx context.Context, t *testing.T) {
+	t.Helper()
+	m, p := h.booted(t)
+	if err := p.Kill(); err != nil {
+		t.Fatalf("e2e: %s: cut the machine's power: %v", h.name, err)
 	}
 	m.mu.Lock()
 	m.init = 0
 	m.mu.Unlock()
+	waitNoServers(t, h)
+	out, err := ipOut(ctx, "-n", h.ns, "-o", "addr", "show", "dev", hostIf)
+	if err != nil {
+		t.Fatalf("e2e: %s: its addresses: %v", h.name, err)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 4 || (f[2] != "inet" && f[2] != "inet6") {
+			continue
+		}
+		if addr, _, _ := strings.Cut(f[3], "/"); addr == h.ip.String() || strings.HasPrefix(addr, "fe80:") {
+			continue
+		}
+		if err := ipRun(ctx, "-n", h.ns, "addr", "del", f[3], "dev", hostIf); err != nil {
+			t.Fatalf("e2e: %s: remove %s, which its power took: %v", h.name, f[3], err)
+		}
+	}
 }
 
 // initPid is the machine's PID 1 as this machine sees it, or 0: also when

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,58 +17,78 @@ import (
 )
 
 // TestControlPlaneUnderSystemd runs the unit `stratum install` writes under a
-// real systemd: a machine booted into systemd (systemd-nspawn, PID 1 its
-// own) on which a control plane is brought up by hand, then handed to the
-// unit with the two lines docs/real-hosts.md gives ("At boot"), and judged
-// from outside with systemctl, kubectl through the VIP and the processes
-// themselves:
+// real systemd, on three machines booted into systemd (systemd-nspawn, PID 1
+// their own), as docs/real-hosts.md tells it ("At boot", "Upgrading"), judged
+// from outside with systemctl, kubectl through the VIP, etcdctl and the
+// processes themselves:
 //
-//   - `systemctl enable --now stratum` returns once the control plane
-//     serves (Type=notify): kubectl through the VIP answers at once, and
-//     systemd's status text is the supervisor's;
-//   - the supervisor SIGKILLed: the etcd and kube-apiserver it ran end with
-//     it (their parent-death signal; systemd kills whatever else is left of
-//     the unit), systemd starts it again (Restart=always), and it brings the
-//     control plane back over its own stale control socket;
-//   - `stratum upgrade node` of a next release: the same main PID runs it
-//     (execve), the unit is active throughout with no restart counted, the
-//     new stratum's READY comes back over the notify socket, and the unit
-//     rewritten to run it is loaded (daemon-reload, no reload pending);
-//   - `systemctl stop` stops every service and releases the VIP;
-//   - a power-off and a boot: systemd starts the control plane from the
-//     enabled unit, the data written before served again;
-//   - `stratum reset`: the supervisor ends, and the unit's condition (no
-//     node state) skips systemd's restart of it, so nothing starts again.
+//   - cp1 brought up by hand, then handed to the unit with the two lines
+//     `systemctl daemon-reload && systemctl enable --now stratum`, which
+//     return once the control plane serves (Type=notify): kubectl through
+//     the VIP answers at once, and systemd's status text is the supervisor's;
+//   - its supervisor SIGKILLed: the etcd and kube-apiserver it ran end with
+//     it, systemd starts it again (Restart=always), and it brings the control
+//     plane back over its own stale control socket;
+//   - cp2 and cp3 joined with the printed command by hand, each then handed
+//     over with `stratum install --now`: on cp2 (two voters) said and done,
+//     on cp3 first refused with nothing changed while cp2's unit is stopped
+//     (a member down: its restart could take the quorum), then done while the
+//     VIP answers throughout;
+//   - `stratum upgrade node` of a next release rolled across the three units,
+//     one at a time: each unit's main PID runs it (execve), active with no
+//     restart counted, the new stratum's READY back over the notify socket,
+//     the rewritten unit loaded; `upgrade plan` then finds all three up to
+//     date;
+//   - `systemctl stop` on the VIP holder stops every service and releases the
+//     VIP, which another control plane takes;
+//   - the power fails on all three at once (every process killed, nothing
+//     stopped in order), and they boot together: each enabled unit starts,
+//     each stratum waits for the others' members, and the cluster serves the
+//     data written before, three healthy voters;
+//   - `stratum reset --force` on cp3: its supervisor ends, the unit's
+//     condition (no node state) skips systemd's restart, and the other two
+//     serve on.
 func TestControlPlaneUnderSystemd(t *testing.T) {
-	t.Parallel() // its own machine; the other real-host tests run beside it
+	t.Parallel() // its own machines; the other real-host tests run beside it
 	requireMachines(t)
 	tl := buildTools(t)
 	next := buildNextRelease(t)
-	nw := newNetworkNamed(t, "cp1")
-	cp1 := nw.Host("cp1")
+	nw := newNetworkNamed(t, "cp1", "cp2", "cp3")
+	cp1, cp2, cp3 := nw.Host("cp1"), nw.Host("cp2"), nw.Host("cp3")
+	machines := nw.Hosts()
 	vip := nw.VIP().String()
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	assetDir := filepath.Dir(tl.etcd)
 	for _, p := range []string{tl.apiserver, tl.etcdctlPath, tl.kubectlPath} {
 		if filepath.Dir(p) != assetDir {
-			t.Fatalf("the pinned binaries are not in one directory (%s, %s): the machine binds only %s", tl.etcd, p, assetDir)
+			t.Fatalf("the pinned binaries are not in one directory (%s, %s): the machines bind only %s", tl.etcd, p, assetDir)
 		}
 	}
-	cp1.Boot(ctx, t, tl.stratumDir, filepath.Dir(next), assetDir)
-	tl.installBinDir(t, cp1)
+	shared := []string{tl.stratumDir, filepath.Dir(next), assetDir}
+	for _, h := range machines {
+		h.Boot(ctx, t, shared...)
+		tl.installBinDir(t, h)
+	}
 	t.Cleanup(func() {
-		if t.Failed() && cp1.machine.initPid() != 0 {
-			out, _, _ := cp1.Run(context.Background(), "journalctl", "--no-pager", "-n", "80", "-u", "stratum")
-			t.Logf("cp1's journal of stratum.service:\n%s", out)
+		if !t.Failed() {
+			return
+		}
+		for _, h := range machines {
+			if h.machine.initPid() != 0 {
+				out, _, _ := h.Run(context.Background(), "journalctl", "--no-pager", "-n", "60", "-u", "stratum")
+				t.Logf("%s's journal of stratum.service:\n%s", h.Name(), out)
+			}
 		}
 	})
 
-	// By hand first, as the unit starts only on a node with saved state.
+	// cp1 by hand first, as the unit starts only on a node with saved state,
+	// then the two lines of docs/real-hosts.md. systemctl start returns once
+	// the supervisor says READY, so the VIP answers at once.
 	up := cp1.Start(tl.stratum, "up", "--vip", vip)
 	waitSupervising(t, up, 3*time.Minute)
 	o := tl.run(ctx, t, cp1, "install")
-	if !strings.Contains(o, "systemctl daemon-reload") || strings.Contains(o, "not running") {
+	if !strings.Contains(o, "systemctl daemon-reload") || !strings.Contains(o, "stratum install --now") || strings.Contains(o, "not running") {
 		t.Fatalf("stratum install on a machine that systemd runs does not say how to enable the unit:\n%s", o)
 	}
 	if err := up.Signal(syscall.SIGTERM); err != nil {
@@ -77,9 +98,6 @@ func TestControlPlaneUnderSystemd(t *testing.T) {
 		t.Fatalf("the supervisor started by hand did not stop cleanly on SIGTERM: %v\n%s", err, up.Tail(20))
 	}
 	waitNoServers(t, cp1)
-
-	// The two lines of docs/real-hosts.md. systemctl start returns once
-	// the supervisor says READY, so the VIP answers at once.
 	began := time.Now()
 	if o, e, err := cp1.Run(ctx, "sh", "-c", "systemctl daemon-reload && systemctl enable --now stratum"); err != nil {
 		t.Fatalf("systemctl enable --now stratum: %v\n%s%s", err, o, e)
@@ -105,119 +123,293 @@ func TestControlPlaneUnderSystemd(t *testing.T) {
 		return u["NRestarts"] == "1" && u["ActiveState"] == "active" && u["SubState"] == "running" && u["MainPID"] != strconv.Itoa(mainPID)
 	})
 	t.Logf("stratum.service active again %s after its supervisor was SIGKILLed (RestartSec=5)", time.Since(killed).Round(100*time.Millisecond))
-
 	for _, pid := range append(etcdBefore, apiBefore...) {
 		if st, _, ok := procState(pid); ok && st != "Z" {
 			t.Fatalf("pid %d (etcd or kube-apiserver of the killed supervisor) still runs after systemd restarted the unit", pid)
 		}
 	}
-	mainPID = checkMainPID(t, cp1, unit)
+	checkMainPID(t, cp1, unit)
 	machineKubectl(ctx, t, tl, cp1, "get", "--raw", "/readyz")
 
-	// The next release, in place: the same process, as systemd sees it.
+	// cp2 and cp3 join by hand with the command as printed, and each is
+	// handed to its unit with `stratum install --now`.
+	join, _ := joinCommands(t, tl.run(ctx, t, cp1, "token", "create", "--control-plane"))
+	hand2 := cp2.Start(tl.shell(join)...)
+	waitSupervising(t, hand2, 3*time.Minute)
+	o = handToUnit(ctx, t, tl, cp2, hand2)
+	if !strings.Contains(o, "note: the cluster has 2 etcd voters") {
+		t.Fatalf("stratum install --now on the second of two voters did not say the cluster loses its quorum while it restarts:\n%s", o)
+	}
+	hand3 := cp3.Start(tl.shell(join)...)
+	waitSupervising(t, hand3, 3*time.Minute)
+	// Refused, nothing written or stopped, while a member is down: cp2's
+	// unit stopped.
+	if o, e, err := cp2.Run(ctx, "systemctl", "stop", "stratum"); err != nil {
+		t.Fatalf("systemctl stop stratum on cp2: %v\n%s%s", err, o, e)
+	}
+	pid3 := stratumPID(t, cp3)
+	if o, e, err := cp3.Run(ctx, tl.stratum, "install", "--now"); exitCode(err) != refusedExit || !strings.Contains(e, "could take its quorum") || !strings.Contains(e, "nothing was written or changed") {
+		t.Fatalf("stratum install --now on cp3 with cp2's member down = %v, want a refusal (exit %d) naming the quorum\nstdout:\n%s\nstderr:\n%s", err, refusedExit, o, e)
+	} else {
+		t.Logf("stratum install --now on cp3 with cp2 stopped, refused: %s", firstLine(e))
+	}
+	if _, err := os.Stat(cp3.MachinePath("/etc/systemd/system/stratum.service")); err == nil || stratumPID(t, cp3) != pid3 {
+		t.Fatalf("a refused install --now on cp3 wrote the unit (%v) or stopped the supervisor (pid %d, was %d)", err, stratumPID(t, cp3), pid3)
+	}
+	if o, e, err := cp2.Run(ctx, "systemctl", "start", "stratum"); err != nil {
+		t.Fatalf("systemctl start stratum on cp2: %v\n%s%s", err, o, e)
+	}
+	waitVoters(ctx, t, tl, cp1, 3)
+	waitHealthy(ctx, t, tl, cp3)
+	if o := runStratum(ctx, t, cp3, tl.stratum, "install", "--now", "--dry-run"); !strings.Contains(o, "ExecStart=") || !strings.Contains(o, fmt.Sprintf("stop the supervisor started by hand (pid %d", pidIn(t, pid3))) {
+		t.Fatalf("stratum install --now --dry-run on cp3 does not print the unit and the steps:\n%s", o)
+	}
+	probe := probeVIP(ctx, tl, cp1)
+	if o = handToUnit(ctx, t, tl, cp3, hand3); strings.Contains(o, "note:") {
+		t.Fatalf("stratum install --now on the third of three healthy voters noted something:\n%s", o)
+	}
+	gap, probes := probe()
+	t.Logf("kubectl through the VIP during cp3's handover: longest gap %s over %d probes", gap.Round(10*time.Millisecond), probes)
+	tl.etcdctl(ctx, t, cp1, "endpoint", "health", "--cluster")
+
+	// The next release, rolled one unit at a time while the others serve.
 	const newBin = "/var/lib/stratum/releases/next/bin"
-	tl.installBinDirAt(t, cp1.MachinePath(newBin))
-	o = runStratum(ctx, t, cp1, next, "upgrade", "node", "--bin-dir", newBin)
-	if !strings.Contains(o, "upgraded to stratum "+nextVersion) {
-		t.Fatalf("upgrade node under systemd did not say the node was upgraded:\n%s", o)
+	probe = probeVIP(ctx, tl, cp1)
+	for _, h := range machines {
+		upgradeUnderUnit(ctx, t, tl, h, next, newBin)
 	}
-	unit = waitUnit(ctx, t, cp1, 30*time.Second, "running the next release, READY again", func(u map[string]string) bool {
-		return strings.HasPrefix(u["StatusText"], "supervising this control plane")
-	})
-	if unit["MainPID"] != strconv.Itoa(mainPID) || unit["NRestarts"] != "1" || unit["ActiveState"] != "active" {
-		t.Fatalf("stratum.service after upgrade node: %v, want main PID %d kept, no further restart, active", unit, mainPID)
-	}
-	if unit["NeedDaemonReload"] != "no" || !strings.Contains(unit["ExecStart"], "path="+next+" ") || !strings.Contains(unit["ExecStart"], "--bin-dir "+newBin) {
-		t.Fatalf("stratum.service after upgrade node: ExecStart %q, NeedDaemonReload %s; want the next release's stratum and bin directory, loaded", unit["ExecStart"], unit["NeedDaemonReload"])
-	}
-	if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", stratumPID(t, cp1))); err != nil || filepath.Base(exe) != "stratum" || exe == tl.stratum {
-		t.Fatalf("the unit's main process runs %q (%v), want the next release's stratum", exe, err)
-	}
-	var status struct {
-		SupervisorProcess struct{ Version, State string }
-	}
-	if err := json.Unmarshal([]byte(runStratum(ctx, t, cp1, next, "status", "-o", "json")), &status); err != nil {
-		t.Fatal(err)
-	}
-	if sp := status.SupervisorProcess; sp.Version != nextVersion || sp.State != "supervising" {
-		t.Fatalf("stratum status after the upgrade under systemd: %+v, want %s supervising", sp, nextVersion)
+	gap, probes = probe()
+	t.Logf("kubectl through the VIP during the roll of three upgrades: longest gap %s over %d probes", gap.Round(10*time.Millisecond), probes)
+	var plan struct{ ControlPlanes []planControlPlane }
+	for deadline := time.Now().Add(45 * time.Second); ; time.Sleep(time.Second) {
+		if err := json.Unmarshal([]byte(runStratum(ctx, t, cp2, next, "upgrade", "plan", "-o", "json")), &plan); err != nil {
+			t.Fatal(err)
+		}
+		upToDate := 0
+		for _, c := range plan.ControlPlanes {
+			if c.Stratum == nextVersion && c.Verdict == "up to date" {
+				upToDate++
+			}
+		}
+		if upToDate == 3 && len(plan.ControlPlanes) == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("upgrade plan after the roll: %+v, want the 3 control planes on stratum %s, up to date", plan.ControlPlanes, nextVersion)
+		}
 	}
 
-	// Stopped: nothing left, the VIP released.
-	if o, e, err := cp1.Run(ctx, "systemctl", "stop", "stratum"); err != nil {
-		t.Fatalf("systemctl stop stratum: %v\n%s%s", err, o, e)
+	// Stopped: nothing left, the VIP released and taken by another.
+	holder := vipHolder(ctx, t, nw)
+	if o, e, err := holder.Run(ctx, "systemctl", "stop", "stratum"); err != nil {
+		t.Fatalf("systemctl stop stratum on %s: %v\n%s%s", holder.Name(), err, o, e)
 	}
-	if unit = unitState(ctx, t, cp1); unit["ActiveState"] != "inactive" || unit["Result"] != "success" {
+	if unit = unitState(ctx, t, holder); unit["ActiveState"] != "inactive" || unit["Result"] != "success" {
 		t.Fatalf("stratum.service after systemctl stop: %v, want inactive with result success", unit)
 	}
-	waitNoServers(t, cp1)
-	if addrs, err := ipOut(ctx, "-n", cp1.NetNS(), "-o", "addr", "show", "dev", hostIf); err != nil || strings.Contains(addrs, " "+vip+"/") {
-		t.Fatalf("the VIP %s is still on cp1 after systemctl stop (%v):\n%s", vip, err, addrs)
+	waitNoServers(t, holder)
+	if now := vipHolder(ctx, t, nw); now == holder {
+		t.Fatalf("the VIP %s is still on %s after systemctl stop", vip, holder.Name())
 	}
 
-	// A power-off and a boot: the enabled unit brings the control plane back.
-	cp1.PowerOff(ctx, t)
-	if _, err := os.Stat(cp1.MachinePath(nodestate.Path)); err != nil {
-		t.Fatalf("the node state is gone after the power-off: %v", err)
+	// The power fails everywhere at once, and the machines boot together:
+	// each enabled unit starts its control plane from the node state.
+	for _, h := range machines {
+		h.PowerCut(ctx, t)
+		if _, err := os.Stat(h.MachinePath(nodestate.Path)); err != nil {
+			t.Fatalf("%s's node state is gone after the power failure: %v", h.Name(), err)
+		}
 	}
 	booted := time.Now()
-	cp1.Boot(ctx, t, tl.stratumDir, filepath.Dir(next), assetDir)
-	unit = waitUnit(ctx, t, cp1, 3*time.Minute, "started at boot", func(u map[string]string) bool {
-		return u["ActiveState"] == "active" && strings.HasPrefix(u["StatusText"], "supervising this control plane")
-	})
-	t.Logf("stratum.service active %s after the boot began", time.Since(booted).Round(100*time.Millisecond))
-	checkMainPID(t, cp1, unit)
-	if got := machineKubectl(ctx, t, tl, cp1, "get", "configmap", "written-under-systemd", "-o", "jsonpath={.data.k}"); got != "v" {
-		t.Fatalf("the ConfigMap written before the power-off reads %q after the boot, want v", got)
+	for _, h := range machines {
+		h.PowerOn(ctx, t, shared...)
+	}
+	for _, h := range machines {
+		unit = waitUnit(ctx, t, h, 3*time.Minute, "started at boot", func(u map[string]string) bool {
+			return u["ActiveState"] == "active" && strings.HasPrefix(u["StatusText"], "supervising this control plane")
+		})
+		t.Logf("%s: stratum.service active %s after the power came back", h.Name(), time.Since(booted).Round(100*time.Millisecond))
+		checkMainPID(t, h, unit)
+	}
+	if voters := waitVoters(ctx, t, tl, cp2, 3); len(voters) != 3 {
+		t.Fatalf("etcd voters after the power failure: %v", voters)
+	}
+	tl.etcdctl(ctx, t, cp2, "endpoint", "health", "--cluster")
+	for _, h := range machines {
+		if got := machineKubectl(ctx, t, tl, h, "get", "configmap", "written-under-systemd", "-o", "jsonpath={.data.k}"); got != "v" {
+			t.Fatalf("the ConfigMap written before the power failure reads %q through the VIP on %s, want v", got, h.Name())
+		}
 	}
 
 	// Reset: the supervisor ends, nothing left to run, and the restart
 	// systemd then makes is skipped by the unit's condition (no node
-	// state): no loop of starts.
-	if o = tl.run(ctx, t, cp1, "reset", "--force"); !strings.Contains(o, "the stratum supervisor on this node ended") {
+	// state): no loop of starts. The others serve on.
+	if o = runStratum(ctx, t, cp3, next, "reset", "--force"); !strings.Contains(o, "the stratum supervisor on this node ended") {
 		t.Fatalf("stratum reset --force under the unit did not end the supervisor:\n%s", o)
 	}
-	unit = waitUnit(ctx, t, cp1, time.Minute, "skipped by its condition after the reset", func(u map[string]string) bool {
+	unit = waitUnit(ctx, t, cp3, time.Minute, "skipped by its condition after the reset", func(u map[string]string) bool {
 		return u["ActiveState"] == "inactive" && u["ConditionResult"] == "no"
 	})
-	waitNoServers(t, cp1)
-	t.Logf("stratum.service after stratum reset --force: %v", unit)
+	waitNoServers(t, cp3)
+	t.Logf("cp3's stratum.service after stratum reset --force: %v", unit)
+	if voters := waitVoters(ctx, t, tl, cp1, 2); slices.Contains(voters, "cp3") {
+		t.Fatalf("etcd voters after cp3's reset: %v", voters)
+	}
+	machineKubectl(ctx, t, tl, cp1, "get", "--raw", "/readyz")
+}
+
+// handToUnit runs `stratum install --now` on h, whose supervisor hand runs
+// (started by hand), and checks it from outside: the hand-run supervisor
+// stopped cleanly, stratum.service active and running with the supervisor
+// serving as its main process, enabled for the next boot, and kubectl
+// through the VIP answering on h. It returns the command's output.
+func handToUnit(ctx context.Context, t *testing.T, tl *tools, h *host, hand *proc) string {
+	t.Helper()
+	const hint = "`stratum install --now`, from another shell, hands it to systemd"
+	if !strings.Contains(hand.Output(), hint) {
+		t.Fatalf("the supervisor started by hand on %s, a machine systemd runs, does not say how to hand it to systemd:\n%s", h.Name(), hand.Tail(10))
+	}
+	began := time.Now()
+	o := runStratum(ctx, t, h, tl.stratum, "install", "--now")
+	t.Logf("stratum install --now on %s took %s:\n%s", h.Name(), time.Since(began).Round(100*time.Millisecond), o)
+	if !strings.Contains(o, "stratum.service runs this control plane") {
+		t.Fatalf("stratum install --now on %s did not say the unit runs the control plane:\n%s", h.Name(), o)
+	}
+	select {
+	case <-hand.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the supervisor started by hand on %s still runs after stratum install --now returned", h.Name())
+	}
+	if err := hand.Wait(); err != nil || !strings.Contains(hand.Output(), "stopping the control plane") {
+		t.Fatalf("the supervisor started by hand on %s did not stop cleanly: %v\n%s", h.Name(), err, hand.Tail(20))
+	}
+	unit := unitState(ctx, t, h)
+	if unit["ActiveState"] != "active" || unit["SubState"] != "running" || !strings.HasPrefix(unit["StatusText"], "supervising this control plane") {
+		t.Fatalf("stratum.service on %s after install --now: %v, want active, running, the supervisor's status text", h.Name(), unit)
+	}
+	checkMainPID(t, h, unit)
+	if o, _, err := h.Run(ctx, "systemctl", "is-enabled", "stratum"); err != nil || strings.TrimSpace(o) != "enabled" {
+		t.Fatalf("stratum.service on %s after install --now is %q (%v), want enabled", h.Name(), strings.TrimSpace(o), err)
+	}
+	machineKubectl(ctx, t, tl, h, "get", "--raw", "/readyz")
+	if journal, _, err := h.Run(ctx, "journalctl", "--no-pager", "-u", "stratum"); err != nil || !strings.Contains(journal, "supervising this control plane") || strings.Contains(journal, hint) {
+		t.Fatalf("stratum.service's journal on %s (%v) lacks its supervising line, or tells the unit's supervisor to hand itself to systemd:\n%s", h.Name(), err, journal)
+	}
+	return o
+}
+
+// upgradeUnderUnit upgrades h, whose control plane stratum.service runs,
+// with the next release's `stratum upgrade node`, its binaries in newBin,
+// and judges it as systemd sees it: the same main PID, no restart counted,
+// active throughout, the new stratum's READY, the rewritten unit loaded
+// (NeedDaemonReload=no, ExecStart naming the next release), and the next
+// release's supervisor as `stratum status` says.
+func upgradeUnderUnit(ctx context.Context, t *testing.T, tl *tools, h *host, next, newBin string) {
+	t.Helper()
+	before := unitState(ctx, t, h)
+	mainPID := checkMainPID(t, h, before)
+	tl.installBinDirAt(t, h.MachinePath(newBin))
+	began := time.Now()
+	o := runStratum(ctx, t, h, next, "upgrade", "node", "--bin-dir", newBin)
+	if !strings.Contains(o, "upgraded to stratum "+nextVersion) {
+		t.Fatalf("upgrade node under systemd on %s did not say the node was upgraded:\n%s", h.Name(), o)
+	}
+	t.Logf("stratum upgrade node on %s under its unit took %s", h.Name(), time.Since(began).Round(100*time.Millisecond))
+	unit := waitUnit(ctx, t, h, 30*time.Second, "running the next release, READY again", func(u map[string]string) bool {
+		return strings.HasPrefix(u["StatusText"], "supervising this control plane")
+	})
+	if unit["MainPID"] != strconv.Itoa(mainPID) || unit["NRestarts"] != before["NRestarts"] || unit["ActiveState"] != "active" {
+		t.Fatalf("stratum.service on %s after upgrade node: %v, want main PID %d kept, no further restart (%s), active", h.Name(), unit, mainPID, before["NRestarts"])
+	}
+	if unit["NeedDaemonReload"] != "no" || !strings.Contains(unit["ExecStart"], "path="+next+" ") || !strings.Contains(unit["ExecStart"], "--bin-dir "+newBin) {
+		t.Fatalf("stratum.service on %s after upgrade node: ExecStart %q, NeedDaemonReload %s; want the next release's stratum and bin directory, loaded", h.Name(), unit["ExecStart"], unit["NeedDaemonReload"])
+	}
+	if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", stratumPID(t, h))); err != nil || filepath.Base(exe) != "stratum" || exe == tl.stratum {
+		t.Fatalf("the unit's main process on %s runs %q (%v), want the next release's stratum", h.Name(), exe, err)
+	}
+	var status struct {
+		SupervisorProcess struct{ Version, State string }
+	}
+	if err := json.Unmarshal([]byte(runStratum(ctx, t, h, next, "status", "-o", "json")), &status); err != nil {
+		t.Fatal(err)
+	}
+	if sp := status.SupervisorProcess; sp.Version != nextVersion || sp.State != "supervising" {
+		t.Fatalf("stratum status on %s after the upgrade under systemd: %+v, want %s supervising", h.Name(), sp, nextVersion)
+	}
+}
+
+// waitHealthy waits until `stratum etcd health` on h exits 0.
+func waitHealthy(ctx context.Context, t *testing.T, tl *tools, h *host) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		o, e, err := h.Run(ctx, tl.stratum, "etcd", "health")
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stratum etcd health on %s not passing within a minute: %v\n%s%s", h.Name(), err, o, e)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// pidIn is pid as the machines' own processes see it (pidInMachine),
+// failing t when it cannot be read.
+func pidIn(t *testing.T, pid int) int {
+	t.Helper()
+	in, err := pidInMachine(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in
 }
 
 // unitProperties are what the test reads of stratum.service.
 var unitProperties = []string{"ActiveState", "SubState", "Result", "Type", "MainPID", "NRestarts", "StatusText", "NeedDaemonReload", "ExecStart", "ConditionResult"}
 
-// unitState is `systemctl show stratum` of unitProperties.
+// unitState is `systemctl show stratum` of unitProperties; a failure fails
+// t.
 func unitState(ctx context.Context, t *testing.T, h *host) map[string]string {
 	t.Helper()
+	props, err := readUnitState(ctx, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return props
+}
+
+// readUnitState is `systemctl show stratum` of unitProperties.
+func readUnitState(ctx context.Context, h *host) (map[string]string, error) {
 	args := []string{"systemctl", "show", "stratum"}
 	for _, p := range unitProperties {
 		args = append(args, "-p", p)
 	}
 	out, errOut, err := h.Run(ctx, args...)
 	if err != nil {
-		t.Fatalf("systemctl show stratum on %s: %v\n%s", h.Name(), err, errOut)
+		return nil, fmt.Errorf("systemctl show stratum on %s: %w\n%s", h.Name(), err, errOut)
 	}
 	props := map[string]string{}
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		k, v, _ := strings.Cut(line, "=")
 		props[k] = v
 	}
-	return props
+	return props, nil
 }
 
 // waitUnit waits until stratum.service's properties satisfy ok, failing t
-// after within.
+// after within. A machine whose systemd does not answer yet (booting) is
+// asked again.
 func waitUnit(ctx context.Context, t *testing.T, h *host, within time.Duration, what string, ok func(map[string]string) bool) map[string]string {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
-		u := unitState(ctx, t, h)
-		if ok(u) {
+		u, err := readUnitState(ctx, h)
+		if err == nil && ok(u) {
 			return u
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("stratum.service on %s not %s within %s: %v", h.Name(), what, within, u)
+			t.Fatalf("stratum.service on %s not %s within %s: %v (%v)", h.Name(), what, within, u, err)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}

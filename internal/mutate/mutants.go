@@ -1244,8 +1244,8 @@ var mutants = []mutant{
 	{
 		Name: "upgrade-ignores-an-unhealthy-cluster",
 		File: "cmd/stratum/cli/upgrade.go",
-		Old:  "if rep, err := etcdHealth(ctx, u.n, u.st); err != nil {",
-		New:  "if rep, err := etcdHealth(ctx, u.n, u.st); err != nil && false {",
+		Old:  "if rep, err := etcdHealth(ctx, n, st); err != nil {",
+		New:  "if rep, err := etcdHealth(ctx, n, st); err != nil && false {",
 		Tests: [][]string{
 			{"./e2e", "-run", "TestSingleControlPlaneGrowsIntoHA"},
 		},
@@ -1388,8 +1388,8 @@ var mutants = []mutant{
 	{
 		Name: "upgrade-unit-not-reloaded",
 		File: "cmd/stratum/cli/upgrade.go",
-		Old:  "exec.CommandContext(rctx, \"systemctl\", \"daemon-reload\")",
-		New:  "exec.CommandContext(rctx, \"true\")",
+		Old:  "systemctl(ctx, time.Minute, \"daemon-reload\")",
+		New:  "systemctl(ctx, time.Minute, \"--version\")",
 		Tests: [][]string{
 			{"./e2e", "-run", "TestControlPlaneUnderSystemd"},
 		},
@@ -1446,6 +1446,42 @@ var mutants = []mutant{
 		New:  "		case <-cfg.after(cfg.RetryPeriod):",
 		Tests: [][]string{
 			{"./internal/vip", "-run", "TestElection/hold_fails_the_same_way"},
+		},
+	},
+	{
+		Name: "handoff-ignores-an-unhealthy-cluster",
+		File: "cmd/stratum/cli/handoff.go",
+		Old:  "_, note, err := restartKeepsQuorum(ctx, n, st)\n",
+		New:  "_, note, err := restartKeepsQuorum(ctx, n, st)\n\terr = nil\n",
+		Tests: [][]string{
+			{"./e2e", "-run", "TestControlPlaneUnderSystemd"},
+		},
+	},
+	{
+		Name: "handoff-leaves-the-hand-supervisor-running",
+		File: "cmd/stratum/cli/handoff.go",
+		Old:  "	if o.running == nil || o.underUnit {\n		return nil\n	}\n	pid := o.running.PID",
+		New:  "	if true {\n		return nil\n	}\n	pid := o.running.PID",
+		Tests: [][]string{
+			{"./e2e", "-run", "TestControlPlaneUnderSystemd"},
+		},
+	},
+	{
+		Name: "handoff-unit-not-enabled",
+		File: "cmd/stratum/cli/handoff.go",
+		Old:  "{\"enable\", \"--quiet\", unitName}",
+		New:  "{\"show\", unitName}",
+		Tests: [][]string{
+			{"./e2e", "-run", "TestControlPlaneUnderSystemd"},
+		},
+	},
+	{
+		Name: "unit-supervisor-told-to-hand-itself-over",
+		File: "cmd/stratum/cli/supervise.go",
+		Old:  "if systemdRuns() && !inStratumUnit() {",
+		New:  "if systemdRuns() {",
+		Tests: [][]string{
+			{"./e2e", "-run", "TestControlPlaneUnderSystemd"},
 		},
 	},
 }

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
+	"time"
 	"unicode"
 
 	"github.com/spf13/cobra"
@@ -110,7 +111,8 @@ func refuseReplaceableSelf(argv0 string) error {
 
 func (a *app) installCmd() *cobra.Command {
 	var unitDir, binDir string
-	var dryRun bool
+	var dryRun, now bool
+	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "install",
 		Short: "Write the systemd unit that runs this node's control plane (stratum up) at boot",
@@ -124,15 +126,32 @@ The pinned etcd and kube-apiserver must be in --bin-dir (made absolute) before
 anything is written, as "stratum up" checks them; a path holding a space, a quote, a
 backslash, %, $ or ; is refused, since ExecStart would split or expand it. --unit-dir
 must be an existing directory (systemd reads units only from its own). --dry-run checks
-the same and prints the unit instead.`,
-		Example: `  # After "stratum up ..." or "stratum server ..." once by hand (then Ctrl-C):
+the same and prints the unit instead.
+
+--now hands this node's control plane to the unit in one command, where systemd runs:
+after the checks above it refuses, with nothing written or changed, a node without
+control-plane state (the unit would not start), an unfinished join or reset, a
+supervisor still starting, and an etcd cluster that is unhealthy or has a learner (this
+member's restart could take the quorum; with fewer than three voters it cannot keep it,
+which is said, not refused). Then it writes the unit, runs systemctl daemon-reload and
+enable, stops the supervisor started by hand (SIGTERM, as Ctrl-C), and runs systemctl
+start, which returns once the unit's supervisor serves the control plane (--timeout).
+Re-running it after an interruption finishes the handoff.`,
+		Example: `  # After "stratum up ..." or "stratum server ..." by hand: hand its control plane to
+  # systemd (checked, then the foreground run stops and the unit starts it)
+  stratum install --now
+
+  # The same by hand (Ctrl-C the foreground run first)
   stratum install
   systemctl daemon-reload && systemctl enable --now stratum
 
-  # Print the unit instead of writing it
-  stratum install --dry-run`,
+  # Print the unit, and with --now the steps, changing nothing
+  stratum install --now --dry-run`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if timeout <= 0 {
+				return usagef("--timeout must be positive (got %s)", timeout)
+			}
 			self, err := unitExecPath(os.Args[0])
 			if err != nil {
 				return err
@@ -172,9 +191,19 @@ the same and prints the unit instead.`,
 				}
 				return refusedf("install refused: --unit-dir %s %s; nothing was written: pass systemd's unit directory (/etc/systemd/system by default)", unitDir, why)
 			}
+			var handoff *unitHandoff
+			if now {
+				handoff = &unitHandoff{a: a, unitDir: unitDir, timeout: timeout, client: supervisor.Client{Path: supervisor.SocketPath}, startedAt: time.Now()}
+				if err := handoff.check(cmd.Context()); err != nil {
+					return err
+				}
+			}
 			unit := systemdUnit(self, binDir)
 			if dryRun {
 				fmt.Fprint(a.stdout, unit)
+				if handoff != nil {
+					handoff.plan(true)
+				}
 				return nil
 			}
 			path := filepath.Join(unitDir, unitName)
@@ -184,19 +213,26 @@ the same and prints the unit instead.`,
 				return fmt.Errorf("install: write %s: %w; the unit directory is as it was", path, err)
 			}
 			fmt.Fprintf(a.stdout, "wrote %s (runs %s up --as-supervisor --bin-dir %s)\n", path, self, binDir)
-			if _, err := os.Stat("/run/systemd/system"); err != nil {
+			if handoff != nil {
+				handoff.plan(false)
+				return handoff.run(cmd.Context())
+			}
+			if !systemdRuns() {
 				fmt.Fprintln(a.stdout, "systemd is not running on this machine: the unit is written for when it does; meanwhile run `stratum up` under your own supervisor")
 				return nil
 			}
 			fmt.Fprintln(a.stdout, strings.TrimSpace(`
 enable it with: systemctl daemon-reload && systemctl enable --now stratum
-(it starts only once this node has saved state: bring it up or join it by hand first)`))
+(it starts only once this node has saved state: bring it up or join it by hand first;
+`+"`stratum install --now`"+` hands a control plane running by hand over to it, checked)`))
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&unitDir, "unit-dir", "/etc/systemd/system", "the `directory` the unit is written to")
 	cmd.Flags().StringVar(&binDir, "bin-dir", controlplane.DefaultBinDir, "the `directory` of the control-plane binaries the unit's stratum up uses")
-	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the unit, write nothing")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the unit (and with --now the steps), write nothing")
+	cmd.Flags().BoolVar(&now, "now", false, "also hand this node's control plane to the unit: daemon-reload, enable, stop the supervisor started by hand, start the unit")
+	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "with --now, how long systemctl start may take to serve")
 	return cmd
 }
 

@@ -148,6 +148,25 @@ func TestInstallWritesAUnitThatRunsUpOnlyWithState(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "sytem")); err == nil {
 		t.Fatal("a refused install made the missing unit directory")
 	}
+	// --now where no systemd runs (this test's machine) has no unit to
+	// start: refused, a dry run's too, with nothing written.
+	if systemdRuns() {
+		t.Log("systemd runs on this machine: --now's refusal without it is not checked here (e2e runs --now under systemd)")
+		return
+	}
+	for _, dry := range []bool{false, true} {
+		args := []string{"install", "--now", "--unit-dir", other, "--bin-dir", bin}
+		if dry {
+			args = append(args, "--dry-run")
+		}
+		code, out, errOut := runCLI(t, Options{}, args...)
+		if code != ExitRefused || !strings.Contains(errOut, "systemd is not running") || !strings.Contains(errOut, "nothing was written") || out != "" {
+			t.Fatalf("%v: exit %d, want %d saying systemd is not running; stdout %q, stderr:\n%s", args, code, ExitRefused, out, errOut)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(other, "stratum.service")); err == nil {
+		t.Fatal("a refused install --now wrote the unit")
+	}
 }
 
 // TestUpRefusesBadOptionsBeforeWriting: an unknown profile, a cluster

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -195,15 +194,27 @@ func (u *nodeUpgrade) checkNode(ctx context.Context) error {
 	if u.st, err = loadState(h); err != nil {
 		return err
 	}
-	if survives, err := n.JoinIntentSurvives(ctx); err != nil {
+	if what, err := unfinishedWork(ctx, n, h); err != nil {
 		return err
-	} else if survives {
-		return upgradeRefusedf("an interrupted join's intent journal survives on this node (%s): re-run that join command first", ha.JoinIntentPath())
-	}
-	if _, err := h.Stat(ha.ResetJournalPath()); err == nil {
-		return upgradeRefusedf("a `stratum reset` began on this node and has not finished (%s)", ha.ResetJournalPath())
+	} else if what != "" {
+		return upgradeRefusedf("%s", what)
 	}
 	return nil
+}
+
+// unfinishedWork says what a join or a reset left unfinished on this node,
+// with what to run ("" when nothing is): the commands that restart its
+// control plane refuse until it is done.
+func unfinishedWork(ctx context.Context, n *ha.Node, h host.Host) (string, error) {
+	if survives, err := n.JoinIntentSurvives(ctx); err != nil {
+		return "", err
+	} else if survives {
+		return fmt.Sprintf("an interrupted join's intent journal survives on this node (%s): re-run that join command first", ha.JoinIntentPath()), nil
+	}
+	if _, err := h.Stat(ha.ResetJournalPath()); err == nil {
+		return fmt.Sprintf("a `stratum reset` began on this node and has not finished (%s): run it again", ha.ResetJournalPath()), nil
+	}
+	return "", nil
 }
 
 // checkSupervisor: a supervisor runs, can be replaced, and supervises a
@@ -340,28 +351,45 @@ func (u *nodeUpgrade) checkHealth(ctx context.Context) error {
 	if u.done || u.replacing {
 		return nil
 	}
-	if rep, err := etcdHealth(ctx, u.n, u.st); err != nil {
-		return upgradeRefusedf("stopping this etcd member while the cluster is unhealthy could take its quorum (members %s): %v; `stratum etcd members` shows each member", strings.Join(rep.Members, ", "), err)
-	}
-	rows, err := etcdMembers(ctx, u.n, u.st.Etcd.ClientURL)
+	rows, note, err := restartKeepsQuorum(ctx, u.n, u.st)
 	if err != nil {
-		return fmt.Errorf("upgrade: %w; nothing was changed", err)
+		return upgradeRefusedf("%v", err)
 	}
 	u.members = rows
+	if note != "" {
+		u.notes = append(u.notes, note)
+	}
+	return nil
+}
+
+// restartKeepsQuorum checks that this node's etcd member may stop for a
+// restart: every member healthy and none a learner (a join under way), so
+// the others keep the quorum. With fewer than three voters they cannot, and
+// no other order of steps helps: that is said in the note, not refused, as
+// any restart of this node would do the same. It returns the member list it
+// judged.
+func restartKeepsQuorum(ctx context.Context, n *ha.Node, st *nodestate.NodeState) ([]memberRow, string, error) {
+	if rep, err := etcdHealth(ctx, n, st); err != nil {
+		return nil, "", fmt.Errorf("stopping this etcd member while the cluster is unhealthy could take its quorum (members %s): %v; `stratum etcd members` shows each member", strings.Join(rep.Members, ", "), err)
+	}
+	rows, err := etcdMembers(ctx, n, st.Etcd.ClientURL)
+	if err != nil {
+		return nil, "", err
+	}
 	voters := 0
-	for _, r := range u.members {
+	for _, r := range rows {
 		if r.Learner {
-			return upgradeRefusedf("etcd member %s is a learner (a join under way, or one that stopped): let the join finish, or remove it (`stratum etcd member remove`)", r.Name)
+			return nil, "", fmt.Errorf("etcd member %s is a learner (a join under way, or one that stopped): let the join finish, or remove it (`stratum etcd member remove`)", r.Name)
 		}
 		voters++
 	}
 	switch {
 	case voters == 1:
-		u.notes = append(u.notes, "this is the cluster's only control plane: the cluster does not serve while it restarts")
+		return rows, "this is the cluster's only control plane: the cluster does not serve while it restarts", nil
 	case voters < 3:
-		u.notes = append(u.notes, fmt.Sprintf("the cluster has %d etcd voters: while this member restarts the others are no quorum, and every write waits", voters))
+		return rows, fmt.Sprintf("the cluster has %d etcd voters: while this member restarts the others are no quorum, and every write waits", voters), nil
 	}
-	return nil
+	return rows, "", nil
 }
 
 // unitHeader starts every unit `stratum install` writes (systemdUnit).
@@ -624,7 +652,7 @@ func (u *nodeUpgrade) writeUnit(ctx context.Context) error {
 		return fmt.Errorf("upgrade: the control plane runs stratum %s, and its unit could not be rewritten: write %s: %w; it still runs the previous stratum at the next boot: run `stratum install --bin-dir %s` with this stratum", Version, u.unitPath, err, u.binDir)
 	}
 	u.a.progress(fmt.Sprintf("rewrote %s (runs %s up --as-supervisor --bin-dir %s; its previous text is in %s)", u.unitPath, u.self, u.binDir, was))
-	if _, err := os.Stat("/run/systemd/system"); err != nil {
+	if !systemdRuns() {
 		return nil // no systemd runs here: it reads the unit when it starts
 	}
 	if !slices.Contains(systemdUnitDirs, filepath.Clean(u.f.unitDir)) {
@@ -633,10 +661,8 @@ func (u *nodeUpgrade) writeUnit(ctx context.Context) error {
 	}
 	// Until systemd reads it, a crash's restart would run the previous
 	// stratum, whose etcd may no longer start under the cluster's version.
-	rctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	if out, err := exec.CommandContext(rctx, "systemctl", "daemon-reload").CombinedOutput(); err != nil {
-		return fmt.Errorf("upgrade: the control plane runs stratum %s and %s names it, but `systemctl daemon-reload` failed (%w: %s): run it, or systemd restarts the previous stratum if this one stops", Version, u.unitPath, err, strings.TrimSpace(string(out)))
+	if out, err := systemctl(ctx, time.Minute, "daemon-reload"); err != nil {
+		return fmt.Errorf("upgrade: the control plane runs stratum %s and %s names it, but `systemctl daemon-reload` failed (%w: %s): run it, or systemd restarts the previous stratum if this one stops", Version, u.unitPath, err, out)
 	}
 	u.a.progress("systemd read the unit (systemctl daemon-reload)")
 	return nil
