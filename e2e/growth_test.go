@@ -41,7 +41,7 @@ import (
 // nobody here wrote check. The survivors are stopped with two SIGTERMs,
 // the second killing what still runs at once.
 func TestSingleControlPlaneGrowsIntoHA(t *testing.T) {
-	t.Parallel() // its own machines; the other real-host test runs beside it
+	t.Parallel() // its own machines; the other real-host tests run beside it
 	tools, nw := installedMachines(t, 3)
 	cp1, cp2, cp3 := nw.Host("cp1"), nw.Host("cp2"), nw.Host("cp3")
 	vip := nw.VIP().String()

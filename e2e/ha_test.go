@@ -56,7 +56,7 @@ import (
 // link: the restore, the rejoin and the resets replace it there, and the
 // disks stay.
 func TestHAControlPlaneOnThreeHosts(t *testing.T) {
-	t.Parallel() // its own machines; the other real-host test runs beside it
+	t.Parallel() // its own machines; the other real-host tests run beside it
 	tools, nw := installedMachines(t, 4)
 	cp1, cp2, cp3, cp4 := nw.Host("cp1"), nw.Host("cp2"), nw.Host("cp3"), nw.Host("cp4")
 	vip := nw.VIP().String()

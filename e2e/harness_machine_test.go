@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -181,35 +182,61 @@ func (h *host) booted(t *testing.T) (*machine, *proc) {
 	return m, m.nspawn
 }
 
-// PowerCut ends the machine at once, as a power failure does: its
-// container and every process in it are killed (SIGKILL to nspawn's PID
-// namespace), nothing is stopped in order, and what the machine's processes
-// added to its network (the VIP) goes with its power, as a boot starts with
-// the configured addresses only. Its disk (h's root) stays as it was.
-func (h *host) PowerCut(ctx context.Context, t *testing.T) {
+// powerCut ends the machines at once, as a power failure does: each
+// container and every process in it are killed together (SIGKILL to each
+// nspawn's PID namespace), nothing is stopped in order, and what a
+// machine's processes added to its network (the VIP) goes with its power, as
+// a boot starts with the configured addresses only. Their disks (each host's
+// root) stay as they were.
+func powerCut(ctx context.Context, t *testing.T, hosts ...*host) {
 	t.Helper()
-	m, p := h.booted(t)
-	if err := p.Kill(); err != nil {
-		t.Fatalf("e2e: %s: cut the machine's power: %v", h.name, err)
+	type cut struct {
+		h         *host
+		init      int
+		initStart string
 	}
-	m.mu.Lock()
-	m.init = 0
-	m.mu.Unlock()
-	waitNoServers(t, h)
-	out, err := ipOut(ctx, "-n", h.ns, "-o", "addr", "show", "dev", hostIf)
-	if err != nil {
-		t.Fatalf("e2e: %s: its addresses: %v", h.name, err)
+	var cuts []cut
+	for _, h := range hosts {
+		m, p := h.booted(t)
+		c := cut{h: h, init: m.initPid()}
+		if c.init != 0 {
+			c.initStart = procStartTime(c.init)
+		}
+		if err := p.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
+			t.Fatalf("e2e: %s: cut the machine's power: %v", h.name, err)
+		}
+		cuts = append(cuts, c)
 	}
-	for _, line := range strings.Split(out, "\n") {
-		f := strings.Fields(line)
-		if len(f) < 4 || (f[2] != "inet" && f[2] != "inet6") {
-			continue
+	for _, c := range cuts {
+		h := c.h
+		m, p := h.booted(t)
+		<-p.Done()
+		m.mu.Lock()
+		m.init = 0
+		m.mu.Unlock()
+		// nspawn dies by its parent-death signal, and its container with
+		// it: gone once its PID 1 is.
+		for deadline := time.Now().Add(30 * time.Second); c.init != 0 && procStartTime(c.init) == c.initStart; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("e2e: %s: the machine's PID 1 (%d) still runs 30 s after its power was cut", h.name, c.init)
+			}
 		}
-		if addr, _, _ := strings.Cut(f[3], "/"); addr == h.ip.String() || strings.HasPrefix(addr, "fe80:") {
-			continue
+		waitNoServers(t, h)
+		out, err := ipOut(ctx, "-n", h.ns, "-o", "addr", "show", "dev", hostIf)
+		if err != nil {
+			t.Fatalf("e2e: %s: its addresses: %v", h.name, err)
 		}
-		if err := ipRun(ctx, "-n", h.ns, "addr", "del", f[3], "dev", hostIf); err != nil {
-			t.Fatalf("e2e: %s: remove %s, which its power took: %v", h.name, f[3], err)
+		for _, line := range strings.Split(out, "\n") {
+			f := strings.Fields(line)
+			if len(f) < 4 || (f[2] != "inet" && f[2] != "inet6") {
+				continue
+			}
+			if addr, _, _ := strings.Cut(f[3], "/"); addr == h.ip.String() || strings.HasPrefix(addr, "fe80:") {
+				continue
+			}
+			if err := ipRun(ctx, "-n", h.ns, "addr", "del", f[3], "dev", hostIf); err != nil {
+				t.Fatalf("e2e: %s: remove %s, which its power took: %v", h.name, f[3], err)
+			}
 		}
 	}
 }

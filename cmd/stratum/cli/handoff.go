@@ -25,20 +25,32 @@ import (
 type unitHandoff struct {
 	a       *app
 	unitDir string
-	timeout time.Duration
-	client  supervisor.Client
-	// running is the supervisor found, nil when none answers; underUnit:
-	// it is the unit's main process already (nothing to hand over).
-	running   *supervisor.About
-	underUnit bool
-	notes     []string
-	startedAt time.Time
+	// self and binDir are what the unit runs (unitExecPath, --bin-dir made
+	// absolute): the running supervisor must run the same release.
+	self, binDir string
+	timeout      time.Duration
+	client       supervisor.Client
+	// running is the supervisor found, nil when none answers; runningStart
+	// is its process's start time, which a reused PID does not share.
+	// underUnit: it runs in stratum.service already (nothing to hand
+	// over); stopping: it was stopping already (a handoff interrupted
+	// after its SIGTERM), so there is nothing to judge, only its end to
+	// wait for.
+	running      *supervisor.About
+	runningStart string
+	underUnit    bool
+	stopping     bool
+	notes        []string
+	startedAt    time.Time
 }
 
 // handoffStopWithin bounds the wait for a supervisor started by hand to end
 // after its SIGTERM: it stops its services in order (the unit gives systemd's
 // own stop 60 s).
 const handoffStopWithin = 2 * time.Minute
+
+// stateStopping is what a supervisor says of itself once a stop signal came.
+const stateStopping = "stopping"
 
 func handoffRefusedf(format string, args ...any) error {
 	return refusedf("install --now refused: "+format+"; nothing was written or changed", args...)
@@ -47,7 +59,8 @@ func handoffRefusedf(format string, args ...any) error {
 // check makes every refusal of the handoff, before the unit is written: root,
 // systemd running and reading --unit-dir, a control plane (node state, no
 // join or reset left unfinished), and a running supervisor that may stop:
-// one started by hand supervising (not starting) a cluster that keeps its
+// the release the unit runs (this stratum, --bin-dir, the operator),
+// supervising a control plane that is up, in a cluster that keeps its
 // quorum while this member restarts.
 func (o *unitHandoff) check(ctx context.Context) error {
 	if err := requireRoot("stratum install --now", "it stops this node's supervisor and starts systemd's unit"); err != nil {
@@ -80,20 +93,38 @@ func (o *unitHandoff) check(ctx context.Context) error {
 	case errors.Is(err, supervisor.ErrNotRunning):
 		return nil // nothing to stop: the unit starts the control plane
 	case errors.Is(err, supervisor.ErrUnsupported):
-		return handoffRefusedf("this node's supervisor is a stratum from before `install --now` (it does not say its process): stop it (Ctrl-C the `stratum up` or `stratum server` running it), then `systemctl daemon-reload && systemctl enable --now stratum`")
+		return handoffRefusedf("this node's supervisor is a stratum from before `upgrade node`, which does not say what it runs: stop it (Ctrl-C the `stratum up` or `stratum server` running it), then run this again, which starts the unit")
 	case err != nil:
 		return fmt.Errorf("install --now: ask this node's supervisor about itself: %w; nothing was written or changed", err)
 	}
-	o.running = &about
-	if o.underUnit = about.PID != 0 && unitMainPID(ctx) == about.PID; o.underUnit {
+	o.running, o.runningStart = &about, processStart(about.PID)
+	if about.Version != Version || filepath.Clean(about.BinDir) != o.binDir || !about.Operator {
+		operator := "and the operator"
+		if !about.Operator {
+			operator = "without the operator (the unit runs it)"
+		}
+		return handoffRefusedf("this node's supervisor (pid %d) runs stratum %s with the etcd and kube-apiserver of %s %s, and the unit would run stratum %s with those of %s: handing over would change what this member runs without upgrade node's checks; run the supervisor's stratum with its --bin-dir, or change the release first with `stratum upgrade node --bin-dir DIR`", about.PID, about.Version, about.BinDir, operator, Version, o.binDir)
+	}
+	if o.underUnit = unitOf(about.PID) == unitName || unitMainPID(ctx) == about.PID; o.underUnit {
 		return nil
 	}
-	if about.State == supervisor.StateStarting {
-		return handoffRefusedf("this node's supervisor (pid %d) is starting its control plane: wait until `stratum status` says it supervises, then run this again", about.PID)
+	if o.runningStart == "" {
+		return handoffRefusedf("this node's supervisor says it is pid %d, which this command does not see running (another PID namespace, or it ended): stop it yourself (Ctrl-C the `stratum up` or `stratum server` running it), then run this again, which starts the unit", about.PID)
+	}
+	if other := unitOf(about.PID); other != "" {
+		o.notes = append(o.notes, fmt.Sprintf("the supervisor runs in %s: if that service starts it again once it stops, the two take turns; stop and disable %s", other, other))
+	}
+	switch about.State {
+	case stateStopping:
+		o.stopping = true // a handoff interrupted after its SIGTERM: only its end is left to wait for
+		return nil
+	case supervisor.StateSupervising:
+	default:
+		return handoffRefusedf("this node's supervisor (pid %d) is %s, not supervising a control plane that is up: `stratum status` says why; wait for it, or stop it (Ctrl-C) and run this again, which starts the unit", about.PID, about.State)
 	}
 	_, note, err := restartKeepsQuorum(ctx, n, st)
 	if err != nil {
-		return handoffRefusedf("%v", err)
+		return refused(fmt.Errorf("install --now refused: %w; nothing was written or changed", err))
 	}
 	if note != "" {
 		o.notes = append(o.notes, note)
@@ -118,11 +149,13 @@ func (o *unitHandoff) plan(dryRun bool) {
 	case o.running == nil:
 		steps = append(steps, "no supervisor runs here: systemctl start stratum starts the control plane from the node state")
 	case o.underUnit:
-		steps = append(steps, fmt.Sprintf("nothing to hand over: stratum.service already runs this node's supervisor (pid %d)", o.running.PID))
+		steps = append(steps, fmt.Sprintf("nothing to hand over: stratum.service already runs this node's supervisor (pid %d); systemctl start stratum waits for it to be ready", o.running.PID))
 	default:
-		steps = append(steps,
-			fmt.Sprintf("stop the supervisor started by hand (pid %d, stratum %s) with SIGTERM, as Ctrl-C does: its services stop, and a VIP it holds moves to another control plane", o.running.PID, o.running.Version),
-			fmt.Sprintf("systemctl start stratum, which returns once the control plane serves (up to %s)", o.timeout))
+		stop := fmt.Sprintf("stop the supervisor started by hand (pid %d, stratum %s) with SIGTERM, as Ctrl-C does: its services stop, and a VIP it holds moves to another control plane", o.running.PID, o.running.Version)
+		if o.stopping {
+			stop = fmt.Sprintf("wait for the supervisor started by hand (pid %d), already stopping, to end", o.running.PID)
+		}
+		steps = append(steps, stop, fmt.Sprintf("systemctl start stratum, which returns once the control plane serves (up to %s)", o.timeout))
 	}
 	for i, s := range steps {
 		fmt.Fprintf(w, "  %d. %s\n", i+1, s)
@@ -130,8 +163,8 @@ func (o *unitHandoff) plan(dryRun bool) {
 }
 
 // run takes the steps in order; each is idempotent, so a re-run after an
-// interruption converges (a supervisor already stopped is not looked for
-// again, an enabled unit stays enabled, a started one started).
+// interruption converges (a supervisor stopping or stopped is waited for or
+// not looked for, an enabled unit stays enabled, a started one started).
 func (o *unitHandoff) run(ctx context.Context) error {
 	for _, step := range []func(context.Context) error{o.enableUnit, o.stopHandSupervisor, o.startUnit} {
 		if err := step(ctx); err != nil {
@@ -145,7 +178,7 @@ func (o *unitHandoff) run(ctx context.Context) error {
 func (o *unitHandoff) enableUnit(ctx context.Context) error {
 	for _, args := range [][]string{{"daemon-reload"}, {"enable", "--quiet", unitName}} {
 		if out, err := systemctl(ctx, time.Minute, args...); err != nil {
-			return fmt.Errorf("install --now: the unit is written, and `systemctl %s` failed (%w: %s); the running control plane was not touched: run `systemctl daemon-reload && systemctl enable --now stratum` once that is mended", strings.Join(args, " "), err, out)
+			return fmt.Errorf("install --now: the unit is written, and `systemctl %s` failed (%w: %s); the running control plane was not touched: run `stratum install --now` again once that is mended", strings.Join(args, " "), err, out)
 		}
 	}
 	o.a.progress("systemd read the unit and starts it at boot (daemon-reload, enable)")
@@ -153,32 +186,40 @@ func (o *unitHandoff) enableUnit(ctx context.Context) error {
 }
 
 // stopHandSupervisor: the supervisor started by hand stops its services and
-// ends, as on Ctrl-C. Its PID is checked to still run the supervisor's binary
-// before the signal, so a PID reused since the question is not signalled.
+// ends, as on Ctrl-C. It is asked again just before the signal, and its
+// process's start time compared, so neither another supervisor (the unit's,
+// started meanwhile) nor a process that took its PID is signalled.
 func (o *unitHandoff) stopHandSupervisor(ctx context.Context) error {
 	if o.running == nil || o.underUnit {
 		return nil
 	}
 	pid := o.running.PID
-	if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err != nil || !sameFile(exe, o.running.Exe) {
-		if !o.client.Running() {
+	if !o.stopping {
+		now, err := o.client.About(ctx)
+		switch {
+		case errors.Is(err, supervisor.ErrNotRunning):
 			return nil // it ended meanwhile
+		case err != nil:
+			return fmt.Errorf("install --now: ask this node's supervisor about itself again: %w; nothing was stopped: run this command again", err)
+		case now.Instance != o.running.Instance || processStart(pid) != o.runningStart:
+			return fmt.Errorf("install --now: the supervisor answering (pid %d) is not the one judged (pid %d): another started meanwhile; nothing was stopped: run this command again", now.PID, pid)
 		}
-		return fmt.Errorf("install --now: the supervisor said it is pid %d, which no longer runs %s (%v); nothing was stopped: stop the supervisor yourself, then `systemctl start stratum`", pid, o.running.Exe, err)
+		o.a.progress(fmt.Sprintf("stopping the supervisor started by hand (pid %d): its services stop, newest first", pid))
+		if err := syscall.Kill(pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return fmt.Errorf("install --now: signal the supervisor (pid %d): %w; nothing was stopped", pid, err)
+		}
+	} else {
+		o.a.progress(fmt.Sprintf("waiting for the supervisor started by hand (pid %d), already stopping, to end", pid))
 	}
-	o.a.progress(fmt.Sprintf("stopping the supervisor started by hand (pid %d): its services stop, newest first", pid))
 	signalled := time.Now()
-	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("install --now: signal the supervisor (pid %d): %w; nothing was stopped", pid, err)
-	}
-	deadline := time.Now().Add(handoffStopWithin)
-	for processAlive(pid) || o.client.Running() {
+	deadline := signalled.Add(handoffStopWithin)
+	for processStart(pid) == o.runningStart && o.runningStart != "" {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("install --now: the supervisor (pid %d) did not end within %s of its SIGTERM; the unit is written and enabled: stop that supervisor (its terminal says what it does), then `systemctl start stratum`", pid, handoffStopWithin)
+			return fmt.Errorf("install --now: the supervisor (pid %d) did not end within %s of its SIGTERM; the unit is written and enabled: stop that supervisor (its terminal says what it does), then run this command again, which starts the unit", pid, handoffStopWithin)
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("install --now: interrupted while the supervisor (pid %d) stopped: %w; run this command again, which starts the unit", pid, ctx.Err())
+			return fmt.Errorf("install --now: interrupted while the supervisor (pid %d) stopped: %w; run this command again, which waits for it and starts the unit", pid, ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -187,20 +228,25 @@ func (o *unitHandoff) stopHandSupervisor(ctx context.Context) error {
 }
 
 // startUnit: `systemctl start stratum`, which returns once the supervisor
-// says READY (Type=notify), then the unit's supervisor must supervise: a
-// start that settled into a wait fails the command, naming the wait.
+// says READY (Type=notify), or at once when the unit is active already; then
+// the unit's supervisor must supervise: a start that settled into a wait
+// fails the command, naming the wait.
 func (o *unitHandoff) startUnit(ctx context.Context) error {
-	if !o.underUnit {
-		o.a.progress("starting stratum.service (systemctl start returns once the control plane serves)")
-		if out, err := systemctl(ctx, o.timeout, "start", unitName); err != nil {
-			return fmt.Errorf("install --now: `systemctl start stratum` failed (%w: %s): `systemctl status stratum` and `journalctl -u stratum` say why; systemd tries again by itself (Restart=always)", err, out)
+	o.a.progress("starting stratum.service (systemctl start returns once the control plane serves)")
+	if out, err := systemctl(ctx, o.timeout, "start", unitName); err != nil {
+		if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("install --now: stratum.service did not say it serves within %s (%w); systemd's start goes on (TimeoutStartSec=30min): `systemctl status stratum` and `journalctl -u stratum` say what it does", o.timeout, err)
 		}
+		return fmt.Errorf("install --now: `systemctl start stratum` failed (%w: %s): `systemctl status stratum` and `journalctl -u stratum` say why; systemd tries again by itself (Restart=always)", err, out)
 	}
 	about, err := o.client.About(ctx)
 	if err != nil {
 		return fmt.Errorf("install --now: stratum.service started, and its supervisor did not answer: %w; `systemctl status stratum` says what it does", err)
 	}
-	if main := unitMainPID(ctx); main != about.PID {
+	switch main := unitMainPID(ctx); {
+	case main == 0:
+		return fmt.Errorf("install --now: stratum.service started, and systemd names no main process for it: `systemctl status stratum` says what it does")
+	case main != about.PID:
 		return fmt.Errorf("install --now: the supervisor answering (pid %d) is not stratum.service's main process (pid %d): another supervisor was started meanwhile; stop it, then `systemctl restart stratum`", about.PID, main)
 	}
 	if about.State != supervisor.StateSupervising {
@@ -208,6 +254,48 @@ func (o *unitHandoff) startUnit(ctx context.Context) error {
 	}
 	fmt.Fprintf(o.a.stdout, "stratum.service runs this control plane (supervisor pid %d, stratum %s), in %s; systemd starts it at every boot\n", about.PID, about.Version, time.Since(o.startedAt).Round(100*time.Millisecond))
 	return nil
+}
+
+// processStart is process pid's start time (field 22 of /proc/<pid>/stat),
+// "" when no such process runs (or it is a zombie): a PID reused by
+// another process does not share it.
+func processStart(pid int) string {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	_, rest, ok := strings.Cut(string(data), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 20 || f[0] == "Z" {
+		return ""
+	}
+	return f[19]
+}
+
+// unitOf is the systemd service whose control group process pid runs in
+// ("stratum.service"), "" for none (a login session's scope, no systemd).
+func unitOf(pid int) string {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return ""
+	}
+	return serviceOfCgroups(string(data))
+}
+
+// serviceOfCgroups is the systemd service named by a /proc/<pid>/cgroup
+// text's unified (cgroup v2) or systemd (v1) hierarchy, "" for none.
+func serviceOfCgroups(cgroups string) string {
+	for _, line := range strings.Split(cgroups, "\n") {
+		// cgroup v2's "0::/path", or v1's systemd hierarchy.
+		f := strings.SplitN(line, ":", 3)
+		if len(f) != 3 || (f[0] != "0" && f[1] != "name=systemd") {
+			continue
+		}
+		if base := filepath.Base(f[2]); strings.HasSuffix(base, ".service") {
+			return base
+		}
+	}
+	return ""
 }
 
 // systemdRuns reports whether systemd is this machine's service manager.
@@ -219,10 +307,7 @@ func systemdRuns() bool {
 // inStratumUnit reports whether this process runs in stratum.service's
 // control group: systemd's unit started it (or its main process, replaced in
 // place).
-func inStratumUnit() bool {
-	data, err := os.ReadFile("/proc/self/cgroup")
-	return err == nil && strings.Contains(string(data), "/"+unitName)
-}
+func inStratumUnit() bool { return unitOf(os.Getpid()) == unitName }
 
 // systemctl runs systemctl with args, bounded by within, and returns its
 // output, trimmed.

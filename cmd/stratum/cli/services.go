@@ -193,7 +193,7 @@ Re-running it after an interruption finishes the handoff.`,
 			}
 			var handoff *unitHandoff
 			if now {
-				handoff = &unitHandoff{a: a, unitDir: unitDir, timeout: timeout, client: supervisor.Client{Path: supervisor.SocketPath}, startedAt: time.Now()}
+				handoff = &unitHandoff{a: a, unitDir: unitDir, self: self, binDir: binDir, timeout: timeout, client: supervisor.Client{Path: supervisor.SocketPath}, startedAt: time.Now()}
 				if err := handoff.check(cmd.Context()); err != nil {
 					return err
 				}

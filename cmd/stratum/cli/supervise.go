@@ -604,10 +604,11 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 	recording, stopRecording := context.WithCancel(ctx)
 	defer stopRecording() // before a replacement's exec, or the end
 	go a.recordRelease(recording, l, n, sup, st)
-	fmt.Fprintf(a.stdout, "supervising this control plane (logs in %s, control socket %s); SIGINT, SIGTERM or SIGHUP stops it (a second one kills what still runs)\n", controlplane.LogDir, supervisor.SocketPath)
+	handOver := ""
 	if systemdRuns() && !inStratumUnit() {
-		fmt.Fprintln(a.stdout, "it runs in the foreground: `stratum install --now`, from another shell, hands it to systemd, which then starts it at every boot")
+		handOver = "\nit runs in the foreground: `stratum install --now`, from another shell, hands it to systemd, which then starts it at every boot"
 	}
+	fmt.Fprintf(a.stdout, "supervising this control plane (logs in %s, control socket %s); SIGINT, SIGTERM or SIGHUP stops it (a second one kills what still runs)%s\n", controlplane.LogDir, supervisor.SocketPath, handOver)
 	a.warnCertsDue(l)
 	daily := time.NewTicker(certsDueEvery)
 	defer daily.Stop()

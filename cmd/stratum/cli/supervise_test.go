@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -150,8 +151,8 @@ func TestInstallWritesAUnitThatRunsUpOnlyWithState(t *testing.T) {
 	}
 	// --now where no systemd runs (this test's machine) has no unit to
 	// start: refused, a dry run's too, with nothing written.
-	if systemdRuns() {
-		t.Log("systemd runs on this machine: --now's refusal without it is not checked here (e2e runs --now under systemd)")
+	if systemdRuns() || os.Geteuid() != 0 {
+		t.Log("systemd runs on this machine, or this test does not run as root: --now's refusal without systemd is not checked here (e2e runs --now under systemd)")
 		return
 	}
 	for _, dry := range []bool{false, true} {
@@ -166,6 +167,34 @@ func TestInstallWritesAUnitThatRunsUpOnlyWithState(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(other, "stratum.service")); err == nil {
 		t.Fatal("a refused install --now wrote the unit")
+	}
+}
+
+// TestHandoffReadsTheProcesses: install --now tells a supervisor's unit by
+// its control group, on cgroup v2 and v1, and a process by its start time.
+func TestHandoffReadsTheProcesses(t *testing.T) {
+	for cgroups, want := range map[string]string{
+		"0::/system.slice/stratum.service\n":                                                         "stratum.service",
+		"0::/user.slice/user-0.slice/session-3.scope\n":                                              "",
+		"12:memory:/system.slice/cron.service\n1:name=systemd:/system.slice/stratum.service\n0::/\n": "stratum.service",
+		"1:name=systemd:/user.slice/user-0.slice/session-3.scope\n0::/\n":                            "",
+		"0::/\n":                                 "",
+		"0::/system.slice/cloud-final.service\n": "cloud-final.service",
+		"":                                       "",
+	} {
+		if got := serviceOfCgroups(cgroups); got != want {
+			t.Errorf("serviceOfCgroups(%q) = %q, want %q", cgroups, got, want)
+		}
+	}
+	if processStart(os.Getpid()) == "" {
+		t.Fatal("processStart of this process is empty")
+	}
+	child := exec.Command("true")
+	if err := child.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if got := processStart(child.Process.Pid); got != "" {
+		t.Fatalf("processStart of an ended process = %q, want empty", got)
 	}
 }
 
