@@ -39,13 +39,14 @@ import (
 //     one at a time: each unit's main PID runs it (execve), active with no
 //     restart counted, the new stratum's READY back over the notify socket,
 //     the rewritten unit loaded; `upgrade plan` then finds all three up to
-//     date;
+//     date; then cp3 is rolled back the same way, by the release under
+//     test's stratum;
 //   - `systemctl stop` on the VIP holder stops every service and releases the
 //     VIP, which another control plane takes; then it starts again;
-//   - the power fails on all three at once (every process killed, nothing
-//     stopped in order), and they boot together: each enabled unit starts,
-//     each stratum waits for the others' members, and the cluster serves the
-//     data written before, three healthy voters;
+//   - the power fails on all three, two releases among them, at once (every
+//     process killed, nothing stopped in order), and they boot together:
+//     each enabled unit starts, each stratum waits for the others' members,
+//     and the cluster serves the data written before, three healthy voters;
 //   - `stratum reset --force` on cp3: its supervisor ends, the unit's
 //     condition (no node state) skips systemd's restart, and the other two
 //     serve on.
@@ -187,7 +188,7 @@ func TestControlPlaneUnderSystemd(t *testing.T) {
 	const newBin = "/var/lib/stratum/releases/next/bin"
 	probe = probeVIP(ctx, tl, cp1)
 	for _, h := range machines {
-		upgradeUnderUnit(ctx, t, tl, h, next, newBin)
+		upgradeUnderUnit(ctx, t, tl, h, next, nextVersion, newBin)
 	}
 	checkVIPGap(t, "the roll of three upgrades", probe)
 	var plan struct{ ControlPlanes []planControlPlane }
@@ -208,6 +209,12 @@ func TestControlPlaneUnderSystemd(t *testing.T) {
 			t.Fatalf("upgrade plan after the roll: %+v, want the 3 control planes on stratum %s, up to date", plan.ControlPlanes, nextVersion)
 		}
 	}
+
+	// Rolled back: cp3 to the release under test, with the same command
+	// run by that release's stratum and its bin directory. The cluster
+	// then runs two releases, through the power failure below.
+	upgradeUnderUnit(ctx, t, tl, cp3, tl.stratum, "dev", binDir)
+	waitHealthy(ctx, t, tl, cp3)
 
 	// Stopped: nothing left, the VIP released and taken by another.
 	holder := vipHolder(ctx, t, nw)
@@ -311,43 +318,46 @@ func handToUnit(ctx context.Context, t *testing.T, tl *tools, h *host, hand *pro
 	return o
 }
 
-// upgradeUnderUnit upgrades h, whose control plane stratum.service runs,
-// with the next release's `stratum upgrade node`, its binaries in newBin,
-// and judges it as systemd sees it: the same main PID, no restart counted,
-// active throughout, the new stratum's READY, the rewritten unit loaded
-// (NeedDaemonReload=no, ExecStart naming the next release), and the next
-// release's supervisor as `stratum status` says.
-func upgradeUnderUnit(ctx context.Context, t *testing.T, tl *tools, h *host, next, newBin string) {
+// upgradeUnderUnit runs `stratum upgrade node --bin-dir binDir` on h, whose
+// control plane stratum.service runs, with the stratum at path (version
+// ver: the next release's to upgrade, the previous one's to roll back), and
+// judges it as systemd sees it: the same main PID, no restart counted,
+// active throughout, READY again as that stratum, the rewritten unit loaded
+// (NeedDaemonReload=no, ExecStart naming path and binDir), and `stratum
+// status` naming ver.
+func upgradeUnderUnit(ctx context.Context, t *testing.T, tl *tools, h *host, path, ver, binDir string) {
 	t.Helper()
 	before := unitState(ctx, t, h)
 	mainPID := checkMainPID(t, h, before)
-	tl.installBinDirAt(t, h.MachinePath(newBin))
-	began := time.Now()
-	o := runStratum(ctx, t, h, next, "upgrade", "node", "--bin-dir", newBin)
-	if !strings.Contains(o, "upgraded to stratum "+nextVersion) {
-		t.Fatalf("upgrade node under systemd on %s did not say the node was upgraded:\n%s", h.Name(), o)
+	if _, err := os.Stat(h.MachinePath(binDir)); err != nil {
+		tl.installBinDirAt(t, h.MachinePath(binDir))
 	}
-	t.Logf("stratum upgrade node on %s under its unit took %s", h.Name(), time.Since(began).Round(100*time.Millisecond))
-	unit := waitUnit(ctx, t, h, 30*time.Second, "running the next release, READY again", func(u map[string]string) bool {
+	began := time.Now()
+	o := runStratum(ctx, t, h, path, "upgrade", "node", "--bin-dir", binDir)
+	if !strings.Contains(o, "upgraded to stratum "+ver) {
+		t.Fatalf("upgrade node to %s under systemd on %s did not say the node was upgraded:\n%s", ver, h.Name(), o)
+	}
+	t.Logf("stratum upgrade node to %s on %s under its unit took %s", ver, h.Name(), time.Since(began).Round(100*time.Millisecond))
+	unit := waitUnit(ctx, t, h, 30*time.Second, "running "+ver+", READY again", func(u map[string]string) bool {
 		return strings.HasPrefix(u["StatusText"], "supervising this control plane")
 	})
 	if unit["MainPID"] != strconv.Itoa(mainPID) || unit["NRestarts"] != before["NRestarts"] || unit["ActiveState"] != "active" {
-		t.Fatalf("stratum.service on %s after upgrade node: %v, want main PID %d kept, no further restart (%s), active", h.Name(), unit, mainPID, before["NRestarts"])
+		t.Fatalf("stratum.service on %s after upgrade node to %s: %v, want main PID %d kept, no further restart (%s), active", h.Name(), ver, unit, mainPID, before["NRestarts"])
 	}
-	if unit["NeedDaemonReload"] != "no" || !strings.Contains(unit["ExecStart"], "path="+next+" ") || !strings.Contains(unit["ExecStart"], "--bin-dir "+newBin) {
-		t.Fatalf("stratum.service on %s after upgrade node: ExecStart %q, NeedDaemonReload %s; want the next release's stratum and bin directory, loaded", h.Name(), unit["ExecStart"], unit["NeedDaemonReload"])
+	if unit["NeedDaemonReload"] != "no" || !strings.Contains(unit["ExecStart"], "path="+path+" ") || !strings.Contains(unit["ExecStart"], "--bin-dir "+binDir+" ") {
+		t.Fatalf("stratum.service on %s after upgrade node to %s: ExecStart %q, NeedDaemonReload %s; want %s and %s, loaded", h.Name(), ver, unit["ExecStart"], unit["NeedDaemonReload"], path, binDir)
 	}
-	if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", stratumPID(t, h))); err != nil || filepath.Base(exe) != "stratum" || exe == tl.stratum {
-		t.Fatalf("the unit's main process on %s runs %q (%v), want the next release's stratum", h.Name(), exe, err)
+	if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", stratumPID(t, h))); err != nil || exe != path {
+		t.Fatalf("the unit's main process on %s runs %q (%v), want %s", h.Name(), exe, err, path)
 	}
 	var status struct {
-		SupervisorProcess struct{ Version, State string }
+		SupervisorProcess struct{ Version, State, BinDir string }
 	}
-	if err := json.Unmarshal([]byte(runStratum(ctx, t, h, next, "status", "-o", "json")), &status); err != nil {
+	if err := json.Unmarshal([]byte(runStratum(ctx, t, h, path, "status", "-o", "json")), &status); err != nil {
 		t.Fatal(err)
 	}
-	if sp := status.SupervisorProcess; sp.Version != nextVersion || sp.State != "supervising" {
-		t.Fatalf("stratum status on %s after the upgrade under systemd: %+v, want %s supervising", h.Name(), sp, nextVersion)
+	if sp := status.SupervisorProcess; sp.Version != ver || sp.State != "supervising" || sp.BinDir != binDir {
+		t.Fatalf("stratum status on %s after the upgrade to %s under systemd: %+v, want %s supervising from %s", h.Name(), ver, sp, ver, binDir)
 	}
 }
 

@@ -44,6 +44,8 @@ type About struct {
 const (
 	StateStarting    = "starting"
 	StateSupervising = "supervising"
+	// StateStopping: a stop signal came, and its services are stopping.
+	StateStopping = "stopping"
 )
 
 // Replacement asks a supervisor to stop every service, as Shutdown does,

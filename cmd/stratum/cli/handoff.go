@@ -49,9 +49,6 @@ type unitHandoff struct {
 // own stop 60 s).
 const handoffStopWithin = 2 * time.Minute
 
-// stateStopping is what a supervisor says of itself once a stop signal came.
-const stateStopping = "stopping"
-
 func handoffRefusedf(format string, args ...any) error {
 	return refusedf("install --now refused: "+format+"; nothing was written or changed", args...)
 }
@@ -115,7 +112,7 @@ func (o *unitHandoff) check(ctx context.Context) error {
 		o.notes = append(o.notes, fmt.Sprintf("the supervisor runs in %s: if that service starts it again once it stops, the two take turns; stop and disable %s", other, other))
 	}
 	switch about.State {
-	case stateStopping:
+	case supervisor.StateStopping:
 		o.stopping = true // a handoff interrupted after its SIGTERM: only its end is left to wait for
 		return nil
 	case supervisor.StateSupervising:

@@ -615,7 +615,7 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 	for {
 		select {
 		case <-ctx.Done():
-			sup.SetState("stopping")
+			sup.SetState(supervisor.StateStopping)
 			select {
 			case r := <-sup.ReplaceRequested():
 				a.dropReplacement(r, "a stop signal came as it was accepted")
