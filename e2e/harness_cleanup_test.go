@@ -522,8 +522,14 @@ func sweepStale(ctx context.Context, logf func(format string, args ...any)) {
 			logf("e2e: stale sweep: %v", err)
 		}
 		// A host booted into systemd is a machine of the namespace's name,
-		// whose nspawn, killed with its run, left this on /run.
+		// whose nspawn, killed with its run, left this on /run, and its
+		// cgroup of the same name.
 		_ = os.RemoveAll(filepath.Join("/run/systemd/nspawn/propagate", ns))
+		if mount, err := cgroup2Mount(); err == nil {
+			if err := removeCgroupTree(filepath.Join(mount, ns)); err != nil {
+				logf("e2e: stale sweep: %v", err)
+			}
+		}
 	}
 	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), nsPrefix+"*"))
 	for _, dir := range dirs {

@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -114,6 +115,16 @@ func (h *host) PowerOn(ctx context.Context, t *testing.T, shared ...string) {
 	// machine that boots the legacy one, systemd in a container hears of
 	// no cgroup running empty and waits out TimeoutStopSec instead.
 	cmd.Env = append(os.Environ(), "SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1")
+	// A cgroup of its own: nspawn --keep-unit puts its container under its
+	// own cgroup, so machines started from one test process would share
+	// one tree, each one's systemd seeing the others' processes in its
+	// units' cgroups (stratum.service's among them).
+	cg, err := h.machineCgroup()
+	if err != nil {
+		t.Fatalf("e2e: %s: %v", h.name, err)
+	}
+	defer cg.Close()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, UseCgroupFD: true, CgroupFD: int(cg.Fd())}
 	p := h.startCmd(args, cmd, false)
 	m.mu.Lock()
 	m.nspawn, m.init = p, 0
@@ -255,13 +266,75 @@ func (m *machine) initPid() int {
 	return pid
 }
 
+// machineCgroup makes the cgroup h's machine runs in, on the unified
+// hierarchy (cgroup v2), named as its network namespace (so the stale sweep
+// knows a dead run's), and opens it for clone3's CLONE_INTO_CGROUP.
+func (h *host) machineCgroup() (*os.File, error) {
+	mount, err := cgroup2Mount()
+	if err != nil {
+		return nil, fmt.Errorf("the machine's cgroup: %w", err)
+	}
+	dir := filepath.Join(mount, h.ns)
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return nil, fmt.Errorf("make the machine's cgroup: %w", err)
+	}
+	return os.Open(dir)
+}
+
+// cgroup2Mount is where this machine's unified cgroup hierarchy is mounted
+// (/sys/fs/cgroup, or /sys/fs/cgroup/unified beside the legacy one).
+func cgroup2Mount() (string, error) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		if f, g := strings.Fields(pre), strings.Fields(post); ok && len(f) >= 5 && len(g) > 0 && g[0] == "cgroup2" {
+			return f[4], nil
+		}
+	}
+	return "", errors.New("no cgroup2 file system is mounted")
+}
+
+// removeCgroupTree removes the cgroup dir and every cgroup below it,
+// deepest first (a cgroup goes with rmdir once no process is in it).
+func removeCgroupTree(dir string) error {
+	var dirs []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			dirs = append(dirs, p)
+		}
+		return nil
+	})
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for i := len(dirs) - 1; i >= 0; i-- {
+		if err := unix.Rmdir(dirs[i]); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("remove cgroup %s: %w", dirs[i], err)
+		}
+	}
+	return nil
+}
+
 // removeMachineLeftovers removes what systemd-nspawn keeps on this
 // machine's /run for h's machine while it runs, which a killed nspawn
-// leaves: its propagation directory and the lock on its root's inode. It is
-// called with no nspawn of h's running (before a boot, at teardown).
+// leaves: its propagation directory and the lock on its root's inode; and
+// the machine's cgroup tree. It is called with no nspawn of h's running
+// (before a boot, at teardown).
 func (h *host) removeMachineLeftovers() {
 	if h.machine == nil {
 		return
+	}
+	if mount, err := cgroup2Mount(); err == nil {
+		_ = removeCgroupTree(filepath.Join(mount, h.ns))
 	}
 	_ = os.RemoveAll(filepath.Join("/run/systemd/nspawn/propagate", h.machine.name))
 	var st unix.Stat_t

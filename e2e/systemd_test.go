@@ -170,8 +170,8 @@ func TestControlPlaneUnderSystemd(t *testing.T) {
 		t.Fatalf("install --now --dry-run on cp3 wrote the unit (%v) or stopped the supervisor (pid %d, was %d)", err, stratumPID(t, cp3), pid3)
 	}
 	probe := probeVIP(ctx, tl, cp1)
-	if o = handToUnit(ctx, t, tl, cp3, hand3); strings.Contains(o, "note:") {
-		t.Fatalf("stratum install --now on the third of three healthy voters noted something:\n%s", o)
+	if o = handToUnit(ctx, t, tl, cp3, hand3); strings.Contains(o, "etcd voters") {
+		t.Fatalf("stratum install --now on the third of three healthy voters noted the quorum:\n%s", o)
 	}
 	checkVIPGap(t, "cp3's handover", probe)
 	// Run again where the unit runs the supervisor: nothing to hand over.
@@ -285,7 +285,7 @@ func TestControlPlaneUnderSystemd(t *testing.T) {
 // through the VIP answering on h. It returns the command's output.
 func handToUnit(ctx context.Context, t *testing.T, tl *tools, h *host, hand *proc) string {
 	t.Helper()
-	const hint = "`stratum install --now`, from another shell, hands it to systemd"
+	const hint = "`stratum install --now`, from another shell, hands it over"
 	if !strings.Contains(hand.Output(), hint) {
 		t.Fatalf("the supervisor started by hand on %s, a machine systemd runs, does not say how to hand it to systemd:\n%s", h.Name(), hand.Tail(10))
 	}
@@ -312,8 +312,19 @@ func handToUnit(ctx context.Context, t *testing.T, tl *tools, h *host, hand *pro
 		t.Fatalf("stratum.service on %s after install --now is %q (%v), want enabled", h.Name(), strings.TrimSpace(o), err)
 	}
 	machineKubectl(ctx, t, tl, h, "get", "--raw", "/readyz")
-	if journal, _, err := h.Run(ctx, "journalctl", "--no-pager", "-u", "stratum"); err != nil || !strings.Contains(journal, "supervising this control plane") || strings.Contains(journal, hint) {
-		t.Fatalf("stratum.service's journal on %s (%v) lacks its supervising line, or tells the unit's supervisor to hand itself to systemd:\n%s", h.Name(), err, journal)
+	// The supervising line follows READY: the journal is read until it
+	// has it.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		journal, _, err := h.Run(ctx, "journalctl", "--no-pager", "-u", "stratum")
+		if strings.Contains(journal, hint) {
+			t.Fatalf("stratum.service's journal on %s tells the unit's supervisor to hand itself to systemd:\n%s", h.Name(), journal)
+		}
+		if err == nil && strings.Contains(journal, "supervising this control plane (logs in") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stratum.service's journal on %s (%v) lacks the supervisor's supervising line after 10 s:\n%s", h.Name(), err, journal)
+		}
 	}
 	return o
 }

@@ -1469,8 +1469,8 @@ var mutants = []mutant{
 	{
 		Name: "handoff-unit-not-enabled",
 		File: "cmd/stratum/cli/handoff.go",
-		Old:  "{\"enable\", \"--quiet\", unitName}",
-		New:  "{\"show\", unitName}",
+		Old:  "systemctl(ctx, time.Minute, \"enable\", \"--quiet\", unitName)",
+		New:  "systemctl(ctx, time.Minute, \"show\", unitName)",
 		Tests: [][]string{
 			{"./e2e", "-run", "TestControlPlaneUnderSystemd"},
 		},
@@ -1478,8 +1478,8 @@ var mutants = []mutant{
 	{
 		Name: "unit-supervisor-told-to-hand-itself-over",
 		File: "cmd/stratum/cli/supervise.go",
-		Old:  "if systemdRuns() && !inStratumUnit() {",
-		New:  "if systemdRuns() {",
+		Old:  "if systemdRuns() && !inStratumUnit() && f.operator {",
+		New:  "if systemdRuns() && f.operator {",
 		Tests: [][]string{
 			{"./e2e", "-run", "TestControlPlaneUnderSystemd"},
 		},

@@ -134,19 +134,25 @@ func (s *Supervisor) requestReplacement(r Replacement) error {
 	return nil
 }
 
-// About asks the supervisor for its identity, process and state.
-// ErrUnsupported: it is a stratum from before the operation.
+// About asks the supervisor for its identity, process and state. Its PID
+// is the one the kernel gives for the socket's peer, numbered in the
+// caller's PID namespace, so a caller signals the supervisor and not the
+// process that has its number here; 0 when the supervisor runs in a PID
+// namespace the caller does not see into. ErrUnsupported: it is a stratum
+// from before the operation.
 func (c Client) About(ctx context.Context) (About, error) {
 	ctx, cancel := context.WithTimeout(ctx, aboutTimeout)
 	defer cancel()
-	resp, err := c.call(ctx, request{Op: "about"})
+	resp, pid, err := c.exchange(ctx, request{Op: "about"})
 	if err != nil {
 		return About{}, err
 	}
 	if resp.About == nil {
 		return About{}, errors.New("the stratum supervisor sent no answer about itself")
 	}
-	return *resp.About, nil
+	a := *resp.About
+	a.PID = pid
+	return a, nil
 }
 
 // aboutTimeout bounds one About: a supervisor answers it from memory.

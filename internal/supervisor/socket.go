@@ -214,25 +214,32 @@ func (s *Supervisor) answer(ctx context.Context, c net.Conn) {
 }
 
 func peerUID(c net.Conn) (uint32, error) {
+	cred, err := peerCred(c)
+	if err != nil {
+		return 0, err
+	}
+	return cred.Uid, nil
+}
+
+// peerCred is the kernel's word on the process at the other end of c, its
+// PID numbered in this process's PID namespace (0 for one outside it).
+func peerCred(c net.Conn) (*syscall.Ucred, error) {
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
-		return 0, errors.New("not a unix socket")
+		return nil, errors.New("not a unix socket")
 	}
 	raw, err := uc.SyscallConn()
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	var cred *syscall.Ucred
 	var cerr error
 	if err := raw.Control(func(fd uintptr) {
 		cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
 	}); err != nil {
-		return 0, err
+		return nil, err
 	}
-	if cerr != nil {
-		return 0, cerr
-	}
-	return cred.Uid, nil
+	return cred, cerr
 }
 
 // Client is host.Services through a running supervisor's control socket.
@@ -262,6 +269,14 @@ func (c Client) Running() bool {
 }
 
 func (c Client) call(ctx context.Context, req request) (response, error) {
+	resp, _, err := c.exchange(ctx, req)
+	return resp, err
+}
+
+// exchange is call, also returning the supervisor's PID as the kernel
+// numbers it in this process's PID namespace (0 when it runs outside it, or
+// the kernel did not say).
+func (c Client) exchange(ctx context.Context, req request) (response, int, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", c.Path)
 	switch {
@@ -269,28 +284,32 @@ func (c Client) call(ctx context.Context, req request) (response, error) {
 	case ctx.Err() != nil:
 		// Not an answer about the supervisor: a caller that took this for
 		// "nothing runs" would wipe data under a running etcd.
-		return response{}, fmt.Errorf("reach the stratum supervisor (control socket %s): %w", c.Path, context.Cause(ctx))
+		return response{}, 0, fmt.Errorf("reach the stratum supervisor (control socket %s): %w", c.Path, context.Cause(ctx))
 	case errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED):
-		return response{}, fmt.Errorf("%w (control socket %s: %v): start it with `stratum up`", ErrNotRunning, c.Path, err)
+		return response{}, 0, fmt.Errorf("%w (control socket %s: %v): start it with `stratum up`", ErrNotRunning, c.Path, err)
 	default:
-		return response{}, fmt.Errorf("reach the stratum supervisor (control socket %s): %w", c.Path, err)
+		return response{}, 0, fmt.Errorf("reach the stratum supervisor (control socket %s): %w", c.Path, err)
 	}
 	defer conn.Close()
+	pid := 0
+	if cred, err := peerCred(conn); err == nil {
+		pid = int(cred.Pid)
+	}
 	if dl, ok := ctx.Deadline(); ok {
 		_ = conn.SetDeadline(dl)
 	}
 	defer context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })()
 	if err := json.NewEncoder(conn).Encode(req); err != nil {
-		return response{}, fmt.Errorf("send to the stratum supervisor: %w", err)
+		return response{}, 0, fmt.Errorf("send to the stratum supervisor: %w", err)
 	}
 	var resp response
 	if err := json.NewDecoder(conn).Decode(&resp); err != nil {
-		return response{}, fmt.Errorf("read the stratum supervisor's answer to %s %s: %w", req.Op, req.Service, err)
+		return response{}, 0, fmt.Errorf("read the stratum supervisor's answer to %s %s: %w", req.Op, req.Service, err)
 	}
 	if resp.Error != "" {
-		return resp, answerError{answered(resp)}
+		return resp, pid, answerError{answered(resp)}
 	}
-	return resp, nil
+	return resp, pid, nil
 }
 
 // answerError is an error the supervisor answered with (Answered).

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/supervisor"
 )
@@ -23,13 +24,14 @@ import (
 // --now), with the restart's refusals first: a stop that could take the
 // etcd quorum is refused before anything is written.
 type unitHandoff struct {
-	a       *app
-	unitDir string
-	// self and binDir are what the unit runs (unitExecPath, --bin-dir made
-	// absolute): the running supervisor must run the same release.
-	self, binDir string
-	timeout      time.Duration
-	client       supervisor.Client
+	a *app
+	// unitPath is the unit install writes, in --unit-dir.
+	unitPath string
+	// binDir is what the unit runs from (--bin-dir made absolute): the
+	// running supervisor must run this stratum's version from it.
+	binDir  string
+	timeout time.Duration
+	client  supervisor.Client
 	// running is the supervisor found, nil when none answers; runningStart
 	// is its process's start time, which a reused PID does not share.
 	// underUnit: it runs in stratum.service already (nothing to hand
@@ -56,7 +58,7 @@ func handoffRefusedf(format string, args ...any) error {
 // check makes every refusal of the handoff, before the unit is written: root,
 // systemd running and reading --unit-dir, a control plane (node state, no
 // join or reset left unfinished), and a running supervisor that may stop:
-// the release the unit runs (this stratum, --bin-dir, the operator),
+// the release the unit runs (this stratum's version, --bin-dir, the operator),
 // supervising a control plane that is up, in a cluster that keeps its
 // quorum while this member restarts.
 func (o *unitHandoff) check(ctx context.Context) error {
@@ -66,8 +68,11 @@ func (o *unitHandoff) check(ctx context.Context) error {
 	if !systemdRuns() {
 		return handoffRefusedf("systemd is not running on this machine, so there is no unit to start: run `stratum install` without --now to write it for when systemd runs, and meanwhile `stratum up` under your own supervisor")
 	}
-	if !slices.Contains(systemdUnitDirs, filepath.Clean(o.unitDir)) {
-		return handoffRefusedf("systemd does not read units from --unit-dir %s, so it could not start one written there: leave --unit-dir out (%s)", o.unitDir, systemdUnitDirs[0])
+	switch dir := filepath.Dir(o.unitPath); {
+	case !slices.Contains(systemdUnitDirs, dir):
+		return handoffRefusedf("systemd does not read units from --unit-dir %s, so it could not start one written there: leave --unit-dir out (%s)", dir, systemdUnitDirs[0])
+	case dir == "/run/systemd/system":
+		return handoffRefusedf("--unit-dir %s is emptied at every boot, so the unit would not start the control plane at the next one: leave --unit-dir out (%s)", dir, systemdUnitDirs[0])
 	}
 	n, h, err := o.a.localNode()
 	if err != nil {
@@ -94,19 +99,21 @@ func (o *unitHandoff) check(ctx context.Context) error {
 	case err != nil:
 		return fmt.Errorf("install --now: ask this node's supervisor about itself: %w; nothing was written or changed", err)
 	}
+	if about.PID == 0 {
+		return handoffRefusedf("this node's supervisor runs in a PID namespace this command does not see into (a container of its own?), so it cannot be stopped from here: stop it where it runs, then run this again, which starts the unit")
+	}
 	o.running, o.runningStart = &about, processStart(about.PID)
-	if about.Version != Version || filepath.Clean(about.BinDir) != o.binDir || !about.Operator {
-		operator := "and the operator"
-		if !about.Operator {
-			operator = "without the operator (the unit runs it)"
-		}
-		return handoffRefusedf("this node's supervisor (pid %d) runs stratum %s with the etcd and kube-apiserver of %s %s, and the unit would run stratum %s with those of %s: handing over would change what this member runs without upgrade node's checks; run the supervisor's stratum with its --bin-dir, or change the release first with `stratum upgrade node --bin-dir DIR`", about.PID, about.Version, about.BinDir, operator, Version, o.binDir)
+	switch {
+	case about.Version != Version || filepath.Clean(about.BinDir) != o.binDir:
+		return handoffRefusedf("this node's supervisor (pid %d) runs stratum %s with the etcd and kube-apiserver of %s, and the unit would run stratum %s with those of %s: handing over would change what this member runs without upgrade node's checks; run `stratum install --now --bin-dir %s` with the supervisor's stratum, or change the release first with `stratum upgrade node --bin-dir DIR`", about.PID, about.Version, about.BinDir, Version, o.binDir, about.BinDir)
+	case !about.Operator:
+		return handoffRefusedf("this node's supervisor (pid %d) runs without the operator (--operator=false), and the unit runs it: stop the supervisor (Ctrl-C), and either let the unit run the operator (`stratum install --now` again) or keep it off with a drop-in (`systemctl edit stratum`: an empty ExecStart=, then the unit's ExecStart with --operator=false) before `systemctl enable --now stratum`", about.PID)
 	}
 	if o.underUnit = unitOf(about.PID) == unitName || unitMainPID(ctx) == about.PID; o.underUnit {
 		return nil
 	}
 	if o.runningStart == "" {
-		return handoffRefusedf("this node's supervisor says it is pid %d, which this command does not see running (another PID namespace, or it ended): stop it yourself (Ctrl-C the `stratum up` or `stratum server` running it), then run this again, which starts the unit", about.PID)
+		return handoffRefusedf("this node's supervisor (pid %d) ended while it was asked: run this again, which starts the unit", about.PID)
 	}
 	if other := unitOf(about.PID); other != "" {
 		o.notes = append(o.notes, fmt.Sprintf("the supervisor runs in %s: if that service starts it again once it stops, the two take turns; stop and disable %s", other, other))
@@ -120,8 +127,11 @@ func (o *unitHandoff) check(ctx context.Context) error {
 		return handoffRefusedf("this node's supervisor (pid %d) is %s, not supervising a control plane that is up: `stratum status` says why; wait for it, or stop it (Ctrl-C) and run this again, which starts the unit", about.PID, about.State)
 	}
 	_, note, err := restartKeepsQuorum(ctx, n, st)
-	if err != nil {
+	switch {
+	case ha.IsRefusal(err):
 		return refused(fmt.Errorf("install --now refused: %w; nothing was written or changed", err))
+	case err != nil:
+		return fmt.Errorf("install --now: %w; nothing was written or changed", err)
 	}
 	if note != "" {
 		o.notes = append(o.notes, note)
@@ -141,7 +151,10 @@ func (o *unitHandoff) plan(dryRun bool) {
 		verb = "with --now it would (--dry-run: nothing is written or changed)"
 	}
 	fmt.Fprintf(w, "%s:\n", verb)
-	steps := []string{"systemctl daemon-reload, then systemctl enable stratum (started at every boot)"}
+	steps := []string{
+		fmt.Sprintf("write %s", o.unitPath),
+		"systemctl daemon-reload (the unit systemd loads must be this one, with no drop-in setting ExecStart), then systemctl enable stratum (started at every boot)",
+	}
 	switch {
 	case o.running == nil:
 		steps = append(steps, "no supervisor runs here: systemctl start stratum starts the control plane from the node state")
@@ -171,12 +184,36 @@ func (o *unitHandoff) run(ctx context.Context) error {
 	return nil
 }
 
-// enableUnit: systemd reads the unit just written and starts it at boot.
+// enableUnit: systemd reads the unit just written, and it is the unit
+// systemd runs (no file of higher precedence, no drop-in changing its
+// ExecStart: the check of what the supervisor runs was made against it);
+// then systemd starts it at boot.
 func (o *unitHandoff) enableUnit(ctx context.Context) error {
-	for _, args := range [][]string{{"daemon-reload"}, {"enable", "--quiet", unitName}} {
-		if out, err := systemctl(ctx, time.Minute, args...); err != nil {
-			return fmt.Errorf("install --now: the unit is written, and `systemctl %s` failed (%w: %s); the running control plane was not touched: run `stratum install --now` again once that is mended", strings.Join(args, " "), err, out)
+	failed := func(what string, err error, out string) error {
+		return fmt.Errorf("install --now: the unit is written, and %s failed (%w: %s); the running control plane was not touched: run `stratum install --now` again once that is mended", what, err, out)
+	}
+	if out, err := systemctl(ctx, time.Minute, "daemon-reload"); err != nil {
+		return failed("`systemctl daemon-reload`", err, out)
+	}
+	out, err := systemctl(ctx, time.Minute, "show", "--property=FragmentPath", "--property=DropInPaths", unitName)
+	if err != nil {
+		return failed("`systemctl show stratum`", err, out)
+	}
+	props := map[string]string{}
+	for _, line := range strings.Split(out, "\n") {
+		k, v, _ := strings.Cut(line, "=")
+		props[k] = v
+	}
+	if props["FragmentPath"] != o.unitPath {
+		return fmt.Errorf("install --now: systemd loads stratum.service from %q, not from %s, which was written: a unit there takes precedence; the running control plane was not touched: remove that file (or run install --now with its directory as --unit-dir), then run this again", props["FragmentPath"], o.unitPath)
+	}
+	for _, d := range strings.Fields(props["DropInPaths"]) {
+		if b, err := os.ReadFile(d); err == nil && strings.Contains(string(b), "ExecStart") {
+			return fmt.Errorf("install --now: the drop-in %s sets ExecStart over the unit written to %s, so systemd would run what it names, unchecked; the running control plane was not touched: remove it (or hand over by hand: Ctrl-C, then systemctl enable --now stratum), then run this again", d, o.unitPath)
 		}
+	}
+	if out, err := systemctl(ctx, time.Minute, "enable", "--quiet", unitName); err != nil {
+		return failed("`systemctl enable stratum`", err, out)
 	}
 	o.a.progress("systemd read the unit and starts it at boot (daemon-reload, enable)")
 	return nil
@@ -192,21 +229,30 @@ func (o *unitHandoff) stopHandSupervisor(ctx context.Context) error {
 	}
 	pid := o.running.PID
 	if !o.stopping {
+		// Asked again: a supervisor stopping meanwhile (Ctrl-C in its
+		// terminal, another install --now) takes a second signal as
+		// "kill what still runs at once", so it is only waited for.
 		now, err := o.client.About(ctx)
 		switch {
 		case errors.Is(err, supervisor.ErrNotRunning):
 			return nil // it ended meanwhile
 		case err != nil:
 			return fmt.Errorf("install --now: ask this node's supervisor about itself again: %w; nothing was stopped: run this command again", err)
-		case now.Instance != o.running.Instance || processStart(pid) != o.runningStart:
+		case now.Instance != o.running.Instance || now.PID != pid || processStart(pid) != o.runningStart:
 			return fmt.Errorf("install --now: the supervisor answering (pid %d) is not the one judged (pid %d): another started meanwhile; nothing was stopped: run this command again", now.PID, pid)
+		case now.State == supervisor.StateStopping:
+			o.stopping = true
+		case now.State != supervisor.StateSupervising:
+			return fmt.Errorf("install --now: the supervisor (pid %d) is now %s, not supervising; nothing was stopped: `stratum status` says why; run this command again once it supervises", pid, now.State)
 		}
+	}
+	if o.stopping {
+		o.a.progress(fmt.Sprintf("waiting for the supervisor started by hand (pid %d), already stopping, to end", pid))
+	} else {
 		o.a.progress(fmt.Sprintf("stopping the supervisor started by hand (pid %d): its services stop, newest first", pid))
 		if err := syscall.Kill(pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
 			return fmt.Errorf("install --now: signal the supervisor (pid %d): %w; nothing was stopped", pid, err)
 		}
-	} else {
-		o.a.progress(fmt.Sprintf("waiting for the supervisor started by hand (pid %d), already stopping, to end", pid))
 	}
 	signalled := time.Now()
 	deadline := signalled.Add(handoffStopWithin)
@@ -231,8 +277,11 @@ func (o *unitHandoff) stopHandSupervisor(ctx context.Context) error {
 func (o *unitHandoff) startUnit(ctx context.Context) error {
 	o.a.progress("starting stratum.service (systemctl start returns once the control plane serves)")
 	if out, err := systemctl(ctx, o.timeout, "start", unitName); err != nil {
-		if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("install --now: stratum.service did not say it serves within %s (%w); systemd's start goes on (TimeoutStartSec=30min): `systemctl status stratum` and `journalctl -u stratum` say what it does", o.timeout, err)
+		switch {
+		case ctx.Err() != nil:
+			return fmt.Errorf("install --now: interrupted while stratum.service started (%w); systemd's start goes on: `systemctl status stratum` says what it does, and this command, run again, waits for it", ctx.Err())
+		case errors.Is(err, context.DeadlineExceeded):
+			return fmt.Errorf("install --now: stratum.service did not say it serves within --timeout %s; systemd's start goes on (TimeoutStartSec=30min): `systemctl status stratum` and `journalctl -u stratum` say what it does", o.timeout)
 		}
 		return fmt.Errorf("install --now: `systemctl start stratum` failed (%w: %s): `systemctl status stratum` and `journalctl -u stratum` say why; systemd tries again by itself (Restart=always)", err, out)
 	}
@@ -261,9 +310,14 @@ func processStart(pid int) string {
 	if err != nil {
 		return ""
 	}
-	_, rest, ok := strings.Cut(string(data), ") ")
-	f := strings.Fields(rest)
-	if !ok || len(f) < 20 || f[0] == "Z" {
+	// The command's name, in parentheses, may hold anything: the fields
+	// start after its last ")".
+	i := strings.LastIndexByte(string(data), ')')
+	if i < 0 {
+		return ""
+	}
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) < 20 || f[0] == "Z" {
 		return ""
 	}
 	return f[19]
@@ -309,9 +363,13 @@ func inStratumUnit() bool { return unitOf(os.Getpid()) == unitName }
 // systemctl runs systemctl with args, bounded by within, and returns its
 // output, trimmed.
 func systemctl(ctx context.Context, within time.Duration, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, within)
+	cctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "systemctl", args...).CombinedOutput()
+	out, err := exec.CommandContext(cctx, "systemctl", args...).CombinedOutput()
+	if err != nil && ctx.Err() == nil && cctx.Err() != nil {
+		// Killed at the bound: the error says "signal: killed", not why.
+		err = fmt.Errorf("not done within %s: %w", within, cctx.Err())
+	}
 	return strings.TrimSpace(string(out)), err
 }
 

@@ -129,14 +129,19 @@ must be an existing directory (systemd reads units only from its own). --dry-run
 the same and prints the unit instead.
 
 --now hands this node's control plane to the unit in one command, where systemd runs:
-after the checks above it refuses, with nothing written or changed, a node without
-control-plane state (the unit would not start), an unfinished join or reset, a
-supervisor still starting, and an etcd cluster that is unhealthy or has a learner (this
+after the checks above it refuses, with nothing written or changed, a machine systemd
+does not run, a --unit-dir systemd does not read or empties at boot (/run), a node
+without control-plane state (the unit would not start), an unfinished join or reset, a
+supervisor that runs another stratum version, another --bin-dir or no operator than the
+unit would (use "stratum upgrade node" to change what runs), one not supervising a
+control plane that is up, and an etcd cluster that is unhealthy or has a learner (this
 member's restart could take the quorum; with fewer than three voters it cannot keep it,
-which is said, not refused). Then it writes the unit, runs systemctl daemon-reload and
-enable, stops the supervisor started by hand (SIGTERM, as Ctrl-C), and runs systemctl
-start, which returns once the unit's supervisor serves the control plane (--timeout).
-Re-running it after an interruption finishes the handoff.`,
+which is said, not refused). Then it writes the unit, runs systemctl daemon-reload
+(checking that systemd loads this unit, with no drop-in setting ExecStart) and enable,
+stops the supervisor started by hand (SIGTERM, as Ctrl-C; one already stopping is only
+waited for), and runs systemctl start, which returns once the unit's supervisor serves
+the control plane (--timeout; past it systemd's start goes on). Re-running it after an
+interruption finishes the handoff.`,
 		Example: `  # After "stratum up ..." or "stratum server ..." by hand: hand its control plane to
   # systemd (checked, then the foreground run stops and the unit starts it)
   stratum install --now
@@ -149,7 +154,10 @@ Re-running it after an interruption finishes the handoff.`,
   stratum install --now --dry-run`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if timeout <= 0 {
+			switch {
+			case cmd.Flags().Changed("timeout") && !now:
+				return usagef("--timeout bounds --now's start of the unit: give it with --now")
+			case timeout <= 0:
 				return usagef("--timeout must be positive (got %s)", timeout)
 			}
 			self, err := unitExecPath(os.Args[0])
@@ -193,7 +201,7 @@ Re-running it after an interruption finishes the handoff.`,
 			}
 			var handoff *unitHandoff
 			if now {
-				handoff = &unitHandoff{a: a, unitDir: unitDir, self: self, binDir: binDir, timeout: timeout, client: supervisor.Client{Path: supervisor.SocketPath}, startedAt: time.Now()}
+				handoff = &unitHandoff{a: a, unitPath: filepath.Join(filepath.Clean(unitDir), unitName), binDir: binDir, timeout: timeout, client: supervisor.Client{Path: supervisor.SocketPath}, startedAt: time.Now()}
 				if err := handoff.check(cmd.Context()); err != nil {
 					return err
 				}
@@ -232,7 +240,7 @@ enable it with: systemctl daemon-reload && systemctl enable --now stratum
 	cmd.Flags().StringVar(&binDir, "bin-dir", controlplane.DefaultBinDir, "the `directory` of the control-plane binaries the unit's stratum up uses")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the unit (and with --now the steps), write nothing")
 	cmd.Flags().BoolVar(&now, "now", false, "also hand this node's control plane to the unit: daemon-reload, enable, stop the supervisor started by hand, start the unit")
-	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "with --now, how long systemctl start may take to serve")
+	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "with --now (only), how long systemctl start may take to serve")
 	return cmd
 }
 

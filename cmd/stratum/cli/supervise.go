@@ -605,8 +605,12 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 	defer stopRecording() // before a replacement's exec, or the end
 	go a.recordRelease(recording, l, n, sup, st)
 	handOver := ""
-	if systemdRuns() && !inStratumUnit() {
-		handOver = "\nit runs in the foreground: `stratum install --now`, from another shell, hands it to systemd, which then starts it at every boot"
+	if systemdRuns() && !inStratumUnit() && f.operator {
+		install := "stratum install --now"
+		if abs, err := filepath.Abs(f.binDir); err == nil && abs != controlplane.DefaultBinDir {
+			install += " --bin-dir " + abs
+		}
+		handOver = "\nsystemd's stratum.service does not run it: `" + install + "`, from another shell, hands it over, and systemd then starts it at every boot"
 	}
 	fmt.Fprintf(a.stdout, "supervising this control plane (logs in %s, control socket %s); SIGINT, SIGTERM or SIGHUP stops it (a second one kills what still runs)%s\n", controlplane.LogDir, supervisor.SocketPath, handOver)
 	a.warnCertsDue(l)

@@ -352,8 +352,11 @@ func (u *nodeUpgrade) checkHealth(ctx context.Context) error {
 		return nil
 	}
 	rows, note, err := restartKeepsQuorum(ctx, u.n, u.st)
-	if err != nil {
-		return upgradeRefusedf("%v", err)
+	switch {
+	case ha.IsRefusal(err):
+		return refused(fmt.Errorf("upgrade refused: %w; nothing was changed", err))
+	case err != nil:
+		return fmt.Errorf("upgrade: %w; nothing was changed", err)
 	}
 	u.members = rows
 	if note != "" {
@@ -367,10 +370,11 @@ func (u *nodeUpgrade) checkHealth(ctx context.Context) error {
 // the others keep the quorum. With fewer than three voters they cannot, and
 // no other order of steps helps: that is said in the note, not refused, as
 // any restart of this node would do the same. It returns the member list it
-// judged.
+// judged; its refusals are marked (ha.IsRefusal), apart from a failure to
+// list the members.
 func restartKeepsQuorum(ctx context.Context, n *ha.Node, st *nodestate.NodeState) ([]memberRow, string, error) {
 	if rep, err := etcdHealth(ctx, n, st); err != nil {
-		return nil, "", fmt.Errorf("stopping this etcd member while the cluster is unhealthy could take its quorum (members %s): %v; `stratum etcd members` shows each member", strings.Join(rep.Members, ", "), err)
+		return nil, "", refused(fmt.Errorf("stopping this etcd member while the cluster is unhealthy could take its quorum (members %s): %w; `stratum etcd members` shows each member", strings.Join(rep.Members, ", "), err))
 	}
 	rows, err := etcdMembers(ctx, n, st.Etcd.ClientURL)
 	if err != nil {
@@ -379,7 +383,7 @@ func restartKeepsQuorum(ctx context.Context, n *ha.Node, st *nodestate.NodeState
 	voters := 0
 	for _, r := range rows {
 		if r.Learner {
-			return nil, "", fmt.Errorf("etcd member %s is a learner (a join under way, or one that stopped): let the join finish, or remove it (`stratum etcd member remove`)", r.Name)
+			return nil, "", refusedf("etcd member %s is a learner (a join under way, or one that stopped): let the join finish, or remove it (`stratum etcd member remove`)", r.Name)
 		}
 		voters++
 	}
