@@ -42,7 +42,8 @@ import (
 //     date; then cp3 is rolled back the same way, by the release under
 //     test's stratum;
 //   - `systemctl stop` on the VIP holder stops every service and releases the
-//     VIP, which another control plane takes; then it starts again;
+//     VIP, which another control plane takes; then `stratum install --now`,
+//     with nothing running, starts the unit again;
 //   - the power fails on all three, two releases among them, at once (every
 //     process killed, nothing stopped in order), and they boot together:
 //     each enabled unit starts, each stratum waits for the others' members,
@@ -228,8 +229,14 @@ func TestControlPlaneUnderSystemd(t *testing.T) {
 	if now := vipHolder(ctx, t, nw); now == holder {
 		t.Fatalf("the VIP %s is still on %s after systemctl stop", vip, holder.Name())
 	}
-	if o, e, err := holder.Run(ctx, "systemctl", "start", "stratum"); err != nil {
-		t.Fatalf("systemctl start stratum on %s: %v\n%s%s", holder.Name(), err, o, e)
+	// Started again with `stratum install --now`, nothing running: it
+	// writes the unit as it is, and starts it.
+	release, releaseBin := next, newBin
+	if holder == cp3 {
+		release, releaseBin = tl.stratum, binDir
+	}
+	if o = runStratum(ctx, t, holder, release, "install", "--now", "--bin-dir", releaseBin); !strings.Contains(o, "no supervisor runs here") || !strings.Contains(o, "stratum.service runs this control plane") {
+		t.Fatalf("stratum install --now on %s, its unit stopped:\n%s", holder.Name(), o)
 	}
 	waitVoters(ctx, t, tl, cp1, 3)
 	waitHealthy(ctx, t, tl, cp1)
