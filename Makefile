@@ -131,8 +131,8 @@ test: assets e2e-deps timeline-deps
 			$(GO) test -p 1 -count=1 -timeout 25m $$pkgs || rc=$$?; \
 			took "every package but ./ha, ./scenarios and ./e2e"; \
 		fi; \
-		echo "$(GO) test -count=1 -timeout 10m ./e2e"; \
-		$(GO) test -count=1 -timeout 10m ./e2e || rc=$$?; \
+		echo "$(GO) test -count=1 -timeout 15m ./e2e"; \
+		$(GO) test -count=1 -timeout 15m ./e2e || rc=$$?; \
 		took ./e2e; \
 		if compgen -G 'scenarios/*.go' >/dev/null; then \
 			echo "$(GO) test -count=1 -timeout 25m ./scenarios $(SCENARIO_FLAGS)"; \
@@ -175,7 +175,7 @@ test: assets e2e-deps timeline-deps
 
 ## e2e: the end-to-end test of the real bin/stratum on network-namespace hosts (root; see docs/real-hosts.md)
 e2e: assets e2e-deps
-	$(GO) test -count=1 -timeout 10m -v ./e2e
+	$(GO) test -count=1 -timeout 15m -v ./e2e
 
 ## e2e-deps: install what the end-to-end test's hosts need (iproute2's ip, util-linux's unshare, nsenter, setpriv, mountpoint, and mount; systemd and systemd-container's systemd-nspawn, for the host booted into systemd) when missing and root
 e2e-deps:

@@ -225,7 +225,9 @@ func (nw *network) teardown(dump func()) (errs []error) {
 		}
 		reapOrphans(killed, nw.isChild)
 		for _, h := range nw.hosts {
-			h.removeMachineLeftovers() // its nspawn is dead by now
+			if err := h.removeMachineLeftovers(); err != nil { // its nspawn is dead by now
+				errs = append(errs, fmt.Errorf("%s's machine: %w", h.name, err))
+			}
 		}
 		for _, ns := range names {
 			if err := ipRun(ctx, "netns", "del", ns); err != nil {
@@ -525,8 +527,18 @@ func sweepStale(ctx context.Context, logf func(format string, args ...any)) {
 		// whose nspawn, killed with its run, left this on /run, and its
 		// cgroup of the same name.
 		_ = os.RemoveAll(filepath.Join("/run/systemd/nspawn/propagate", ns))
-		if mount, err := cgroup2Mount(); err == nil {
-			if err := removeCgroupTree(filepath.Join(mount, ns)); err != nil {
+	}
+	// Their cgroups, named as the namespaces, which a teardown that could
+	// not remove one (or a killed run) leaves after its namespace is gone.
+	if mount, err := cgroup2Mount(); err == nil {
+		cgroups, _ := filepath.Glob(filepath.Join(mount, nsPrefix+"*"))
+		for _, cg := range cgroups {
+			id, pid, ok := parseRunName(strings.TrimPrefix(filepath.Base(cg), nsPrefix))
+			if !ok || !runIsStale(id, pid) {
+				continue
+			}
+			logf("e2e: removing cgroup %s, left by run %s whose process is gone", cg, id)
+			if err := removeCgroupTree(cg); err != nil {
 				logf("e2e: stale sweep: %v", err)
 			}
 		}

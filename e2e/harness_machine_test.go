@@ -57,6 +57,9 @@ func requireMachines(t testing.TB) {
 	if target, err := os.Readlink("/bin"); err != nil || strings.TrimPrefix(target, "/") != "usr/bin" {
 		missing = append(missing, "a merged /usr (/bin a link to usr/bin), which the booted host's root shares")
 	}
+	if err := probeMachineCgroups(); err != nil {
+		missing = append(missing, "a cgroup of its own for each machine: "+err.Error())
+	}
 	if len(missing) == 0 {
 		return
 	}
@@ -99,7 +102,7 @@ func (h *host) PowerOn(ctx context.Context, t *testing.T, shared ...string) {
 		h.machine = &machine{name: h.ns, shared: shared}
 	}
 	m := h.machine
-	h.removeMachineLeftovers()
+	_ = h.removeMachineLeftovers() // a cgroup left is made again below
 	args := []string{"unshare", "--pid", "--fork", "--kill-child", "--",
 		"systemd-nspawn", "--quiet", "--boot", "--directory=" + h.root, "--machine=" + m.name,
 		"--hostname=" + h.name, "--register=no", "--keep-unit", "--console=read-only",
@@ -202,9 +205,9 @@ func (h *host) booted(t *testing.T) (*machine, *proc) {
 func powerCut(ctx context.Context, t *testing.T, hosts ...*host) {
 	t.Helper()
 	type cut struct {
-		h         *host
-		init      int
-		initStart string
+		h                *host
+		init             int
+		initStart, pidNS string
 	}
 	var cuts []cut
 	for _, h := range hosts {
@@ -212,6 +215,7 @@ func powerCut(ctx context.Context, t *testing.T, hosts ...*host) {
 		c := cut{h: h, init: m.initPid()}
 		if c.init != 0 {
 			c.initStart = procStartTime(c.init)
+			c.pidNS, _ = os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", c.init))
 		}
 		if err := p.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
 			t.Fatalf("e2e: %s: cut the machine's power: %v", h.name, err)
@@ -228,8 +232,30 @@ func powerCut(ctx context.Context, t *testing.T, hosts ...*host) {
 		// nspawn dies by its parent-death signal, and its container with
 		// it: gone once its PID 1 is.
 		for deadline := time.Now().Add(30 * time.Second); c.init != 0 && procStartTime(c.init) == c.initStart; time.Sleep(50 * time.Millisecond) {
+			// The dying PID 1 waits until every process of its PID
+			// namespace is reaped, those this test process adopted
+			// included (a command whose nsenter was killed first:
+			// this process is their subreaper).
+			reapAdopted(c.pidNS, h.nw.isChild)
 			if time.Now().After(deadline) {
-				t.Fatalf("e2e: %s: the machine's PID 1 (%d) still runs 30 s after its power was cut", h.name, c.init)
+				status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.init))
+				wchan, _ := os.ReadFile(fmt.Sprintf("/proc/%d/wchan", c.init))
+				stack, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stack", c.init))
+				ns, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", c.init))
+				var in []string
+				entries, _ := os.ReadDir("/proc")
+				for _, e := range entries {
+					pid, err := strconv.Atoi(e.Name())
+					if err != nil || pid == c.init {
+						continue
+					}
+					if other, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid)); other == ns {
+						st, ppid, _ := procState(pid)
+						cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+						in = append(in, fmt.Sprintf("pid %d state %s ppid %d: %s", pid, st, ppid, strings.ReplaceAll(string(cmdline), "\x00", " ")))
+					}
+				}
+				t.Fatalf("e2e: %s: the machine's PID 1 (%d) still runs 30 s after its power was cut (wchan %s); in its PID namespace:\n%s\n%s\n%s", h.name, c.init, wchan, strings.Join(in, "\n"), status, stack)
 			}
 		}
 		waitNoServers(t, h)
@@ -248,6 +274,30 @@ func powerCut(ctx context.Context, t *testing.T, hosts ...*host) {
 			if err := ipRun(ctx, "-n", h.ns, "addr", "del", f[3], "dev", hostIf); err != nil {
 				t.Fatalf("e2e: %s: remove %s, which its power took: %v", h.name, f[3], err)
 			}
+		}
+	}
+}
+
+// reapAdopted reaps the zombies in the PID namespace pidNS (a readlink of
+// /proc/<pid>/ns/pid) whose parent is this test process but which it did
+// not start (known): orphans it adopted as their subreaper, which nothing
+// else waits for.
+func reapAdopted(pidNS string, known func(int) bool) {
+	if pidNS == "" {
+		return
+	}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || known(pid) {
+			continue
+		}
+		if ns, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid)); ns != pidNS {
+			continue
+		}
+		if state, ppid, ok := procState(pid); ok && state == "Z" && ppid == os.Getpid() {
+			var ws unix.WaitStatus
+			_, _ = unix.Wait4(pid, &ws, unix.WNOHANG, nil)
 		}
 	}
 }
@@ -297,11 +347,40 @@ func cgroup2Mount() (string, error) {
 	return "", errors.New("no cgroup2 file system is mounted")
 }
 
+// probeMachineCgroups checks that a process can be started into a cgroup
+// of its own on the unified hierarchy (clone3's CLONE_INTO_CGROUP: Linux
+// 5.7), as Boot starts each machine's nspawn.
+func probeMachineCgroups() error {
+	mount, err := cgroup2Mount()
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(mount, fmt.Sprintf("%sprobe-%d", nsPrefix, os.Getpid()))
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("make a cgroup: %w", err)
+	}
+	defer removeCgroupTree(dir)
+	fd, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer fd.Close()
+	cmd := exec.Command("true")
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(fd.Fd())}
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("start a process into a cgroup (clone3, Linux 5.7): %w", err)
+	}
+	return nil
+}
+
 // removeCgroupTree removes the cgroup dir and every cgroup below it,
 // deepest first (a cgroup goes with rmdir once no process is in it).
 func removeCgroupTree(dir string) error {
 	var dirs []string
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil && p != dir && errors.Is(err, fs.ErrNotExist) {
+			return nil // a cgroup below went meanwhile
+		}
 		if err != nil {
 			return err
 		}
@@ -327,20 +406,21 @@ func removeCgroupTree(dir string) error {
 // removeMachineLeftovers removes what systemd-nspawn keeps on this
 // machine's /run for h's machine while it runs, which a killed nspawn
 // leaves: its propagation directory and the lock on its root's inode; and
-// the machine's cgroup tree. It is called with no nspawn of h's running
-// (before a boot, at teardown).
-func (h *host) removeMachineLeftovers() {
+// the machine's cgroup tree, whose removal's failure it returns. It is
+// called with no nspawn of h's running (before a boot, at teardown).
+func (h *host) removeMachineLeftovers() (err error) {
 	if h.machine == nil {
-		return
+		return nil
 	}
-	if mount, err := cgroup2Mount(); err == nil {
-		_ = removeCgroupTree(filepath.Join(mount, h.ns))
+	if mount, merr := cgroup2Mount(); merr == nil {
+		err = removeCgroupTree(filepath.Join(mount, h.ns))
 	}
 	_ = os.RemoveAll(filepath.Join("/run/systemd/nspawn/propagate", h.machine.name))
 	var st unix.Stat_t
 	if unix.Stat(h.root, &st) == nil {
 		_ = os.Remove(fmt.Sprintf("/run/systemd/nspawn/locks/inode-%d:%d", st.Dev, st.Ino))
 	}
+	return err
 }
 
 // path maps a path as the machine sees it to the same file here: through

@@ -292,7 +292,7 @@ func TestControlPlaneUnderSystemd(t *testing.T) {
 // through the VIP answering on h. It returns the command's output.
 func handToUnit(ctx context.Context, t *testing.T, tl *tools, h *host, hand *proc) string {
 	t.Helper()
-	const hint = "`stratum install --now`, from another shell, hands it over"
+	hint := tl.stratum + " install --now`, from another shell, hands it over"
 	if !strings.Contains(hand.Output(), hint) {
 		t.Fatalf("the supervisor started by hand on %s, a machine systemd runs, does not say how to hand it to systemd:\n%s", h.Name(), hand.Tail(10))
 	}

@@ -74,6 +74,11 @@ func (o *unitHandoff) check(ctx context.Context) error {
 	case dir == "/run/systemd/system":
 		return handoffRefusedf("--unit-dir %s is emptied at every boot, so the unit would not start the control plane at the next one: leave --unit-dir out (%s)", dir, systemdUnitDirs[0])
 	}
+	if conflict, err := o.loadedElsewhere(ctx, false); err != nil {
+		return fmt.Errorf("install --now: ask systemd which stratum.service it loads: %w; nothing was written or changed", err)
+	} else if conflict != "" {
+		return handoffRefusedf("%s", conflict)
+	}
 	n, h, err := o.a.localNode()
 	if err != nil {
 		return err
@@ -107,7 +112,7 @@ func (o *unitHandoff) check(ctx context.Context) error {
 	case about.Version != Version || filepath.Clean(about.BinDir) != o.binDir:
 		return handoffRefusedf("this node's supervisor (pid %d) runs stratum %s with the etcd and kube-apiserver of %s, and the unit would run stratum %s with those of %s: handing over would change what this member runs without upgrade node's checks; run `stratum install --now --bin-dir %s` with the supervisor's stratum, or change the release first with `stratum upgrade node --bin-dir DIR`", about.PID, about.Version, about.BinDir, Version, o.binDir, about.BinDir)
 	case !about.Operator:
-		return handoffRefusedf("this node's supervisor (pid %d) runs without the operator (--operator=false), and the unit runs it: stop the supervisor (Ctrl-C), and either let the unit run the operator (`stratum install --now` again) or keep it off with a drop-in (`systemctl edit stratum`: an empty ExecStart=, then the unit's ExecStart with --operator=false) before `systemctl enable --now stratum`", about.PID)
+		return handoffRefusedf("this node's supervisor (pid %d) runs without the operator (--operator=false), and the unit `stratum install` writes always runs it: to hand it over with the operator on, stop the supervisor (Ctrl-C) and run this again, which starts the unit; a node meant to run without it runs `stratum up --operator=false` under a service of your own", about.PID)
 	}
 	if o.underUnit = unitOf(about.PID) == unitName || unitMainPID(ctx) == about.PID; o.underUnit {
 		return nil
@@ -115,8 +120,8 @@ func (o *unitHandoff) check(ctx context.Context) error {
 	if o.runningStart == "" {
 		return handoffRefusedf("this node's supervisor (pid %d) ended while it was asked: run this again, which starts the unit", about.PID)
 	}
-	if other := unitOf(about.PID); other != "" {
-		o.notes = append(o.notes, fmt.Sprintf("the supervisor runs in %s: if that service starts it again once it stops, the two take turns; stop and disable %s", other, other))
+	if other := unitOf(about.PID); other != "" && serviceMainPID(ctx, other) == about.PID {
+		o.notes = append(o.notes, fmt.Sprintf("the supervisor is %s's main process: if that service starts it again once it stops, the two take turns; stop and disable %s", other, other))
 	}
 	switch about.State {
 	case supervisor.StateStopping:
@@ -195,28 +200,75 @@ func (o *unitHandoff) enableUnit(ctx context.Context) error {
 	if out, err := systemctl(ctx, time.Minute, "daemon-reload"); err != nil {
 		return failed("`systemctl daemon-reload`", err, out)
 	}
-	out, err := systemctl(ctx, time.Minute, "show", "--property=FragmentPath", "--property=DropInPaths", unitName)
+	conflict, err := o.loadedElsewhere(ctx, true)
 	if err != nil {
-		return failed("`systemctl show stratum`", err, out)
+		return failed("`systemctl show stratum`", err, "")
 	}
-	props := map[string]string{}
-	for _, line := range strings.Split(out, "\n") {
-		k, v, _ := strings.Cut(line, "=")
-		props[k] = v
-	}
-	if props["FragmentPath"] != o.unitPath {
-		return fmt.Errorf("install --now: systemd loads stratum.service from %q, not from %s, which was written: a unit there takes precedence; the running control plane was not touched: remove that file (or run install --now with its directory as --unit-dir), then run this again", props["FragmentPath"], o.unitPath)
-	}
-	for _, d := range strings.Fields(props["DropInPaths"]) {
-		if b, err := os.ReadFile(d); err == nil && strings.Contains(string(b), "ExecStart") {
-			return fmt.Errorf("install --now: the drop-in %s sets ExecStart over the unit written to %s, so systemd would run what it names, unchecked; the running control plane was not touched: remove it (or hand over by hand: Ctrl-C, then systemctl enable --now stratum), then run this again", d, o.unitPath)
-		}
+	if conflict != "" {
+		return fmt.Errorf("install --now: the unit is written, and %s; the running control plane was not touched: remove it, then run this again", conflict)
 	}
 	if out, err := systemctl(ctx, time.Minute, "enable", "--quiet", unitName); err != nil {
 		return failed("`systemctl enable stratum`", err, out)
 	}
 	o.a.progress("systemd read the unit and starts it at boot (daemon-reload, enable)")
 	return nil
+}
+
+// loadedElsewhere says what would make systemd run something else than the
+// unit at unitPath (a unit file of higher precedence, a drop-in setting
+// ExecStart), "" for nothing. Before the unit is written it judges the unit
+// systemd has loaded, if any: a file in a directory systemd reads first
+// would win over the one to be written. Once it is written and systemd
+// reloaded, systemd must load exactly that file.
+func (o *unitHandoff) loadedElsewhere(ctx context.Context, written bool) (string, error) {
+	out, err := systemctl(ctx, time.Minute, "show", "--property=FragmentPath", "--property=DropInPaths", unitName)
+	if err != nil {
+		return "", fmt.Errorf("%w: %s", err, out)
+	}
+	props := map[string]string{}
+	for _, line := range strings.Split(out, "\n") {
+		k, v, _ := strings.Cut(line, "=")
+		props[k] = v
+	}
+	if f := props["FragmentPath"]; f != "" && !sameFile(f, o.unitPath) {
+		if _, err := os.Stat(f); err == nil && (written || outranks(filepath.Dir(f), filepath.Dir(o.unitPath))) {
+			return fmt.Sprintf("systemd loads stratum.service from %s, which takes precedence over %s, so systemd would run what it names, unchecked (remove it, or give its directory as --unit-dir)", f, o.unitPath), nil
+		}
+	}
+	for _, d := range strings.Fields(props["DropInPaths"]) {
+		if b, err := os.ReadFile(d); err == nil && setsExecStart(b) {
+			return fmt.Sprintf("the drop-in %s sets ExecStart over the unit, so systemd would run what it names, unchecked (remove it, or hand over by hand: Ctrl-C, then `systemctl enable --now stratum`)", d), nil
+		}
+	}
+	return "", nil
+}
+
+// outranks reports whether systemd reads units from dir before ours, so a
+// unit there wins: systemdUnitDirs is in systemd's order (the same
+// directory under two names, /lib and /usr/lib on a merged /usr, ranks
+// once), and a directory not among them (systemd's control, transient and
+// generator directories) is taken to win.
+func outranks(dir, ours string) bool {
+	rank := func(d string) int {
+		for i, u := range systemdUnitDirs {
+			if sameFile(d, u) {
+				return i
+			}
+		}
+		return -1
+	}
+	return rank(dir) < rank(ours)
+}
+
+// setsExecStart reports whether a unit file's text sets ExecStart (not
+// ExecStartPre or ExecStartPost, nor in a comment).
+func setsExecStart(unit []byte) bool {
+	for _, line := range strings.Split(string(unit), "\n") {
+		if k, _, ok := strings.Cut(strings.TrimSpace(line), "="); ok && strings.TrimSpace(k) == "ExecStart" {
+			return true
+		}
+	}
+	return false
 }
 
 // stopHandSupervisor: the supervisor started by hand stops its services and
@@ -375,8 +427,12 @@ func systemctl(ctx context.Context, within time.Duration, args ...string) (strin
 
 // unitMainPID is stratum.service's main process as systemd says, 0 when it
 // has none (not running, not loaded, or systemctl failed).
-func unitMainPID(ctx context.Context) int {
-	out, err := systemctl(ctx, 30*time.Second, "show", "--property=MainPID", "--value", unitName)
+func unitMainPID(ctx context.Context) int { return serviceMainPID(ctx, unitName) }
+
+// serviceMainPID is a service's main process as systemd says, 0 when it has
+// none.
+func serviceMainPID(ctx context.Context, service string) int {
+	out, err := systemctl(ctx, 30*time.Second, "show", "--property=MainPID", "--value", service)
 	if err != nil {
 		return 0
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -544,7 +545,11 @@ func writeStatus(w io.Writer, rep statusReport) error {
 		return nil
 	}
 	if p := rep.SupervisorProcess; p != nil {
-		fmt.Fprintf(w, "supervisor: pid %d, stratum %s, %s (binaries from %s)\n", p.PID, p.Version, p.State, p.BinDir)
+		pid := strconv.Itoa(p.PID)
+		if p.PID == 0 {
+			pid = "unknown (it runs in a PID namespace this command does not see into)"
+		}
+		fmt.Fprintf(w, "supervisor: pid %s, stratum %s, %s (binaries from %s)\n", pid, p.Version, p.State, p.BinDir)
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

@@ -607,6 +607,9 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 	handOver := ""
 	if systemdRuns() && !inStratumUnit() && f.operator {
 		install := "stratum install --now"
+		if self, err := unitExecPath(os.Args[0]); err == nil {
+			install = self + " install --now" // this stratum: another on PATH may be another release
+		}
 		if abs, err := filepath.Abs(f.binDir); err == nil && abs != controlplane.DefaultBinDir {
 			install += " --bin-dir " + abs
 		}

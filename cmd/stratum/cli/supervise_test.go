@@ -171,7 +171,8 @@ func TestInstallWritesAUnitThatRunsUpOnlyWithState(t *testing.T) {
 }
 
 // TestHandoffReadsTheProcesses: install --now tells a supervisor's unit by
-// its control group, on cgroup v2 and v1, and a process by its start time.
+// its control group, on cgroup v2 and v1, a process by its start time, a
+// drop-in that sets ExecStart, and which unit directory systemd reads first.
 func TestHandoffReadsTheProcesses(t *testing.T) {
 	for cgroups, want := range map[string]string{
 		"0::/system.slice/stratum.service\n":                                                         "stratum.service",
@@ -184,6 +185,31 @@ func TestHandoffReadsTheProcesses(t *testing.T) {
 	} {
 		if got := serviceOfCgroups(cgroups); got != want {
 			t.Errorf("serviceOfCgroups(%q) = %q, want %q", cgroups, got, want)
+		}
+	}
+	for unit, want := range map[string]bool{
+		"[Service]\nExecStart=\nExecStart=/opt/other up\n":             true,
+		"[Service]\n  ExecStart = /opt/other up\n":                     true,
+		"[Service]\nExecStartPre=/bin/true\nExecStartPost=/bin/true\n": false,
+		"# ExecStart is left as it is\n[Service]\nLimitNOFILE=65536\n": false,
+	} {
+		if got := setsExecStart([]byte(unit)); got != want {
+			t.Errorf("setsExecStart(%q) = %v, want %v", unit, got, want)
+		}
+	}
+	// systemd reads /etc before /run before /usr/lib; a directory it reads
+	// that is not in the list (its control or transient ones) wins.
+	for _, tc := range []struct {
+		dir, ours string
+		want      bool
+	}{
+		{"/etc/systemd/system", "/usr/lib/systemd/system", true},
+		{"/usr/lib/systemd/system", "/etc/systemd/system", false},
+		{"/run/systemd/transient", "/etc/systemd/system", true},
+		{"/etc/systemd/system", "/etc/systemd/system", false},
+	} {
+		if got := outranks(tc.dir, tc.ours); got != tc.want {
+			t.Errorf("outranks(%s, %s) = %v, want %v", tc.dir, tc.ours, got, tc.want)
 		}
 	}
 	if processStart(os.Getpid()) == "" {

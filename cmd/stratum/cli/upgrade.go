@@ -229,6 +229,9 @@ func (u *nodeUpgrade) checkSupervisor(ctx context.Context) error {
 	case err != nil:
 		return fmt.Errorf("upgrade: ask this node's supervisor about itself: %w; nothing was changed", err)
 	}
+	if about.PID == 0 {
+		return upgradeRefusedf("this node's supervisor runs in a PID namespace this command does not see into (a container of its own?): run upgrade node where it runs")
+	}
 	u.running = about
 	u.done = about.Version == Version && about.BinDir == u.binDir && sameFile(about.Exe, u.self)
 	u.replacing = about.State == supervisor.StateReplacing+u.self+" in its place"
@@ -416,7 +419,7 @@ func (u *nodeUpgrade) checkUnit(context.Context) error {
 	}
 	dropins, _ := filepath.Glob(filepath.Join(u.f.unitDir, unitName+".d", "*.conf"))
 	for _, d := range dropins {
-		if b, err := os.ReadFile(d); err == nil && strings.Contains(string(b), "ExecStart") {
+		if b, err := os.ReadFile(d); err == nil && setsExecStart(b) {
 			u.notes = append(u.notes, fmt.Sprintf("the drop-in %s sets ExecStart, over the unit's: make it run %s up --as-supervisor --bin-dir %s", d, u.self, u.binDir))
 		}
 	}
@@ -588,7 +591,8 @@ func (u *nodeUpgrade) snapshotNote() string {
 }
 
 // systemdUnitDirs are the directories systemd's system manager reads units
-// from: only a unit written there is worth a daemon-reload.
+// from, in its order of precedence: only a unit written there is worth a
+// daemon-reload.
 var systemdUnitDirs = []string{"/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system"}
 
 // supervisorCallTimeout bounds a call to the supervisor outside the
