@@ -29,9 +29,10 @@ import (
 //   - its supervisor SIGKILLed: the etcd and kube-apiserver it ran end with
 //     it, systemd starts it again (Restart=always), and it brings the control
 //     plane back over its own stale control socket;
-//   - cp2 and cp3 joined with the printed command by hand, each then handed
-//     over with `stratum install --now`: on cp2 (two voters) said and done,
-//     on cp3 first refused with nothing changed while cp2's unit is stopped
+//   - cp2 joined as automation would, the printed command with --install:
+//     it returns once systemd's unit serves (two voters: said); cp3 joined
+//     by hand and handed over with `stratum install --now`: first refused
+//     with nothing changed while cp2's unit is stopped
 //     (a member down: its restart could take the quorum), then a dry run
 //     changing nothing, then done while the VIP answers (no gap of 10 s);
 //     run again on cp2, it finds nothing to hand over;
@@ -137,12 +138,15 @@ func TestControlPlaneUnderSystemd(t *testing.T) {
 	// cp2 and cp3 join by hand with the command as printed, and each is
 	// handed to its unit with `stratum install --now`.
 	join, _ := joinCommands(t, tl.run(ctx, t, cp1, "token", "create", "--control-plane"))
-	hand2 := cp2.Start(tl.shell(join)...)
-	waitSupervising(t, hand2, 3*time.Minute)
-	o = handToUnit(ctx, t, tl, cp2, hand2)
-	if !strings.Contains(o, "note: the cluster has 2 etcd voters") {
-		t.Fatalf("stratum install --now on the second of two voters did not say the cluster loses its quorum while it restarts:\n%s", o)
+	// cp2 as automation joins: the printed command with --install, which
+	// returns once systemd's unit serves the control plane.
+	began = time.Now()
+	o, e, err := cp2.Run(ctx, tl.shell(join+" --install")...)
+	if err != nil || !strings.Contains(o, "note: the cluster has 2 etcd voters") || !strings.Contains(o, "stratum.service runs this control plane") {
+		t.Fatalf("the join command with --install on cp2, the second of two voters: %v, want exit 0 noting the quorum and the unit serving\nstdout:\n%s\nstderr:\n%s", err, o, e)
 	}
+	t.Logf("the join command with --install on cp2 returned after %s; its last lines:\n%s", time.Since(began).Round(100*time.Millisecond), tail(o, 12))
+	checkUnitServes(ctx, t, tl, cp2)
 	hand3 := cp3.Start(tl.shell(join)...)
 	waitSupervising(t, hand3, 3*time.Minute)
 	// Refused, nothing written or stopped, while a member is down: cp2's
@@ -292,8 +296,7 @@ func TestControlPlaneUnderSystemd(t *testing.T) {
 // through the VIP answering on h. It returns the command's output.
 func handToUnit(ctx context.Context, t *testing.T, tl *tools, h *host, hand *proc) string {
 	t.Helper()
-	hint := tl.stratum + " install --now`, from another shell, hands it over"
-	if !strings.Contains(hand.Output(), hint) {
+	if !strings.Contains(hand.Output(), handOverHint(tl)) {
 		t.Fatalf("the supervisor started by hand on %s, a machine systemd runs, does not say how to hand it to systemd:\n%s", h.Name(), hand.Tail(10))
 	}
 	began := time.Now()
@@ -310,13 +313,31 @@ func handToUnit(ctx context.Context, t *testing.T, tl *tools, h *host, hand *pro
 	if err := hand.Wait(); err != nil || !strings.Contains(hand.Output(), "stopping the control plane") {
 		t.Fatalf("the supervisor started by hand on %s did not stop cleanly: %v\n%s", h.Name(), err, hand.Tail(20))
 	}
+	checkUnitServes(ctx, t, tl, h)
+	return o
+}
+
+// handOverHint is what a supervisor started by hand on a machine systemd
+// runs says once it is up, and the unit's own must not.
+func handOverHint(tl *tools) string {
+	return tl.stratum + " install --now`, from another shell, hands it over"
+}
+
+// checkUnitServes checks a control plane handed to systemd's unit on h:
+// stratum.service active and running with the supervisor's status text, its
+// main process the supervisor, enabled for the next boot, kubectl through
+// the VIP answering, and the unit's journal with the supervising line and
+// without the hint to hand the supervisor over.
+func checkUnitServes(ctx context.Context, t *testing.T, tl *tools, h *host) {
+	t.Helper()
+	hint := handOverHint(tl)
 	unit := unitState(ctx, t, h)
 	if unit["ActiveState"] != "active" || unit["SubState"] != "running" || !strings.HasPrefix(unit["StatusText"], "supervising this control plane") {
-		t.Fatalf("stratum.service on %s after install --now: %v, want active, running, the supervisor's status text", h.Name(), unit)
+		t.Fatalf("stratum.service on %s after the handover: %v, want active, running, the supervisor's status text", h.Name(), unit)
 	}
 	checkMainPID(t, h, unit)
 	if o, _, err := h.Run(ctx, "systemctl", "is-enabled", "stratum"); err != nil || strings.TrimSpace(o) != "enabled" {
-		t.Fatalf("stratum.service on %s after install --now is %q (%v), want enabled", h.Name(), strings.TrimSpace(o), err)
+		t.Fatalf("stratum.service on %s after the handover is %q (%v), want enabled", h.Name(), strings.TrimSpace(o), err)
 	}
 	machineKubectl(ctx, t, tl, h, "get", "--raw", "/readyz")
 	// The supervising line follows READY: the journal is read until it
@@ -333,7 +354,6 @@ func handToUnit(ctx context.Context, t *testing.T, tl *tools, h *host, hand *pro
 			t.Fatalf("stratum.service's journal on %s (%v) lacks the supervisor's supervising line after 10 s:\n%s", h.Name(), err, journal)
 		}
 	}
-	return o
 }
 
 // upgradeUnderUnit runs `stratum upgrade node --bin-dir binDir` on h, whose

@@ -25,13 +25,18 @@ import (
 // etcd quorum is refused before anything is written.
 type unitHandoff struct {
 	a *app
+	// command names the command handing over, in its messages ("install
+	// --now", or up or server with --install).
+	command string
 	// unitPath is the unit install writes, in --unit-dir.
 	unitPath string
 	// binDir is what the unit runs from (--bin-dir made absolute): the
-	// running supervisor must run this stratum's version from it.
-	binDir  string
-	timeout time.Duration
-	client  supervisor.Client
+	// running supervisor must run this stratum's version from it. self is
+	// the stratum the unit runs (unitExecPath), set where this writes the
+	// unit itself (--install).
+	binDir, self string
+	timeout      time.Duration
+	client       supervisor.Client
 	// running is the supervisor found, nil when none answers; runningStart
 	// is its process's start time, which a reused PID does not share.
 	// underUnit: it runs in stratum.service already (nothing to hand
@@ -40,10 +45,13 @@ type unitHandoff struct {
 	// wait for.
 	running      *supervisor.About
 	runningStart string
-	underUnit    bool
-	stopping     bool
-	notes        []string
-	startedAt    time.Time
+	// stoppedHere: the services were stopped by this process (--install),
+	// so a failure leaves the control plane down.
+	stoppedHere bool
+	underUnit   bool
+	stopping    bool
+	notes       []string
+	startedAt   time.Time
 }
 
 // handoffStopWithin bounds the wait for a supervisor started by hand to end
@@ -51,8 +59,9 @@ type unitHandoff struct {
 // own stop 60 s).
 const handoffStopWithin = 2 * time.Minute
 
-func handoffRefusedf(format string, args ...any) error {
-	return refusedf("install --now refused: "+format+"; nothing was written or changed", args...)
+// refusedf is a refusal of the handover, named for the command making it.
+func (o *unitHandoff) refusedf(format string, args ...any) error {
+	return refusedf(o.command+" refused: "+format+"; nothing was written or changed", args...)
 }
 
 // check makes every refusal of the handoff, before the unit is written: root,
@@ -65,19 +74,8 @@ func (o *unitHandoff) check(ctx context.Context) error {
 	if err := requireRoot("stratum install --now", "it stops this node's supervisor and starts systemd's unit"); err != nil {
 		return err
 	}
-	if !systemdRuns() {
-		return handoffRefusedf("systemd is not running on this machine, so there is no unit to start: run `stratum install` without --now to write it for when systemd runs, and meanwhile `stratum up` under your own supervisor")
-	}
-	switch dir := filepath.Dir(o.unitPath); {
-	case !slices.Contains(systemdUnitDirs, dir):
-		return handoffRefusedf("systemd does not read units from --unit-dir %s, so it could not start one written there: leave --unit-dir out (%s)", dir, systemdUnitDirs[0])
-	case dir == "/run/systemd/system":
-		return handoffRefusedf("--unit-dir %s is emptied at every boot, so the unit would not start the control plane at the next one: leave --unit-dir out (%s)", dir, systemdUnitDirs[0])
-	}
-	if conflict, err := o.loadedElsewhere(ctx, false); err != nil {
-		return fmt.Errorf("install --now: ask systemd which stratum.service it loads: %w; nothing was written or changed", err)
-	} else if conflict != "" {
-		return handoffRefusedf("%s", conflict)
+	if err := o.checkSystemd(ctx); err != nil {
+		return err
 	}
 	n, h, err := o.a.localNode()
 	if err != nil {
@@ -85,7 +83,7 @@ func (o *unitHandoff) check(ctx context.Context) error {
 	}
 	st, err := nodestate.Load(h)
 	if errors.Is(err, nodestate.ErrNoState) {
-		return handoffRefusedf("this node has no control-plane state (%s), and the unit starts only on a node that has (ConditionPathExists): bring it up (`stratum up`) or join it (the join command) first, then run this", nodestate.Path)
+		return o.refusedf("this node has no control-plane state (%s), and the unit starts only on a node that has (ConditionPathExists): bring it up (`stratum up`) or join it (the join command) first, then run this", nodestate.Path)
 	}
 	if err != nil {
 		return refused(fmt.Errorf("install --now refused: %w; nothing was written or changed", err))
@@ -93,32 +91,32 @@ func (o *unitHandoff) check(ctx context.Context) error {
 	if what, err := unfinishedWork(ctx, n, h); err != nil {
 		return err
 	} else if what != "" {
-		return handoffRefusedf("%s", what)
+		return o.refusedf("%s", what)
 	}
 	about, err := o.client.About(ctx)
 	switch {
 	case errors.Is(err, supervisor.ErrNotRunning):
 		return nil // nothing to stop: the unit starts the control plane
 	case errors.Is(err, supervisor.ErrUnsupported):
-		return handoffRefusedf("this node's supervisor is a stratum from before `upgrade node`, which does not say what it runs: stop it (Ctrl-C the `stratum up` or `stratum server` running it), then run this again, which starts the unit")
+		return o.refusedf("this node's supervisor is a stratum from before `upgrade node`, which does not say what it runs: stop it (Ctrl-C the `stratum up` or `stratum server` running it), then run this again, which starts the unit")
 	case err != nil:
 		return fmt.Errorf("install --now: ask this node's supervisor about itself: %w; nothing was written or changed", err)
 	}
 	if about.PID == 0 {
-		return handoffRefusedf("this node's supervisor runs in a PID namespace this command does not see into (a container of its own?), so it cannot be stopped from here: stop it where it runs, then run this again, which starts the unit")
+		return o.refusedf("this node's supervisor runs in a PID namespace this command does not see into (a container of its own?), so it cannot be stopped from here: stop it where it runs, then run this again, which starts the unit")
 	}
 	o.running, o.runningStart = &about, processStart(about.PID)
 	switch {
 	case about.Version != Version || filepath.Clean(about.BinDir) != o.binDir:
-		return handoffRefusedf("this node's supervisor (pid %d) runs stratum %s with the etcd and kube-apiserver of %s, and the unit would run stratum %s with those of %s: handing over would change what this member runs without upgrade node's checks; run `stratum install --now --bin-dir %s` with the supervisor's stratum, or change the release first with `stratum upgrade node --bin-dir DIR`", about.PID, about.Version, about.BinDir, Version, o.binDir, about.BinDir)
+		return o.refusedf("this node's supervisor (pid %d) runs stratum %s with the etcd and kube-apiserver of %s, and the unit would run stratum %s with those of %s: handing over would change what this member runs without upgrade node's checks; run `stratum install --now --bin-dir %s` with the supervisor's stratum, or change the release first with `stratum upgrade node --bin-dir DIR`", about.PID, about.Version, about.BinDir, Version, o.binDir, about.BinDir)
 	case !about.Operator:
-		return handoffRefusedf("this node's supervisor (pid %d) runs without the operator (--operator=false), and the unit `stratum install` writes always runs it: to hand it over with the operator on, stop the supervisor (Ctrl-C) and run this again, which starts the unit; a node meant to run without it runs `stratum up --operator=false` under a service of your own", about.PID)
+		return o.refusedf("this node's supervisor (pid %d) runs without the operator (--operator=false), and the unit `stratum install` writes always runs it: to hand it over with the operator on, stop the supervisor (Ctrl-C) and run this again, which starts the unit; a node meant to run without it runs `stratum up --operator=false` under a service of your own", about.PID)
 	}
 	if o.underUnit = unitOf(about.PID) == unitName || unitMainPID(ctx) == about.PID; o.underUnit {
 		return nil
 	}
 	if o.runningStart == "" {
-		return handoffRefusedf("this node's supervisor (pid %d) ended while it was asked: run this again, which starts the unit", about.PID)
+		return o.refusedf("this node's supervisor (pid %d) ended while it was asked: run this again, which starts the unit", about.PID)
 	}
 	if other := unitOf(about.PID); other != "" && serviceMainPID(ctx, other) == about.PID {
 		o.notes = append(o.notes, fmt.Sprintf("the supervisor is %s's main process: if that service starts it again once it stops, the two take turns; stop and disable %s", other, other))
@@ -129,7 +127,7 @@ func (o *unitHandoff) check(ctx context.Context) error {
 		return nil
 	case supervisor.StateSupervising:
 	default:
-		return handoffRefusedf("this node's supervisor (pid %d) is %s, not supervising a control plane that is up: `stratum status` says why; wait for it, or stop it (Ctrl-C) and run this again, which starts the unit", about.PID, about.State)
+		return o.refusedf("this node's supervisor (pid %d) is %s, not supervising a control plane that is up: `stratum status` says why; wait for it, or stop it (Ctrl-C) and run this again, which starts the unit", about.PID, about.State)
 	}
 	_, note, err := restartKeepsQuorum(ctx, n, st)
 	switch {
@@ -140,6 +138,27 @@ func (o *unitHandoff) check(ctx context.Context) error {
 	}
 	if note != "" {
 		o.notes = append(o.notes, note)
+	}
+	return nil
+}
+
+// checkSystemd: systemd runs, reads the unit's directory and keeps it
+// across boots, and loads no other stratum.service that would win over
+// the one to be written.
+func (o *unitHandoff) checkSystemd(ctx context.Context) error {
+	if !systemdRuns() {
+		return o.refusedf("systemd is not running on this machine, so there is no unit to hand the control plane to: run `stratum up` under your own supervisor (`stratum install` writes the unit for when systemd runs)")
+	}
+	switch dir := filepath.Dir(o.unitPath); {
+	case !slices.Contains(systemdUnitDirs, dir):
+		return o.refusedf("systemd does not read units from --unit-dir %s, so it could not start one written there: leave --unit-dir out (%s)", dir, systemdUnitDirs[0])
+	case dir == "/run/systemd/system":
+		return o.refusedf("--unit-dir %s is emptied at every boot, so the unit would not start the control plane at the next one: leave --unit-dir out (%s)", dir, systemdUnitDirs[0])
+	}
+	if conflict, err := o.loadedElsewhere(ctx, false); err != nil {
+		return fmt.Errorf("%s: ask systemd which stratum.service it loads: %w; nothing was written or changed", o.command, err)
+	} else if conflict != "" {
+		return o.refusedf("%s", conflict)
 	}
 	return nil
 }
@@ -194,8 +213,12 @@ func (o *unitHandoff) run(ctx context.Context) error {
 // ExecStart: the check of what the supervisor runs was made against it);
 // then systemd starts it at boot.
 func (o *unitHandoff) enableUnit(ctx context.Context) error {
+	state := "the running control plane was not touched"
+	if o.stoppedHere {
+		state = "this control plane is stopped (its services stopped here to be handed over)"
+	}
 	failed := func(what string, err error, out string) error {
-		return fmt.Errorf("install --now: the unit is written, and %s failed (%w: %s); the running control plane was not touched: run `stratum install --now` again once that is mended", what, err, out)
+		return fmt.Errorf("%s: the unit is written, and %s failed (%w: %s); %s: run `stratum install --now` once that is mended, which starts the unit", o.command, what, err, out, state)
 	}
 	if out, err := systemctl(ctx, time.Minute, "daemon-reload"); err != nil {
 		return failed("`systemctl daemon-reload`", err, out)
@@ -205,7 +228,7 @@ func (o *unitHandoff) enableUnit(ctx context.Context) error {
 		return failed("`systemctl show stratum`", err, "")
 	}
 	if conflict != "" {
-		return fmt.Errorf("install --now: the unit is written, and %s; the running control plane was not touched: remove it, then run this again", conflict)
+		return fmt.Errorf("%s: the unit is written, and %s; %s: remove it, then run `stratum install --now`, which starts the unit", o.command, conflict, state)
 	}
 	if out, err := systemctl(ctx, time.Minute, "enable", "--quiet", unitName); err != nil {
 		return failed("`systemctl enable stratum`", err, out)
@@ -331,24 +354,24 @@ func (o *unitHandoff) startUnit(ctx context.Context) error {
 	if out, err := systemctl(ctx, o.timeout, "start", unitName); err != nil {
 		switch {
 		case ctx.Err() != nil:
-			return fmt.Errorf("install --now: interrupted while stratum.service started (%w); systemd's start goes on: `systemctl status stratum` says what it does, and this command, run again, waits for it", ctx.Err())
+			return fmt.Errorf("%s: interrupted while stratum.service started (%w); systemd's start goes on: `systemctl status stratum` says what it does, and `stratum install --now` waits for it", o.command, ctx.Err())
 		case errors.Is(err, context.DeadlineExceeded):
-			return fmt.Errorf("install --now: stratum.service did not say it serves within --timeout %s; systemd's start goes on (TimeoutStartSec=30min): `systemctl status stratum` and `journalctl -u stratum` say what it does", o.timeout)
+			return fmt.Errorf("%s: stratum.service did not say it serves within --timeout %s; systemd's start goes on (TimeoutStartSec=30min): `systemctl status stratum` and `journalctl -u stratum` say what it does", o.command, o.timeout)
 		}
-		return fmt.Errorf("install --now: `systemctl start stratum` failed (%w: %s): `systemctl status stratum` and `journalctl -u stratum` say why; systemd tries again by itself (Restart=always)", err, out)
+		return fmt.Errorf("%s: `systemctl start stratum` failed (%w: %s): `systemctl status stratum` and `journalctl -u stratum` say why; systemd tries again by itself (Restart=always)", o.command, err, out)
 	}
 	about, err := o.client.About(ctx)
 	if err != nil {
-		return fmt.Errorf("install --now: stratum.service started, and its supervisor did not answer: %w; `systemctl status stratum` says what it does", err)
+		return fmt.Errorf("%s: stratum.service started, and its supervisor did not answer: %w; `systemctl status stratum` says what it does", o.command, err)
 	}
 	switch main := unitMainPID(ctx); {
 	case main == 0:
-		return fmt.Errorf("install --now: stratum.service started, and systemd names no main process for it: `systemctl status stratum` says what it does")
+		return fmt.Errorf("%s: stratum.service started, and systemd names no main process for it: `systemctl status stratum` says what it does", o.command)
 	case main != about.PID:
-		return fmt.Errorf("install --now: the supervisor answering (pid %d) is not stratum.service's main process (pid %d): another supervisor was started meanwhile; stop it, then `systemctl restart stratum`", about.PID, main)
+		return fmt.Errorf("%s: the supervisor answering (pid %d) is not stratum.service's main process (pid %d): another supervisor was started meanwhile; stop it, then `systemctl restart stratum`", o.command, about.PID, main)
 	}
 	if about.State != supervisor.StateSupervising {
-		return fmt.Errorf("install --now: stratum.service runs this node's supervisor (pid %d), which is %s, not serving its control plane: `systemctl status stratum` and `stratum status` say why; it goes on by itself", about.PID, about.State)
+		return fmt.Errorf("%s: stratum.service runs this node's supervisor (pid %d), which is %s, not serving its control plane: `systemctl status stratum` and `stratum status` say why; it goes on by itself", o.command, about.PID, about.State)
 	}
 	fmt.Fprintf(o.a.stdout, "stratum.service runs this control plane (supervisor pid %d, stratum %s), in %s; systemd starts it at every boot\n", about.PID, about.Version, time.Since(o.startedAt).Round(100*time.Millisecond))
 	return nil

@@ -193,11 +193,20 @@ advises runs through it, and starts the control plane once the data is back.
 			if err := applyConfigToUp(cmd, f.config, &o); err != nil {
 				return err
 			}
+			switch {
+			case f.install && f.asSupervisor:
+				return usagef("--install hands a supervisor started by hand to systemd's unit, and --as-supervisor is how the unit runs it: give one or the other")
+			case f.install && a.opts.Host != nil:
+				return usagef("--install is for a real host, whose systemd runs the unit")
+			}
 			if a.opts.Host == nil {
 				err := a.supervise(cmd.Context(), "stratum up", "control plane up", f.superviseFlags, o, func(ctx context.Context, n *ha.Node) (*nodestate.NodeState, error) {
 					return n.Up(ctx, o)
 				})
 				if errors.Is(err, supervisor.ErrAlreadyRunning) {
+					if f.install {
+						return refusedf("stratum up --install refused: %w; `stratum install --now` hands that supervisor to systemd; nothing was changed", err)
+					}
 					if f.asSupervisor {
 						return refusedf("%w; with --as-supervisor stratum up runs this node's supervisor or nothing (the unit `stratum install` writes runs it so, and tries again every 5 s: it takes over within 5 s of that supervisor stopping)", err)
 					}
@@ -377,6 +386,9 @@ stratum cannot change; the file form never is).`,
 				run := interrupt.New(context.WithoutCancel(cmd.Context()), a.log)
 				defer run.Stop()
 				return join(run.Context(), n, o)
+			}
+			if f.install && a.opts.Host != nil {
+				return usagef("--install is for a real host, whose systemd runs the unit")
 			}
 			if a.opts.Host == nil {
 				return a.supervise(cmd.Context(), "stratum server", "joined as a control plane", f.superviseFlags, ha.BootstrapOptions{}, func(_ context.Context, n *ha.Node) (*nodestate.NodeState, error) {

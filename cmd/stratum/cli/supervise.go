@@ -517,12 +517,16 @@ func operatorLoop(ctx context.Context, n *ha.Node, cs kubernetes.Interface, log 
 type superviseFlags struct {
 	binDir   string
 	operator bool
+	// install: once the control plane serves, hand it to systemd's unit
+	// (as `stratum install --now`) and exit.
+	install bool
 }
 
 func (f *superviseFlags) add(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.binDir, "bin-dir", controlplane.DefaultBinDir, "the `directory` holding the pinned etcd and kube-apiserver binaries (the bin/ of `make dist`)")
 	fl.BoolVar(&f.operator, "operator", true, "run the stratum-operator on this control plane (leader-elected: promotes stranded etcd learners, prunes expired grants)")
+	fl.BoolVar(&f.install, "install", false, "once the control plane serves, hand it to systemd's stratum.service (written and enabled, as `stratum install --now`) and exit 0 when the unit serves it: a command that returns, for automation")
 }
 
 // supervise is `stratum up` and `stratum server` on a real host: refusals
@@ -546,11 +550,24 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 	// its lock are closed (the defers below run before this one).
 	var replacement *supervisor.Replacement
 	var identity supervisor.Identity
+	// A handover to systemd's unit (--install) runs last too: the unit's
+	// supervisor starts only once this one's socket and locks are closed.
+	var handoff *unitHandoff
+	handOver := false
 	defer func() {
-		if replacement != nil {
+		switch {
+		case replacement != nil:
 			rerr = a.finishReplacement(ctx, *replacement, identity)
+		case handOver:
+			rerr = a.finishHandover(ctx, handoff)
 		}
 	}()
+	if f.install {
+		var err error
+		if handoff, err = a.installHandoff(ctx, verb, f); err != nil {
+			return err
+		}
+	}
 	l, err := host.NewLocal()
 	if err != nil {
 		return refused(err)
@@ -604,8 +621,8 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 	recording, stopRecording := context.WithCancel(ctx)
 	defer stopRecording() // before a replacement's exec, or the end
 	go a.recordRelease(recording, l, n, sup, st)
-	handOver := ""
-	if systemdRuns() && !inStratumUnit() && f.operator {
+	hint := ""
+	if systemdRuns() && !inStratumUnit() && f.operator && handoff == nil {
 		install := "stratum install --now"
 		if self, err := unitExecPath(os.Args[0]); err == nil {
 			install = self + " install --now" // this stratum: another on PATH may be another release
@@ -613,9 +630,25 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 		if abs, err := filepath.Abs(f.binDir); err == nil && abs != controlplane.DefaultBinDir {
 			install += " --bin-dir " + abs
 		}
-		handOver = "\nsystemd's stratum.service does not run it: `" + install + "`, from another shell, hands it over, and systemd then starts it at every boot"
+		hint = "\nsystemd's stratum.service does not run it: `" + install + "`, from another shell, hands it over, and systemd then starts it at every boot"
 	}
-	fmt.Fprintf(a.stdout, "supervising this control plane (logs in %s, control socket %s); SIGINT, SIGTERM or SIGHUP stops it (a second one kills what still runs)%s\n", controlplane.LogDir, supervisor.SocketPath, handOver)
+	fmt.Fprintf(a.stdout, "supervising this control plane (logs in %s, control socket %s); SIGINT, SIGTERM or SIGHUP stops it (a second one kills what still runs)%s\n", controlplane.LogDir, supervisor.SocketPath, hint)
+	if handoff != nil {
+		// The restart's gate, as install --now judges it: a handover
+		// that could take the quorum is not made, and this supervisor
+		// goes on in the foreground.
+		_, note, err := restartKeepsQuorum(ctx, n, st)
+		if err == nil {
+			if note != "" {
+				fmt.Fprintf(a.stdout, "note: %s\n", note)
+			}
+			fmt.Fprintln(a.stdout, "handing this control plane to systemd's stratum.service (--install): its services stop here, then systemctl start runs them under the unit")
+			sup.SetState(supervisor.StateStopping)
+			handOver = true
+			return nil
+		}
+		fmt.Fprintf(a.stdout, "not handed to systemd's stratum.service (--install): %v; this supervisor goes on in the foreground: once that is mended, `stratum install --now` hands it over\n", err)
+	}
 	a.warnCertsDue(l)
 	daily := time.NewTicker(certsDueEvery)
 	defer daily.Stop()
@@ -644,6 +677,57 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 			a.warnCertsDue(l)
 		}
 	}
+}
+
+// installHandoff makes --install's refusals before anything is brought up or
+// joined: not the unit's own supervisor, the operator on (the unit runs
+// it), systemd running and loading the unit this writes, and the unit's
+// paths (as `stratum install` checks them).
+func (a *app) installHandoff(ctx context.Context, verb string, f superviseFlags) (*unitHandoff, error) {
+	refuse := func(format string, args ...any) error {
+		return refusedf("%s --install refused: "+format+"; nothing was changed", append([]any{verb}, args...)...)
+	}
+	if inStratumUnit() || os.Getenv(sdnotify.SocketEnv) != "" {
+		return nil, refuse("this runs under a service manager already (stratum.service, or another unit's notify socket): --install hands a supervisor started by hand to systemd")
+	}
+	if !f.operator {
+		return nil, refuse("the unit `stratum install` writes runs the operator, and --operator=false was given")
+	}
+	self, err := unitExecPath(os.Args[0])
+	if err != nil {
+		return nil, err
+	}
+	binDir, err := filepath.Abs(f.binDir)
+	if err != nil {
+		return nil, usagef("--bin-dir: %v", err)
+	}
+	for _, p := range []string{self, binDir} {
+		if c := unitUnsafe(p); c != "" {
+			return nil, refuse("%q holds %q, which a systemd ExecStart would split or expand", p, c)
+		}
+	}
+	h := &unitHandoff{a: a, command: verb + " --install", unitPath: filepath.Join(systemdUnitDirs[0], unitName), self: self, binDir: binDir,
+		timeout: 10 * time.Minute, client: supervisor.Client{Path: supervisor.SocketPath}, startedAt: time.Now()}
+	if err := h.checkSystemd(ctx); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// finishHandover is --install's end, once this supervisor has stopped every
+// service and closed its socket: the unit written, reloaded and enabled,
+// then started, as `stratum install --now` does with nothing running.
+func (a *app) finishHandover(ctx context.Context, h *unitHandoff) error {
+	if ctx.Err() != nil {
+		fmt.Fprintf(a.stdout, "a stop signal came while the services stopped: not handed to systemd; `stratum install --now` starts the unit\n")
+		return nil
+	}
+	if err := writeFileAtomic(h.unitPath, []byte(systemdUnit(h.self, h.binDir)), 0o644); err != nil {
+		return fmt.Errorf("--install: every service stopped to hand them to systemd, and %s could not be written: %w; run `stratum install --now` (or `stratum up`) to start the control plane again", h.unitPath, err)
+	}
+	fmt.Fprintf(a.stdout, "wrote %s (runs %s up --as-supervisor --bin-dir %s)\n", h.unitPath, h.self, h.binDir)
+	h.stoppedHere = true
+	return h.run(ctx)
 }
 
 // recordRelease records in the cluster which release this control plane

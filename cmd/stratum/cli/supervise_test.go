@@ -170,6 +170,16 @@ func TestInstallWritesAUnitThatRunsUpOnlyWithState(t *testing.T) {
 	}
 }
 
+// TestInstallFlagIsForAHandStartedSupervisor: up --install with
+// --as-supervisor (how the unit runs up) is bad usage, refused before
+// anything else.
+func TestInstallFlagIsForAHandStartedSupervisor(t *testing.T) {
+	code, out, errOut := runCLI(t, Options{}, "up", "--install", "--as-supervisor")
+	if code != ExitUsage || !strings.Contains(errOut, "--install hands a supervisor started by hand") || out != "" {
+		t.Fatalf("up --install --as-supervisor: exit %d, want %d naming --install; stdout %q, stderr:\n%s", code, ExitUsage, out, errOut)
+	}
+}
+
 // TestHandoffReadsTheProcesses: install --now tells a supervisor's unit by
 // its control group, on cgroup v2 and v1, a process by its start time, a
 // drop-in that sets ExecStart, and which unit directory systemd reads first.
