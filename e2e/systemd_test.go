@@ -141,9 +141,12 @@ func TestControlPlaneUnderSystemd(t *testing.T) {
 	// cp2 as automation joins: the printed command with --install, which
 	// returns once systemd's unit serves the control plane.
 	began = time.Now()
-	o, e, err := cp2.Run(ctx, tl.shell(join+" --install")...)
-	if err != nil || !strings.Contains(o, "note: the cluster has 2 etcd voters") || !strings.Contains(o, "stratum.service runs this control plane") {
-		t.Fatalf("the join command with --install on cp2, the second of two voters: %v, want exit 0 noting the quorum and the unit serving\nstdout:\n%s\nstderr:\n%s", err, o, e)
+	installCtx, installDone := context.WithTimeout(ctx, 3*time.Minute)
+	o, e, err := cp2.Run(installCtx, tl.shell(join+" --install")...)
+	installDone()
+	if err != nil || !strings.Contains(o, "note: the cluster has 2 etcd voters") || !strings.Contains(o, "handing this control plane to systemd's stratum.service") ||
+		!strings.Contains(o, "stratum.service runs this control plane") || strings.Contains(o, handOverHint(tl)) {
+		t.Fatalf("the join command with --install on cp2, the second of two voters: %v, want exit 0 within 3 minutes noting the quorum, handing over (no hint to) and the unit serving\nstdout:\n%s\nstderr:\n%s", err, o, e)
 	}
 	t.Logf("the join command with --install on cp2 returned after %s; its last lines:\n%s", time.Since(began).Round(100*time.Millisecond), tail(o, 12))
 	checkUnitServes(ctx, t, tl, cp2)

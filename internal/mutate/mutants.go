@@ -1478,8 +1478,8 @@ var mutants = []mutant{
 	{
 		Name: "unit-supervisor-told-to-hand-itself-over",
 		File: "cmd/stratum/cli/supervise.go",
-		Old:  "if systemdRuns() && !inStratumUnit() && f.operator {",
-		New:  "if systemdRuns() && f.operator {",
+		Old:  "if systemdRuns() && !inStratumUnit() && f.operator && handoff == nil {",
+		New:  "if systemdRuns() && f.operator && handoff == nil {",
 		Tests: [][]string{
 			{"./e2e", "-run", "TestControlPlaneUnderSystemd"},
 		},

@@ -26,8 +26,9 @@ import (
 type unitHandoff struct {
 	a *app
 	// command names the command handing over, in its messages ("install
-	// --now", or up or server with --install).
-	command string
+	// --now", or up or server with --install); restart is the `stratum
+	// install --now` that starts the unit after a failure (installNowCommand).
+	command, restart string
 	// unitPath is the unit install writes, in --unit-dir.
 	unitPath string
 	// binDir is what the unit runs from (--bin-dir made absolute): the
@@ -147,7 +148,7 @@ func (o *unitHandoff) check(ctx context.Context) error {
 // the one to be written.
 func (o *unitHandoff) checkSystemd(ctx context.Context) error {
 	if !systemdRuns() {
-		return o.refusedf("systemd is not running on this machine, so there is no unit to hand the control plane to: run `stratum up` under your own supervisor (`stratum install` writes the unit for when systemd runs)")
+		return o.refusedf("systemd is not running on this machine, so there is no unit to hand the control plane to: run stratum under your own supervisor, without --now or --install (`stratum install` writes the unit for when systemd runs)")
 	}
 	switch dir := filepath.Dir(o.unitPath); {
 	case !slices.Contains(systemdUnitDirs, dir):
@@ -218,7 +219,7 @@ func (o *unitHandoff) enableUnit(ctx context.Context) error {
 		state = "this control plane is stopped (its services stopped here to be handed over)"
 	}
 	failed := func(what string, err error, out string) error {
-		return fmt.Errorf("%s: the unit is written, and %s failed (%w: %s); %s: run `stratum install --now` once that is mended, which starts the unit", o.command, what, err, out, state)
+		return fmt.Errorf("%s: the unit is written, and %s failed (%w: %s); %s: `%s`, once that is mended, starts the unit", o.command, what, err, out, state, o.restart)
 	}
 	if out, err := systemctl(ctx, time.Minute, "daemon-reload"); err != nil {
 		return failed("`systemctl daemon-reload`", err, out)
@@ -228,7 +229,7 @@ func (o *unitHandoff) enableUnit(ctx context.Context) error {
 		return failed("`systemctl show stratum`", err, "")
 	}
 	if conflict != "" {
-		return fmt.Errorf("%s: the unit is written, and %s; %s: remove it, then run `stratum install --now`, which starts the unit", o.command, conflict, state)
+		return fmt.Errorf("%s: the unit is written, and %s; %s: remove it, then `%s` starts the unit", o.command, conflict, state, o.restart)
 	}
 	if out, err := systemctl(ctx, time.Minute, "enable", "--quiet", unitName); err != nil {
 		return failed("`systemctl enable stratum`", err, out)
@@ -255,12 +256,12 @@ func (o *unitHandoff) loadedElsewhere(ctx context.Context, written bool) (string
 	}
 	if f := props["FragmentPath"]; f != "" && !sameFile(f, o.unitPath) {
 		if _, err := os.Stat(f); err == nil && (written || outranks(filepath.Dir(f), filepath.Dir(o.unitPath))) {
-			return fmt.Sprintf("systemd loads stratum.service from %s, which takes precedence over %s, so systemd would run what it names, unchecked (remove it, or give its directory as --unit-dir)", f, o.unitPath), nil
+			return fmt.Sprintf("systemd loads stratum.service from %s, which takes precedence over %s, so systemd would run what it names, unchecked (remove it, or write the unit there: `stratum install --now --unit-dir %s`)", f, o.unitPath, filepath.Dir(f)), nil
 		}
 	}
 	for _, d := range strings.Fields(props["DropInPaths"]) {
 		if b, err := os.ReadFile(d); err == nil && setsExecStart(b) {
-			return fmt.Sprintf("the drop-in %s sets ExecStart over the unit, so systemd would run what it names, unchecked (remove it, or hand over by hand: Ctrl-C, then `systemctl enable --now stratum`)", d), nil
+			return fmt.Sprintf("the drop-in %s sets ExecStart over the unit, so systemd would run what it names, unchecked (remove it)", d), nil
 		}
 	}
 	return "", nil
@@ -354,9 +355,9 @@ func (o *unitHandoff) startUnit(ctx context.Context) error {
 	if out, err := systemctl(ctx, o.timeout, "start", unitName); err != nil {
 		switch {
 		case ctx.Err() != nil:
-			return fmt.Errorf("%s: interrupted while stratum.service started (%w); systemd's start goes on: `systemctl status stratum` says what it does, and `stratum install --now` waits for it", o.command, ctx.Err())
+			return fmt.Errorf("%s: interrupted while stratum.service started (%w); systemd's start goes on: `systemctl status stratum` says what it does, and `%s` waits for it", o.command, ctx.Err(), o.restart)
 		case errors.Is(err, context.DeadlineExceeded):
-			return fmt.Errorf("%s: stratum.service did not say it serves within --timeout %s; systemd's start goes on (TimeoutStartSec=30min): `systemctl status stratum` and `journalctl -u stratum` say what it does", o.command, o.timeout)
+			return fmt.Errorf("%s: stratum.service did not say it serves within %s; systemd's start goes on (TimeoutStartSec=30min): `systemctl status stratum` and `journalctl -u stratum` say what it does", o.command, o.timeout)
 		}
 		return fmt.Errorf("%s: `systemctl start stratum` failed (%w: %s): `systemctl status stratum` and `journalctl -u stratum` say why; systemd tries again by itself (Restart=always)", o.command, err, out)
 	}

@@ -205,7 +205,7 @@ advises runs through it, and starts the control plane once the data is back.
 				})
 				if errors.Is(err, supervisor.ErrAlreadyRunning) {
 					if f.install {
-						return refusedf("stratum up --install refused: %w; `stratum install --now` hands that supervisor to systemd; nothing was changed", err)
+						return refusedf("stratum up --install refused: a stratum supervisor already runs on this node: `stratum install --now` hands it to systemd's unit (where the unit does not run it already); nothing was changed")
 					}
 					if f.asSupervisor {
 						return refusedf("%w; with --as-supervisor stratum up runs this node's supervisor or nothing (the unit `stratum install` writes runs it so, and tries again every 5 s: it takes over within 5 s of that supervisor stopping)", err)

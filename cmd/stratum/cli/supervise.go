@@ -625,35 +625,63 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 	if systemdRuns() && !inStratumUnit() && f.operator && handoff == nil {
 		install := "stratum install --now"
 		if self, err := unitExecPath(os.Args[0]); err == nil {
-			install = self + " install --now" // this stratum: another on PATH may be another release
-		}
-		if abs, err := filepath.Abs(f.binDir); err == nil && abs != controlplane.DefaultBinDir {
-			install += " --bin-dir " + abs
+			if abs, err := filepath.Abs(f.binDir); err == nil {
+				install = installNowCommand(self, abs)
+			}
 		}
 		hint = "\nsystemd's stratum.service does not run it: `" + install + "`, from another shell, hands it over, and systemd then starts it at every boot"
 	}
 	fmt.Fprintf(a.stdout, "supervising this control plane (logs in %s, control socket %s); SIGINT, SIGTERM or SIGHUP stops it (a second one kills what still runs)%s\n", controlplane.LogDir, supervisor.SocketPath, hint)
-	if handoff != nil {
-		// The restart's gate, as install --now judges it: a handover
-		// that could take the quorum is not made, and this supervisor
-		// goes on in the foreground.
+	// --install: the restart's gate, as install --now judges it, then
+	// the handover; a gate that refuses (a member down, another node's
+	// join under way) is asked again every startRetryEvery while this
+	// supervisor goes on, said once on stderr.
+	gateRefused := ""
+	handOverNow := func() bool {
 		_, note, err := restartKeepsQuorum(ctx, n, st)
-		if err == nil {
-			if note != "" {
-				fmt.Fprintf(a.stdout, "note: %s\n", note)
+		if ctx.Err() != nil {
+			return false
+		}
+		if err != nil {
+			if msg := err.Error(); msg != gateRefused {
+				fmt.Fprintf(a.stderr, "not yet handed to systemd's stratum.service (--install): %v; this supervisor goes on, and asks again every %s\n", err, startRetryEvery)
+				gateRefused = msg
 			}
-			fmt.Fprintln(a.stdout, "handing this control plane to systemd's stratum.service (--install): its services stop here, then systemctl start runs them under the unit")
-			sup.SetState(supervisor.StateStopping)
-			handOver = true
+			return false
+		}
+		if note != "" {
+			fmt.Fprintf(a.stdout, "note: %s\n", note)
+		}
+		fmt.Fprintln(a.stdout, "handing this control plane to systemd's stratum.service (--install): its services stop here, then systemctl start runs them under the unit")
+		sup.SetState(supervisor.StateStopping)
+		// An upgrade accepted meanwhile holds the node's locks until
+		// its exec: it is dropped, as at a stop signal.
+		select {
+		case r := <-sup.ReplaceRequested():
+			a.dropReplacement(r, "this supervisor was handing its control plane to systemd's unit (--install)")
+		default:
+		}
+		handOver = true
+		return true
+	}
+	var gateRetry <-chan time.Time
+	if handoff != nil {
+		if handOverNow() {
 			return nil
 		}
-		fmt.Fprintf(a.stdout, "not handed to systemd's stratum.service (--install): %v; this supervisor goes on in the foreground: once that is mended, `stratum install --now` hands it over\n", err)
+		retry := time.NewTicker(startRetryEvery)
+		defer retry.Stop()
+		gateRetry = retry.C
 	}
 	a.warnCertsDue(l)
 	daily := time.NewTicker(certsDueEvery)
 	defer daily.Stop()
 	for {
 		select {
+		case <-gateRetry:
+			if handOverNow() {
+				return nil
+			}
 		case <-ctx.Done():
 			sup.SetState(supervisor.StateStopping)
 			select {
@@ -707,11 +735,44 @@ func (a *app) installHandoff(ctx context.Context, verb string, f superviseFlags)
 		}
 	}
 	h := &unitHandoff{a: a, command: verb + " --install", unitPath: filepath.Join(systemdUnitDirs[0], unitName), self: self, binDir: binDir,
-		timeout: 10 * time.Minute, client: supervisor.Client{Path: supervisor.SocketPath}, startedAt: time.Now()}
+		timeout: 10 * time.Minute, client: supervisor.Client{Path: supervisor.SocketPath}, startedAt: time.Now(),
+		restart: installNowCommand(self, binDir)}
 	if err := h.checkSystemd(ctx); err != nil {
 		return nil, err
 	}
+	// The unit is written after every service stopped: a directory that
+	// cannot take it, or a stratum.service stratum did not write, is
+	// found now.
+	if data, err := os.ReadFile(h.unitPath); err == nil && !strings.HasPrefix(string(data), unitHeader) {
+		return nil, refuse("%s was not written by `stratum install`, and --install would replace it: move it away, or hand over by hand (Ctrl-C, then systemctl enable --now stratum)", h.unitPath)
+	}
+	if err := checkDirWritable(filepath.Dir(h.unitPath)); err != nil {
+		return nil, refuse("the unit cannot be written to %s: %v", filepath.Dir(h.unitPath), err)
+	}
 	return h, nil
+}
+
+// installNowCommand is the `stratum install --now` that hands a control
+// plane of this stratum (self, this binary's path as the unit names it) and
+// binDir to systemd's unit: another stratum on PATH may be another release,
+// and another --bin-dir another etcd.
+func installNowCommand(self, binDir string) string {
+	cmd := self + " install --now"
+	if binDir != controlplane.DefaultBinDir {
+		cmd += " --bin-dir " + binDir
+	}
+	return cmd
+}
+
+// checkDirWritable checks that a file can be made in dir (a read-only or
+// missing /etc/systemd/system cannot take the unit).
+func checkDirWritable(dir string) error {
+	f, err := os.CreateTemp(dir, ".stratum-install-check-")
+	if err != nil {
+		return err
+	}
+	f.Close()
+	return os.Remove(f.Name())
 }
 
 // finishHandover is --install's end, once this supervisor has stopped every
@@ -719,11 +780,10 @@ func (a *app) installHandoff(ctx context.Context, verb string, f superviseFlags)
 // then started, as `stratum install --now` does with nothing running.
 func (a *app) finishHandover(ctx context.Context, h *unitHandoff) error {
 	if ctx.Err() != nil {
-		fmt.Fprintf(a.stdout, "a stop signal came while the services stopped: not handed to systemd; `stratum install --now` starts the unit\n")
-		return nil
+		return fmt.Errorf("%s: a stop signal came while the services stopped to be handed to systemd: this control plane is stopped and the unit was not written; `%s` writes it and starts it", h.command, h.restart)
 	}
 	if err := writeFileAtomic(h.unitPath, []byte(systemdUnit(h.self, h.binDir)), 0o644); err != nil {
-		return fmt.Errorf("--install: every service stopped to hand them to systemd, and %s could not be written: %w; run `stratum install --now` (or `stratum up`) to start the control plane again", h.unitPath, err)
+		return fmt.Errorf("%s: every service stopped to be handed to systemd, and %s could not be written: %w; this control plane is stopped: `%s` writes it and starts it once that is mended", h.command, h.unitPath, err, h.restart)
 	}
 	fmt.Fprintf(a.stdout, "wrote %s (runs %s up --as-supervisor --bin-dir %s)\n", h.unitPath, h.self, h.binDir)
 	h.stoppedHere = true
