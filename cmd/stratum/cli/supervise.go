@@ -653,14 +653,7 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 			fmt.Fprintf(a.stdout, "note: %s\n", note)
 		}
 		fmt.Fprintln(a.stdout, "handing this control plane to systemd's stratum.service (--install): its services stop here, then systemctl start runs them under the unit")
-		sup.SetState(supervisor.StateStopping)
-		// An upgrade accepted meanwhile holds the node's locks until
-		// its exec: it is dropped, as at a stop signal.
-		select {
-		case r := <-sup.ReplaceRequested():
-			a.dropReplacement(r, "this supervisor was handing its control plane to systemd's unit (--install)")
-		default:
-		}
+		a.beginStop(sup, "this supervisor was handing its control plane to systemd's unit (--install)")
 		handOver = true
 		return true
 	}
@@ -683,12 +676,7 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 				return nil
 			}
 		case <-ctx.Done():
-			sup.SetState(supervisor.StateStopping)
-			select {
-			case r := <-sup.ReplaceRequested():
-				a.dropReplacement(r, "a stop signal came as it was accepted")
-			default:
-			}
+			a.beginStop(sup, "a stop signal came as it was accepted")
 			a.notify(sdnotify.Stopping())
 			fmt.Fprintln(a.stdout, "stopping the control plane (a second SIGINT, SIGTERM or SIGHUP kills what still runs at once)")
 			return nil
@@ -907,6 +895,18 @@ func (a *app) replaceProcess(r supervisor.Replacement, id supervisor.Identity) e
 
 // dropReplacement says that an accepted replacement is not run (why), and
 // releases the node's locks it took.
+// beginStop marks the supervisor stopping, and drops an upgrade's
+// replacement accepted meanwhile (it holds the node's locks until its exec,
+// which will not come), saying why.
+func (a *app) beginStop(sup *supervisor.Supervisor, why string) {
+	sup.SetState(supervisor.StateStopping)
+	select {
+	case r := <-sup.ReplaceRequested():
+		a.dropReplacement(r, why)
+	default:
+	}
+}
+
 func (a *app) dropReplacement(r supervisor.Replacement, why string) {
 	a.log.Warn("the accepted replacement is not run: "+why, "path", r.Path)
 	fmt.Fprintf(a.stdout, "not running %s in this process's place: %s\n", r.Path, why)

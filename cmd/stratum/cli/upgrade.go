@@ -549,7 +549,7 @@ func (u *nodeUpgrade) waitServing(ctx context.Context) error {
 	for {
 		about, err := u.client.About(ctx)
 		switch {
-		case err != nil && ctx.Err() == nil && !processAlive(u.running.PID):
+		case err != nil && ctx.Err() == nil && processStart(u.running.PID) == "":
 			// The exec failed and so did the run of itself, or the new
 			// stratum exited: only a service manager (systemd's unit,
 			// with the previous stratum) starts a supervisor now.
@@ -604,16 +604,6 @@ const supervisorCallTimeout = 30 * time.Second
 // once the replaced process has exited: systemd's unit starts one again
 // after its RestartSec (5 s), then its start takes a few seconds.
 const supervisorGoneFor = 30 * time.Second
-
-// processAlive reports whether process pid exists (and is no zombie).
-func processAlive(pid int) bool {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	_, rest, ok := strings.Cut(string(data), ") ")
-	return ok && !strings.HasPrefix(rest, "Z")
-}
 
 // waitHealthy is step 4: this node's etcd member is a healthy voter and
 // every member is healthy (a restarted member takes a moment to be heard).
