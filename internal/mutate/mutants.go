@@ -1484,4 +1484,31 @@ var mutants = []mutant{
 			{"./e2e", "-run", "TestControlPlaneUnderSystemd"},
 		},
 	},
+	{
+		Name: "handoff-signals-a-supervisor-already-stopping",
+		File: "cmd/stratum/cli/handoff.go",
+		Old:  "		case now.State == supervisor.StateStopping:\n			o.stopping = true\n",
+		New:  "",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestHandoff"},
+		},
+	},
+	{
+		Name: "handoff-starts-the-unit-beside-the-hand-supervisor",
+		File: "cmd/stratum/cli/handoff.go",
+		Old:  "for o.sys.processStart(pid) == o.runningStart && o.runningStart != \"\" {",
+		New:  "for false && o.sys.processStart(pid) == o.runningStart && o.runningStart != \"\" {",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestHandoff"},
+		},
+	},
+	{
+		Name: "handoff-start-timeout-reported-as-a-failure",
+		File: "cmd/stratum/cli/handoff.go",
+		Old:  "if err != nil && ctx.Err() == nil && cctx.Err() != nil {",
+		New:  "if false && err != nil && ctx.Err() == nil && cctx.Err() != nil {",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestHandoff"},
+		},
+	},
 }

@@ -33,11 +33,17 @@ type unitHandoff struct {
 	unitPath string
 	// binDir is what the unit runs from (--bin-dir made absolute): the
 	// running supervisor must run this stratum's version from it. self is
-	// the stratum the unit runs (unitExecPath), set where this writes the
-	// unit itself (--install).
+	// the stratum the unit runs (unitExecPath).
 	binDir, self string
 	timeout      time.Duration
-	client       supervisor.Client
+	// sys is the machine the handover asks and acts on (systemd, the
+	// processes), client the node's supervisor: seams, so that tests can
+	// play the answers a real machine gives rarely (a supervisor that
+	// begins stopping meanwhile, one that does not end, a start past its
+	// bound). stopWithin bounds the wait for the hand supervisor's end.
+	sys        handoffHost
+	client     supervisorAsker
+	stopWithin time.Duration
 	// running is the supervisor found, nil when none answers; runningStart
 	// is its process's start time, which a reused PID does not share.
 	// underUnit: it runs in stratum.service already (nothing to hand
@@ -59,6 +65,66 @@ type unitHandoff struct {
 // after its SIGTERM: it stops its services in order (the unit gives systemd's
 // own stop 60 s).
 const handoffStopWithin = 2 * time.Minute
+
+// newUnitHandoff is a handover to the unit at unitPath, which runs self
+// from binDir, named command in its messages, on this machine.
+func newUnitHandoff(a *app, command, unitPath, self, binDir string, timeout time.Duration) *unitHandoff {
+	return &unitHandoff{a: a, command: command, restart: installNowCommand(self, binDir), unitPath: unitPath, self: self, binDir: binDir,
+		timeout: timeout, sys: thisMachine{}, client: supervisor.Client{Path: supervisor.SocketPath}, stopWithin: handoffStopWithin, startedAt: time.Now()}
+}
+
+// supervisorAsker asks the node's supervisor about itself
+// (supervisor.Client).
+type supervisorAsker interface {
+	About(ctx context.Context) (supervisor.About, error)
+}
+
+// handoffHost is what a handover asks of the machine beside the supervisor:
+// systemd, and the processes it judges and signals. thisMachine is the
+// machine's own.
+type handoffHost interface {
+	// systemdRuns reports whether systemd is the machine's service
+	// manager.
+	systemdRuns() bool
+	// systemctl runs systemctl with args until it ends or ctx does, and
+	// returns its combined output.
+	systemctl(ctx context.Context, args ...string) ([]byte, error)
+	// unitOf is the systemd service process pid runs in, "" for none.
+	unitOf(pid int) string
+	// processStart is process pid's start time, "" when none runs.
+	processStart(pid int) string
+	// signal sends sig to process pid.
+	signal(pid int, sig syscall.Signal) error
+}
+
+// thisMachine is the handoffHost of the machine stratum runs on.
+type thisMachine struct{}
+
+func (thisMachine) systemdRuns() bool           { return systemdRuns() }
+func (thisMachine) unitOf(pid int) string       { return unitOf(pid) }
+func (thisMachine) processStart(pid int) string { return processStart(pid) }
+func (thisMachine) signal(pid int, sig syscall.Signal) error {
+	return syscall.Kill(pid, sig)
+}
+func (thisMachine) systemctl(ctx context.Context, args ...string) ([]byte, error) {
+	return exec.CommandContext(ctx, "systemctl", args...).CombinedOutput()
+}
+
+// systemctl runs systemctl on the handover's machine, bounded by within.
+func (o *unitHandoff) systemctl(ctx context.Context, within time.Duration, args ...string) (string, error) {
+	return systemctlOn(ctx, o.sys, within, args...)
+}
+
+// mainPID is a service's main process as systemd says, 0 when it has none
+// (not running, not loaded, or systemctl failed).
+func (o *unitHandoff) mainPID(ctx context.Context, service string) int {
+	out, err := o.systemctl(ctx, 30*time.Second, "show", "--property=MainPID", "--value", service)
+	if err != nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(out)
+	return pid
+}
 
 // refusedf is a refusal of the handover, named for the command making it.
 func (o *unitHandoff) refusedf(format string, args ...any) error {
@@ -106,20 +172,20 @@ func (o *unitHandoff) check(ctx context.Context) error {
 	if about.PID == 0 {
 		return o.refusedf("this node's supervisor runs in a PID namespace this command does not see into (a container of its own?), so it cannot be stopped from here: stop it where it runs, then run this again, which starts the unit")
 	}
-	o.running, o.runningStart = &about, processStart(about.PID)
+	o.running, o.runningStart = &about, o.sys.processStart(about.PID)
 	switch {
 	case about.Version != Version || filepath.Clean(about.BinDir) != o.binDir:
 		return o.refusedf("this node's supervisor (pid %d) runs stratum %s with the etcd and kube-apiserver of %s, and the unit would run stratum %s with those of %s: handing over would change what this member runs without upgrade node's checks; run `stratum install --now --bin-dir %s` with the supervisor's stratum, or change the release first with `stratum upgrade node --bin-dir DIR`", about.PID, about.Version, about.BinDir, Version, o.binDir, about.BinDir)
 	case !about.Operator:
 		return o.refusedf("this node's supervisor (pid %d) runs without the operator (--operator=false), and the unit `stratum install` writes always runs it: to hand it over with the operator on, stop the supervisor (Ctrl-C) and run this again, which starts the unit; a node meant to run without it runs `stratum up --operator=false` under a service of your own", about.PID)
 	}
-	if o.underUnit = unitOf(about.PID) == unitName || unitMainPID(ctx) == about.PID; o.underUnit {
+	if o.underUnit = o.sys.unitOf(about.PID) == unitName || o.mainPID(ctx, unitName) == about.PID; o.underUnit {
 		return nil
 	}
 	if o.runningStart == "" {
 		return o.refusedf("this node's supervisor (pid %d) ended while it was asked: run this again, which starts the unit", about.PID)
 	}
-	if other := unitOf(about.PID); other != "" && serviceMainPID(ctx, other) == about.PID {
+	if other := o.sys.unitOf(about.PID); other != "" && o.mainPID(ctx, other) == about.PID {
 		o.notes = append(o.notes, fmt.Sprintf("the supervisor is %s's main process: if that service starts it again once it stops, the two take turns; stop and disable %s", other, other))
 	}
 	switch about.State {
@@ -147,7 +213,7 @@ func (o *unitHandoff) check(ctx context.Context) error {
 // across boots, and loads no other stratum.service that would win over
 // the one to be written.
 func (o *unitHandoff) checkSystemd(ctx context.Context) error {
-	if !systemdRuns() {
+	if !o.sys.systemdRuns() {
 		return o.refusedf("systemd is not running on this machine, so there is no unit to hand the control plane to: run stratum under your own supervisor, without --now or --install (`stratum install` writes the unit for when systemd runs)")
 	}
 	switch dir := filepath.Dir(o.unitPath); {
@@ -221,7 +287,7 @@ func (o *unitHandoff) enableUnit(ctx context.Context) error {
 	failed := func(what string, err error, out string) error {
 		return fmt.Errorf("%s: the unit is written, and %s failed (%w: %s); %s: `%s`, once that is mended, starts the unit", o.command, what, err, out, state, o.restart)
 	}
-	if out, err := systemctl(ctx, time.Minute, "daemon-reload"); err != nil {
+	if out, err := o.systemctl(ctx, time.Minute, "daemon-reload"); err != nil {
 		return failed("`systemctl daemon-reload`", err, out)
 	}
 	conflict, err := o.loadedElsewhere(ctx, true)
@@ -231,7 +297,7 @@ func (o *unitHandoff) enableUnit(ctx context.Context) error {
 	if conflict != "" {
 		return fmt.Errorf("%s: the unit is written, and %s; %s: remove it, then `%s` starts the unit", o.command, conflict, state, o.restart)
 	}
-	if out, err := systemctl(ctx, time.Minute, "enable", "--quiet", unitName); err != nil {
+	if out, err := o.systemctl(ctx, time.Minute, "enable", "--quiet", unitName); err != nil {
 		return failed("`systemctl enable stratum`", err, out)
 	}
 	o.a.progress("systemd read the unit and starts it at boot (daemon-reload, enable)")
@@ -245,7 +311,7 @@ func (o *unitHandoff) enableUnit(ctx context.Context) error {
 // would win over the one to be written. Once it is written and systemd
 // reloaded, systemd must load exactly that file.
 func (o *unitHandoff) loadedElsewhere(ctx context.Context, written bool) (string, error) {
-	out, err := systemctl(ctx, time.Minute, "show", "--property=FragmentPath", "--property=DropInPaths", unitName)
+	out, err := o.systemctl(ctx, time.Minute, "show", "--property=FragmentPath", "--property=DropInPaths", unitName)
 	if err != nil {
 		return "", fmt.Errorf("%w: %s", err, out)
 	}
@@ -314,7 +380,7 @@ func (o *unitHandoff) stopHandSupervisor(ctx context.Context) error {
 			return nil // it ended meanwhile
 		case err != nil:
 			return fmt.Errorf("install --now: ask this node's supervisor about itself again: %w; nothing was stopped: run this command again", err)
-		case now.Instance != o.running.Instance || now.PID != pid || processStart(pid) != o.runningStart:
+		case now.Instance != o.running.Instance || now.PID != pid || o.sys.processStart(pid) != o.runningStart:
 			return fmt.Errorf("install --now: the supervisor answering (pid %d) is not the one judged (pid %d): another started meanwhile; nothing was stopped: run this command again", now.PID, pid)
 		case now.State == supervisor.StateStopping:
 			o.stopping = true
@@ -326,15 +392,15 @@ func (o *unitHandoff) stopHandSupervisor(ctx context.Context) error {
 		o.a.progress(fmt.Sprintf("waiting for the supervisor started by hand (pid %d), already stopping, to end", pid))
 	} else {
 		o.a.progress(fmt.Sprintf("stopping the supervisor started by hand (pid %d): its services stop, newest first", pid))
-		if err := syscall.Kill(pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
+		if err := o.sys.signal(pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
 			return fmt.Errorf("install --now: signal the supervisor (pid %d): %w; nothing was stopped", pid, err)
 		}
 	}
 	signalled := time.Now()
-	deadline := signalled.Add(handoffStopWithin)
-	for processStart(pid) == o.runningStart && o.runningStart != "" {
+	deadline := signalled.Add(o.stopWithin)
+	for o.sys.processStart(pid) == o.runningStart && o.runningStart != "" {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("install --now: the supervisor (pid %d) did not end within %s of its SIGTERM; the unit is written and enabled: stop that supervisor (its terminal says what it does), then run this command again, which starts the unit", pid, handoffStopWithin)
+			return fmt.Errorf("install --now: the supervisor (pid %d) did not end within %s of its SIGTERM; the unit is written and enabled: stop that supervisor (its terminal says what it does), then run this command again, which starts the unit", pid, o.stopWithin)
 		}
 		select {
 		case <-ctx.Done():
@@ -352,7 +418,7 @@ func (o *unitHandoff) stopHandSupervisor(ctx context.Context) error {
 // fails the command, naming the wait.
 func (o *unitHandoff) startUnit(ctx context.Context) error {
 	o.a.progress("starting stratum.service (systemctl start returns once the control plane serves)")
-	if out, err := systemctl(ctx, o.timeout, "start", unitName); err != nil {
+	if out, err := o.systemctl(ctx, o.timeout, "start", unitName); err != nil {
 		switch {
 		case ctx.Err() != nil:
 			return fmt.Errorf("%s: interrupted while stratum.service started (%w); systemd's start goes on: `systemctl status stratum` says what it does, and `%s` waits for it", o.command, ctx.Err(), o.restart)
@@ -365,7 +431,7 @@ func (o *unitHandoff) startUnit(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%s: stratum.service started, and its supervisor did not answer: %w; `systemctl status stratum` says what it does", o.command, err)
 	}
-	switch main := unitMainPID(ctx); {
+	switch main := o.mainPID(ctx, unitName); {
 	case main == 0:
 		return fmt.Errorf("%s: stratum.service started, and systemd names no main process for it: `systemctl status stratum` says what it does", o.command)
 	case main != about.PID:
@@ -436,30 +502,22 @@ func systemdRuns() bool {
 // place).
 func inStratumUnit() bool { return unitOf(os.Getpid()) == unitName }
 
-// systemctl runs systemctl with args, bounded by within, and returns its
-// output, trimmed.
+// systemctl runs systemctl on this machine with args, bounded by within,
+// and returns its output, trimmed.
 func systemctl(ctx context.Context, within time.Duration, args ...string) (string, error) {
+	return systemctlOn(ctx, thisMachine{}, within, args...)
+}
+
+// systemctlOn runs systemctl on m with args, bounded by within, and returns
+// its output, trimmed. A command cut off at the bound says so, wrapping
+// context.DeadlineExceeded.
+func systemctlOn(ctx context.Context, m handoffHost, within time.Duration, args ...string) (string, error) {
 	cctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
-	out, err := exec.CommandContext(cctx, "systemctl", args...).CombinedOutput()
+	out, err := m.systemctl(cctx, args...)
 	if err != nil && ctx.Err() == nil && cctx.Err() != nil {
 		// Killed at the bound: the error says "signal: killed", not why.
 		err = fmt.Errorf("not done within %s: %w", within, cctx.Err())
 	}
 	return strings.TrimSpace(string(out)), err
-}
-
-// unitMainPID is stratum.service's main process as systemd says, 0 when it
-// has none (not running, not loaded, or systemctl failed).
-func unitMainPID(ctx context.Context) int { return serviceMainPID(ctx, unitName) }
-
-// serviceMainPID is a service's main process as systemd says, 0 when it has
-// none.
-func serviceMainPID(ctx context.Context, service string) int {
-	out, err := systemctl(ctx, 30*time.Second, "show", "--property=MainPID", "--value", service)
-	if err != nil {
-		return 0
-	}
-	pid, _ := strconv.Atoi(out)
-	return pid
 }

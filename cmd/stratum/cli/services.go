@@ -202,7 +202,7 @@ interruption finishes the handoff.`,
 			}
 			var handoff *unitHandoff
 			if now {
-				handoff = &unitHandoff{a: a, command: "install --now", restart: installNowCommand(self, binDir), unitPath: filepath.Join(filepath.Clean(unitDir), unitName), binDir: binDir, timeout: timeout, client: supervisor.Client{Path: supervisor.SocketPath}, startedAt: time.Now()}
+				handoff = newUnitHandoff(a, "install --now", filepath.Join(filepath.Clean(unitDir), unitName), self, binDir, timeout)
 				if err := handoff.check(cmd.Context()); err != nil {
 					return err
 				}

@@ -633,26 +633,16 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 	}
 	fmt.Fprintf(a.stdout, "supervising this control plane (logs in %s, control socket %s); SIGINT, SIGTERM or SIGHUP stops it (a second one kills what still runs)%s\n", controlplane.LogDir, supervisor.SocketPath, hint)
 	// --install: the restart's gate, as install --now judges it, then
-	// the handover; a gate that refuses (a member down, another node's
-	// join under way) is asked again every startRetryEvery while this
-	// supervisor goes on, said once on stderr.
-	gateRefused := ""
-	handOverNow := func() bool {
+	// the handover; a gate that refuses is asked again every
+	// startRetryEvery while this supervisor goes on.
+	gate := installGate{a: a, every: startRetryEvery, check: func(ctx context.Context) (string, error) {
 		_, note, err := restartKeepsQuorum(ctx, n, st)
-		if ctx.Err() != nil {
+		return note, err
+	}}
+	handOverNow := func() bool {
+		if !gate.open(ctx) {
 			return false
 		}
-		if err != nil {
-			if msg := err.Error(); msg != gateRefused {
-				fmt.Fprintf(a.stderr, "not yet handed to systemd's stratum.service (--install): %v; this supervisor goes on, and asks again every %s\n", err, startRetryEvery)
-				gateRefused = msg
-			}
-			return false
-		}
-		if note != "" {
-			fmt.Fprintf(a.stdout, "note: %s\n", note)
-		}
-		fmt.Fprintln(a.stdout, "handing this control plane to systemd's stratum.service (--install): its services stop here, then systemctl start runs them under the unit")
 		a.beginStop(sup, "this supervisor was handing its control plane to systemd's unit (--install)")
 		handOver = true
 		return true
@@ -662,7 +652,7 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 		if handOverNow() {
 			return nil
 		}
-		retry := time.NewTicker(startRetryEvery)
+		retry := time.NewTicker(gate.every)
 		defer retry.Stop()
 		gateRetry = retry.C
 	}
@@ -695,6 +685,40 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 	}
 }
 
+// installGate is --install's wait for the restart's gate (check, as
+// install --now judges it: restartKeepsQuorum) once the control plane
+// serves. A gate that refuses (a member down, another node's join under
+// way) is asked again every every while the supervisor goes on; each new
+// refusal is said once on stderr, not at every ask.
+type installGate struct {
+	a       *app
+	every   time.Duration
+	check   func(context.Context) (note string, err error)
+	refused string // the last refusal said
+}
+
+// open asks the gate, and reports whether the handover may begin: then its
+// note, if any, and the handover are said on stdout. It is false when ctx
+// ended.
+func (g *installGate) open(ctx context.Context) bool {
+	note, err := g.check(ctx)
+	if ctx.Err() != nil {
+		return false
+	}
+	if err != nil {
+		if msg := err.Error(); msg != g.refused {
+			fmt.Fprintf(g.a.stderr, "not yet handed to systemd's stratum.service (--install): %v; this supervisor goes on, and asks again every %s\n", err, g.every)
+			g.refused = msg
+		}
+		return false
+	}
+	if note != "" {
+		fmt.Fprintf(g.a.stdout, "note: %s\n", note)
+	}
+	fmt.Fprintln(g.a.stdout, "handing this control plane to systemd's stratum.service (--install): its services stop here, then systemctl start runs them under the unit")
+	return true
+}
+
 // installHandoff makes --install's refusals before anything is brought up or
 // joined: not the unit's own supervisor, the operator on (the unit runs
 // it), systemd running and loading the unit this writes, and the unit's
@@ -722,9 +746,7 @@ func (a *app) installHandoff(ctx context.Context, verb string, f superviseFlags)
 			return nil, refuse("%q holds %q, which a systemd ExecStart would split or expand", p, c)
 		}
 	}
-	h := &unitHandoff{a: a, command: verb + " --install", unitPath: filepath.Join(systemdUnitDirs[0], unitName), self: self, binDir: binDir,
-		timeout: 10 * time.Minute, client: supervisor.Client{Path: supervisor.SocketPath}, startedAt: time.Now(),
-		restart: installNowCommand(self, binDir)}
+	h := newUnitHandoff(a, verb+" --install", filepath.Join(systemdUnitDirs[0], unitName), self, binDir, 10*time.Minute)
 	if err := h.checkSystemd(ctx); err != nil {
 		return nil, err
 	}
