@@ -375,6 +375,9 @@ type endpointFailures struct {
 	what  []string
 	last  error
 	tried int
+	// local: an endpoint failed here, before it was asked (no client:
+	// this node's credentials), which asking again does not mend.
+	local bool
 }
 
 func (f *endpointFailures) add(ep string, err error) {
@@ -383,13 +386,32 @@ func (f *endpointFailures) add(ep string, err error) {
 	f.tried++
 }
 
+// addLocal adds an endpoint that failed here, before it was asked.
+func (f *endpointFailures) addLocal(ep string, err error) {
+	f.add(ep, err)
+	f.local = true
+}
+
 func (f *endpointFailures) err(op string) error {
 	if f.tried == 0 {
 		return fmt.Errorf("%s: no etcd endpoints given; nothing was asked of etcd", op)
 	}
-	return fmt.Errorf("%s: no etcd endpoint answered (%s); nothing was changed through them -- check that a quorum of members is up and reachable from this node: %w",
-		op, strings.Join(f.what, "; "), f.last)
+	// The same words either way; the sentinel only when every endpoint
+	// was asked, since one that could not be asked from here is not
+	// mended by asking again.
+	unanswered := errNoEndpointAnswered
+	if f.local {
+		unanswered = errors.New(errNoEndpointAnswered.Error())
+	}
+	return fmt.Errorf("%s: %w (%s); nothing was changed through them -- check that a quorum of members is up and reachable from this node: %w",
+		op, unanswered, strings.Join(f.what, "; "), f.last)
 }
+
+// errNoEndpointAnswered matches an operation through viaEach that every
+// endpoint was asked and none answered: each unreachable, or without a
+// quorum to answer. One that could not be asked from here (no client)
+// does not match.
+var errNoEndpointAnswered = errors.New("no etcd endpoint answered")
 
 // viaEach runs f with a client on each cpIP's endpoint in turn until one
 // answers: an endpoint that fails to answer (unreachable) moves on to the
@@ -403,7 +425,7 @@ func (n *Node) viaEach(ctx context.Context, cpIPs []string, op string, f func(ct
 		ep := EtcdEndpoint(ip)
 		cli, err := n.etcdClient(ep)
 		if err != nil {
-			fails.add(ep, err)
+			fails.addLocal(ep, err)
 			continue
 		}
 		err = f(ctx, cli, ep)

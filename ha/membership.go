@@ -39,9 +39,10 @@ const promoteRetryFor = 2 * time.Minute
 // caught up.
 //
 // It retries etcd's "unhealthy cluster" refusal (and its "too many learners"
-// one, and the "member not found" it answers for about half a second after a
-// member with the same peer URL was removed: addRefusedNothingAdded), and
-// only those. etcd's strict reconfiguration check refuses a
+// one, the "member not found" it answers for about half a second after a
+// member with the same peer URL was removed, and a member list no endpoint
+// answered before any add was sent: addRefusedNothingAdded), and only
+// those. etcd's strict reconfiguration check refuses a
 // MemberAdd until every member has been connected for a few seconds, so a join
 // that follows another one closely, which is what a scripted three-node
 // bring-up does, was refused outright and the node exited half-joined. The
@@ -239,13 +240,22 @@ func errMemberNameTaken(m *etcdserverpb.Member, name, peerURL string) error {
 // repeated.
 func addRefusedNothingAdded(err error) bool {
 	return etcdErrIs(err, rpctypes.ErrUnhealthy) || etcdErrIs(err, rpctypes.ErrTooManyLearners) ||
-		etcdErrIs(err, rpctypes.ErrMemberNotFound)
+		etcdErrIs(err, rpctypes.ErrMemberNotFound) || errors.Is(err, errAddUnanswered)
 }
+
+// errAddUnanswered: no endpoint answered an attempt's member list, so its
+// add was never sent and nothing was added. A cluster of two voters answers
+// so while one of them restarts (handed to systemd's unit, upgraded, a
+// reboot), which is when a playbook joining control planes at once meets it;
+// MemberAdd asks again, as for a refusal.
+var errAddUnanswered = fmt.Errorf("%w: no endpoint answered the member list before it, so no add was sent", errMemberAddRefused)
 
 // addRefusalReason says why etcd refused an add that addRefusedNothingAdded
 // retries, in the terms of what the caller waits for.
 func addRefusalReason(err error) string {
 	switch {
+	case errors.Is(err, errAddUnanswered):
+		return "no member answered its member list: the cluster has no quorum for now, a member restarting"
 	case etcdErrIs(err, rpctypes.ErrTooManyLearners):
 		return "another member is still a learner, and etcd allows one at a time: another join is in flight"
 	case etcdErrIs(err, rpctypes.ErrUnhealthy):
@@ -402,6 +412,9 @@ func (n *Node) memberAddOnce(ctx context.Context, cpIPs []string, newName, newPe
 		ic, id = initialCluster(resp.Members, resp.Member.ID, newName), resp.Member.ID
 		return nil
 	})
+	if err != nil && !sent && errors.Is(err, errNoEndpointAnswered) {
+		return ic, id, fmt.Errorf("%w: %w", errAddUnanswered, err)
+	}
 	if err != nil && sent && interrupt.SignalHeld(ctx) {
 		// A refusal after an add whose answer was lost (a peer URL that
 		// exists now, say) says nothing about that add, and the held

@@ -338,6 +338,44 @@ func TestMemberAddRetriesTooManyLearners(t *testing.T) {
 	}
 }
 
+// TestMemberAddWaitsOutAQuorumLostForAMoment: with two voters, one
+// restarting (handed to systemd's unit, upgraded) leaves the other without a
+// quorum, and a join run at the same time (a playbook joining control
+// planes at once) found its member list unanswered and exited. No add was
+// sent, so nothing was added: the add asks again, saying why, and lands once
+// the member is back.
+func TestMemberAddWaitsOutAQuorumLostForAMoment(t *testing.T) {
+	t.Parallel() // its own simulated cluster
+	c := sim.Start(t, sim.Config{ControlPlanes: 2, SpareHosts: 1})
+	ctx := context.Background()
+	n, logs := loggedNodeOn(c.Host("cp1"))
+	cp2 := c.Host("cp2")
+	cp2.StopEtcd()
+	restarted := make(chan error, 1)
+	go func() {
+		time.Sleep(3 * time.Second)
+		restarted <- cp2.StartEtcd(ctx)
+	}()
+	start := time.Now()
+	ic, err := n.MemberAdd(ctx, ipsOf(c, "cp1"), "cp3", c.Host("cp3").PeerURL())
+	if err := <-restarted; err != nil {
+		t.Fatal(err)
+	}
+	if err != nil {
+		t.Fatalf("MemberAdd while a member of two restarts: %v\nlogs:\n%s", err, logs)
+	}
+	t.Logf("MemberAdd while a member of two restarted took %s", time.Since(start).Round(time.Millisecond))
+	if want := "progress: waiting for etcd to accept the member add of cp3 (no member answered its member list: the cluster has no quorum for now"; strings.Count(logs.String(), want) != 1 {
+		t.Errorf("the wait for the quorum was not reported once, as %q; logs:\n%s", want, logs)
+	}
+	if !strings.Contains(ic, "cp3="+c.Host("cp3").PeerURL()) {
+		t.Errorf("initial cluster %q lacks cp3", ic)
+	}
+	if got, _ := n.MemberCount(ctx, ipsOf(c, "cp1", "cp2")); got != 3 {
+		t.Errorf("MemberCount = %d, want 3 (one add, not several)", got)
+	}
+}
+
 // TestMemberAddSignalDuringItsLookupAddsNothing: a member-add attempt looks
 // its peer URL up before it adds, inside the deferral window that holds a
 // signal until an add's answer is known. A SIGINT that comes during that

@@ -1511,4 +1511,13 @@ var mutants = []mutant{
 			{"./cmd/stratum/cli", "-run", "TestHandoff"},
 		},
 	},
+	{
+		Name: "member-add-gives-up-on-a-quorum-lost-for-a-moment",
+		File: "ha/membership.go",
+		Old:  "if err != nil && !sent && errors.Is(err, errNoEndpointAnswered) {",
+		New:  "if false && err != nil && !sent && errors.Is(err, errNoEndpointAnswered) {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestMemberAddWaitsOutAQuorumLostForAMoment"},
+		},
+	},
 }
