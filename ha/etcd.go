@@ -414,8 +414,10 @@ func (f *endpointFailures) err(op string) error {
 var errNoEndpointAnswered = errors.New("no etcd endpoint answered")
 
 // viaEach runs f with a client on each cpIP's endpoint in turn until one
-// answers: an endpoint that fails to answer (unreachable) moves on to the
-// next; any other error from f is returned at once.
+// answers: an endpoint that fails to answer (unreachable), or that cannot
+// (a learner refuses what needs a voter: a joiner's own member, asked after
+// its peers), moves on to the next; any other error from f is returned at
+// once.
 func (n *Node) viaEach(ctx context.Context, cpIPs []string, op string, f func(ctx context.Context, cli *clientv3.Client, ep string) error) error {
 	var fails endpointFailures
 	for _, ip := range cpIPs {
@@ -433,7 +435,7 @@ func (n *Node) viaEach(ctx context.Context, cpIPs []string, op string, f func(ct
 		if err == nil {
 			return nil
 		}
-		if ctx.Err() == nil && unreachable(err) {
+		if ctx.Err() == nil && (unreachable(err) || etcdErrIs(err, rpctypes.ErrGRPCNotSupportedForLearner)) {
 			n.log.Debug("etcd endpoint did not answer", "op", op, "endpoint", ep, "err", err)
 			fails.add(ep, err)
 			continue

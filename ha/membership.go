@@ -18,8 +18,10 @@ import (
 	"stratum.dev/stratum/internal/nodestate"
 )
 
-// memberAddRetryFor bounds how long MemberAdd keeps retrying etcd's refusals
-// that mean nothing was added (unhealthy cluster, too many learners).
+// memberAddRetryFor bounds how long MemberAdd keeps retrying what means
+// nothing was added (etcd's unhealthy-cluster and too-many-learners
+// refusals, a member list no endpoint answered before the add), and how long
+// PromoteWhenCaughtUp asks a cluster that does not answer.
 const memberAddRetryFor = 30 * time.Second
 
 // memberAddBackoffMax caps the wait between two refused MemberAdd attempts.
@@ -230,14 +232,15 @@ func errMemberNameTaken(m *etcdserverpb.Member, name, peerURL string) error {
 		peerURL, m.Name, m.ID, m.PeerURLs, name, m.Name)
 }
 
-// addRefusedNothingAdded reports whether a member add's error is one of the
-// refusals that mean nothing was added, which MemberAdd retries: etcd's
+// addRefusedNothingAdded reports whether a member add's error is one of
+// those that mean nothing was added, which MemberAdd retries: etcd's
 // unhealthy-cluster refusal (strict reconfiguration), its too-many-learners
-// refusal while another join is in flight, and the "member not found" it
+// refusal while another join is in flight, the "member not found" it
 // answers for about half a second after a member with the same peer URL was
-// removed (seen on v3.7.3: a join re-run right after its own rollback). Each
-// retry lists the members first, so an add that did land is recognised, never
-// repeated.
+// removed (seen on v3.7.3: a join re-run right after its own rollback), and
+// an attempt whose member list no endpoint answered, so that it sent no add
+// (errAddUnanswered). Each retry lists the members first, so an add that did
+// land is recognised, never repeated.
 func addRefusedNothingAdded(err error) bool {
 	return etcdErrIs(err, rpctypes.ErrUnhealthy) || etcdErrIs(err, rpctypes.ErrTooManyLearners) ||
 		etcdErrIs(err, rpctypes.ErrMemberNotFound) || errors.Is(err, errAddUnanswered)
@@ -250,12 +253,12 @@ func addRefusedNothingAdded(err error) bool {
 // MemberAdd asks again, as for a refusal.
 var errAddUnanswered = fmt.Errorf("%w: no endpoint answered the member list before it, so no add was sent", errMemberAddRefused)
 
-// addRefusalReason says why etcd refused an add that addRefusedNothingAdded
-// retries, in the terms of what the caller waits for.
+// addRefusalReason says why an add that addRefusedNothingAdded retries was
+// not made, in the terms of what the caller waits for.
 func addRefusalReason(err error) string {
 	switch {
 	case errors.Is(err, errAddUnanswered):
-		return "no member answered its member list: the cluster has no quorum for now, a member restarting"
+		return "no member answered its member list: the cluster has no quorum for now (a member restarting?), or none is reachable from here"
 	case etcdErrIs(err, rpctypes.ErrTooManyLearners):
 		return "another member is still a learner, and etcd allows one at a time: another join is in flight"
 	case etcdErrIs(err, rpctypes.ErrUnhealthy):
@@ -321,7 +324,7 @@ func (n *Node) memberAddWindowed(ctx context.Context, cpIPs []string, newName, n
 	deadline := time.Now().Add(memberAddRetryFor)
 	backoff := 100 * time.Millisecond
 	notFound := 0
-	report := waitReporter{n: n}
+	report, lastReason := waitReporter{n: n}, ""
 	for attempt := 1; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return refused(fmt.Errorf("etcd member add of %s: stopped before it (%w); %w", newName, context.Cause(ctx), errMemberAddRefused))
@@ -353,10 +356,17 @@ func (n *Node) memberAddWindowed(ctx context.Context, cpIPs []string, newName, n
 			return refused(fmt.Errorf("%w: %w", errMemberAddRefused, err))
 		}
 		if time.Now().Add(backoff).After(deadline) {
+			if errors.Is(err, errAddUnanswered) {
+				return refused(fmt.Errorf("etcd member add of %s (%s): no etcd member answered in %d attempts over %s; check that a quorum of members is up and reachable from this node (`stratum etcd health` on a control plane), then run the same command again: %w",
+					newName, newPeerURL, attempt, memberAddRetryFor, err))
+			}
 			return refused(fmt.Errorf("etcd member add of %s (%s): still refused after %d attempts over %s; %w. Check the cluster's health (`stratum etcd health` on a control plane) and its learners (`stratum etcd members`), then run the same command again: %w",
 				newName, newPeerURL, attempt, memberAddRetryFor, errMemberAddRefused, err))
 		}
-		n.log.Info("etcd refused the member add; nothing was added, retrying", "member", newName, "peerURL", newPeerURL, "attempt", attempt, "in", backoff, "err", err)
+		n.log.Info("the member add was not made; nothing was added, retrying", "member", newName, "peerURL", newPeerURL, "attempt", attempt, "in", backoff, "err", err)
+		if reason := addRefusalReason(err); reason != lastReason {
+			report, lastReason = waitReporter{n: n}, reason // a new reason is said at once
+		}
 		report.waiting("etcd to accept the member add of %s (%s; nothing was added yet)", newName, addRefusalReason(err))
 		select {
 		case <-ctx.Done():
@@ -493,11 +503,39 @@ func (n *Node) retryUnhealthy(ctx context.Context, op string, f func() error) er
 // PromoteWhenCaughtUp promotes the learner with peerURL to a voter as soon as
 // etcd accepts: etcd refuses a promotion until the learner is in sync with the
 // leader, so it asks again every promoteInterval. A member already a voter is
-// success; one that is not a member at all is an error.
+// success; one that is not a member at all is an error. When no member
+// answers at all (a cluster of two voters while one restarts has no quorum
+// for a few seconds), it asks again for up to memberAddRetryFor, as a member
+// add does: a promotion asked twice is one promotion.
 func (n *Node) PromoteWhenCaughtUp(ctx context.Context, cpIPs []string, peerURL string) error {
 	ctx, cancel := context.WithTimeout(ctx, promoteRetryFor)
 	defer cancel()
 	op := "etcd promote of learner " + peerURL
+	var unansweredSince time.Time
+	report := waitReporter{n: n}
+	for {
+		err := n.promoteOnce(ctx, cpIPs, op, peerURL)
+		if err == nil || !errors.Is(err, errNoEndpointAnswered) || ctx.Err() != nil {
+			return err
+		}
+		if unansweredSince.IsZero() {
+			unansweredSince = time.Now()
+		}
+		if time.Since(unansweredSince) >= memberAddRetryFor {
+			return fmt.Errorf("%s: no member answered for %s: %w", op, memberAddRetryFor, err)
+		}
+		report.waiting("the cluster to answer the promotion of learner %s (no member answered: the cluster has no quorum for now, a member restarting)", peerURL)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w (last: %v)", op, ctx.Err(), err)
+		case <-time.After(memberAddBackoffMax):
+		}
+	}
+}
+
+// promoteOnce is one PromoteWhenCaughtUp through the first of cpIPs that
+// answers, asking again while etcd says the learner has not caught up.
+func (n *Node) promoteOnce(ctx context.Context, cpIPs []string, op, peerURL string) error {
 	return n.viaEach(ctx, cpIPs, op, func(ctx context.Context, cli *clientv3.Client, ep string) error {
 		ml, err := n.memberList(ctx, cli)
 		if err != nil {

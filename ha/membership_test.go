@@ -349,13 +349,7 @@ func TestMemberAddWaitsOutAQuorumLostForAMoment(t *testing.T) {
 	c := sim.Start(t, sim.Config{ControlPlanes: 2, SpareHosts: 1})
 	ctx := context.Background()
 	n, logs := loggedNodeOn(c.Host("cp1"))
-	cp2 := c.Host("cp2")
-	cp2.StopEtcd()
-	restarted := make(chan error, 1)
-	go func() {
-		time.Sleep(3 * time.Second)
-		restarted <- cp2.StartEtcd(ctx)
-	}()
+	restarted := stopEtcdFor(ctx, c.Host("cp2"), 3*time.Second)
 	start := time.Now()
 	ic, err := n.MemberAdd(ctx, ipsOf(c, "cp1"), "cp3", c.Host("cp3").PeerURL())
 	if err := <-restarted; err != nil {
@@ -374,6 +368,53 @@ func TestMemberAddWaitsOutAQuorumLostForAMoment(t *testing.T) {
 	if got, _ := n.MemberCount(ctx, ipsOf(c, "cp1", "cp2")); got != 3 {
 		t.Errorf("MemberCount = %d, want 3 (one add, not several)", got)
 	}
+}
+
+// TestPromoteWaitsOutAQuorumLostForAMoment: a learner added just before one
+// of two voters restarts finds no member to answer its promotion for a few
+// seconds; the promotion asks again, saying why, and lands once the voter
+// is back.
+func TestPromoteWaitsOutAQuorumLostForAMoment(t *testing.T) {
+	t.Parallel() // its own simulated cluster
+	c := sim.Start(t, sim.Config{ControlPlanes: 2, SpareHosts: 1})
+	ctx := context.Background()
+	n, logs := loggedNodeOn(c.Host("cp1"))
+	spare := c.Host("cp3")
+	ic, err := n.MemberAdd(ctx, ipsOf(c, "cp1", "cp2"), "cp3", spare.PeerURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	layOutJoiner(t, c, spare)
+	startJoiner(t, ctx, spare, ic)
+	restarted := stopEtcdFor(ctx, c.Host("cp2"), 3*time.Second)
+	start := time.Now()
+	err = n.PromoteWhenCaughtUp(ctx, ipsOf(c, "cp1", "cp3"), spare.PeerURL())
+	if err := <-restarted; err != nil {
+		t.Fatal(err)
+	}
+	if err != nil {
+		t.Fatalf("PromoteWhenCaughtUp while a voter of two restarts: %v\nlogs:\n%s", err, logs)
+	}
+	t.Logf("the promotion while a voter of two restarted took %s", time.Since(start).Round(time.Millisecond))
+	if want := "progress: waiting for the cluster to answer the promotion of learner " + spare.PeerURL() + " (no member answered"; !strings.Contains(logs.String(), want) {
+		t.Errorf("the wait for the quorum was not reported as %q; logs:\n%s", want, logs)
+	}
+	if found, learner := isLearner(t, c.Host("cp1"), spare.PeerURL()); !found || learner {
+		t.Errorf("cp3 after the promotion: found %t learner %t, want a voter", found, learner)
+	}
+}
+
+// stopEtcdFor stops h's etcd and starts it again after d, as a restart
+// does (a handover to systemd's unit, an upgrade); the start's error comes
+// on the channel.
+func stopEtcdFor(ctx context.Context, h *sim.Host, d time.Duration) <-chan error {
+	h.StopEtcd()
+	restarted := make(chan error, 1)
+	go func() {
+		time.Sleep(d)
+		restarted <- h.StartEtcd(ctx)
+	}()
+	return restarted
 }
 
 // TestMemberAddSignalDuringItsLookupAddsNothing: a member-add attempt looks

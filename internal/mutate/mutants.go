@@ -1485,7 +1485,7 @@ var mutants = []mutant{
 		},
 	},
 	{
-		Name: "handoff-signals-a-supervisor-already-stopping",
+		Name: "handoff-refuses-a-supervisor-that-began-stopping",
 		File: "cmd/stratum/cli/handoff.go",
 		Old:  "		case now.State == supervisor.StateStopping:\n			o.stopping = true\n",
 		New:  "",
@@ -1518,6 +1518,24 @@ var mutants = []mutant{
 		New:  "if false && err != nil && !sent && errors.Is(err, errNoEndpointAnswered) {",
 		Tests: [][]string{
 			{"./ha", "-run", "TestMemberAddWaitsOutAQuorumLostForAMoment"},
+		},
+	},
+	{
+		Name: "promote-gives-up-on-a-quorum-lost-for-a-moment",
+		File: "ha/membership.go",
+		Old:  "if err == nil || !errors.Is(err, errNoEndpointAnswered) || ctx.Err() != nil {",
+		New:  "if true || err == nil || !errors.Is(err, errNoEndpointAnswered) || ctx.Err() != nil {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestPromoteWaitsOutAQuorumLostForAMoment"},
+		},
+	},
+	{
+		Name: "a-learner-endpoint-ends-the-ask",
+		File: "ha/etcd.go",
+		Old:  "(unreachable(err) || etcdErrIs(err, rpctypes.ErrGRPCNotSupportedForLearner))",
+		New:  "unreachable(err)",
+		Tests: [][]string{
+			{"./ha", "-run", "TestPromoteWaitsOutAQuorumLostForAMoment"},
 		},
 	},
 }

@@ -314,7 +314,6 @@ func TestHandoffStartPastItsBound(t *testing.T) {
 	})
 	t.Run("interrupted", func(t *testing.T) {
 		o, m, _, out := playedHandoff(t)
-		blockStart(m)
 		ctx, cancel := context.WithCancel(context.Background())
 		m.onStart = func(sctx context.Context) error { cancel(); <-sctx.Done(); return errors.New("signal: killed") }
 		err := o.run(ctx)

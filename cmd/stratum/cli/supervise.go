@@ -688,7 +688,7 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 // installGate is --install's wait for the restart's gate (check, as
 // install --now judges it: restartKeepsQuorum) once the control plane
 // serves. A gate that refuses (a member down, another node's join under
-// way) is asked again every every while the supervisor goes on; each new
+// way) is asked again at each tick of every while the supervisor goes on; each new
 // refusal is said once on stderr, not at every ask.
 type installGate struct {
 	a       *app
