@@ -196,6 +196,29 @@ func (h *host) booted(t *testing.T) (*machine, *proc) {
 	return m, m.nspawn
 }
 
+// shutDown powers h's machine off in order, as an operator's `systemctl
+// poweroff` does: systemd stops every unit (stratum's supervisor its
+// services, newest first), then the container ends. It returns once it has,
+// failing t unless it ended cleanly within the bound.
+func (h *host) shutDown(ctx context.Context, t *testing.T, within time.Duration) {
+	t.Helper()
+	m, p := h.booted(t)
+	if o, e, err := h.Run(ctx, "systemctl", "poweroff", "--no-block"); err != nil {
+		t.Fatalf("e2e: %s: systemctl poweroff: %v\n%s%s", h.name, err, o, e)
+	}
+	select {
+	case <-p.Done():
+	case <-time.After(within):
+		t.Fatalf("e2e: %s: still running %s after systemctl poweroff\n%s", h.name, within, p.Tail(20))
+	}
+	m.mu.Lock()
+	m.init = 0
+	m.mu.Unlock()
+	if err := p.Wait(); err != nil {
+		t.Fatalf("e2e: %s: systemd-nspawn after the poweroff: %v\n%s", h.name, err, p.Tail(20))
+	}
+}
+
 // powerCut ends the machines at once, as a power failure does: each
 // container and every process in it are killed together (SIGKILL to each
 // nspawn's PID namespace), nothing is stopped in order, and what a

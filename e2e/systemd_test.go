@@ -54,7 +54,10 @@ import (
 //     serve on;
 //   - cp2 reset too, then cp2 and cp3 joined at once as a playbook joins
 //     them, the printed command with --install on each: both return with
-//     their units serving, three healthy voters.
+//     their units serving, three healthy voters;
+//   - the VIP holder powered off in order (`systemctl poweroff`): its
+//     services stopped, the VIP released and taken by another while
+//     kubectl through it answers, and powered on, its unit serves again.
 func TestControlPlaneUnderSystemd(t *testing.T) {
 	t.Parallel() // its own machines; the other real-host tests run beside it
 	requireMachines(t)
@@ -264,11 +267,7 @@ func TestControlPlaneUnderSystemd(t *testing.T) {
 		h.PowerOn(ctx, t, shared...)
 	}
 	for _, h := range machines {
-		unit = waitUnit(ctx, t, h, 3*time.Minute, "started at boot", func(u map[string]string) bool {
-			return u["ActiveState"] == "active" && strings.HasPrefix(u["StatusText"], "supervising this control plane")
-		})
-		t.Logf("%s: stratum.service active %s after the power came back", h.Name(), time.Since(booted).Round(100*time.Millisecond))
-		checkMainPID(t, h, unit)
+		waitStartedAtBoot(ctx, t, h, booted)
 	}
 	waitVoters(ctx, t, tl, cp2, 3)
 	tl.etcdctl(ctx, t, cp2, "endpoint", "health", "--cluster")
@@ -358,6 +357,46 @@ func TestControlPlaneUnderSystemd(t *testing.T) {
 			t.Fatalf("the ConfigMap written before reads %q through the VIP on %s after its join, want v", got, h.Name())
 		}
 	}
+
+	// The VIP holder powered off in order (a kernel update's reboot):
+	// systemd stops the unit, whose supervisor stops its services and
+	// releases the VIP, which another control plane takes while the
+	// cluster keeps answering; powered on, the unit brings it back.
+	holder = vipHolder(ctx, t, nw)
+	prober := cp1
+	if holder == cp1 {
+		prober = cp2
+	}
+	probe = probeVIP(ctx, tl, prober)
+	off := time.Now()
+	holder.shutDown(ctx, t, 2*time.Minute)
+	t.Logf("%s, the VIP holder, powered off in order in %s", holder.Name(), time.Since(off).Round(100*time.Millisecond))
+	waitNoServers(t, holder)
+	if out, err := ipOut(ctx, "-n", holder.ns, "-o", "addr", "show", "dev", hostIf); err != nil || strings.Contains(out, " "+vip+"/") {
+		t.Fatalf("%s's interface after its orderly power-off (%v): the VIP %s was not released:\n%s", holder.Name(), err, vip, out)
+	}
+	if now := vipHolder(ctx, t, nw); now == holder {
+		t.Fatalf("the VIP %s is on %s, powered off", vip, holder.Name())
+	}
+	checkVIPGap(t, holder.Name()+"'s orderly power-off", probe)
+	booted = time.Now()
+	holder.PowerOn(ctx, t, shared...)
+	waitStartedAtBoot(ctx, t, holder, booted)
+	waitVoters(ctx, t, tl, cp1, 3)
+	tl.etcdctl(ctx, t, cp1, "endpoint", "health", "--cluster")
+	machineKubectl(ctx, t, tl, holder, "get", "--raw", "/readyz")
+}
+
+// waitStartedAtBoot waits for h's stratum.service, enabled, to be started
+// by the boot that began at poweredOn: active, its supervisor supervising
+// as the unit's main process.
+func waitStartedAtBoot(ctx context.Context, t *testing.T, h *host, poweredOn time.Time) {
+	t.Helper()
+	unit := waitUnit(ctx, t, h, 3*time.Minute, "started at boot", func(u map[string]string) bool {
+		return u["ActiveState"] == "active" && strings.HasPrefix(u["StatusText"], "supervising this control plane")
+	})
+	t.Logf("%s: stratum.service active %s after the power came on", h.Name(), time.Since(poweredOn).Round(100*time.Millisecond))
+	checkMainPID(t, h, unit)
 }
 
 // handToUnit runs `stratum install --now` on h, whose supervisor hand runs
