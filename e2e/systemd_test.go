@@ -52,9 +52,11 @@ import (
 //   - `stratum reset --force` on cp3: its supervisor ends, the unit's
 //     condition (no node state) skips systemd's restart, and the other two
 //     serve on;
-//   - cp2 reset too, then cp2 and cp3 joined at once as a playbook joins
-//     them, the printed command with --install on each: both return with
-//     their units serving, three healthy voters;
+//   - cp2 reset too, then cp1, the last member; then a cluster built again
+//     as automation builds one: `stratum up --vip --install` on cp1, which
+//     returns with its unit serving, then cp2 and cp3 joined at once, the
+//     printed command with --install on each: both return with their units
+//     serving, three healthy voters;
 //   - the VIP holder powered off in order (`systemctl poweroff`): its
 //     services stopped, the VIP released and taken by another while
 //     kubectl through it answers, and powered on, its unit serves again.
@@ -293,18 +295,32 @@ func TestControlPlaneUnderSystemd(t *testing.T) {
 	}
 	machineKubectl(ctx, t, tl, cp1, "get", "--raw", "/readyz")
 
-	// Grown again as automation grows a cluster: cp2 reset too, then the
+	// Built again from nothing as automation builds a cluster: cp2 reset
+	// too, then cp1, the last member; cp1 brought up with `stratum up
+	// --vip --install`, which returns once its unit serves; then the
 	// printed join command with --install run on cp2 and cp3 at once.
 	// etcd admits one learner at a time, and a new member only once every
 	// voter has been connected 5 s, so one join's add waits while the
 	// other joins and hands its control plane to its unit.
-	if o = runStratum(ctx, t, cp2, next, "reset", "--force"); !strings.Contains(o, "the stratum supervisor on this node ended") {
-		t.Fatalf("stratum reset --force under cp2's unit did not end the supervisor:\n%s", o)
+	for _, h := range []*host{cp2, cp1} {
+		if o = runStratum(ctx, t, h, next, "reset", "--force"); !strings.Contains(o, "the stratum supervisor on this node ended") {
+			t.Fatalf("stratum reset --force under %s's unit did not end the supervisor:\n%s", h.Name(), o)
+		}
+		waitUnit(ctx, t, h, time.Minute, "skipped by its condition after the reset", func(u map[string]string) bool {
+			return u["ActiveState"] == "inactive" && u["ConditionResult"] == "no"
+		})
+		waitNoServers(t, h)
 	}
-	waitUnit(ctx, t, cp2, time.Minute, "skipped by its condition after the reset", func(u map[string]string) bool {
-		return u["ActiveState"] == "inactive" && u["ConditionResult"] == "no"
-	})
-	waitVoters(ctx, t, tl, cp1, 1)
+	began = time.Now()
+	installCtx, installDone = context.WithTimeout(ctx, 3*time.Minute)
+	o, e, err = cp1.Run(installCtx, tl.shell("stratum up --vip "+vip+" --install")...)
+	installDone()
+	if err != nil || !strings.Contains(o, "note: this is the cluster's only control plane") || !strings.Contains(o, "stratum.service runs this control plane") {
+		t.Fatalf("stratum up --vip --install on cp1: %v, want exit 0 within 3 minutes noting the one control plane and the unit serving\nstdout:\n%s\nstderr:\n%s", err, o, e)
+	}
+	t.Logf("stratum up --vip --install on cp1 returned after %s", time.Since(began).Round(100*time.Millisecond))
+	checkUnitServes(ctx, t, tl, cp1)
+	machineKubectl(ctx, t, tl, cp1, "create", "configmap", "written-after-the-rebuild", "--from-literal=k=v")
 	join, _ = joinCommands(t, tl.run(ctx, t, cp1, "token", "create", "--control-plane"))
 	type joined struct {
 		h    *host
@@ -353,8 +369,8 @@ func TestControlPlaneUnderSystemd(t *testing.T) {
 	}
 	tl.etcdctl(ctx, t, cp1, "endpoint", "health", "--cluster")
 	for _, h := range []*host{cp2, cp3} {
-		if got := machineKubectl(ctx, t, tl, h, "get", "configmap", "written-under-systemd", "-o", "jsonpath={.data.k}"); got != "v" {
-			t.Fatalf("the ConfigMap written before reads %q through the VIP on %s after its join, want v", got, h.Name())
+		if got := machineKubectl(ctx, t, tl, h, "get", "configmap", "written-after-the-rebuild", "-o", "jsonpath={.data.k}"); got != "v" {
+			t.Fatalf("the ConfigMap written on cp1 reads %q through the VIP on %s after its join, want v", got, h.Name())
 		}
 	}
 
