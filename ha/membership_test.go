@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,7 +14,6 @@ import (
 
 	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/interrupt"
-	"stratum.dev/stratum/internal/version"
 	"stratum.dev/stratum/sim"
 )
 
@@ -429,11 +427,7 @@ func TestMemberAddSignalDuringItsLookupAddsNothing(t *testing.T) {
 	c := sim.Start(t, sim.Config{ControlPlanes: 1, SpareHosts: 2})
 	ctx := context.Background()
 	silent := c.Host("cp3").IP().String()
-	ln, err := net.Listen("tcp", net.JoinHostPort(silent, strconv.Itoa(version.EtcdClientPort)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	ln := silentEtcdListener(t, c.Host("cp3"))
 	sigs := make(chan os.Signal, 1)
 	run := interrupt.NewWithSignals(ctx, sigs, nil)
 	defer run.Stop()
@@ -455,7 +449,7 @@ func TestMemberAddSignalDuringItsLookupAddsNothing(t *testing.T) {
 	}()
 	n := nodeOn(c.Host("cp1"))
 	spare := c.Host("cp2")
-	_, err = n.MemberAdd(run.Context(), []string{silent, c.Host("cp1").IP().String()}, "cp2", spare.PeerURL())
+	_, err := n.MemberAdd(run.Context(), []string{silent, c.Host("cp1").IP().String()}, "cp2", spare.PeerURL())
 	if err == nil || !strings.Contains(err.Error(), "nothing was added") {
 		t.Fatalf("a member add whose lookup saw a signal = %v, want it stopped with nothing added", err)
 	}

@@ -1538,4 +1538,13 @@ var mutants = []mutant{
 			{"./ha", "-run", "TestPromoteWaitsOutAQuorumLostForAMoment"},
 		},
 	},
+	{
+		Name: "member-add-takes-a-lost-answer-for-nothing-added",
+		File: "ha/membership.go",
+		Old:  "if err != nil && !sent && errors.Is(err, errNoEndpointAnswered) {",
+		New:  "if err != nil && errors.Is(err, errNoEndpointAnswered) {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestMemberAddWhoseAnswerIsLostIsNotTakenAsNothingAdded"},
+		},
+	},
 }
