@@ -1547,4 +1547,22 @@ var mutants = []mutant{
 			{"./ha", "-run", "TestMemberAddWhoseAnswerIsLostIsNotTakenAsNothingAdded"},
 		},
 	},
+	{
+		Name: "handoff-ignores-the-bin-dir-the-supervisor-runs",
+		File: "cmd/stratum/cli/handoff.go",
+		Old:  "case about.Version != Version || filepath.Clean(about.BinDir) != o.binDir:",
+		New:  "case about.Version != Version:",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestHandoff"},
+		},
+	},
+	{
+		Name: "handoff-names-any-service-as-the-supervisors",
+		File: "cmd/stratum/cli/handoff.go",
+		Old:  "if other := o.sys.unitOf(about.PID); other != \"\" && o.mainPID(ctx, other) == about.PID {",
+		New:  "if other := o.sys.unitOf(about.PID); other != \"\" {",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestHandoff"},
+		},
+	},
 }

@@ -160,6 +160,18 @@ func (o *unitHandoff) check(ctx context.Context) error {
 	} else if what != "" {
 		return o.refusedf("%s", what)
 	}
+	return o.judgeSupervisor(ctx, func(ctx context.Context) (string, error) {
+		_, note, err := restartKeepsQuorum(ctx, n, st)
+		return note, err
+	})
+}
+
+// judgeSupervisor makes check's refusals of the supervisor running, if any:
+// one that may stop, running the release the unit runs, supervising a
+// control plane that is up, and gate (the restart's, restartKeepsQuorum)
+// passing. It sets what the steps act on: the supervisor found, whether it
+// runs under the unit already or is stopping.
+func (o *unitHandoff) judgeSupervisor(ctx context.Context, gate func(context.Context) (note string, err error)) error {
 	about, err := o.client.About(ctx)
 	switch {
 	case errors.Is(err, supervisor.ErrNotRunning):
@@ -196,7 +208,7 @@ func (o *unitHandoff) check(ctx context.Context) error {
 	default:
 		return o.refusedf("this node's supervisor (pid %d) is %s, not supervising a control plane that is up: `stratum status` says why; wait for it, or stop it (Ctrl-C) and run this again, which starts the unit", about.PID, about.State)
 	}
-	_, note, err := restartKeepsQuorum(ctx, n, st)
+	note, err := gate(ctx)
 	switch {
 	case ha.IsRefusal(err):
 		return refused(fmt.Errorf("install --now refused: %w; nothing was written or changed", err))

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/supervisor"
 )
 
@@ -31,9 +32,10 @@ type playedMachine struct {
 	// is deleted.
 	starts map[int]string
 	units  map[int]string
-	// mainPID is stratum.service's main process, fragment and dropIns
-	// what `systemctl show` says it loaded.
+	// mainPID is stratum.service's main process, others other services',
+	// fragment and dropIns what `systemctl show` says it loaded.
 	mainPID  int
+	others   map[string]int
 	fragment string
 	dropIns  []string
 	// calls records each systemctl call ("daemon-reload", "start
@@ -101,6 +103,9 @@ func (m *playedMachine) systemctl(ctx context.Context, args ...string) ([]byte, 
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if slices.Contains(args, "--property=MainPID") {
+			if service := args[len(args)-1]; service != unitName {
+				return fmt.Appendf(nil, "%d\n", m.others[service]), nil
+			}
 			return fmt.Appendf(nil, "%d\n", m.mainPID), nil
 		}
 		return fmt.Appendf(nil, "FragmentPath=%s\nDropInPaths=%s\n", m.fragment, strings.Join(m.dropIns, " ")), nil
@@ -540,5 +545,123 @@ func TestInstallGateSaysEachRefusalOnce(t *testing.T) {
 	g.check = func(context.Context) (string, error) { return "", nil }
 	if g.open(ctx) {
 		t.Errorf("the gate opened after the stop signal")
+	}
+}
+
+// The refusals of the supervisor found, and what the steps are left to do,
+// judged against a played machine and supervisor: nothing is stopped or
+// written by the judgement itself.
+func TestHandoffJudgesTheSupervisor(t *testing.T) {
+	gateErr := errors.New("stopping this etcd member while the cluster is unhealthy could take its quorum")
+	for _, c := range []struct {
+		name string
+		// play changes the played machine and supervisor from a
+		// supervisor started by hand that supervises, of this release.
+		play func(*playedMachine, *playedSupervisor)
+		gate func(context.Context) (string, error)
+		// refusal: a refusal (exit 3) saying it; fails: an error, not a
+		// refusal, saying it; neither: no error.
+		refusal, fails string
+		// then checks what the judgement left for the steps.
+		then func(*testing.T, *unitHandoff)
+	}{
+		{name: "none running", play: func(_ *playedMachine, s *playedSupervisor) { s.set(supervisor.About{}, supervisor.ErrNotRunning) },
+			then: func(t *testing.T, o *unitHandoff) {
+				if o.running != nil {
+					t.Errorf("running = %+v, want none", o.running)
+				}
+			}},
+		{name: "from before upgrade node", play: func(_ *playedMachine, s *playedSupervisor) { s.set(supervisor.About{}, supervisor.ErrUnsupported) },
+			refusal: "a stratum from before `upgrade node`"},
+		{name: "not asked", play: func(_ *playedMachine, s *playedSupervisor) { s.set(supervisor.About{}, errors.New("connection reset")) },
+			fails: "ask this node's supervisor about itself: connection reset"},
+		{name: "another PID namespace", play: func(_ *playedMachine, s *playedSupervisor) { s.about.PID = 0 },
+			refusal: "in a PID namespace this command does not see into"},
+		{name: "another version", play: func(_ *playedMachine, s *playedSupervisor) { s.about.Version = "v0.9.0" },
+			refusal: "runs stratum v0.9.0 with the etcd and kube-apiserver of /opt/stratum/bin, and the unit would run stratum " + Version},
+		{name: "another bin dir", play: func(_ *playedMachine, s *playedSupervisor) { s.about.BinDir = "/var/lib/stratum/bin" },
+			refusal: "`stratum install --now --bin-dir /var/lib/stratum/bin` with the supervisor's stratum"},
+		{name: "without the operator", play: func(_ *playedMachine, s *playedSupervisor) { s.about.Operator = false },
+			refusal: "runs without the operator (--operator=false)"},
+		{name: "ended while asked", play: func(m *playedMachine, _ *playedSupervisor) { m.end(handPID) },
+			refusal: "ended while it was asked"},
+		{name: "under the unit by its cgroup", play: func(m *playedMachine, _ *playedSupervisor) { m.units[handPID] = unitName },
+			gate: func(context.Context) (string, error) { return "", gateErr },
+			then: func(t *testing.T, o *unitHandoff) {
+				if !o.underUnit {
+					t.Error("a supervisor in stratum.service's cgroup is not taken as the unit's")
+				}
+			}},
+		{name: "under the unit as its main process", play: func(m *playedMachine, _ *playedSupervisor) { m.mainPID = handPID },
+			then: func(t *testing.T, o *unitHandoff) {
+				if !o.underUnit {
+					t.Error("stratum.service's main process is not taken as the unit's")
+				}
+			}},
+		{name: "another service's main process", play: func(m *playedMachine, _ *playedSupervisor) {
+			m.units[handPID], m.others = "runner.service", map[string]int{"runner.service": handPID}
+		}, then: func(t *testing.T, o *unitHandoff) {
+			if len(o.notes) != 1 || !strings.Contains(o.notes[0], "the supervisor is runner.service's main process") {
+				t.Errorf("notes %q, want runner.service named", o.notes)
+			}
+		}},
+		{name: "in another service, not its main process", play: func(m *playedMachine, _ *playedSupervisor) { m.units[handPID] = "runner.service" },
+			then: func(t *testing.T, o *unitHandoff) {
+				if len(o.notes) != 0 {
+					t.Errorf("notes %q, want none for a process that is not the service's main one", o.notes)
+				}
+			}},
+		{name: "stopping", play: func(_ *playedMachine, s *playedSupervisor) { s.about.State = supervisor.StateStopping },
+			gate: func(context.Context) (string, error) { return "", gateErr },
+			then: func(t *testing.T, o *unitHandoff) {
+				if !o.stopping {
+					t.Error("a supervisor stopping is not left to wait for")
+				}
+			}},
+		{name: "starting", play: func(_ *playedMachine, s *playedSupervisor) { s.about.State = supervisor.StateStarting },
+			refusal: "is starting, not supervising a control plane that is up"},
+		{name: "the gate refuses", gate: func(context.Context) (string, error) { return "", refused(gateErr) },
+			refusal: "install --now refused: " + gateErr.Error()},
+		{name: "the gate fails", gate: func(context.Context) (string, error) { return "", errors.New("etcd member list: deadline exceeded") },
+			fails: "install --now: etcd member list: deadline exceeded; nothing was written or changed"},
+		{name: "the gate notes", gate: func(context.Context) (string, error) { return "the cluster has 2 etcd voters", nil },
+			then: func(t *testing.T, o *unitHandoff) {
+				if !slices.Equal(o.notes, []string{"the cluster has 2 etcd voters"}) {
+					t.Errorf("notes %q, want the gate's", o.notes)
+				}
+			}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o, m, sup, _ := playedHandoff(t)
+			o.running, o.runningStart = nil, ""
+			if c.play != nil {
+				c.play(m, sup)
+			}
+			gate := c.gate
+			if gate == nil {
+				gate = func(context.Context) (string, error) { return "", nil }
+			}
+			err := o.judgeSupervisor(context.Background(), gate)
+			switch {
+			case c.refusal != "":
+				if !ha.IsRefusal(err) || !strings.Contains(err.Error(), c.refusal) || !strings.Contains(err.Error(), "nothing was written or changed") {
+					t.Fatalf("judgeSupervisor: %v, want a refusal saying %q", err, c.refusal)
+				}
+			case c.fails != "":
+				if err == nil || ha.IsRefusal(err) || !strings.Contains(err.Error(), c.fails) {
+					t.Fatalf("judgeSupervisor: %v, want an error (not a refusal) saying %q", err, c.fails)
+				}
+			case err != nil:
+				t.Fatalf("judgeSupervisor: %v, want none", err)
+			}
+			if c.then != nil {
+				c.then(t, o)
+			}
+			for _, call := range m.called() {
+				if !strings.HasPrefix(call, "show ") {
+					t.Errorf("judging the supervisor ran %q", call)
+				}
+			}
+		})
 	}
 }
