@@ -202,6 +202,21 @@ func (nw *network) teardown(dump func()) (errs []error) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 
+		// A machine's dying PID 1 waits until every process of its PID
+		// namespace is reaped, those this process adopted as their
+		// subreaper included (a kubectl whose nsenter a cancelled probe
+		// killed): they are reaped during the waits below.
+		var machineNS []string
+		for _, h := range nw.hosts {
+			if h.machine != nil {
+				machineNS = append(machineNS, h.machine.pidNS())
+			}
+		}
+		reapAdoptedInMachines := func() {
+			for _, ns := range machineNS {
+				reapAdopted(ns, nw.isChild)
+			}
+		}
 		names := runNamespaces(nw.id)
 		var killed []int
 		for _, ns := range names {
@@ -212,13 +227,13 @@ func (nw *network) teardown(dump func()) (errs []error) {
 			}
 		}
 		for _, p := range procs {
-			if err := waitDone(p.done, 10*time.Second); err != nil {
+			if err := waitDone(p.done, 10*time.Second, reapAdoptedInMachines); err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", p, err))
 			}
 		}
 		for _, h := range nw.hosts {
 			if h.holderDone != nil {
-				if err := waitDone(h.holderDone, 10*time.Second); err != nil {
+				if err := waitDone(h.holderDone, 10*time.Second, reapAdoptedInMachines); err != nil {
 					errs = append(errs, fmt.Errorf("%s's namespace holder: %w", h.name, err))
 				}
 			}
@@ -254,12 +269,18 @@ func (nw *network) teardown(dump func()) (errs []error) {
 	return errs
 }
 
-func waitDone(done <-chan struct{}, d time.Duration) error {
-	select {
-	case <-done:
-		return nil
-	case <-time.After(d):
-		return fmt.Errorf("not reaped %v after SIGKILL", d)
+// waitDone waits up to d for done, calling reap every 50 ms meanwhile.
+func waitDone(done <-chan struct{}, d time.Duration, reap func()) error {
+	deadline := time.After(d)
+	for {
+		reap()
+		select {
+		case <-done:
+			return nil
+		case <-deadline:
+			return fmt.Errorf("not reaped %v after SIGKILL", d)
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }
 

@@ -235,10 +235,9 @@ func powerCut(ctx context.Context, t *testing.T, hosts ...*host) {
 	var cuts []cut
 	for _, h := range hosts {
 		m, p := h.booted(t)
-		c := cut{h: h, init: m.initPid()}
+		c := cut{h: h, init: m.initPid(), pidNS: m.pidNS()}
 		if c.init != 0 {
 			c.initStart = procStartTime(c.init)
-			c.pidNS, _ = os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", c.init))
 		}
 		if err := p.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
 			t.Fatalf("e2e: %s: cut the machine's power: %v", h.name, err)
@@ -301,14 +300,23 @@ func powerCut(ctx context.Context, t *testing.T, hosts ...*host) {
 	}
 }
 
-// reapAdopted reaps the zombies in the PID namespace pidNS (a readlink of
+// reapAdopted reaps the zombies adoptedIn lists.
+func reapAdopted(pidNS string, known func(int) bool) {
+	for _, pid := range adoptedIn(pidNS, known) {
+		var ws unix.WaitStatus
+		_, _ = unix.Wait4(pid, &ws, unix.WNOHANG, nil)
+	}
+}
+
+// adoptedIn lists the zombies in the PID namespace pidNS (a readlink of
 // /proc/<pid>/ns/pid) whose parent is this test process but which it did
 // not start (known): orphans it adopted as their subreaper, which nothing
 // else waits for.
-func reapAdopted(pidNS string, known func(int) bool) {
+func adoptedIn(pidNS string, known func(int) bool) []int {
 	if pidNS == "" {
-		return
+		return nil
 	}
+	var pids []int
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
@@ -319,10 +327,21 @@ func reapAdopted(pidNS string, known func(int) bool) {
 			continue
 		}
 		if state, ppid, ok := procState(pid); ok && state == "Z" && ppid == os.Getpid() {
-			var ws unix.WaitStatus
-			_, _ = unix.Wait4(pid, &ws, unix.WNOHANG, nil)
+			pids = append(pids, pid)
 		}
 	}
+	return pids
+}
+
+// pidNS is the PID namespace of h's machine (a readlink of
+// /proc/<pid>/ns/pid), "" when it does not run.
+func (m *machine) pidNS() string {
+	init := m.initPid()
+	if init == 0 {
+		return ""
+	}
+	ns, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", init))
+	return ns
 }
 
 // initPid is the machine's PID 1 as this machine sees it, or 0: also when

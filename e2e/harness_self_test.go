@@ -525,3 +525,49 @@ func subnetPrefix(line string, subnet netip.Prefix) netip.Prefix {
 	}
 	return netip.Prefix{}
 }
+
+// TestHarnessTeardownReapsAMachinesOrphans: a command run in a booted
+// machine whose nsenter is killed (a cancelled probe) leaves its process to
+// this binary, their subreaper, and the machine's PID 1 cannot end until it
+// is reaped. Teardown once waited for the machine first and reaped after:
+// "not reaped 10s after SIGKILL", and the machine's cgroup left busy (seen
+// in a CI run). Teardown reaps while it waits; any error of it fails the
+// subtest.
+func TestHarnessTeardownReapsAMachinesOrphans(t *testing.T) {
+	requireMachines(t)
+	t.Run("machine", func(t *testing.T) {
+		nw := newNetworkNamed(t, "m1")
+		h := nw.Host("m1")
+		ctx := context.Background()
+		h.Boot(ctx, t)
+		pidFile := "/run/orphan.pid"
+		cctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _, _ = h.Run(cctx, "sh", "-c", "echo $$ > "+pidFile+"; exec sleep 2")
+		}()
+		var pid int
+		for deadline := time.Now().Add(10 * time.Second); pid == 0; time.Sleep(50 * time.Millisecond) {
+			if b, err := os.ReadFile(h.MachinePath(pidFile)); err == nil {
+				pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the command in the machine never started")
+			}
+		}
+		cancel() // its nsenter is killed; the sleep lives on, orphaned
+		<-done
+		// The sleep, in the machine's PID namespace as pid, ends a zombie
+		// of this binary's.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			if adopted := adoptedIn(h.machine.pidNS(), nw.isChild); len(adopted) > 0 {
+				t.Logf("the machine's pid %d ended a zombie of this test binary's (pids here %v): teardown must reap it", pid, adopted)
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Skip("no process of the machine's was left to this binary (the kernel reparented it elsewhere): nothing for teardown to reap")
+			}
+		}
+	})
+}
