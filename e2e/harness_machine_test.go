@@ -206,10 +206,19 @@ func (h *host) shutDown(ctx context.Context, t *testing.T, within time.Duration)
 	if o, e, err := h.Run(ctx, "systemctl", "poweroff", "--no-block"); err != nil {
 		t.Fatalf("e2e: %s: systemctl poweroff: %v\n%s%s", h.name, err, o, e)
 	}
-	select {
-	case <-p.Done():
-	case <-time.After(within):
-		t.Fatalf("e2e: %s: still running %s after systemctl poweroff\n%s", h.name, within, p.Tail(20))
+	// Its PID 1 ends only once every process of its PID namespace is
+	// reaped, those this binary adopted included.
+	ns := m.pidNS()
+	for deadline := time.After(within); ; {
+		reapAdopted(ns, h.nw.isChild)
+		select {
+		case <-p.Done():
+		case <-deadline:
+			t.Fatalf("e2e: %s: still running %s after systemctl poweroff\n%s", h.name, within, p.Tail(20))
+		case <-time.After(50 * time.Millisecond):
+			continue
+		}
+		break
 	}
 	m.mu.Lock()
 	m.init = 0
@@ -333,7 +342,7 @@ func adoptedIn(pidNS string, known func(int) bool) []int {
 	return pids
 }
 
-// pidNS is the PID namespace of h's machine (a readlink of
+// pidNS is the PID namespace of machine m (a readlink of
 // /proc/<pid>/ns/pid), "" when it does not run.
 func (m *machine) pidNS() string {
 	init := m.initPid()

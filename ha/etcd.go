@@ -408,9 +408,9 @@ func (f *endpointFailures) err(op string) error {
 }
 
 // errNoEndpointAnswered matches an operation through viaEach that every
-// endpoint was asked and none answered: each unreachable, or without a
-// quorum to answer. One that could not be asked from here (no client)
-// does not match.
+// endpoint was asked and none answered: each unreachable, without a quorum
+// to answer, or a learner (which answers nothing that needs a voter). One
+// that could not be asked from here (no client) does not match.
 var errNoEndpointAnswered = errors.New("no etcd endpoint answered")
 
 // viaEach runs f with a client on each cpIP's endpoint in turn until one
@@ -435,7 +435,12 @@ func (n *Node) viaEach(ctx context.Context, cpIPs []string, op string, f func(ct
 		if err == nil {
 			return nil
 		}
-		if ctx.Err() == nil && (unreachable(err) || etcdErrIs(err, rpctypes.ErrGRPCNotSupportedForLearner)) {
+		if ctx.Err() == nil && etcdErrIs(err, rpctypes.ErrGRPCNotSupportedForLearner) {
+			n.log.Debug("etcd endpoint is a learner, which cannot answer this", "op", op, "endpoint", ep, "err", err)
+			fails.add(ep, fmt.Errorf("a learner, which cannot answer this: %w", err))
+			continue
+		}
+		if ctx.Err() == nil && unreachable(err) {
 			n.log.Debug("etcd endpoint did not answer", "op", op, "endpoint", ep, "err", err)
 			fails.add(ep, err)
 			continue

@@ -338,7 +338,8 @@ func (n *Node) memberAddWindowed(ctx context.Context, cpIPs []string, newName, n
 		if etcdErrIs(err, rpctypes.ErrMemberNotFound) {
 			notFound++
 		}
-		nothingAdded := errors.Is(err, errMemberAddRefused) || addRefusedNothingAdded(err) || etcdErrIs(err, rpctypes.ErrPeerURLExist)
+		nothingAdded := !errors.Is(err, errAddMayHaveLanded) &&
+			(errors.Is(err, errMemberAddRefused) || addRefusedNothingAdded(err) || etcdErrIs(err, rpctypes.ErrPeerURLExist))
 		if !nothingAdded {
 			return "", 0, wctx, end, err // it may hide an add that landed: the caller rolls back in the window
 		}
@@ -357,7 +358,7 @@ func (n *Node) memberAddWindowed(ctx context.Context, cpIPs []string, newName, n
 		}
 		if time.Now().Add(backoff).After(deadline) {
 			if errors.Is(err, errAddUnanswered) {
-				return refused(fmt.Errorf("etcd member add of %s (%s): no etcd member answered in %d attempts over %s; check that a quorum of members is up and reachable from this node (`stratum etcd health` on a control plane), then run the same command again: %w",
+				return refused(fmt.Errorf("etcd member add of %s (%s): no etcd member answered its last attempt's member list (%d attempts over %s); check that a quorum of members is up and reachable from this node (`stratum etcd health` on a control plane), then run the same command again: %w",
 					newName, newPeerURL, attempt, memberAddRetryFor, err))
 			}
 			return refused(fmt.Errorf("etcd member add of %s (%s): still refused after %d attempts over %s; %w. Check the cluster's health (`stratum etcd health` on a control plane) and its learners (`stratum etcd members`), then run the same command again: %w",
@@ -387,7 +388,11 @@ func (n *Node) memberAddOnce(ctx context.Context, cpIPs []string, newName, newPe
 	// answer lost (viaEach moves on after a timeout): it may land, so
 	// from then on the attempt is the add's, signal or not.
 	sent := false
+	// sentBefore: an add went out through an endpoint before the one now
+	// asked, so whatever this one answers, that add may have landed.
+	sentBefore := false
 	err := n.viaEach(ctx, cpIPs, "etcd member add of "+newPeerURL, func(ctx context.Context, cli *clientv3.Client, ep string) error {
+		sentBefore = sent
 		ml, err := n.memberList(ctx, cli)
 		if err != nil {
 			return fmt.Errorf("etcd member list from %s: %w", ep, err)
@@ -425,15 +430,21 @@ func (n *Node) memberAddOnce(ctx context.Context, cpIPs []string, newName, newPe
 	if err != nil && !sent && errors.Is(err, errNoEndpointAnswered) {
 		return ic, id, fmt.Errorf("%w: %w", errAddUnanswered, err)
 	}
-	if err != nil && sent && interrupt.SignalHeld(ctx) {
+	if err != nil && (sentBefore || sent && interrupt.SignalHeld(ctx)) {
 		// A refusal after an add whose answer was lost (a peer URL that
-		// exists now, say) says nothing about that add, and the held
-		// signal stops the join before a retry could find it: the caller
-		// must take it as an add that may have landed, and roll it back.
-		err = fmt.Errorf("%v; an add of %s sent earlier in this attempt may have landed (its answer was lost)", err, newPeerURL)
+		// exists now, say: that add landed) says nothing about that add;
+		// and a held signal stops the join before a retry could find it.
+		// The caller must take it as an add that may have landed, and
+		// roll it back.
+		err = fmt.Errorf("%w (of %s): %w", errAddMayHaveLanded, newPeerURL, err)
 	}
 	return ic, id, err
 }
+
+// errAddMayHaveLanded: an attempt failed after an add it sent went
+// unanswered, so that add may have landed, whatever the failure says: it is
+// never taken for a refusal that added nothing.
+var errAddMayHaveLanded = errors.New("an add sent earlier in this attempt may have landed (its answer was lost)")
 
 // removeOwnMember removes the member a join added: by id when a member has
 // it, else only an unstarted learner with peerURL (an add whose answer was
@@ -441,7 +452,7 @@ func (n *Node) memberAddOnce(ctx context.Context, cpIPs []string, newName, newPe
 // without its id.
 func (n *Node) removeOwnMember(ctx context.Context, cpIPs []string, id uint64, peerURL string) error {
 	op := fmt.Sprintf("etcd member remove of this join's member (ID %x, %s)", id, peerURL)
-	return n.retryUnhealthy(ctx, op, func() error {
+	return n.retryMembershipChange(ctx, op, func() error {
 		return n.viaEach(ctx, cpIPs, op, func(ctx context.Context, cli *clientv3.Client, ep string) error {
 			ml, err := n.memberList(ctx, cli)
 			if err != nil {
@@ -475,24 +486,42 @@ func (n *Node) removeOwnMember(ctx context.Context, cpIPs []string, id uint64, p
 	})
 }
 
-// retryUnhealthy runs f until it succeeds or fails with anything but etcd's
-// unhealthy-cluster refusal (which means nothing changed), within
-// memberAddRetryFor.
-func (n *Node) retryUnhealthy(ctx context.Context, op string, f func() error) error {
+// retryMembershipChange runs f, a removal that looks its member up first,
+// until it succeeds or fails with anything but etcd's unhealthy-cluster
+// refusal (which means nothing changed) or no endpoint answering (a quorum
+// lost for a moment: the rollback of a join whose add went unanswered meets
+// exactly that), within memberAddRetryFor. Each run looks the member up
+// again, so one removed by an earlier run whose answer was lost is not
+// removed twice.
+func (n *Node) retryMembershipChange(ctx context.Context, op string, f func() error) error {
 	deadline := time.Now().Add(memberAddRetryFor)
 	backoff := 100 * time.Millisecond
-	report := waitReporter{n: n}
+	report, lastReason := waitReporter{n: n}, ""
 	for {
 		err := f()
-		if err == nil || !etcdErrIs(err, rpctypes.ErrUnhealthy) {
+		unanswered := errors.Is(err, errNoEndpointAnswered)
+		if err == nil || !etcdErrIs(err, rpctypes.ErrUnhealthy) && !unanswered {
 			return err
 		}
-		report.waiting("etcd to accept the %s (it refuses while the cluster is not yet healthy: %v)", op, err)
+		reason := "it refuses while the cluster is not yet healthy"
+		if unanswered {
+			reason = "no member answered: the cluster has no quorum for now (a member restarting?), or none is reachable from here"
+		}
+		if reason != lastReason {
+			report, lastReason = waitReporter{n: n}, reason // a new reason is said at once
+		}
+		report.waiting("etcd to accept the %s (%s: %v)", op, reason, err)
 		if time.Now().Add(backoff).After(deadline) {
+			if unanswered {
+				return fmt.Errorf("%s: no etcd member answered for %s, so whether it was made is not known: `stratum etcd members` on a control plane says; check that a quorum is up and reachable from here, then retry: %w", op, memberAddRetryFor, err)
+			}
 			return fmt.Errorf("%s: still refused after %s; etcd's membership was not changed: check the cluster's health and retry: %w", op, memberAddRetryFor, err)
 		}
 		select {
 		case <-ctx.Done():
+			if unanswered {
+				return fmt.Errorf("%s: %w (no etcd member answered: %v); whether it was made is not known: `stratum etcd members` on a control plane says", op, ctx.Err(), err)
+			}
 			return fmt.Errorf("%s: %w (last refusal: %v); etcd's membership was not changed", op, ctx.Err(), err)
 		case <-time.After(backoff):
 		}
@@ -522,9 +551,9 @@ func (n *Node) PromoteWhenCaughtUp(ctx context.Context, cpIPs []string, peerURL 
 			unansweredSince = time.Now()
 		}
 		if time.Since(unansweredSince) >= memberAddRetryFor {
-			return fmt.Errorf("%s: no member answered for %s: %w", op, memberAddRetryFor, err)
+			return fmt.Errorf("no member answered for %s: %w", memberAddRetryFor, err)
 		}
-		report.waiting("the cluster to answer the promotion of learner %s (no member answered: the cluster has no quorum for now, a member restarting)", peerURL)
+		report.waiting("the cluster to answer the promotion of learner %s (no member answered: the cluster has no quorum for now (a member restarting?), or none is reachable from here)", peerURL)
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%s: %w (last: %v)", op, ctx.Err(), err)
@@ -577,11 +606,11 @@ func (n *Node) promoteOnce(ctx context.Context, cpIPs []string, op, peerURL stri
 }
 
 // MemberRemove is the package-level MemberRemove on this node. etcd's
-// unhealthy-cluster refusal (nothing removed) is retried as MemberAdd
-// retries it.
+// unhealthy-cluster refusal (nothing removed), and a cluster that does not
+// answer, are asked again within 30 s (retryMembershipChange).
 func (n *Node) MemberRemove(ctx context.Context, cpIPs []string, peerURL string) error {
 	op := "etcd member remove of " + peerURL
-	return n.retryUnhealthy(ctx, op, func() error {
+	return n.retryMembershipChange(ctx, op, func() error {
 		return n.viaEach(ctx, cpIPs, op, func(ctx context.Context, cli *clientv3.Client, ep string) error {
 			ml, err := n.memberList(ctx, cli)
 			if err != nil {

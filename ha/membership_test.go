@@ -402,6 +402,35 @@ func TestPromoteWaitsOutAQuorumLostForAMoment(t *testing.T) {
 	}
 }
 
+// TestMemberRemoveWaitsOutAQuorumLostForAMoment: the rollback of a join
+// whose add went unanswered (the quorum going in that instant) removes its
+// learner through a cluster that does not answer for a few seconds; the
+// removal asks again, saying why, until it does.
+func TestMemberRemoveWaitsOutAQuorumLostForAMoment(t *testing.T) {
+	t.Parallel() // its own simulated cluster
+	c := sim.Start(t, sim.Config{ControlPlanes: 2, SpareHosts: 1})
+	ctx := context.Background()
+	n, logs := loggedNodeOn(c.Host("cp1"))
+	spare := c.Host("cp3")
+	if _, err := n.MemberAdd(ctx, ipsOf(c, "cp1", "cp2"), "cp3", spare.PeerURL()); err != nil {
+		t.Fatal(err)
+	}
+	restarted := stopEtcdFor(ctx, c.Host("cp2"), 3*time.Second)
+	err := n.MemberRemove(ctx, ipsOf(c, "cp1"), spare.PeerURL())
+	if err := <-restarted; err != nil {
+		t.Fatal(err)
+	}
+	if err != nil {
+		t.Fatalf("MemberRemove while a voter of two restarts: %v\nlogs:\n%s", err, logs)
+	}
+	if want := "progress: waiting for etcd to accept the etcd member remove of " + spare.PeerURL() + " (no member answered"; !strings.Contains(logs.String(), want) {
+		t.Errorf("the wait for the quorum was not reported as %q; logs:\n%s", want, logs)
+	}
+	if found, _ := isLearner(t, c.Host("cp1"), spare.PeerURL()); found {
+		t.Error("the learner is still a member after MemberRemove")
+	}
+}
+
 // stopEtcdFor stops h's etcd and starts it again after d, as a restart
 // does (a handover to systemd's unit, an upgrade); the start's error comes
 // on the channel.

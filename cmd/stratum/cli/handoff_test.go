@@ -548,9 +548,9 @@ func TestInstallGateSaysEachRefusalOnce(t *testing.T) {
 	}
 }
 
-// The refusals of the supervisor found, and what the steps are left to do,
-// judged against a played machine and supervisor: nothing is stopped or
-// written by the judgement itself.
+// TestHandoffJudgesTheSupervisor: the refusals of the supervisor found, and
+// what the steps are left to do, judged against a played machine and
+// supervisor; the judgement itself stops and writes nothing.
 func TestHandoffJudgesTheSupervisor(t *testing.T) {
 	gateErr := errors.New("stopping this etcd member while the cluster is unhealthy could take its quorum")
 	for _, c := range []struct {
