@@ -1517,7 +1517,7 @@ var mutants = []mutant{
 		Old:  "if err != nil && !sent && errors.Is(err, errNoEndpointAnswered) {",
 		New:  "if false && err != nil && !sent && errors.Is(err, errNoEndpointAnswered) {",
 		Tests: [][]string{
-			{"./ha", "-run", "TestMemberAddWaitsOutAQuorumLostForAMoment"},
+			{"./ha", "-run", "TestMemberAddWaitsOutAQuorumLostForAMoment|TestJoinWaitsOutAQuorumLostForAMoment"},
 		},
 	},
 	{
@@ -1526,7 +1526,7 @@ var mutants = []mutant{
 		Old:  "if err == nil || !errors.Is(err, errNoEndpointAnswered) || ctx.Err() != nil {",
 		New:  "if true || err == nil || !errors.Is(err, errNoEndpointAnswered) || ctx.Err() != nil {",
 		Tests: [][]string{
-			{"./ha", "-run", "TestPromoteWaitsOutAQuorumLostForAMoment"},
+			{"./ha", "-run", "TestPromoteWaitsOutAQuorumLostForAMoment|TestJoinWaitsOutAQuorumLostForAMoment"},
 		},
 	},
 	{
