@@ -324,7 +324,7 @@ func (n *Node) memberAddWindowed(ctx context.Context, cpIPs []string, newName, n
 	deadline := time.Now().Add(memberAddRetryFor)
 	backoff := 100 * time.Millisecond
 	notFound := 0
-	report, lastReason := waitReporter{n: n}, ""
+	report := waitReporter{n: n}
 	for attempt := 1; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return refused(fmt.Errorf("etcd member add of %s: stopped before it (%w); %w", newName, context.Cause(ctx), errMemberAddRefused))
@@ -365,10 +365,8 @@ func (n *Node) memberAddWindowed(ctx context.Context, cpIPs []string, newName, n
 				newName, newPeerURL, attempt, memberAddRetryFor, errMemberAddRefused, err))
 		}
 		n.log.Info("the member add was not made; nothing was added, retrying", "member", newName, "peerURL", newPeerURL, "attempt", attempt, "in", backoff, "err", err)
-		if reason := addRefusalReason(err); reason != lastReason {
-			report, lastReason = waitReporter{n: n}, reason // a new reason is said at once
-		}
-		report.waiting("etcd to accept the member add of %s (%s; nothing was added yet)", newName, addRefusalReason(err))
+		reason := addRefusalReason(err)
+		report.waitingBecause(reason, "etcd to accept the member add of %s (%s; nothing was added yet)", newName, reason)
 		select {
 		case <-ctx.Done():
 			return refused(fmt.Errorf("etcd member add of %s: stopped while waiting (%w; last refusal: %v); %w", newName, context.Cause(ctx), err, errMemberAddRefused))
@@ -496,7 +494,7 @@ func (n *Node) removeOwnMember(ctx context.Context, cpIPs []string, id uint64, p
 func (n *Node) retryMembershipChange(ctx context.Context, op string, f func() error) error {
 	deadline := time.Now().Add(memberAddRetryFor)
 	backoff := 100 * time.Millisecond
-	report, lastReason := waitReporter{n: n}, ""
+	report := waitReporter{n: n}
 	for {
 		err := f()
 		unanswered := errors.Is(err, errNoEndpointAnswered)
@@ -507,10 +505,7 @@ func (n *Node) retryMembershipChange(ctx context.Context, op string, f func() er
 		if unanswered {
 			reason = "no member answered: the cluster has no quorum for now (a member restarting?), or none is reachable from here"
 		}
-		if reason != lastReason {
-			report, lastReason = waitReporter{n: n}, reason // a new reason is said at once
-		}
-		report.waiting("etcd to accept the %s (%s: %v)", op, reason, err)
+		report.waitingBecause(reason, "etcd to accept the %s (%s: %v)", op, reason, err)
 		if time.Now().Add(backoff).After(deadline) {
 			if unanswered {
 				return fmt.Errorf("%s: no etcd member answered for %s, so whether it was made is not known: `stratum etcd members` on a control plane says; check that a quorum is up and reachable from here, then retry: %w", op, memberAddRetryFor, err)

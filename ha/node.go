@@ -123,10 +123,12 @@ func (n *Node) stepWarn(step string, err error) {
 }
 
 // waitReporter reports what a retrying step waits for through Env.Progress:
-// the first time at once, then at most every WaitReportEvery.
+// the first time at once, then at most every WaitReportEvery; a wait for
+// another reason (waitingBecause) is said at once.
 type waitReporter struct {
-	n    *Node
-	last time.Time
+	n      *Node
+	last   time.Time
+	reason string
 }
 
 func (w *waitReporter) waiting(format string, args ...any) {
@@ -135,6 +137,15 @@ func (w *waitReporter) waiting(format string, args ...any) {
 	}
 	w.last = time.Now()
 	w.n.env.Progress("waiting for " + fmt.Sprintf(format, args...))
+}
+
+// waitingBecause is waiting for a wait whose reason is named: a reason other
+// than the last one's is said at once.
+func (w *waitReporter) waitingBecause(reason, format string, args ...any) {
+	if reason != w.reason {
+		w.last, w.reason = time.Time{}, reason
+	}
+	w.waiting(format, args...)
 }
 
 // A server that does not answer at all may be between holders for a few
