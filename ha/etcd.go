@@ -189,7 +189,7 @@ func (n *Node) EtcdMemberStatus(ctx context.Context, cpIP string) EtcdMemberHeal
 	if err != nil {
 		// Not known to be alarm-free is not healthy; the leader it named is
 		// kept, so a split is still reported as one.
-		m.Alarms = append(m.Alarms, fmt.Sprintf("alarms unreadable (%v)", err))
+		m.Alarms = append(m.Alarms, fmt.Sprintf("%s (%v)", alarmsUnreadable, err))
 		return m
 	}
 	for _, a := range al.Alarms {
@@ -254,21 +254,35 @@ func (n *Node) EtcdClusterHealth(ctx context.Context, cpIPs []string) ([]EtcdMem
 	return res, clusterVerdict(res)
 }
 
-// clusterVerdict is EtcdClusterHealthy's judgement of the members' answers.
-func clusterVerdict(res []EtcdMemberHealth) error {
+// leaderVotes counts, for each leader the answering members name, how many
+// name it.
+func leaderVotes(res []EtcdMemberHealth) map[uint64]int {
 	votes := map[uint64]int{}
 	for _, m := range res {
 		if m.Err == nil && m.Leader != 0 {
 			votes[m.Leader]++
 		}
 	}
+	return votes
+}
+
+// likeliestLeader is the leader most answering members name (the lowest ID
+// among equals), 0 when none names one.
+func likeliestLeader(res []EtcdMemberHealth) uint64 {
 	var leader uint64
 	best := -1
-	for id, v := range votes {
+	for id, v := range leaderVotes(res) {
 		if v > best || (v == best && id < leader) {
 			leader, best = id, v
 		}
 	}
+	return leader
+}
+
+// clusterVerdict is EtcdClusterHealthy's judgement of the members' answers.
+func clusterVerdict(res []EtcdMemberHealth) error {
+	votes := leaderVotes(res)
+	leader := likeliestLeader(res)
 	var problems []string
 	for _, m := range res {
 		switch {
@@ -294,6 +308,40 @@ func clusterVerdict(res []EtcdMemberHealth) error {
 		return fmt.Errorf("etcd cluster is not healthy: %s; %s", strings.Join(problems, "; "), advice)
 	}
 	return nil
+}
+
+// alarmsUnreadable begins the alarm a member's health carries when the
+// member named a leader but its alarm list went unanswered (a raft request,
+// which a member that just lost its quorum cannot serve).
+const alarmsUnreadable = "alarms unreadable"
+
+// healthWaitReason is why members' answers that fail clusterVerdict may pass
+// a few seconds later: the members that did not answer, knew no leader or
+// named another than most (a member restarting, an election under way), in
+// the order given. It is "" when waiting cannot cure the verdict: an alarm
+// raised (NOSPACE, CORRUPT) is cleared by no wait, and members that agree on
+// a leader and raised none fail nothing waiting would change.
+func healthWaitReason(res []EtcdMemberHealth) string {
+	leader := likeliestLeader(res)
+	var why []string
+	for _, m := range res {
+		for _, a := range m.Alarms {
+			if m.Err == nil && !strings.HasPrefix(a, alarmsUnreadable) {
+				return ""
+			}
+		}
+		switch {
+		case m.Err != nil:
+			why = append(why, m.Endpoint+" does not answer")
+		case m.Leader == 0:
+			why = append(why, m.Endpoint+" knows no leader")
+		case m.Leader != leader:
+			why = append(why, fmt.Sprintf("%s names leader %x, others %x", m.Endpoint, m.Leader, leader))
+		case len(m.Alarms) > 0:
+			why = append(why, m.Endpoint+"'s alarms went unread")
+		}
+	}
+	return strings.Join(why, "; ")
 }
 
 // alarmAdvice says what clears an etcd alarm, which no wait or restart does:

@@ -680,40 +680,104 @@ func (r *joinRun) preflight(ctx context.Context) error {
 	if err := checkWritable(h, writable...); err != nil {
 		return fmt.Errorf("control-plane join refused: %w; nothing was added to etcd: fix the directory, then %s", err, joinHint)
 	}
-	current, err := n.currentMemberIPs(ctx, r.etcdIPs, r.peerURL)
-	if err != nil {
-		return fmt.Errorf("%w: none of the etcd members the cluster published (%s: those it published last, then those at this command's mint) answers with the member list: %v; nothing was added to etcd: "+
-			"if those control planes were reset or removed since, mint a fresh join command on a running control plane (`stratum token create --control-plane`); otherwise heal the cluster (`stratum etcd health`), then %s",
-			ErrClusterUnhealthy, strings.Join(r.etcdIPs, ", "), err, joinHint)
-	}
-	r.etcdIPs = current
-	health, err := n.EtcdClusterHealth(ctx, r.etcdIPs)
-	if err != nil {
-		return fmt.Errorf("%w: %v; nothing was added to etcd: heal the cluster (`stratum etcd health`), then %s", ErrClusterUnhealthy, err, joinHint)
-	}
-	// The member runs with the cluster's quota: one with less would raise
-	// NOSPACE for the whole cluster first.
-	r.etcdQuota = clusterQuota(health)
-	if o := r.o.EtcdQuota; o != 0 && o != effectiveQuota(r.etcdQuota) {
-		return fmt.Errorf("control-plane join refused: spec.etcd.quota is %s, and the cluster's etcd members run with %s (the largest of their quotas); nothing was added to etcd: a member's quota is the cluster's (`stratum etcd quota` changes it on each control plane): drop the setting or make it the cluster's, then %s",
-			units.Bytes(o), units.Bytes(effectiveQuota(r.etcdQuota)), joinHint)
-	}
-	if err := n.checkEtcdVersionFits(ctx, r.etcdIPs, joinVersionRefusal); err != nil {
+	if err := r.judgeCluster(ctx); err != nil {
 		return err
 	}
-	clusterID, err := n.clusterID(ctx, r.etcdIPs)
-	if err != nil {
-		return err
-	}
-	if r.intent.ClusterID != "" && r.intent.ClusterID != clusterID {
-		return fmt.Errorf("the surviving join intent journal %s records etcd cluster %s, but the cluster at %v is %s (restored or rebuilt since?); nothing more was changed: remove the journal once you have checked that cluster %s has no member %s",
-			joinIntentPath, r.intent.ClusterID, r.etcdIPs, clusterID, r.intent.ClusterID, r.intent.PeerURL)
-	}
-	r.clusterID = clusterID
 	if err := r.takeFence(ctx); err != nil {
 		return err
 	}
 	return n.checkpoint(ctx, CheckpointBeforeIntent)
+}
+
+// clusterRecoveryWait bounds how long a join's preflight judges the
+// cluster's etcd again while what refuses it is what a member restarting
+// shows for a few seconds (handed to its systemd unit, upgraded, rebooted):
+// no member answering the member list, a member not answering, knowing no
+// leader or naming another. The printed join command run on several machines
+// at once meets exactly that: one join's control plane restarts under its
+// unit while the next judges the cluster. The member add waits as long
+// (memberAddRetryFor) for the same reason.
+const clusterRecoveryWait = 30 * time.Second
+
+// clusterRecoveryPoll is how often the judgement is made again meanwhile.
+const clusterRecoveryPoll = 500 * time.Millisecond
+
+// judgeCluster reads the cluster's etcd the join adds its member to, and
+// refuses a cluster it must not add one to: its started members (from the
+// first of those published that lists them), their health, their quota,
+// their version, the cluster's ID. A refusal that waiting may cure is judged
+// again, every clusterRecoveryPoll, for up to clusterRecoveryWait, saying
+// what it waits for; an alarm raised, a quota or a version that does not fit
+// is refused at once. Each judgement reads the cluster anew, so nothing from
+// a refused one is kept.
+func (r *joinRun) judgeCluster(ctx context.Context) error {
+	published := r.etcdIPs
+	report := waitReporter{n: r.n}
+	deadline := time.Now().Add(clusterRecoveryWait)
+	for {
+		waited := ""
+		if !time.Now().Before(deadline) {
+			waited = fmt.Sprintf(" (judged again for %s: still so)", clusterRecoveryWait)
+		}
+		reason, err := r.judgeClusterOnce(ctx, published, waited)
+		if reason == "" || waited != "" || ctx.Err() != nil {
+			return err
+		}
+		report.waitingBecause(reason, "the cluster's etcd to become healthy before this node's member is added (%s; nothing was added yet)", reason)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(clusterRecoveryPoll):
+		}
+	}
+}
+
+// judgeClusterOnce is one judgement of judgeCluster, from the published
+// members' IPs. On success it sets the run's members, quota and cluster ID.
+// A refusal that waiting may cure comes with the reason to wait; waited is
+// said in a refusal after the wait.
+func (r *joinRun) judgeClusterOnce(ctx context.Context, published []string, waited string) (reason string, err error) {
+	n := r.n
+	current, err := n.currentMemberIPs(ctx, published, r.peerURL)
+	if err != nil {
+		if errors.Is(err, errNoEndpointAnswered) {
+			reason = "no member answered its member list: the cluster has no quorum for now (a member restarting?), or none is reachable from here"
+		}
+		return reason, fmt.Errorf("%w%s: none of the etcd members the cluster published (%s: those it published last, then those at this command's mint) answers with the member list: %v; nothing was added to etcd: "+
+			"if those control planes were reset or removed since, mint a fresh join command on a running control plane (`stratum token create --control-plane`); otherwise heal the cluster (`stratum etcd health`), then %s",
+			ErrClusterUnhealthy, waited, strings.Join(published, ", "), err, joinHint)
+	}
+	health, err := n.EtcdClusterHealth(ctx, current)
+	if err != nil {
+		reason = healthWaitReason(health)
+		return reason, fmt.Errorf("%w%s: %v; nothing was added to etcd: heal the cluster (`stratum etcd health`), then %s", ErrClusterUnhealthy, waited, err, joinHint)
+	}
+	// The member runs with the cluster's quota: one with less would raise
+	// NOSPACE for the whole cluster first.
+	quota := clusterQuota(health)
+	if o := r.o.EtcdQuota; o != 0 && o != effectiveQuota(quota) {
+		return "", fmt.Errorf("control-plane join refused: spec.etcd.quota is %s, and the cluster's etcd members run with %s (the largest of their quotas); nothing was added to etcd: a member's quota is the cluster's (`stratum etcd quota` changes it on each control plane): drop the setting or make it the cluster's, then %s",
+			units.Bytes(o), units.Bytes(effectiveQuota(quota)), joinHint)
+	}
+	if err := n.checkEtcdVersionFits(ctx, current, joinVersionRefusal); err != nil {
+		if errors.Is(err, ErrClusterUnhealthy) {
+			reason = "no member told its cluster's version"
+		}
+		return reason, err
+	}
+	clusterID, err := n.clusterID(ctx, current)
+	if err != nil {
+		if errors.Is(err, errNoEndpointAnswered) {
+			reason = "no member answered with the cluster's ID"
+		}
+		return reason, err
+	}
+	if r.intent.ClusterID != "" && r.intent.ClusterID != clusterID {
+		return "", fmt.Errorf("the surviving join intent journal %s records etcd cluster %s, but the cluster at %v is %s (restored or rebuilt since?); nothing more was changed: remove the journal once you have checked that cluster %s has no member %s",
+			joinIntentPath, r.intent.ClusterID, current, clusterID, r.intent.ClusterID, r.intent.PeerURL)
+	}
+	r.etcdIPs, r.etcdQuota, r.clusterID = current, quota, clusterID
+	return "", nil
 }
 
 // writeIntent records, fsync'd, who is about to be added where. A run that
@@ -765,7 +829,8 @@ func (r *joinRun) writeIntent(ctx context.Context) error {
 // stops the join there, as at any step before.
 func (r *joinRun) addMemberAndSave(ctx context.Context) error {
 	n, h := r.n, r.n.env.Host
-	if err := r.fence.Confirm(ctx); err != nil {
+	confirm := func() error { return r.fence.Confirm(ctx) }
+	if err := n.waitingOn("the API server to answer the confirmation of this join's maintenance fence (it answers once its etcd does; nothing was added yet)", confirm); err != nil {
 		if !r.resumed {
 			r.clearIntent(context.WithoutCancel(ctx))
 			r.addRefused = true

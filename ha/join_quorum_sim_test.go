@@ -10,13 +10,19 @@ import (
 
 // TestJoinWaitsOutAQuorumLostForAMoment: a join into a cluster of two
 // voters, one of which restarts (handed to systemd's unit, upgraded) at the
-// instant before the join's member add (its fence confirm, its lookup), or
-// before its promotion, waits for the quorum to come back and joins. The
-// printed join command run with --install on two machines at once meets
-// exactly this (docs/cli.md).
+// instant before the join judges the cluster's etcd (its member list and
+// health gate), before its member add (its fence confirm, its lookup), or
+// before its promotion, waits for the quorum to come back, saying so, and
+// joins. The printed join command run with --install on two machines at once
+// meets exactly this (docs/cli.md).
 func TestJoinWaitsOutAQuorumLostForAMoment(t *testing.T) {
 	t.Parallel() // its own simulated clusters
-	for _, cp := range []string{ha.CheckpointAfterIntent, ha.CheckpointStartAfterEtcd} {
+	waits := map[string]string{
+		ha.CheckpointAfterKubeconfigs: "progress: waiting for the cluster's etcd to become healthy before this node's member is added (",
+		ha.CheckpointAfterIntent:      "progress: waiting for the API server to answer the confirmation of this join's maintenance fence (",
+		ha.CheckpointStartAfterEtcd:   "progress: waiting for the cluster to answer the promotion of learner",
+	}
+	for _, cp := range []string{ha.CheckpointAfterKubeconfigs, ha.CheckpointAfterIntent, ha.CheckpointStartAfterEtcd} {
 		t.Run(cp, func(t *testing.T) {
 			t.Parallel() // each on its own cluster
 			j := startJoinCluster(t, 2)
@@ -27,7 +33,8 @@ func TestJoinWaitsOutAQuorumLostForAMoment(t *testing.T) {
 			}
 			pause := j.c.PauseAt("cp3", cp)
 			done := make(chan error, 1)
-			go func() { done <- j.join("cp3", o) }()
+			n, logs := loggedNodeOn(j.c.Host("cp3"))
+			go func() { done <- joinAs(j.ctx, n, o) }()
 			select {
 			case <-pause.Reached():
 			case err := <-done:
@@ -39,7 +46,10 @@ func TestJoinWaitsOutAQuorumLostForAMoment(t *testing.T) {
 				t.Fatal(err)
 			}
 			if err := <-done; err != nil {
-				t.Fatalf("cp3's join, cp2's etcd stopped for 8 s at %s: %v", cp, err)
+				t.Fatalf("cp3's join, cp2's etcd stopped for 8 s at %s: %v\nlogs:\n%s", cp, err, logs)
+			}
+			if !strings.Contains(logs.String(), waits[cp]) {
+				t.Errorf("the wait for the quorum at %s was not said as %q; logs:\n%s", cp, waits[cp], logs)
 			}
 			if got := strings.Join(j.members(), " "); got != "cp1:voter cp2:voter cp3:voter" {
 				t.Fatalf("members after cp3's join: %s", got)

@@ -93,11 +93,15 @@ func mintOptions(ctx context.Context, c *sim.Cluster, cp1 *ha.Node, ttl time.Dur
 
 // join runs the join and `stratum up` on name.
 func (j *joinCluster) join(name string, o ha.JoinOptions) error {
-	n := joinNodeOn(j.c.Host(name))
-	if _, err := n.PrepareControlPlaneJoin(j.ctx, o); err != nil {
+	return joinAs(j.ctx, joinNodeOn(j.c.Host(name)), o)
+}
+
+// joinAs is the join command and `stratum up` of node n.
+func joinAs(ctx context.Context, n *ha.Node, o ha.JoinOptions) error {
+	if _, err := n.PrepareControlPlaneJoin(ctx, o); err != nil {
 		return err
 	}
-	_, err := n.StartControlPlane(j.ctx)
+	_, err := n.StartControlPlane(ctx)
 	return err
 }
 
@@ -394,7 +398,9 @@ func TestJoinRefusedWhileClusterUnhealthy(t *testing.T) {
 	j := &joinCluster{t: t, c: c, ctx: ctx, cp1: joinNodeOn(c.Host("cp1"))}
 	o := j.mint(time.Hour)
 	// One member is down: the cluster has quorum, but a member of it does
-	// not answer, which is not healthy enough to add one. It is not the VIP
+	// not answer, which is not healthy enough to add one. The join judges
+	// the cluster again for 30 s (a member restarting is back by then), and
+	// refuses saying so. It is not the VIP
 	// holder's: that would move the VIP (its apiserver talks to its own
 	// member only) while the join discovers through it.
 	down := c.Host("cp3")
@@ -409,7 +415,7 @@ func TestJoinRefusedWhileClusterUnhealthy(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	j.joinRefused("cp4", o, ha.ErrClusterUnhealthy, down.ClientURL())
+	j.joinRefused("cp4", o, ha.ErrClusterUnhealthy, "(judged again for 30s: still so): etcd cluster is not healthy: "+down.ClientURL()+" did not answer")
 }
 
 // TestUpBootstrapsThenJoinsFromAFreshCluster runs the whole bring-up as the

@@ -148,6 +148,42 @@ func (w *waitReporter) waitingBecause(reason, format string, args ...any) {
 	w.waiting(format, args...)
 }
 
+// slowAnswerAfter is how long a single call that normally answers at once
+// may take before waitingOn says what it waits for.
+const slowAnswerAfter = time.Second
+
+// waitingOn runs ask, and says through Env.Progress what it waits for
+// (waiting for <what>) once ask has not returned within slowAnswerAfter,
+// then every WaitReportEvery: a call that blocks rather than fails (an API
+// server's read while its etcd has no quorum) otherwise shows as a silent
+// terminal. Nothing is said once ask has returned. ask must not report
+// through Env.Progress itself: the two would say their lines at once.
+func (n *Node) waitingOn(what string, ask func() error) error {
+	if n.env.Progress == nil {
+		return ask()
+	}
+	done := make(chan struct{})
+	said := make(chan struct{})
+	go func() {
+		defer close(said)
+		report := waitReporter{n: n}
+		wait := slowAnswerAfter
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(wait):
+				report.waiting("%s", what)
+				wait = WaitReportEvery
+			}
+		}
+	}()
+	err := ask()
+	close(done)
+	<-said
+	return err
+}
+
 // A server that does not answer at all may be between holders for a few
 // seconds: a VIP whose kube-vip restarted (a repoint elsewhere restarts it),
 // an apiserver whose etcd is restarting. askWhileSilent asks such a server

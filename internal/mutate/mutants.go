@@ -690,8 +690,8 @@ var mutants = []mutant{
 	{
 		Name: "join-ignores-the-cluster-quota",
 		File: "ha/join.go",
-		Old:  "r.etcdQuota = clusterQuota(health)",
-		New:  "r.etcdQuota = 0 * clusterQuota(health)",
+		Old:  "quota := clusterQuota(health)",
+		New:  "quota := 0 * clusterQuota(health)",
 		Tests: [][]string{
 			{"./ha", "-run", "TestUpBootstrapsThenJoinsFromAFreshCluster"},
 		},
@@ -1572,6 +1572,33 @@ var mutants = []mutant{
 		New:  "if err == nil || !etcdErrIs(err, rpctypes.ErrUnhealthy) {",
 		Tests: [][]string{
 			{"./ha", "-run", "TestMemberRemoveWaitsOutAQuorumLostForAMoment"},
+		},
+	},
+	{
+		Name: "join-gate-refuses-a-quorum-lost-for-a-moment",
+		File: "ha/join.go",
+		Old:  "if reason == \"\" || waited != \"\" || ctx.Err() != nil {",
+		New:  "if true {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestJoinWaitsOutAQuorumLostForAMoment/after-kubeconfigs"},
+		},
+	},
+	{
+		Name: "join-gate-waits-out-a-raised-alarm",
+		File: "ha/etcd.go",
+		Old:  "if m.Err == nil && !strings.HasPrefix(a, alarmsUnreadable) {",
+		New:  "if m.Err == nil && a == \"\" {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestHealthWaitReasonOnlyForWhatAWaitCures"},
+		},
+	},
+	{
+		Name: "fence-confirm-waits-silently",
+		File: "ha/join.go",
+		Old:  "if err := n.waitingOn(\"the API server to answer the confirmation of this join's maintenance fence (it answers once its etcd does; nothing was added yet)\", confirm); err != nil {",
+		New:  "if err := confirm(); err != nil {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestJoinWaitsOutAQuorumLostForAMoment/after-intent"},
 		},
 	},
 }
