@@ -1,6 +1,7 @@
 package scenarios
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -34,6 +35,9 @@ type interrupted struct {
 	drawn map[string]int
 	// replaced counts the machines replaced (replaceMachine).
 	replaced int
+	// restarted says a voter was restarted under a join this check
+	// (restartVoter).
+	restarted bool
 }
 
 func TestInterruptedMemberAdd(t *testing.T) {
@@ -63,13 +67,14 @@ func TestInterruptedMemberAdd(t *testing.T) {
 		s.offset = rapid.IntRange(0, len(ha.JoinCheckpoints)-1).Draw(rt, "checkpoint offset")
 		explored.part("prologue: crash chain", func() { s.crashChain(rt) })
 		rt.Repeat(explored.actions(map[string]func(*rapid.T){
-			"crashJoin":  s.crashJoin,
-			"reboot":     s.reboot,
-			"rejoin":     s.rejoin,
-			"replace":    s.replaceMachine,
-			"crashStart": s.crashStart,
-			"write":      func(t *rapid.T) { s.writeSentinel(fmt.Sprintf("step %d", len(s.sentinels))) },
-			"":           s.check,
+			"crashJoin":    s.crashJoin,
+			"reboot":       s.reboot,
+			"rejoin":       s.rejoin,
+			"replace":      s.replaceMachine,
+			"crashStart":   s.crashStart,
+			"restartVoter": s.restartVoter,
+			"write":        func(t *rapid.T) { s.writeSentinel(fmt.Sprintf("step %d", len(s.sentinels))) },
+			"":             s.check,
 		}))
 		explored.part("finish", s.finish)
 		mu.Lock()
@@ -276,6 +281,114 @@ func (s *interrupted) rejoin(t *rapid.T) {
 	if err := upOn(t, s.ctx, h); err != nil {
 		t.Fatalf("stratum up after the join on %s: %v", h.Name(), err)
 	}
+}
+
+// restartCheckpoints are where restartVoter's restart may come: every
+// checkpoint of the join and of the `stratum up` that follows it up to the
+// apiserver's start (the member is a voter by then).
+var restartCheckpoints = slices.Concat(ha.JoinCheckpoints,
+	[]string{ha.CheckpointStartAfterEtcd, ha.CheckpointStartAfterPromote, ha.CheckpointStartAfterConfirm})
+
+// restartVoter runs the join command and `stratum up` on a drawn unjoined
+// spare while the cluster's other voter restarts: at a drawn checkpoint, a
+// drawn moment after it, the other spare's host crashes, and after a drawn
+// pause `stratum up` brings it back, which is what its handover to systemd's
+// unit, an upgrade or a reboot does. With cp1 and that spare the only
+// voters, the cluster has no quorum for those seconds. The join and its `up`
+// must wait them out, every wait bounded well past them, and join as a
+// voter. The other spare is brought up first when it is down. Skipped
+// unless exactly one spare has joined (its node state saved); at most once
+// a check (it costs two or three apiserver starts).
+func (s *interrupted) restartVoter(t *rapid.T) {
+	if s.restarted {
+		t.Skip("a voter was restarted under a join in this check already")
+	}
+	cands := s.unjoined()
+	if len(cands) != 1 {
+		t.Skip("needs one spare joined (node state saved) and the other not")
+	}
+	h := s.c.Host(cands[0])
+	var v *sim.Host
+	for _, o := range s.spares {
+		if o != h {
+			v = o
+		}
+	}
+	if !v.EtcdRunning() || !v.APIServerRunning() {
+		// Brought up first, as an operator heals the cluster before
+		// growing it; its `up` promotes a learner it left.
+		if err := upOn(t, s.ctx, v); err != nil {
+			t.Fatalf("stratum up on %s (node state saved) before %s's join: %v", v.Name(), h.Name(), err)
+		}
+	}
+	ms, _ := s.members()
+	voters := 0
+	for _, m := range ms {
+		if !m.Learner {
+			voters++
+		}
+	}
+	if isVoter := slices.ContainsFunc(ms, func(m member) bool { return m.PeerURL == v.PeerURL() && !m.Learner }); !isVoter || voters != 2 {
+		t.Fatalf("after stratum up on %s, the cluster is not cp1 and %s as its two voters: %v", v.Name(), v.Name(), ms)
+	}
+	cp := rapid.SampledFrom(restartCheckpoints).Draw(t, "restart at")
+	// Half the time the crash comes at the checkpoint itself, before the
+	// join goes on: the step after it meets the outage from its start.
+	after := time.Duration(rapid.OneOf(rapid.Just(0), rapid.IntRange(1, 300)).Draw(t, "restart ms after the checkpoint")) * time.Millisecond
+	down := time.Duration(rapid.IntRange(0, 4000).Draw(t, "ms down before stratum up")) * time.Millisecond
+	s.restarted = true
+	pause := s.c.PauseAt(h.Name(), cp)
+	joined := make(chan error, 1)
+	jctx, cancel := context.WithTimeout(s.ctx, opBound)
+	defer cancel()
+	go func() { // bounded below, not by joinOn: t fails on the test's goroutine only
+		n := nodeOn(h)
+		if _, err := n.PrepareControlPlaneJoin(jctx, s.g.JoinOptions); err != nil {
+			joined <- fmt.Errorf("the join: %w", err)
+			return
+		}
+		if _, err := n.StartControlPlane(jctx); err != nil {
+			joined <- fmt.Errorf("stratum up after the join: %w", err)
+			return
+		}
+		joined <- nil
+	}()
+	select {
+	case <-pause.Reached():
+	case err := <-joined:
+		s.c.Disarm(h.Name(), cp)
+		t.Fatalf("the join on %s ended before checkpoint %s: %v", h.Name(), cp, err)
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("the join on %s never reached checkpoint %s", h.Name(), cp)
+	}
+	if after > 0 {
+		pause.Release()
+		time.Sleep(after)
+	}
+	s.c.Events().Record(v.Name(), "fault", "restarting: crashed %s after %s's checkpoint %s; stratum up in %s", after, h.Name(), cp, down)
+	v.Crash()
+	pause.Release() // a second release is nothing
+	time.Sleep(down)
+	if err := upOn(t, s.ctx, v); err != nil {
+		t.Fatalf("stratum up on %s, restarted %s after %s of %s's join and down %s: %v", v.Name(), after, cp, h.Name(), down, err)
+	}
+	select {
+	case err := <-joined:
+		if err != nil {
+			t.Fatalf("on %s, while %s (the other voter of two) restarted %s after its checkpoint %s, down %s before its `stratum up`: %v", h.Name(), v.Name(), after, cp, down, err)
+		}
+	case <-time.After(opBound + boundGrace):
+		t.Fatalf("the join and `stratum up` on %s did not return within %s: an operator would hang on them", h.Name(), opBound+boundGrace)
+	}
+	after2, _ := s.members()
+	if !slices.ContainsFunc(after2, func(m member) bool { return m.PeerURL == h.PeerURL() && !m.Learner }) {
+		t.Fatalf("%s joined through %s's restart, but is not a voter: %v", h.Name(), v.Name(), after2)
+	}
+	when := "at "
+	if after > 0 {
+		when = "just after "
+	}
+	explored.ran("restartVoter: joined through the other voter's restart " + when + cp)
 }
 
 // removeCommand is the command a join's refusal of a started member names.
