@@ -45,7 +45,7 @@ func TestHealthWaitReasonOnlyForWhatAWaitCures(t *testing.T) {
 	}{
 		{"a member restarting", []EtcdMemberHealth{ok(a, 1, 1), down, ok(c, 3, 1)}, b + " does not answer"},
 		{"no quorum: the other knows no leader", []EtcdMemberHealth{ok(a, 1, 0), down}, a + " knows no leader; " + b + " does not answer"},
-		{"an election under way", []EtcdMemberHealth{ok(a, 1, 1), ok(b, 2, 3), ok(c, 3, 3)}, a + " names leader 1, others 3"},
+		{"an election under way", []EtcdMemberHealth{ok(a, 1, 1), ok(b, 2, 3), ok(c, 3, 3)}, a + " names another leader than most"},
 		{"alarms unread for want of a quorum", []EtcdMemberHealth{{Endpoint: a, ID: 1, Leader: 1, Alarms: []string{alarmsUnreadable + " (context deadline exceeded)"}}, down}, a + "'s alarms went unread; " + b + " does not answer"},
 		{"NOSPACE raised", []EtcdMemberHealth{ok(a, 1, 1), {Endpoint: b, ID: 2, Leader: 1, Alarms: []string{"NOSPACE"}}, ok(c, 3, 1)}, ""},
 		{"CORRUPT raised beside a member down", []EtcdMemberHealth{down, {Endpoint: a, ID: 1, Leader: 1, Alarms: []string{"CORRUPT of member 3"}}}, ""},

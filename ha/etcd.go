@@ -16,6 +16,7 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	etcdserverErrors "go.etcd.io/etcd/server/v3/etcdserver/errors"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -175,6 +176,11 @@ func (n *Node) EtcdMemberStatus(ctx context.Context, cpIP string) EtcdMemberHeal
 	m.ID, m.Leader, m.IsLearner, m.Version = st.Header.GetMemberId(), st.Leader, st.IsLearner, st.Version
 	m.DBSize, m.DBSizeInUse, m.DBQuota = st.DbSize, st.DbSizeInUse, st.DbSizeQuota
 	for _, e := range st.Errors {
+		if e == etcdserverErrors.ErrNoLeader.Error() {
+			// What etcd's status adds whenever it names no leader: that is
+			// Leader == 0, judged as such, not an alarm.
+			continue
+		}
 		m.Alarms = append(m.Alarms, statusError(e, m.ID))
 	}
 	if m.Leader == 0 {
@@ -336,7 +342,7 @@ func healthWaitReason(res []EtcdMemberHealth) string {
 		case m.Leader == 0:
 			why = append(why, m.Endpoint+" knows no leader")
 		case m.Leader != leader:
-			why = append(why, fmt.Sprintf("%s names leader %x, others %x", m.Endpoint, m.Leader, leader))
+			why = append(why, m.Endpoint+" names another leader than most")
 		case len(m.Alarms) > 0:
 			why = append(why, m.Endpoint+"'s alarms went unread")
 		}

@@ -720,13 +720,23 @@ func (r *joinRun) judgeCluster(ctx context.Context) error {
 			waited = fmt.Sprintf(" (judged again for %s: still so)", clusterRecoveryWait)
 		}
 		reason, err := r.judgeClusterOnce(ctx, published, waited)
-		if reason == "" || waited != "" || ctx.Err() != nil {
+		stopped := func() error {
+			why := reason
+			if why == "" {
+				why = err.Error()
+			}
+			return fmt.Errorf("control-plane join stopped while it judged the cluster's etcd (%s): %w; nothing was added to etcd: %s", why, context.Cause(ctx), joinHint)
+		}
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return stopped()
+		case reason == "" || waited != "":
 			return err
 		}
 		report.waitingBecause(reason, "the cluster's etcd to become healthy before this node's member is added (%s; nothing was added yet)", reason)
 		select {
 		case <-ctx.Done():
-			return err
+			return stopped()
 		case <-time.After(clusterRecoveryPoll):
 		}
 	}
@@ -761,7 +771,7 @@ func (r *joinRun) judgeClusterOnce(ctx context.Context, published []string, wait
 	}
 	if err := n.checkEtcdVersionFits(ctx, current, joinVersionRefusal); err != nil {
 		if errors.Is(err, ErrClusterUnhealthy) {
-			reason = "no member told its cluster's version"
+			reason, err = "no member told its cluster's version", fmt.Errorf("%w%s", err, waited)
 		}
 		return reason, err
 	}
@@ -770,7 +780,7 @@ func (r *joinRun) judgeClusterOnce(ctx context.Context, published []string, wait
 		if errors.Is(err, errNoEndpointAnswered) {
 			reason = "no member answered with the cluster's ID"
 		}
-		return reason, err
+		return reason, fmt.Errorf("%w%s: %w; nothing was added to etcd: heal the cluster (`stratum etcd health`), then %s", ErrClusterUnhealthy, waited, err, joinHint)
 	}
 	if r.intent.ClusterID != "" && r.intent.ClusterID != clusterID {
 		return "", fmt.Errorf("the surviving join intent journal %s records etcd cluster %s, but the cluster at %v is %s (restored or rebuilt since?); nothing more was changed: remove the journal once you have checked that cluster %s has no member %s",

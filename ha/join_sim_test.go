@@ -415,6 +415,18 @@ func TestJoinRefusedWhileClusterUnhealthy(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Stopped (Ctrl-C) while it waits: refused, saying so and what it
+	// waited for, nothing changed.
+	membersBefore := j.members()
+	stopCtx, stop := context.WithTimeout(ctx, 2*time.Second)
+	defer stop()
+	_, err = joinNodeOn(c.Host("cp4")).PrepareControlPlaneJoin(stopCtx, o)
+	if want := "control-plane join stopped while it judged the cluster's etcd (" + down.ClientURL() + " does not answer): context deadline exceeded; nothing was added to etcd"; !ha.IsRefusal(err) || err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("the join stopped while it waited: %v; want a refusal saying %q", err, want)
+	}
+	if got := j.members(); strings.Join(got, " ") != strings.Join(membersBefore, " ") {
+		t.Fatalf("membership changed by a stopped join: %v -> %v", membersBefore, got)
+	}
 	j.joinRefused("cp4", o, ha.ErrClusterUnhealthy, "(judged again for 30s: still so): etcd cluster is not healthy: "+down.ClientURL()+" did not answer")
 }
 

@@ -156,7 +156,7 @@ const slowAnswerAfter = time.Second
 // (waiting for <what>) once ask has not returned within slowAnswerAfter,
 // then every WaitReportEvery: a call that blocks rather than fails (an API
 // server's read while its etcd has no quorum) otherwise shows as a silent
-// terminal. Nothing is said once ask has returned. ask must not report
+// terminal. Nothing is said once waitingOn has returned. ask must not report
 // through Env.Progress itself: the two would say their lines at once.
 func (n *Node) waitingOn(what string, ask func() error) error {
 	if n.env.Progress == nil {

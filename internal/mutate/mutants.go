@@ -1577,8 +1577,8 @@ var mutants = []mutant{
 	{
 		Name: "join-gate-refuses-a-quorum-lost-for-a-moment",
 		File: "ha/join.go",
-		Old:  "if reason == \"\" || waited != \"\" || ctx.Err() != nil {",
-		New:  "if true {",
+		Old:  "case reason == \"\" || waited != \"\":",
+		New:  "case true:",
 		Tests: [][]string{
 			{"./ha", "-run", "TestJoinWaitsOutAQuorumLostForAMoment/after-kubeconfigs"},
 		},
