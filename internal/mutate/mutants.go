@@ -1601,4 +1601,22 @@ var mutants = []mutant{
 			{"./ha", "-run", "TestJoinWaitsOutAQuorumLostForAMoment/after-intent"},
 		},
 	},
+	{
+		Name: "install-now-runs-without-root",
+		File: "cmd/stratum/cli/handoff.go",
+		Old:  "if !o.sys.root() {",
+		New:  "if false {",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestHandoffCheckRefusesBeforeTheSupervisor"},
+		},
+	},
+	{
+		Name: "install-now-hands-over-an-unfinished-join",
+		File: "cmd/stratum/cli/handoff.go",
+		Old:  "} else if what != \"\" {",
+		New:  "} else if what == \"-\" {",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestHandoffCheckRefusesBeforeTheSupervisor"},
+		},
+	},
 }

@@ -83,6 +83,8 @@ type supervisorAsker interface {
 // systemd, and the processes it judges and signals. thisMachine is the
 // machine's own.
 type handoffHost interface {
+	// root reports whether this process runs as root.
+	root() bool
 	// systemdRuns reports whether systemd is the machine's service
 	// manager.
 	systemdRuns() bool
@@ -100,6 +102,7 @@ type handoffHost interface {
 // thisMachine is the handoffHost of the machine stratum runs on.
 type thisMachine struct{}
 
+func (thisMachine) root() bool                  { return os.Geteuid() == 0 }
 func (thisMachine) systemdRuns() bool           { return systemdRuns() }
 func (thisMachine) unitOf(pid int) string       { return unitOf(pid) }
 func (thisMachine) processStart(pid int) string { return processStart(pid) }
@@ -138,8 +141,8 @@ func (o *unitHandoff) refusedf(format string, args ...any) error {
 // supervising a control plane that is up, in a cluster that keeps its
 // quorum while this member restarts.
 func (o *unitHandoff) check(ctx context.Context) error {
-	if err := requireRoot("stratum install --now", "it stops this node's supervisor and starts systemd's unit"); err != nil {
-		return err
+	if !o.sys.root() {
+		return rootRefusal("stratum install --now", "it stops this node's supervisor and starts systemd's unit")
 	}
 	if err := o.checkSystemd(ctx); err != nil {
 		return err

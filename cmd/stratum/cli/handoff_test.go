@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,7 +17,10 @@ import (
 	"time"
 
 	"stratum.dev/stratum/ha"
+	"stratum.dev/stratum/internal/host"
+	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/supervisor"
+	"stratum.dev/stratum/sim"
 )
 
 // playedMachine is a handoffHost whose systemd and processes a test plays:
@@ -26,6 +30,8 @@ import (
 // not end, a start past its bound) are played by it.
 type playedMachine struct {
 	mu sync.Mutex
+	// notRoot: this process does not run as root.
+	notRoot bool
 	// noSystemd: systemd does not run.
 	noSystemd bool
 	// starts is each running process's start time; a process that ends
@@ -49,6 +55,7 @@ type playedMachine struct {
 	fail     map[string]string
 }
 
+func (m *playedMachine) root() bool        { return !m.notRoot }
 func (m *playedMachine) systemdRuns() bool { return !m.noSystemd }
 
 func (m *playedMachine) unitOf(pid int) string {
@@ -660,6 +667,111 @@ func TestHandoffJudgesTheSupervisor(t *testing.T) {
 			for _, call := range m.called() {
 				if !strings.HasPrefix(call, "show ") {
 					t.Errorf("judging the supervisor ran %q", call)
+				}
+			}
+		})
+	}
+}
+
+// TestHandoffCheckRefusesBeforeTheSupervisor: install --now's refusals that
+// come before the supervisor is judged (root, systemd and its unit
+// directory, the node's control-plane state, a join or reset left
+// unfinished), each against a played machine and a simulated host's files.
+// A refusal says what to do, asks the supervisor nothing, and signals and
+// starts nothing.
+func TestHandoffCheckRefusesBeforeTheSupervisor(t *testing.T) {
+	t.Parallel() // its own simulated host
+	c := sim.Start(t, sim.Config{Fresh: true, SpareHosts: 1})
+	write := func(h host.Files, p, content string) {
+		t.Helper()
+		if err := h.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A unit a generator wrote, which outranks the unit directories.
+	generated := filepath.Join(t.TempDir(), unitName)
+	if err := os.WriteFile(generated, []byte("[Service]\nExecStart=/bin/true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	state := func(h host.Files) {
+		t.Helper()
+		if err := nodestate.Save(h, &nodestate.NodeState{NodeName: "cp1", NodeIP: "127.0.0.1", Etcd: nodestate.Etcd{Name: "cp1", Started: true}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		// play changes the played machine; lay lays out the host's files
+		// (nothing: no control-plane state).
+		play    func(*playedMachine)
+		unitDir string
+		lay     func(host.Files)
+		refusal string // "": check passes, with no supervisor running
+	}{
+		{name: "not root", play: func(m *playedMachine) { m.notRoot = true }, lay: state,
+			refusal: "stratum install --now must run as root: it stops this node's supervisor and starts systemd's unit; nothing was changed"},
+		{name: "no systemd", play: func(m *playedMachine) { m.noSystemd = true }, lay: state,
+			refusal: "systemd is not running on this machine"},
+		{name: "a unit directory systemd does not read", unitDir: "/opt/units", lay: state,
+			refusal: "systemd does not read units from --unit-dir /opt/units"},
+		{name: "a unit directory emptied at boot", unitDir: "/run/systemd/system", lay: state,
+			refusal: "--unit-dir /run/systemd/system is emptied at every boot"},
+		{name: "another stratum.service loaded", play: func(m *playedMachine) { m.fragment = generated }, lay: state,
+			refusal: "systemd loads stratum.service from " + generated + ", which takes precedence"},
+		{name: "no control-plane state",
+			refusal: "this node has no control-plane state (" + nodestate.Path + ")"},
+		{name: "control-plane state unreadable", lay: func(h host.Files) { write(h, nodestate.Path, "{not json") },
+			refusal: "install --now refused: "},
+		{name: "an interrupted join", lay: func(h host.Files) { state(h); write(h, ha.JoinIntentPath(), "{}") },
+			refusal: "an interrupted join's intent journal survives on this node (" + ha.JoinIntentPath() + "): re-run that join command first"},
+		{name: "an unfinished reset", lay: func(h host.Files) { state(h); write(h, ha.ResetJournalPath(), "{}") },
+			refusal: "a `stratum reset` began on this node and has not finished (" + ha.ResetJournalPath() + "): run it again"},
+		{name: "a control plane, no supervisor running", lay: state},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := c.Host("cp1")
+			if err := h.Reimage(); err != nil { // every file gone
+				t.Fatal(err)
+			}
+			if tc.lay != nil {
+				tc.lay(h.Files())
+			}
+			unitPath := filepath.Join(cmp.Or(tc.unitDir, systemdUnitDirs[0]), unitName)
+			m := &playedMachine{starts: map[int]string{}, units: map[int]string{}, fragment: unitPath}
+			if tc.play != nil {
+				tc.play(m)
+			}
+			sup := &playedSupervisor{err: supervisor.ErrNotRunning}
+			var out bytes.Buffer
+			d := h.Handle()
+			a := &app{stdout: &out, stderr: &out, log: slog.New(slog.DiscardHandler), opts: Options{Host: func() (host.Host, error) { return d, nil }}}
+			o := newUnitHandoff(a, "install --now", unitPath, "/usr/local/bin/stratum", "/opt/stratum/bin", time.Minute)
+			o.sys, o.client = m, sup
+			err := o.check(context.Background())
+			if tc.refusal == "" {
+				if err != nil {
+					t.Fatalf("check: %v", err)
+				}
+				if sup.asked != 1 || o.running != nil {
+					t.Errorf("the supervisor asked %d times (want once), running %+v (want none)", sup.asked, o.running)
+				}
+				return
+			}
+			if !ha.IsRefusal(err) || !strings.Contains(err.Error(), tc.refusal) {
+				t.Fatalf("check: %v; want a refusal saying %q", err, tc.refusal)
+			}
+			if !strings.Contains(err.Error(), "nothing was") {
+				t.Errorf("the refusal does not say what was not changed: %v", err)
+			}
+			if sup.asked != 0 {
+				t.Errorf("the supervisor was asked %d times before the refusal", sup.asked)
+			}
+			for _, call := range m.called() {
+				if !strings.HasPrefix(call, "show ") {
+					t.Errorf("check ran %q: it may only ask", call)
 				}
 			}
 		})

@@ -62,9 +62,14 @@ const (
 // user; why says what it does that needs root.
 func requireRoot(verb, why string) error {
 	if os.Geteuid() != 0 {
-		return refusedf("%s must run as root: %s; nothing was changed", verb, why)
+		return rootRefusal(verb, why)
 	}
 	return nil
+}
+
+// rootRefusal is requireRoot's refusal of verb, which needs root for why.
+func rootRefusal(verb, why string) error {
+	return refusedf("%s must run as root: %s; nothing was changed", verb, why)
 }
 
 // superviseNeedsRoot is why up and server run as root.
