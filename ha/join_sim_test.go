@@ -164,6 +164,10 @@ func TestJoinTwoControlPlanes(t *testing.T) {
 		if ok, err := joinNodeOn(h).JoinIntentSurvives(j.ctx); ok || err != nil {
 			t.Fatalf("%s: intent journal survives a finished join (%v)", name, err)
 		}
+		// The join's token is not left on the node.
+		if _, err := h.Files().Stat(version.Kubeconfig("bootstrap")); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("%s: the join's bootstrap kubeconfig after a finished join: %v, want it gone", name, err)
+		}
 	}
 }
 

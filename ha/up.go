@@ -13,6 +13,7 @@ import (
 	"stratum.dev/stratum/internal/host"
 	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/pki"
+	"stratum.dev/stratum/internal/version"
 )
 
 // Services a control plane runs, by the names the host's service manager
@@ -148,7 +149,26 @@ func (n *Node) confirmAndClearJournal(ctx context.Context, st *nodestate.NodeSta
 	if err := n.confirmLocalMember(ctx, st); err != nil {
 		return err
 	}
-	return n.ClearJoinIntent(ctx)
+	if err := n.ClearJoinIntent(ctx); err != nil {
+		return err
+	}
+	n.removeJoinToken()
+	return nil
+}
+
+// removeJoinToken removes the join's bootstrap kubeconfig from a node whose
+// member serves: its bootstrap token reads the cluster's encrypted bundle
+// and takes the maintenance fence until the grant expires, and nothing reads
+// the file once the node state is saved (refuseUnfinishedJoin and `stratum
+// status` look for it only on a node without). kubeadm removes its
+// bootstrap kubeconfig likewise. Every start does it, so a node a crash
+// stopped between the two, or joined by an earlier release, loses it too; a
+// removal that fails is a warning, the start goes on.
+func (n *Node) removeJoinToken() {
+	p := version.Kubeconfig("bootstrap")
+	if err := n.env.Host.Remove(p); err != nil {
+		n.stepWarn("the join's bootstrap kubeconfig removal", fmt.Errorf("remove %s (its bootstrap token stays usable until the grant expires): %w", p, err))
+	}
 }
 
 // startAPIServer starts the apiserver with a certificate that covers the

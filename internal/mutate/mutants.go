@@ -1619,4 +1619,13 @@ var mutants = []mutant{
 			{"./cmd/stratum/cli", "-run", "TestHandoffCheckRefusesBeforeTheSupervisor"},
 		},
 	},
+	{
+		Name: "join-token-left-on-the-node",
+		File: "ha/up.go",
+		Old:  "\tn.removeJoinToken()\n",
+		New:  "\t_ = n.removeJoinToken\n",
+		Tests: [][]string{
+			{"./ha", "-run", "TestJoinTwoControlPlanes"},
+		},
+	},
 }
