@@ -325,6 +325,11 @@ func (d *diskCase) checkJoined(rt sim.TB) {
 	if ok, err := joinNodeOn(d.cp2).JoinIntentSurvives(d.ctx); ok || err != nil {
 		rt.Fatalf("the journal survives a finished join (%v)", err)
 	}
+	if boot, err := d.cp2.Files().ReadFile(version.Kubeconfig("bootstrap")); err != nil {
+		rt.Fatalf("the join's bootstrap kubeconfig after a finished join: %v", err)
+	} else if tok, err := kubeconfig.TokenOf(boot); err == nil {
+		rt.Fatalf("the join's bootstrap kubeconfig still holds its token %s after a finished join", tok)
+	}
 	kc, err := d.cp2.Files().ReadFile(version.Kubeconfig("admin"))
 	if err != nil {
 		rt.Fatalf("%v", err)
@@ -394,6 +399,11 @@ func diskFaultCase(rt sim.TB, ops []diskOp, i int, errno syscall.Errno, sticky, 
 		rt.Fatalf("the join failed with no fault injected: %v", err)
 	case first == "":
 		rt.Logf("the drawn operation did not recur in this run; the join succeeded")
+	case err == nil && subjects(ops)[i] == version.Kubeconfig("bootstrap"):
+		// The discovery's write of it failing fails the join; one that
+		// succeeded, then, met the fault in the start's removal of its
+		// token, which warns and goes on: the convergence removes it.
+		rt.Logf("the start's removal of the join's token met the fault (%s: %v): a warning, the join stands", first, errno)
 	case err == nil:
 		rt.Fatalf("the disk failed (%s: %v) and the join succeeded", first, errno)
 	case !strings.Contains(err.Error(), first) || !errors.Is(err, errno):
@@ -536,4 +546,28 @@ func TestJoinIntentWriteFailingLateLeavesNoJournal(t *testing.T) {
 	d.checkSafe(t, "after the refused join")
 	d.converge(t)
 	d.checkJoined(t)
+}
+
+// TestJoinTokenStripFailingWarns fails the start's write that takes the
+// bootstrap token out of the join's bootstrap kubeconfig (the file's last
+// write): hygiene, not the join's work, so the join stands with a warning,
+// and the next start takes the token out.
+func TestJoinTokenStripFailingWarns(t *testing.T) {
+	t.Parallel() // its own simulated clusters
+	assetstest.Require(t)
+	ops := joinDiskOps(t)
+	subj := subjects(ops)
+	i := -1
+	for k, o := range ops {
+		if o.op == faultfs.OpWrite && subj[k] == version.Kubeconfig("bootstrap") {
+			i = k
+		}
+	}
+	if i < 0 {
+		t.Fatal("the recorded join never writes its bootstrap kubeconfig")
+	}
+	if first := slices.Index(subj, version.Kubeconfig("bootstrap")); first >= i {
+		t.Fatalf("the recorded join writes its bootstrap kubeconfig once (op %d), not again at its start", first)
+	}
+	diskFaultCase(t, ops, i, syscall.ENOSPC, false, false)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"slices"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"stratum.dev/stratum/internal/clusteradmins"
 	"stratum.dev/stratum/internal/host"
+	"stratum.dev/stratum/internal/kubeconfig"
 	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/pki"
 	"stratum.dev/stratum/internal/version"
@@ -152,22 +154,37 @@ func (n *Node) confirmAndClearJournal(ctx context.Context, st *nodestate.NodeSta
 	if err := n.ClearJoinIntent(ctx); err != nil {
 		return err
 	}
-	n.removeJoinToken()
+	n.stripJoinToken()
 	return nil
 }
 
-// removeJoinToken removes the join's bootstrap kubeconfig from a node whose
-// member serves: its bootstrap token reads the cluster's encrypted bundle
-// and takes the maintenance fence until the grant expires, and nothing reads
-// the file once the node state is saved (refuseUnfinishedJoin and `stratum
-// status` look for it only on a node without). kubeadm removes its
-// bootstrap kubeconfig likewise. Every start does it, so a node a crash
-// stopped between the two, or joined by an earlier release, loses it too; a
-// removal that fails is a warning, the start goes on.
-func (n *Node) removeJoinToken() {
+// stripJoinToken takes the bootstrap token out of the join's bootstrap
+// kubeconfig on a node whose member serves: the token reads the cluster's
+// encrypted bundle and takes the maintenance fence until its grant expires,
+// and nothing uses it once the node state is saved. The file stays, without
+// credentials: its presence is what refuses a bootstrap on a machine that
+// holds the cluster's CAs from a join but lost its state
+// (refuseUnfinishedJoin), which a bootstrap would otherwise start a second
+// cluster under. kubeadm removes its bootstrap kubeconfig likewise. Every
+// start does it, so a node a crash stopped between the two, or joined by an
+// earlier release, loses the token too; a kubeconfig without credentials is
+// not written again. Stripping that fails is a warning: the start goes on,
+// and the next one tries again.
+func (n *Node) stripJoinToken() {
 	p := version.Kubeconfig("bootstrap")
-	if err := n.env.Host.Remove(p); err != nil {
-		n.stepWarn("the join's bootstrap kubeconfig removal", fmt.Errorf("remove %s (its bootstrap token stays usable until the grant expires): %w", p, err))
+	kc, err := n.env.Host.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return // never joined (the cluster's first control plane)
+	}
+	var held bool
+	if err == nil {
+		kc, held, err = kubeconfig.WithoutCredentials(kc)
+	}
+	if err == nil && held {
+		err = n.env.Host.WriteFile(p, kc, 0o600)
+	}
+	if err != nil {
+		n.stepWarn("the join's bootstrap token removal", fmt.Errorf("%s keeps it (usable until its grant expires, or `stratum token delete`): %w", p, err))
 	}
 }
 

@@ -132,6 +132,34 @@ func Repoint(kubeconfig []byte, server string) ([]byte, error) {
 	return out, nil
 }
 
+// WithoutCredentials returns kubeconfig with every user's credentials
+// (tokens, token files, client certificates and keys, basic auth, exec and
+// auth-provider plugins) removed, keeping its clusters and contexts, and
+// whether it held any: a kubeconfig kept as a record after its credentials
+// are done with. One that held none is returned as it was.
+func WithoutCredentials(kubeconfig []byte) ([]byte, bool, error) {
+	cfg, err := load(kubeconfig)
+	if err != nil {
+		return nil, false, fmt.Errorf("remove kubeconfig credentials: %w", err)
+	}
+	held := false
+	for name, a := range cfg.AuthInfos {
+		if a != nil && (a.Token != "" || a.TokenFile != "" || len(a.ClientCertificateData) > 0 || a.ClientCertificate != "" ||
+			len(a.ClientKeyData) > 0 || a.ClientKey != "" || a.Username != "" || a.Password != "" || a.Exec != nil || a.AuthProvider != nil) {
+			held = true
+			cfg.AuthInfos[name] = clientcmdapi.NewAuthInfo()
+		}
+	}
+	if !held {
+		return kubeconfig, false, nil
+	}
+	out, err := clientcmd.Write(*cfg)
+	if err != nil {
+		return nil, false, fmt.Errorf("remove kubeconfig credentials: serialize: %w", err)
+	}
+	return out, true, nil
+}
+
 // TokenOf is the bearer token of the current context's user, read from the
 // kubeconfig's own auth info: a token file or an exec plugin would need the
 // host, so it is an error, as is a user with no token at all.

@@ -296,6 +296,51 @@ func TestTokenOf(t *testing.T) {
 	}
 }
 
+// TestWithoutCredentials: every user's credentials go (a token, a client
+// certificate and key, several users), the cluster, its server and CA stay;
+// a kubeconfig without credentials comes back unchanged and says so; one
+// that does not parse is an error.
+func TestWithoutCredentials(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		kc   []byte
+	}{
+		{"token", tokenKubeconfig(t)},
+		{"client certificate", certKubeconfig(t)},
+		{"several users", multiCluster(t)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			server, err := Server(tc.kc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ca, _ := CAOf(tc.kc)
+			out, held, err := WithoutCredentials(tc.kc)
+			if err != nil || !held {
+				t.Fatalf("WithoutCredentials = held %t, %v; want held, no error", held, err)
+			}
+			for _, secret := range []string{"token:", "client-certificate-data", "client-key-data", "bobs-token", "abcdef.0123456789abcdef"} {
+				if strings.Contains(string(out), secret) {
+					t.Errorf("%q is left in:\n%s", secret, out)
+				}
+			}
+			if got, err := Server(out); err != nil || got != server {
+				t.Errorf("server after = %q, %v; want %q", got, err, server)
+			}
+			if got, _ := CAOf(out); !bytes.Equal(got, ca) {
+				t.Errorf("CA data changed")
+			}
+			again, held, err := WithoutCredentials(out)
+			if err != nil || held || !bytes.Equal(again, out) {
+				t.Errorf("WithoutCredentials of a kubeconfig without credentials = held %t, %v, changed %t; want it as it was", held, err, !bytes.Equal(again, out))
+			}
+		})
+	}
+	if _, _, err := WithoutCredentials([]byte("garbage")); err == nil {
+		t.Error("WithoutCredentials of garbage: no error")
+	}
+}
+
 // TestRESTConfigReachesServer makes real HTTPS requests with the REST config
 // of each kind of kubeconfig to a server that trusts the cluster CA: the
 // server must see the kubeconfig's client certificate or token.

@@ -1622,8 +1622,8 @@ var mutants = []mutant{
 	{
 		Name: "join-token-left-on-the-node",
 		File: "ha/up.go",
-		Old:  "\tn.removeJoinToken()\n",
-		New:  "\t_ = n.removeJoinToken\n",
+		Old:  "\tn.stripJoinToken()\n",
+		New:  "\t_ = n.stripJoinToken\n",
 		Tests: [][]string{
 			{"./ha", "-run", "TestJoinTwoControlPlanes"},
 		},
