@@ -494,13 +494,7 @@ func TestJoinNodeStateSaveFailingLate(t *testing.T) {
 	t.Parallel() // its own simulated clusters
 	assetstest.Require(t)
 	ops := joinDiskOps(t)
-	subj := subjects(ops)
-	i := -1
-	for k, o := range ops {
-		if o.op == faultfs.OpSyncDir && subj[k] == nodestate.Path {
-			i = k
-		}
-	}
+	i := lastOp(ops, faultfs.OpSyncDir, nodestate.Path)
 	if i < 0 {
 		t.Fatal("the recorded join has no directory fsync after its node-state save")
 	}
@@ -557,12 +551,7 @@ func TestJoinTokenStripFailingWarns(t *testing.T) {
 	assetstest.Require(t)
 	ops := joinDiskOps(t)
 	subj := subjects(ops)
-	i := -1
-	for k, o := range ops {
-		if o.op == faultfs.OpWrite && subj[k] == version.Kubeconfig("bootstrap") {
-			i = k
-		}
-	}
+	i := lastOp(ops, faultfs.OpWrite, version.Kubeconfig("bootstrap"))
 	if i < 0 {
 		t.Fatal("the recorded join never writes its bootstrap kubeconfig")
 	}
@@ -570,4 +559,16 @@ func TestJoinTokenStripFailingWarns(t *testing.T) {
 		t.Fatalf("the recorded join writes its bootstrap kubeconfig once (op %d), not again at its start", first)
 	}
 	diskFaultCase(t, ops, i, syscall.ENOSPC, false, false)
+}
+
+// lastOp is the index of the last recorded operation op whose subject is
+// subject, -1 for none.
+func lastOp(ops []diskOp, op faultfs.Op, subject string) int {
+	subj := subjects(ops)
+	for k := len(ops) - 1; k >= 0; k-- {
+		if ops[k].op == op && subj[k] == subject {
+			return k
+		}
+	}
+	return -1
 }
