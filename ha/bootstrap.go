@@ -411,7 +411,7 @@ func refuseUnfinishedJoin(h host.Host) error {
 	case err != nil:
 		return fmt.Errorf("stratum up refused: %s cannot be read (%v); nothing was changed: make it readable, or remove it if this node never joined a cluster", p, err)
 	}
-	return fmt.Errorf("stratum up refused: this node holds %s, a control-plane join's bootstrap kubeconfig, but no node state: a `stratum server` join stopped before it saved its state (killed, or the machine lost power), leaving the cluster's certificates it downloaded. A bootstrap here would start a second cluster under that cluster's CAs. Nothing was changed: run the same join command again, which finishes the join, or `stratum reset --force` to clear this node before bootstrapping a new cluster on it", p)
+	return fmt.Errorf("stratum up refused: this node holds %s, a control-plane join's bootstrap kubeconfig, but no node state: a `stratum server` join stopped before it saved its state (killed, or the machine lost power), or a joined control plane lost its node state (a replaced disk), leaving the cluster's certificates a join downloaded. A bootstrap here would start a second cluster under that cluster's CAs. Nothing was changed: run the same join command again, which finishes the join, or `stratum reset --force` to clear this node before bootstrapping a new cluster on it", p)
 }
 
 // makeCAs makes the cluster's CAs once: a re-run after a crash keeps the

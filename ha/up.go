@@ -165,11 +165,14 @@ func (n *Node) confirmAndClearJournal(ctx context.Context, st *nodestate.NodeSta
 // credentials: its presence is what refuses a bootstrap on a machine that
 // holds the cluster's CAs from a join but lost its state
 // (refuseUnfinishedJoin), which a bootstrap would otherwise start a second
-// cluster under. kubeadm removes its bootstrap kubeconfig likewise. Every
-// start does it, so a node a crash stopped between the two, or joined by an
-// earlier release, loses the token too; a kubeconfig without credentials is
-// not written again. Stripping that fails is a warning: the start goes on,
-// and the next one tries again.
+// cluster under (kubeadm removes its bootstrap kubeconfig; stratum keeps
+// the file for that mark). Every start does it, so a node a crash stopped
+// between the two, or joined by an earlier release, loses the token too; a
+// kubeconfig without credentials is not written again. A write that fails
+// is a warning and the start goes on: one that failed before its rename
+// left the token, which the next start takes out; one whose directory
+// fsync failed after it left the file without the token, and a crash
+// before the directory is synced brings it back, for the next start.
 func (n *Node) stripJoinToken() {
 	p := version.Kubeconfig("bootstrap")
 	kc, err := n.env.Host.ReadFile(p)
@@ -184,7 +187,7 @@ func (n *Node) stripJoinToken() {
 		err = n.env.Host.WriteFile(p, kc, 0o600)
 	}
 	if err != nil {
-		n.stepWarn("the join's bootstrap token removal", fmt.Errorf("%s keeps it (usable until its grant expires, or `stratum token delete`): %w", p, err))
+		n.stepWarn("the join's bootstrap token removal", fmt.Errorf("%s may still hold it (the next start tries again; the token itself authenticates until its grant expires, or `stratum token delete`): %w", p, err))
 	}
 }
 
