@@ -272,12 +272,12 @@ func leaderVotes(res []EtcdMemberHealth) map[uint64]int {
 	return votes
 }
 
-// likeliestLeader is the leader most answering members name (the lowest ID
-// among equals), 0 when none names one.
-func likeliestLeader(res []EtcdMemberHealth) uint64 {
+// likeliestLeader is the leader most votes name (the lowest ID among
+// equals), 0 when none names one.
+func likeliestLeader(votes map[uint64]int) uint64 {
 	var leader uint64
 	best := -1
-	for id, v := range leaderVotes(res) {
+	for id, v := range votes {
 		if v > best || (v == best && id < leader) {
 			leader, best = id, v
 		}
@@ -288,7 +288,7 @@ func likeliestLeader(res []EtcdMemberHealth) uint64 {
 // clusterVerdict is EtcdClusterHealthy's judgement of the members' answers.
 func clusterVerdict(res []EtcdMemberHealth) error {
 	votes := leaderVotes(res)
-	leader := likeliestLeader(res)
+	leader := likeliestLeader(votes)
 	var problems []string
 	for _, m := range res {
 		switch {
@@ -328,7 +328,7 @@ const alarmsUnreadable = "alarms unreadable"
 // raised (NOSPACE, CORRUPT) is cleared by no wait, and members that agree on
 // a leader and raised none fail nothing waiting would change.
 func healthWaitReason(res []EtcdMemberHealth) string {
-	leader := likeliestLeader(res)
+	leader := likeliestLeader(leaderVotes(res))
 	var why []string
 	for _, m := range res {
 		for _, a := range m.Alarms {
