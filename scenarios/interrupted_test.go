@@ -283,7 +283,8 @@ func (s *interrupted) rejoin(t *rapid.T) {
 	}
 }
 
-// restartCheckpoints are where restartVoter's restart may come: every
+// restartCheckpoints are where a restart under a join may come
+// (restartVoter here, restartUnderJoin in TestClientsThroughVIP): every
 // checkpoint of the join and of the `stratum up` that follows it up to the
 // apiserver's start (the member is a voter by then).
 var restartCheckpoints = slices.Concat(ha.JoinCheckpoints,
@@ -341,6 +342,12 @@ func (s *interrupted) restartVoter(t *rapid.T) {
 	joined := make(chan error, 1)
 	jctx, cancel := context.WithTimeout(s.ctx, opBound)
 	defer cancel()
+	// A check that fails before the restart leaves no join parked at the
+	// pause, nor one that reaches it later.
+	defer func() {
+		s.c.Disarm(h.Name(), cp)
+		pause.Release()
+	}()
 	go func() { // bounded below, not by joinOn: t fails on the test's goroutine only
 		n := nodeOn(h)
 		if _, err := n.PrepareControlPlaneJoin(jctx, s.g.JoinOptions); err != nil {
@@ -356,7 +363,6 @@ func (s *interrupted) restartVoter(t *rapid.T) {
 	select {
 	case <-pause.Reached():
 	case err := <-joined:
-		s.c.Disarm(h.Name(), cp)
 		t.Fatalf("the join on %s ended before checkpoint %s: %v", h.Name(), cp, err)
 	case <-time.After(3 * time.Minute):
 		t.Fatalf("the join on %s never reached checkpoint %s", h.Name(), cp)

@@ -77,6 +77,9 @@ type vipStats struct {
 	kills, crashes, isolations, heals, starts int
 	// upCrashes are first bring-ups crashed at a drawn checkpoint and re-run.
 	upCrashes int
+	// joinRestarts are control planes restarted under a join, of which
+	// joinRestartsOfHolder held the VIP when they crashed.
+	joinRestarts, joinRestartsOfHolder int
 }
 
 func (s *vipStats) add(f func(*vipStats)) {
@@ -88,8 +91,8 @@ func (s *vipStats) add(f func(*vipStats)) {
 func TestClientsThroughVIP(t *testing.T) {
 	st := &vipStats{badJoins: map[string]int{}}
 	t.Cleanup(func() {
-		t.Logf("ClientsThroughVIP: VIP checks held %d, exempt (no quorum or no apiserver) %d; faults on the VIP holder %d (kills %d, crashes %d, isolations %d), heals %d, restarts %d; bring-ups crashed and re-run %d; bad joins %v",
-			st.checksHeld, st.checksExempt, st.holderMoves, st.kills, st.crashes, st.isolations, st.heals, st.starts, st.upCrashes, st.badJoins)
+		t.Logf("ClientsThroughVIP: VIP checks held %d, exempt (no quorum or no apiserver) %d; faults on the VIP holder %d (kills %d, crashes %d, isolations %d), heals %d, restarts %d; bring-ups crashed and re-run %d; control planes restarted under a join %d (the VIP holder %d); bad joins %v",
+			st.checksHeld, st.checksExempt, st.holderMoves, st.kills, st.crashes, st.isolations, st.heals, st.starts, st.upCrashes, st.joinRestarts, st.joinRestartsOfHolder, st.badJoins)
 	})
 	property(t, func(rt *rapid.T) {
 		c := startCluster(rt, sim.Config{Fresh: true, SpareHosts: 4, APIServers: true, VIP: true})
@@ -138,22 +141,59 @@ func (w *vipWorld) stratumWithin(bound time.Duration, h *sim.Host, args ...strin
 // after its bound fails the check: a hang is an answer too.
 func runStratum(t *rapid.T, ctx context.Context, c *sim.Cluster, bound time.Duration, h *sim.Host, args ...string) (int, string, string) {
 	t.Helper()
+	return goStratum(ctx, c, bound, h, args...).wait(t)
+}
+
+// stratumRun is one `stratum` command running through cli.Run on a host, in
+// the background, while the check does something else (restarts another
+// host under it).
+type stratumRun struct {
+	h           *sim.Host
+	args        []string
+	bound       time.Duration
+	start       time.Time
+	cancel      context.CancelFunc
+	out, errOut syncbuf.Buffer
+	// done is closed once cli.Run returned code.
+	done chan struct{}
+	code int
+}
+
+// goStratum starts `stratum args...` on h of c through cli.Run, bound to h's
+// current incarnation (its Handle is the machine, its Checkpoint the hook),
+// with the command's context bounded by bound; its exit is recorded in c's
+// event log.
+func goStratum(ctx context.Context, c *sim.Cluster, bound time.Duration, h *sim.Host, args ...string) *stratumRun {
 	d := h.Handle()
 	o := cli.Options{Host: func() (host.Host, error) { return d, nil }, Checkpoint: d.Checkpoint}
-	ctx, cancel := context.WithTimeout(ctx, bound)
-	defer cancel()
-	var out, errOut syncbuf.Buffer
-	done := make(chan int, 1)
-	start := time.Now()
-	go func() { done <- cli.Run(ctx, args, &out, &errOut, o) }()
+	r := &stratumRun{h: h, args: args, bound: bound, start: time.Now(), done: make(chan struct{})}
+	ctx, r.cancel = context.WithTimeout(ctx, bound)
+	go func() {
+		defer close(r.done)
+		r.code = cli.Run(ctx, args, &r.out, &r.errOut, o)
+		c.Events().Record(h.Name(), "action", "stratum %s: exit %d in %s", strings.Join(args[:min(2, len(args))], " "), r.code, time.Since(r.start).Round(time.Millisecond))
+	}()
+	return r
+}
+
+// wait returns the command's exit code and streams. A command that has not
+// returned 15 s after its bound fails the check: a hang is an answer too.
+func (r *stratumRun) wait(t *rapid.T) (int, string, string) {
+	t.Helper()
+	defer r.cancel()
+	hang := r.bound + 15*time.Second
 	select {
-	case code := <-done:
-		c.Events().Record(h.Name(), "action", "stratum %s: exit %d in %s", strings.Join(args[:min(2, len(args))], " "), code, time.Since(start).Round(time.Millisecond))
-		return code, out.String(), errOut.String()
-	case <-time.After(bound + 15*time.Second):
+	case <-r.done: // first, so one done at the deadline is not taken for a hang
+		return r.code, r.out.String(), r.errOut.String()
+	default:
+	}
+	select {
+	case <-r.done:
+		return r.code, r.out.String(), r.errOut.String()
+	case <-time.After(time.Until(r.start.Add(hang))):
 		// `stratum server` answers signals, not its context: a join that
 		// hangs outlives its bound.
-		t.Fatalf("stratum %s on %s did not return within %s; stdout:\n%s\nstderr:\n%s", strings.Join(args, " "), h.Name(), bound+15*time.Second, out.String(), errOut.String())
+		t.Fatalf("stratum %s on %s did not return within %s; stdout:\n%s\nstderr:\n%s", strings.Join(r.args, " "), r.h.Name(), hang, r.out.String(), r.errOut.String())
 		return 0, "", ""
 	}
 }
@@ -288,20 +328,97 @@ func (w *vipWorld) printedJoin(minter *sim.Host) []string {
 }
 
 // join mints a grant on a drawn running control plane and runs the printed
-// join command verbatim on h; on a healthy cluster it must succeed.
+// join command verbatim on h; on a healthy cluster it must succeed, also
+// while a drawn control plane restarts under it (restartUnderJoin).
 func (w *vipWorld) join(h *sim.Host, check bool) {
 	t := w.t
 	minter := drawHost(t, w.cps, "minter for "+h.Name())
 	args := w.printedJoin(minter)
-	code, out, errOut := w.stratum(h, args...)
+	victim := rapid.OneOf(rapid.Just("none"), rapid.SampledFrom(names(w.cps))).Draw(t, "restart under the join of "+h.Name())
+	var code int
+	var out, errOut, restarted string
+	if victim == "none" {
+		code, out, errOut = w.stratum(h, args...)
+	} else {
+		code, out, errOut, restarted = w.restartUnderJoin(h, w.c.Host(victim), args)
+		check = true
+	}
 	if code != cli.ExitOK {
-		t.Fatalf("the join command printed on %s, run as printed on %s: exit %d\nstdout:\n%s\nstderr:\n%s", minter.Name(), h.Name(), code, out, errOut)
+		t.Fatalf("the join command printed on %s, run as printed on %s%s: exit %d\nstdout:\n%s\nstderr:\n%s", minter.Name(), h.Name(), restarted, code, out, errOut)
 	}
 	w.cps = append(w.cps, h)
-	w.last = "join of " + h.Name() + " with the command printed on " + minter.Name()
+	w.last = "join of " + h.Name() + " with the command printed on " + minter.Name() + restarted
 	if check {
 		w.checkClients()
 	}
+}
+
+// restartUnderJoin runs the join command args on h while victim, a control
+// plane, restarts: at a drawn checkpoint of the join (or of the start it
+// goes on to, up to the apiserver's), or a drawn moment after it, victim's
+// host crashes, and after a drawn pause `stratum up` brings it back, as its
+// handover to systemd's unit, an upgrade or a reboot does. victim may hold
+// the VIP the join talks to; with one or two voters, the cluster has no
+// quorum meanwhile. victim's `up` must succeed, and the join must wait the
+// outage out (the caller requires its exit 0). It returns the join's exit
+// and streams, and words naming the restart for messages.
+func (w *vipWorld) restartUnderJoin(h, victim *sim.Host, args []string) (int, string, string, string) {
+	t := w.t
+	cp := rapid.SampledFrom(restartCheckpoints).Draw(t, "restart at")
+	// Half the time the crash comes at the checkpoint itself, before the
+	// join goes on: the step after it meets the outage from its start.
+	after := time.Duration(rapid.OneOf(rapid.Just(0), rapid.IntRange(1, 300)).Draw(t, "restart ms after the checkpoint")) * time.Millisecond
+	down := time.Duration(rapid.IntRange(0, 4000).Draw(t, "ms down before stratum up")) * time.Millisecond
+	pause := w.c.PauseAt(h.Name(), cp)
+	run := goStratum(w.ctx, w.c, cliBound, h, args...)
+	// A check that fails before the join returned leaves no join parked at
+	// the pause, nor one that reaches it later, nor one running on.
+	defer func() {
+		w.c.Disarm(h.Name(), cp)
+		pause.Release()
+		run.cancel()
+	}()
+	select {
+	case <-pause.Reached():
+	case <-run.done:
+		code, out, errOut := run.wait(t)
+		t.Fatalf("the join on %s ended before checkpoint %s, where %s was to restart: exit %d\nstdout:\n%s\nstderr:\n%s", h.Name(), cp, victim.Name(), code, out, errOut)
+	case <-time.After(cliBound):
+		t.Fatalf("the join on %s never reached checkpoint %s within %s", h.Name(), cp, cliBound)
+	}
+	if after > 0 {
+		pause.Release()
+		time.Sleep(after)
+	}
+	held := w.c.VIPHolder() == victim
+	role := ""
+	if held {
+		role = " (the VIP holder)"
+	}
+	w.c.Events().Record(victim.Name(), "fault", "restarting%s: crashed %s after %s's checkpoint %s; stratum up in %s", role, after, h.Name(), cp, down)
+	victim.Crash()
+	pause.Release() // a second release is nothing
+	time.Sleep(down)
+	restarted := fmt.Sprintf(" while %s%s restarted (crashed %s after the join's checkpoint %s, down %s before its stratum up)", victim.Name(), role, after, cp, down)
+	if code, _, errOut := w.stratum(victim, "up"); code != cli.ExitOK {
+		t.Fatalf("stratum up on %s, restarted under the join of %s (crashed %s after its checkpoint %s, down %s): exit %d\nstderr:\n%s", victim.Name(), h.Name(), after, cp, down, code, errOut)
+	}
+	w.stats.add(func(s *vipStats) {
+		s.joinRestarts++
+		if held {
+			s.joinRestartsOfHolder++
+		}
+	})
+	when := "at "
+	if after > 0 {
+		when = "just after "
+	}
+	explored.ran("restartUnderJoin: joined through a control plane's restart " + when + cp)
+	if held {
+		explored.ran("restartUnderJoin: joined through the VIP holder's restart")
+	}
+	code, out, errOut := run.wait(t)
+	return code, out, errOut, restarted
 }
 
 // userClient is a clientset from h's admin kubeconfig exactly as h wrote it
