@@ -289,8 +289,9 @@ func (n *Node) bootstrap(ctx context.Context, o BootstrapOptions) (*nodestate.No
 			return nil, err
 		}
 	}
-	r.release()
-	r.release = nil
+	// The start under the locks the bring-up took (released by the defer),
+	// as every later start (restart) runs: a repoint, a restore or a reset
+	// begun meanwhile is refused instead of racing its writes.
 	st, err := n.StartControlPlane(ctx)
 	if err != nil {
 		// Whatever the start refused: the node is laid out.

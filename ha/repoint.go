@@ -19,6 +19,7 @@ import (
 
 	"stratum.dev/stratum/internal/host"
 	"stratum.dev/stratum/internal/kubeconfig"
+	"stratum.dev/stratum/internal/nodelock"
 	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/version"
 )
@@ -245,6 +246,15 @@ func (n *Node) nodeRepoint(ctx context.Context, w io.Writer, vip string, serves 
 	if err := n.checkServes(ctx, vip, serves); err != nil {
 		return nil, err
 	}
+	// Under the node's maintenance lock, as every operation that changes
+	// this node takes it: a start racing the repoint (its strip of the join
+	// token from bootstrap.conf, its adoption of a VIP) would have one write
+	// back what the other just changed.
+	release, err := nodelock.Acquire(n.env.Host, nodelock.Maintenance, "stratum repoint")
+	if err != nil {
+		return nil, Refusal(fmt.Errorf("repoint refused: %w; run it again once that is done", err))
+	}
+	defer release()
 	// Every kubeconfig read and repointed in memory before coverVIP's first
 	// change, so one that cannot be is a refusal, as in the dry run.
 	server := apiServerURL(vip)

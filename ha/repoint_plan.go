@@ -24,7 +24,9 @@ import (
 // kubeconfig rewritten and each service restarted, and for Cilium which
 // objects would be updated, checked with a server-side dry run. It changes
 // nothing. The refusal the repoint would meet is returned, so a dry run
-// exits as the repoint would.
+// exits as the repoint would, but for the node's maintenance lock: the dry
+// run does not take it (even for a moment it could refuse a start), so
+// another operation holding the node refuses only the repoint.
 func (n *Node) RepointPlan(ctx context.Context, w io.Writer, cs kubernetes.Interface, vip string, cilium bool) error {
 	if err := n.checkServes(ctx, vip, n.VIPServes); err != nil {
 		fmt.Fprintf(w, "repoint would be refused: %v\n", err)

@@ -20,6 +20,7 @@ import (
 	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/assets/assetstest"
 	"stratum.dev/stratum/internal/kubeconfig"
+	"stratum.dev/stratum/internal/nodelock"
 	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/version"
 	"stratum.dev/stratum/sim"
@@ -133,6 +134,23 @@ func TestNodeRepoint(t *testing.T) {
 	// A stand-in check that says no is obeyed too.
 	if _, err := n.NodeRepointServes(ctx, &bytes.Buffer{}, vip, func(context.Context, string) (bool, error) { return false, nil }); !errors.Is(err, ha.ErrVIPNotServing) {
 		t.Fatalf("NodeRepoint with a VIP that does not answer: %v", err)
+	}
+
+	// Another operation on this node (a start, a renewal) holds its
+	// maintenance lock: refused, naming the holder, nothing changed. A
+	// start's strip of the join token and a repoint's rewrite of
+	// bootstrap.conf never race.
+	release, err := nodelock.Acquire(cp1.Handle(), nodelock.Maintenance, "stratum up (the test's)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = n.NodeRepoint(ctx, &bytes.Buffer{}, vip)
+	if !errors.Is(err, nodelock.ErrBusy) || !ha.IsRefusal(err) || !strings.Contains(err.Error(), "stratum up (the test's)") || !strings.Contains(err.Error(), "nothing was changed") {
+		t.Fatalf("NodeRepoint while a start holds the node's maintenance lock: %v", err)
+	}
+	unchangedBy(t, "NodeRepoint under another's maintenance lock", cp1, before, stateBefore)
+	if err := release(); err != nil {
+		t.Fatal(err)
 	}
 
 	var out bytes.Buffer

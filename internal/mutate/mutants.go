@@ -990,8 +990,8 @@ var mutants = []mutant{
 	{
 		Name: "mcp-mints-control-plane-grants-unasked",
 		File: "cmd/stratum/cli/mcp.go",
-		Old:  "if in.ControlPlane && !allowControlPlaneGrants {",
-		New:  "if false && in.ControlPlane && !allowControlPlaneGrants {",
+		Old:  "if in.ControlPlane && !allow.ControlPlaneGrants {",
+		New:  "if false && in.ControlPlane && !allow.ControlPlaneGrants {",
 		Tests: [][]string{
 			{"./cmd/stratum/cli", "-run", "TestMCPServer"},
 		},
@@ -1626,6 +1626,42 @@ var mutants = []mutant{
 		New:  "\t_ = n.stripJoinToken\n",
 		Tests: [][]string{
 			{"./ha", "-run", "TestJoinTwoControlPlanes"},
+		},
+	},
+	{
+		Name: "repoint-races-a-start",
+		File: "ha/repoint.go",
+		Old:  "release, err := nodelock.Acquire(n.env.Host, nodelock.Maintenance, \"stratum repoint\")",
+		New:  "release, err := func() error { return nil }, error(nil)\n\t_ = nodelock.Maintenance",
+		Tests: [][]string{
+			{"./ha", "-run", "TestNodeRepoint$"},
+		},
+	},
+	{
+		Name: "mcp-agent-forces-a-rejoin",
+		File: "cmd/stratum/cli/mcp.go",
+		Old:  "if in.Force && !in.DryRun && !allow.ForcedRejoin {",
+		New:  "if in.Force && !in.DryRun && allow.ForcedRejoin && false {",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestMCPServer$"},
+		},
+	},
+	{
+		Name: "join-start-races-a-repoint",
+		File: "cmd/stratum/cli/flow.go",
+		Old:  "release, err := nodelock.AcquireBoth(n.Host(), holder)",
+		New:  "release, err := func() {}, error(nil)\n\t_ = nodelock.AcquireBoth",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestStartsHoldTheNode$"},
+		},
+	},
+	{
+		Name: "bootstrap-starts-unlocked",
+		File: "ha/bootstrap.go",
+		Old:  "\tst, err := n.StartControlPlane(ctx)\n\tif err != nil {\n\t\t// Whatever the start refused: the node is laid out.",
+		New:  "\tr.release()\n\tr.release = nil\n\tst, err := n.StartControlPlane(ctx)\n\tif err != nil {\n\t\t// Whatever the start refused: the node is laid out.",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestStartsHoldTheNode$"},
 		},
 	},
 }

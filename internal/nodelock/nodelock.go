@@ -1,6 +1,7 @@
 // Package nodelock is the node's exclusive locks: the maintenance lock that
-// the join, the rejoin, up, a snapshot restore, a reset and
-// a certificate renewal take so they never race on one node,
+// the join (its preparation and its start), the rejoin, up, a snapshot
+// restore, a reset, an upgrade, a certificate renewal, a quota change and a
+// repoint take so they never race on one node,
 // the etcd data lock held while anything stops, wipes or rewrites the
 // local etcd member's data, and the fence lock a publication holds while it
 // holds the cluster's maintenance fence as this node. All are non-blocking: a

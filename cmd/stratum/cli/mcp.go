@@ -49,7 +49,7 @@ type (
 	}
 	rejoinIn struct {
 		Server  string `json:"server" jsonschema:"the restored seed control plane's IP, or a URL naming it (https://IP:6443)"`
-		Force   bool   `json:"force,omitempty" jsonschema:"remove this node's etcd data even while its old cluster may still have a quorum"`
+		Force   bool   `json:"force,omitempty" jsonschema:"remove this node's etcd data even while its old cluster may still have a quorum (only when the server was started with --allow-forced-rejoin, dry runs aside)"`
 		DryRun  bool   `json:"dryRun,omitempty" jsonschema:"print the plan and change nothing (needs no confirm)"`
 		Confirm bool   `json:"confirm,omitempty" jsonschema:"must be true unless dryRun: this tool wipes and rejoins this node's etcd"`
 	}
@@ -78,9 +78,27 @@ type (
 // who starts the server decides, not the agent.
 var errControlPlaneGrantsNotAllowed = errors.New("token_create refused: a control-plane grant opens the cluster's CA keys, and this server was started without --allow-control-plane-grants, so an agent's confirm does not mint one; nothing was created: run `stratum token create --control-plane` yourself, or restart the server with `stratum mcp --allow-control-plane-grants`")
 
-// mcpServer is `stratum mcp`'s server; allowControlPlaneGrants is its
-// --allow-control-plane-grants.
-func (a *app) mcpServer(allowControlPlaneGrants bool) *mcp.Server {
+// forcedRejoinNotAllowed refuses an agent's forced etcd_rejoin onto seed
+// unless `stratum mcp` was started with --allow-forced-rejoin: force removes
+// this node's etcd data while its old cluster may still have a quorum (a
+// member of a live cluster wiped), and an agent's confirm is its own, so the
+// operator who starts the server decides, not the agent. A dry run, which
+// changes nothing, needs no flag.
+func forcedRejoinNotAllowed(seed string) error {
+	return fmt.Errorf("etcd_rejoin refused: force removes this node's etcd data even while its old cluster may still have a quorum, and this server was started without --allow-forced-rejoin, so an agent's confirm does not force it; nothing was changed: run `stratum etcd rejoin --server %s --force` yourself, or restart the server with `stratum mcp --allow-forced-rejoin`", seed)
+}
+
+// mcpAllow is what the operator who started `stratum mcp` lets an agent do
+// beyond its confirm.
+type mcpAllow struct {
+	// ControlPlaneGrants is --allow-control-plane-grants.
+	ControlPlaneGrants bool
+	// ForcedRejoin is --allow-forced-rejoin.
+	ForcedRejoin bool
+}
+
+// mcpServer is `stratum mcp`'s server, letting an agent do what allow says.
+func (a *app) mcpServer(allow mcpAllow) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "stratum", Version: Version}, nil)
 	read := &mcp.ToolAnnotations{ReadOnlyHint: true}
 	mcp.AddTool(s, &mcp.Tool{Name: "etcd_members", Description: "The etcd members with each one's own status: voter or learner, leader, health (as `stratum etcd members -o json`).", Annotations: read},
@@ -189,7 +207,7 @@ func (a *app) mcpServer(allowControlPlaneGrants bool) *mcp.Server {
 			if err := checkGrantTTL(ttl, in.ControlPlane); err != nil {
 				return nil, mintedReport{}, fmt.Errorf("%w; nothing was created", err)
 			}
-			if in.ControlPlane && !allowControlPlaneGrants {
+			if in.ControlPlane && !allow.ControlPlaneGrants {
 				return nil, mintedReport{}, errControlPlaneGrantsNotAllowed
 			}
 			if !in.Confirm {
@@ -220,7 +238,7 @@ func (a *app) mcpServer(allowControlPlaneGrants bool) *mcp.Server {
 			}
 			return nil, doneOut{Done: prunedLine(dropped)}, nil
 		})
-	mcp.AddTool(s, &mcp.Tool{Name: "etcd_rejoin", Description: "Rejoin this control plane's etcd to a cluster restored from a snapshot on the seed (server). Call it with dryRun first: that prints the plan and changes nothing; the rejoin itself is refused unless confirm is true."},
+	mcp.AddTool(s, &mcp.Tool{Name: "etcd_rejoin", Description: "Rejoin this control plane's etcd to a cluster restored from a snapshot on the seed (server). Call it with dryRun first: that prints the plan and changes nothing; the rejoin itself is refused unless confirm is true, and with force unless the server was started with --allow-forced-rejoin."},
 		func(ctx context.Context, _ *mcp.CallToolRequest, in rejoinIn) (*mcp.CallToolResult, reportOut, error) {
 			if strings.TrimSpace(in.Server) == "" {
 				return nil, reportOut{}, errors.New("server is required: the restored seed control plane's IP; nothing was changed")
@@ -228,6 +246,9 @@ func (a *app) mcpServer(allowControlPlaneGrants bool) *mcp.Server {
 			seed := seedAddress(strings.TrimSpace(in.Server))
 			if net.ParseIP(seed) == nil {
 				return nil, reportOut{}, fmt.Errorf("server %q is not an IP address (the restored seed control plane's, or its https://IP:6443 URL); nothing was changed", in.Server)
+			}
+			if in.Force && !in.DryRun && !allow.ForcedRejoin {
+				return nil, reportOut{}, forcedRejoinNotAllowed(seed)
 			}
 			if !in.DryRun && !in.Confirm {
 				return nil, reportOut{}, errNotConfirmed
@@ -256,7 +277,7 @@ func (a *app) mcpServer(allowControlPlaneGrants bool) *mcp.Server {
 func (a *app) protocolOwnsStdout() { a.stdout = a.stderr }
 
 func (a *app) mcpCmd() *cobra.Command {
-	var allowControlPlaneGrants bool
+	var allow mcpAllow
 	cmd := &cobra.Command{
 		Use:   "mcp",
 		Short: "Serve this control plane's operations to an MCP client over stdio",
@@ -266,23 +287,28 @@ node_state, and sim_events (a simulation's event log, from "stratum sim up --eve
 FILE"). Guarded writes: token_create, grants_prune, etcd_rejoin (dryRun first); each
 refuses, changing nothing, unless its input has confirm: true; token_create mints a
 control-plane grant (a root credential: its certificate-key opens the CA keys) only
-with --allow-control-plane-grants, since the agent sets confirm itself. Each tool runs the code
-of its command (node_state is "status -o json", grants_prune is "grants prune") and
-returns its JSON (the fields docs/cli.md documents). Run it as root on a control plane:
+with --allow-control-plane-grants, and etcd_rejoin with force (its old cluster may still
+have a quorum) runs only with --allow-forced-rejoin, since the agent sets confirm itself.
+Each tool runs the code of its command (node_state is "status -o json", grants_prune is
+"grants prune") and returns its JSON (the fields docs/cli.md documents). Run it as root on a control plane:
 the node's state and admin kubeconfig are readable by root alone.`,
 		Example: `  # In an MCP client's configuration, on a control plane:
   #   {"command": "sudo", "args": ["stratum", "mcp"]}
   sudo stratum mcp
 
   # Let the agent mint control-plane join grants too
-  sudo stratum mcp --allow-control-plane-grants`,
+  sudo stratum mcp --allow-control-plane-grants
+
+  # ...and let it force a rejoin of this node's etcd after a restore
+  sudo stratum mcp --allow-forced-rejoin`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			a.protocolOwnsStdout()
-			return serveMCP(cmd.Context(), a.mcpServer(allowControlPlaneGrants), &mcp.StdioTransport{})
+			return serveMCP(cmd.Context(), a.mcpServer(allow), &mcp.StdioTransport{})
 		},
 	}
-	cmd.Flags().BoolVar(&allowControlPlaneGrants, "allow-control-plane-grants", false, "let token_create mint control-plane join grants (their certificate-key opens the cluster's CA keys)")
+	cmd.Flags().BoolVar(&allow.ControlPlaneGrants, "allow-control-plane-grants", false, "let token_create mint control-plane join grants (their certificate-key opens the cluster's CA keys)")
+	cmd.Flags().BoolVar(&allow.ForcedRejoin, "allow-forced-rejoin", false, "let etcd_rejoin force a rejoin (it removes this node's etcd data even while its old cluster may still have a quorum)")
 	return cmd
 }
 

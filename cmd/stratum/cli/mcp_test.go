@@ -33,7 +33,7 @@ func TestMCPServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	a := &app{stdout: new(bytes.Buffer), stderr: new(bytes.Buffer), opts: opts, log: slog.New(slog.DiscardHandler)}
-	cs := connectMCP(ctx, t, a, true)
+	cs := connectMCP(ctx, t, a, mcpAllow{ControlPlaneGrants: true})
 
 	tools, err := cs.ListTools(ctx, nil)
 	if err != nil {
@@ -131,7 +131,7 @@ func TestMCPServer(t *testing.T) {
 
 	// A server started without --allow-control-plane-grants mints no
 	// control-plane grant, whatever the agent confirms.
-	refused, err := connectMCP(ctx, t, a, false).CallTool(ctx, &mcp.CallToolParams{Name: "token_create", Arguments: map[string]any{"controlPlane": true, "confirm": true}})
+	refused, err := connectMCP(ctx, t, a, mcpAllow{}).CallTool(ctx, &mcp.CallToolParams{Name: "token_create", Arguments: map[string]any{"controlPlane": true, "confirm": true}})
 	if err != nil || !refused.IsError || !strings.Contains(text(refused), "--allow-control-plane-grants") || secrets() != before {
 		t.Fatalf("token_create of a control-plane grant on a server without --allow-control-plane-grants: %v, %q, %d token Secrets (were %d)", err, text(refused), secrets(), before)
 	}
@@ -231,6 +231,22 @@ func TestMCPServer(t *testing.T) {
 	if !res.IsError || !strings.Contains(text(res), "is this node") {
 		t.Fatalf("etcd_rejoin dry run naming this node: %v %q", res.IsError, text(res))
 	}
+	// A forced rejoin (this node's data removed while its old cluster may
+	// have a quorum) runs only on a server started with
+	// --allow-forced-rejoin, whatever the agent confirms: refused before
+	// the rejoin judges anything, etcd left serving. Its dry run needs no
+	// flag, and with the flag the rejoin itself judges the call.
+	forced := map[string]any{"server": cp1.IP().String(), "force": true, "confirm": true}
+	if res := call("etcd_rejoin", forced, nil); !res.IsError || !strings.Contains(text(res), "--allow-forced-rejoin") || !strings.Contains(text(res), "nothing was changed") || !cp1.EtcdRunning() {
+		t.Fatalf("a forced etcd_rejoin on a server without --allow-forced-rejoin: %v %q (etcd running %v)", res.IsError, text(res), cp1.EtcdRunning())
+	}
+	if res := call("etcd_rejoin", map[string]any{"server": cp1.IP().String(), "force": true, "dryRun": true}, nil); !res.IsError || !strings.Contains(text(res), "is this node") {
+		t.Fatalf("a forced etcd_rejoin's dry run without --allow-forced-rejoin: %v %q, want the plan judged", res.IsError, text(res))
+	}
+	allowed, err := connectMCP(ctx, t, a, mcpAllow{ForcedRejoin: true}).CallTool(ctx, &mcp.CallToolParams{Name: "etcd_rejoin", Arguments: forced})
+	if err != nil || !allowed.IsError || !strings.Contains(text(allowed), "is this node") {
+		t.Fatalf("a forced etcd_rejoin naming this node on a server with --allow-forced-rejoin: %v, %q, want the rejoin's own refusal", err, text(allowed))
+	}
 }
 
 // TestMCPKeepsStdoutForTheProtocol: under `stratum mcp` a step's progress
@@ -311,13 +327,13 @@ func TestServeMCPStopsCallsInFlightWhenItEnds(t *testing.T) {
 	}
 }
 
-// connectMCP is a client session on a's MCP server (allowControlPlaneGrants
-// its --allow-control-plane-grants) over in-memory transports, both closed
+// connectMCP is a client session on a's MCP server (allow its
+// --allow-* flags) over in-memory transports, both closed
 // when the test ends.
-func connectMCP(ctx context.Context, t *testing.T, a *app, allowControlPlaneGrants bool) *mcp.ClientSession {
+func connectMCP(ctx context.Context, t *testing.T, a *app, allow mcpAllow) *mcp.ClientSession {
 	t.Helper()
 	st, ct := mcp.NewInMemoryTransports()
-	ss, err := a.mcpServer(allowControlPlaneGrants).Connect(ctx, st, nil)
+	ss, err := a.mcpServer(allow).Connect(ctx, st, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

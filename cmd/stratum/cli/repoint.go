@@ -38,9 +38,14 @@ with this node's admin credentials, and their rollout is awaited for --rollout-t
 apiserver certificate reissued, each kubeconfig rewritten, each service restarted, and
 with --cilium each object updated (checked by the apiserver as a server-side dry run).
 
+The node's maintenance lock is held from this node's first change to its last, as a start,
+a join, a restore and a renewal hold it: a repoint while one of them runs here is refused,
+naming it.
+
 Exits 0 once repointed (warnings included), 3 when refused with nothing changed (the
-VIP does not serve the cluster), 1 when it failed after changing something (re-run it),
-2 on bad usage; a dry run exits 0 or 3 as the repoint would.`,
+VIP does not serve the cluster, or another operation holds the node), 1 when it failed
+after changing something (re-run it), 2 on bad usage; a dry run exits 0 or 3 as the
+repoint would, the lock aside (it takes none).`,
 		Example: `  # Clients of this node onto the VIP
   stratum repoint --vip 10.0.0.10
 
