@@ -86,12 +86,8 @@ func (n *Node) Up(ctx context.Context, o BootstrapOptions) (*nodestate.NodeState
 	case !errors.Is(err, nodestate.ErrNoState):
 		return nil, Refusal(err)
 	}
-	survives, ierr := n.JoinIntentSurvives(ctx)
-	if ierr != nil {
-		return nil, Refusal(ierr)
-	}
-	if survives {
-		return n.StartControlPlane(ctx) // refuses, naming the journal
+	if err := n.refuseSurvivingIntent(ctx); err != nil {
+		return nil, err
 	}
 	st, err := n.bootstrap(ctx, o)
 	if err != nil {

@@ -488,6 +488,16 @@ func (n *Node) restConfig(kc []byte) (*rest.Config, error) {
 	}
 	cfg.Dial = n.env.Host.DialContext
 	cfg.Timeout = apiTimeout
+	// A join's bootstrap token meets an API server that just started (a
+	// control plane restarting under the join): refused until its
+	// informers have synced, not for good.
+	var mu sync.Mutex
+	report := waitReporter{n: n}
+	cfg.Wrap(apiretry.RetryUnauthorizedWhileUnready(func(why string) {
+		mu.Lock()
+		defer mu.Unlock()
+		report.waiting("%s", why)
+	}))
 	return cfg, nil
 }
 

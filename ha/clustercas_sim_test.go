@@ -32,8 +32,14 @@ func TestBootstrapInterruptedWritingTheCAsConverges(t *testing.T) {
 	t.Parallel() // its own simulated cluster
 	assetstest.Require(t)
 	c := sim.Start(t, sim.Config{Fresh: true, SpareHosts: 3, APIServers: true})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	t.Cleanup(cancel) // the subtests run after this function returns
+	// Each subtest's own bound, from when it runs: parallel subtests wait
+	// for a slot after this function returns (one waited 12 minutes in a
+	// busy CI run, past a bound taken here).
+	within := func(t *testing.T) context.Context {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		t.Cleanup(cancel)
+		return ctx
+	}
 	hosts := c.Hosts()
 	thirdCA := func() *faultfs.Rule {
 		return &faultfs.Rule{Ops: []faultfs.Op{faultfs.OpRename}, Prefix: version.PKIDir, Nth: 3, Errno: syscall.ENOSPC}
@@ -41,6 +47,7 @@ func TestBootstrapInterruptedWritingTheCAsConverges(t *testing.T) {
 
 	t.Run("disk error", func(t *testing.T) {
 		t.Parallel()
+		ctx := within(t)
 		h := hosts[0]
 		defer h.Crash()
 		h.FailDisk(thirdCA())
@@ -60,6 +67,7 @@ func TestBootstrapInterruptedWritingTheCAsConverges(t *testing.T) {
 
 	t.Run("crash", func(t *testing.T) {
 		t.Parallel()
+		ctx := within(t)
 		h := hosts[1]
 		defer h.Crash()
 		armed := h.CrashAtDisk(thirdCA())
@@ -80,6 +88,7 @@ func TestBootstrapInterruptedWritingTheCAsConverges(t *testing.T) {
 
 	t.Run("operator's partial set", func(t *testing.T) {
 		t.Parallel()
+		ctx := within(t)
 		h := hosts[2]
 		placed := map[string][]byte{pki.CACertFile: []byte("an operator's CA"), pki.CAKeyFile: []byte("its key")}
 		for name, data := range placed {

@@ -334,6 +334,9 @@ func (n *Node) TakeJoinFence(ctx context.Context, cs kubernetes.Interface, token
 		return nil, fmt.Errorf("take join fence: a bootstrap token may hold the fence for at most %ds, not %s; nothing was changed", fenceMaxLeaseSeconds, d)
 	}
 	f, err := n.TakeFence(ctx, cs, bootstrapapi.BootstrapUserPrefix+tokenID, d)
+	if apierrors.IsUnauthorized(err) {
+		return nil, fmt.Errorf("take join fence: the apiserver does not accept token %s (%v): deleted or expired, or an API server that did not become ready within %s; nothing was changed: %s (%w)", tokenID, err, apiretry.LostWait, mintHint, ErrTokenRefused)
+	}
 	if apierrors.IsForbidden(err) {
 		return nil, fmt.Errorf("take join fence: %w; nothing was changed: the token may update the fence Lease %s/%s but not create it, so it must be a live control-plane token of a cluster that has minted one (%s)", err, certsNamespace, fenceLease, mintHint)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -161,6 +162,27 @@ func TestJoinFence(t *testing.T) {
 	}
 	if _, err := joiner.TakeJoinFence(ctx, cs, "NOT-AN-ID", time.Minute); err == nil {
 		t.Error("a join fence for a malformed token ID was taken")
+	}
+	// A token deleted since (its join downloaded the certificates with
+	// it): refused as a token the cluster does not accept, with what to do,
+	// never as a fence someone holds.
+	gone, goneID := e.bootstrapClient(token.ControlPlaneGroup)
+	if err := e.admin.CoreV1().Secrets("kube-system").Delete(ctx, "bootstrap-token-"+goneID, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The apiserver caches a token's authentication for 10 s.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		_, err := gone.CoordinationV1().Leases("kube-system").Get(ctx, ha.FenceLeaseName, metav1.GetOptions{})
+		if apierrors.IsUnauthorized(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a deleted token still authenticates after 30s: %v", err)
+		}
+	}
+	_, goneErr := joiner.TakeJoinFence(ctx, gone, goneID, time.Minute)
+	if !errors.Is(goneErr, ha.ErrTokenRefused) || !strings.Contains(goneErr.Error(), "stratum token create --control-plane") || errors.Is(goneErr, ha.ErrFenceHeld) {
+		t.Fatalf("join fence with a deleted token: %v, want ErrTokenRefused saying to mint a new grant", goneErr)
 	}
 	if got := fenceLease(ctx, t, e.admin).ResourceVersion; got != rv {
 		t.Fatalf("refused takes wrote the Lease (%s -> %s)", rv, got)

@@ -162,7 +162,11 @@ func (n *Node) PrepareControlPlaneJoin(ctx context.Context, o JoinOptions) (*nod
 	tracked := &createdFiles{Host: n.env.Host}
 	jn := &Node{env: n.env, log: n.log}
 	jn.env.Host = tracked
-	st, reachedAdd, err := jn.prepareJoin(ctx, o)
+	st, reachedAdd, release, err := jn.prepareJoin(ctx, o)
+	// The node's locks are released after the undo: a reset or a repoint
+	// run meanwhile would otherwise find the files it removes or puts back
+	// still changing (a reset's wipe undone by a file put back after it).
+	defer release()
 	if err != nil && st == nil {
 		uerr := tracked.undo()
 		if uerr != nil {
@@ -377,14 +381,17 @@ var joinPhases = []joinStep{
 // prepareJoin runs joinPhases; reachedAdd reports whether the run got to
 // the member-add step (from there a failure may have changed the cluster,
 // however it was rolled back), unless that step stopped before any add and
-// cleared its journal (addRefused).
-func (n *Node) prepareJoin(ctx context.Context, o JoinOptions) (st *nodestate.NodeState, reachedAdd bool, err error) {
+// cleared its journal (addRefused). release gives up the node's locks the
+// run took (nothing when it took none): the caller's, once it has put the
+// node back after a refusal.
+func (n *Node) prepareJoin(ctx context.Context, o JoinOptions) (st *nodestate.NodeState, reachedAdd bool, release func(), err error) {
 	r := &joinRun{n: n, o: o, name: n.env.Host.Name(), start: time.Now()}
-	defer func() {
+	release = func() {
 		if r.release != nil {
 			r.release()
+			r.release = nil
 		}
-	}()
+	}
 	defer r.dropFence(ctx)
 	for i, s := range joinPhases {
 		n.log.Debug("join step", "step", s.name)
@@ -392,14 +399,14 @@ func (n *Node) prepareJoin(ctx context.Context, o JoinOptions) (st *nodestate.No
 		began := time.Now()
 		if err := s.run(r, ctx); err != nil {
 			if r.st != nil && r.st.Etcd.InitialCluster != "" {
-				return r.st, reachedAdd, err // saved: the caller starts from the state
+				return r.st, reachedAdd, release, err // saved: the caller starts from the state
 			}
-			return nil, reachedAdd && !r.addRefused, err
+			return nil, reachedAdd && !r.addRefused, release, err
 		}
 		n.stepDone(s.name, time.Since(began))
 	}
 	n.log.Info("control-plane join prepared", "member", r.name, "peerURL", r.peerURL, "took", time.Since(r.start).Round(time.Millisecond))
-	return r.st, true, nil
+	return r.st, true, release, nil
 }
 
 // refuse is every refusal that needs nothing from the cluster: malformed
@@ -957,6 +964,9 @@ func (r *joinRun) takeFence(ctx context.Context) error {
 		return err
 	}
 	f, err := n.TakeJoinFence(ctx, cs, id, joinFenceFor)
+	if errors.Is(err, ErrTokenRefused) {
+		return fmt.Errorf("control-plane join refused: %w; nothing was added to etcd", err)
+	}
 	if err != nil {
 		return fmt.Errorf("control-plane join refused: %w; nothing was added to etcd: %s once the holder is done", err, joinHint)
 	}

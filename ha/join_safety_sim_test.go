@@ -442,13 +442,15 @@ func TestUpCrashAtEveryCheckpointThenJoin(t *testing.T) {
 	t.Parallel() // its own simulated cluster
 	assetstest.Require(t)
 	c := sim.Start(t, sim.Config{Fresh: true, SpareHosts: 2 * len(ha.UpCheckpoints), APIServers: true})
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	t.Cleanup(cancel) // the subtests run after this function returns
 	hosts := c.Hosts()
 	for i, cp := range ha.UpCheckpoints {
 		first, joiner := hosts[2*i], hosts[2*i+1]
 		t.Run(cp, func(t *testing.T) {
 			t.Parallel() // each on its own pair of hosts, a cluster of its own
+			// Bounded from when it runs: parallel subtests wait for a slot
+			// after this function returns.
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
 			defer first.Crash()
 			defer joiner.Crash()
 			crashDuring(t, c, first, cp, func() error {

@@ -314,6 +314,15 @@ func TestJoinRefusalsChangeNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A refused join puts the node back under its locks: a reset or a
+	// repoint begun meanwhile is refused until every file the join created
+	// is removed, never racing the removal.
+	probe := &lockProbe{Handle: j.c.Host("cp2").Handle()}
+	j.joinRefusedOn(j.c.Host("cp2"), ha.NewNode(ha.Env{Host: probe}), wrongKey, nil, "")
+	if probe.probed == 0 || len(probe.unlocked) > 0 {
+		t.Fatalf("a refused join removed %d files, %v with the node's maintenance lock free", probe.probed, probe.unlocked)
+	}
+
 	// Another maintenance operation holds the node.
 	release, err := nodelock.Acquire(j.c.Host("cp2").Handle(), nodelock.Maintenance, "stratum etcd rejoin")
 	if err != nil {

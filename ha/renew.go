@@ -59,6 +59,15 @@ func (n *Node) RenewCerts(ctx context.Context) (written, restarted []string, err
 	var changed bool
 	defer refuseUntilChanged(&err, &changed)
 	h := n.env.Host
+	// The lock before the node state is read: the names and addresses the
+	// leaves cover, and the server the kubeconfigs name, are the state's as
+	// it stands under the lock, not as a repoint or a VIP adoption that ran
+	// between the read and the lock left it.
+	release, err := nodelock.Acquire(h, nodelock.Maintenance, "stratum certs renew")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer release()
 	st, err := nodestate.Load(h)
 	if err != nil {
 		return nil, nil, fmt.Errorf("certs renew: %w; nothing was changed", err)
@@ -75,12 +84,6 @@ func (n *Node) RenewCerts(ctx context.Context) (written, restarted []string, err
 	if err != nil {
 		return nil, nil, fmt.Errorf("certs renew: %w; nothing was changed", err)
 	}
-	release, err := nodelock.Acquire(h, nodelock.Maintenance, "stratum certs renew")
-	if err != nil {
-		return nil, nil, err
-	}
-	defer release()
-
 	ip := net.ParseIP(st.NodeIP)
 	if ip == nil {
 		return nil, nil, fmt.Errorf("certs renew: node state %s has no usable node IP (%q); nothing was changed", nodestate.Path, st.NodeIP)

@@ -12,6 +12,7 @@ import (
 
 	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/kubeconfig"
+	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/pki"
 	"stratum.dev/stratum/internal/version"
 	"stratum.dev/stratum/sim"
@@ -68,9 +69,16 @@ func TestRenewCertsRefusedWithAMemberDown(t *testing.T) {
 	c.Host("cp3").CrashEtcd()
 	before := files()
 	from := len(c.Events().Events())
-	written, restarted, err := n.RenewCerts(ctx)
+	// The node state is read under the node's maintenance lock: what the
+	// leaves cover and the kubeconfigs name is the state a repoint or a VIP
+	// adoption just before left, not the one before them.
+	probe := &lockProbe{Handle: d, reads: nodestate.Path}
+	written, restarted, err := ha.NewNode(ha.Env{Host: probe}).RenewCerts(ctx)
 	if !ha.IsRefusal(err) || !errors.Is(err, ha.ErrClusterUnhealthy) {
 		t.Fatalf("certs renew on cp2 with cp3 crashed: wrote %v, restarted %v, %v; want a refusal for the cluster's health", written, restarted, err)
+	}
+	if probe.probed == 0 || len(probe.unlocked) > 0 {
+		t.Fatalf("certs renew read the node state %d times, %v with the node's maintenance lock free", probe.probed, probe.unlocked)
 	}
 	for _, want := range []string{ha.EtcdEndpoint(c.Host("cp3").IP().String()), "nothing was changed", "stratum etcd health", "stratum etcd member remove NAME"} {
 		if !strings.Contains(err.Error(), want) {

@@ -44,6 +44,27 @@ const (
 // StartCheckpoints are a control plane start's checkpoints in order.
 var StartCheckpoints = []string{CheckpointStartAfterEtcd, CheckpointStartAfterPromote, CheckpointStartAfterConfirm, CheckpointStartAfterAPIServer}
 
+// refuseSurvivingIntent refuses a start or a bootstrap on a node without
+// saved state whose join's intent journal survives: a join was interrupted
+// after it began adding this node to etcd, and only that join, run again,
+// finishes or rolls it back (ErrIntentSurvives, a refusal).
+func (n *Node) refuseSurvivingIntent(ctx context.Context) error {
+	survives, err := n.JoinIntentSurvives(ctx)
+	switch {
+	case err != nil:
+		return Refusal(err)
+	case !survives:
+		return nil
+	}
+	if _, rerr := n.readJoinIntent(); errors.Is(rerr, errIntentDamaged) {
+		// No join can reconcile with it: re-running one is no answer.
+		return Refusal(fmt.Errorf("%w and the node has no saved state, but %w", ErrIntentSurvives, rerr))
+	}
+	return Refusal(fmt.Errorf("%w (%s) and the node has no saved state: a join was interrupted after it began adding this node to etcd. "+
+		"`stratum up` will not bootstrap a new cluster here; nothing was changed: re-run the same `stratum server` join command to finish or roll back that join",
+		ErrIntentSurvives, JoinIntentPath()))
+}
+
 // StartControlPlane is `stratum up` on a node with saved control-plane state:
 // it starts etcd from the node state, promotes the member if it joined as a
 // learner (on every start, so a crash between start and promotion never
@@ -67,16 +88,8 @@ func (n *Node) StartControlPlane(ctx context.Context) (*nodestate.NodeState, err
 	}
 	st, err := nodestate.Load(h)
 	if errors.Is(err, nodestate.ErrNoState) {
-		if survives, ierr := n.JoinIntentSurvives(ctx); ierr != nil {
-			return nil, Refusal(ierr)
-		} else if survives {
-			if _, rerr := n.readJoinIntent(); errors.Is(rerr, errIntentDamaged) {
-				// No join can reconcile with it: re-running one is no answer.
-				return nil, Refusal(fmt.Errorf("%w and the node has no saved state, but %w", ErrIntentSurvives, rerr))
-			}
-			return nil, Refusal(fmt.Errorf("%w (%s) and the node has no saved state: a join was interrupted after it began adding this node to etcd. "+
-				"`stratum up` will not bootstrap a new cluster here; nothing was changed: re-run the same `stratum server` join command to finish or roll back that join",
-				ErrIntentSurvives, JoinIntentPath()))
+		if err := n.refuseSurvivingIntent(ctx); err != nil {
+			return nil, err
 		}
 		return nil, Refusal(fmt.Errorf("no control-plane state on this node (%s); nothing was changed: join a cluster with `stratum server`", nodestate.Path))
 	}

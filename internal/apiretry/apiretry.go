@@ -15,6 +15,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -204,4 +205,111 @@ func (r readRetrier) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 	}
+}
+
+// readyzTimeout bounds RetryUnauthorizedWhileUnready's question to /readyz.
+const readyzTimeout = 5 * time.Second
+
+// RetryUnauthorizedWhileUnready returns a wrapper (for rest.Config's Wrap)
+// under which a request answered 401 Unauthorized by an apiserver that is
+// not ready, its /readyz asked without credentials answering anything but
+// 200, is sent again, paced as Ensure paces lost connections, until LostWait
+// has passed since the first such answer or the request's context ends;
+// waiting, when not nil, is told why before each pause. An apiserver serves
+// before its informers have synced, and its bootstrap-token authenticator
+// reads the tokens' Secrets from one: for those seconds it refuses every
+// bootstrap token, which a join that meets a control plane restarting
+// (through the VIP its kube-vip takes as soon as the apiserver serves)
+// would take for its token being deleted. A ready apiserver's 401 is the
+// credential's own fault and is returned after one more try (it may have
+// become ready since its answer), as is a 401 to a request whose body
+// cannot be sent again. A 401 was not applied, so a write is
+// sent again as safely as a read.
+func RetryUnauthorizedWhileUnready(waiting func(why string)) func(http.RoundTripper) http.RoundTripper {
+	return func(rt http.RoundTripper) http.RoundTripper { return unreadyRetrier{rt, waiting} }
+}
+
+type unreadyRetrier struct {
+	rt      http.RoundTripper
+	waiting func(string)
+}
+
+func (r unreadyRetrier) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Body != nil && req.Body != http.NoBody && req.GetBody == nil {
+		return r.rt.RoundTrip(req)
+	}
+	var lost lostBackoff
+	readyBefore := false
+	for {
+		resp, err := r.rt.RoundTrip(req)
+		if err != nil || resp.StatusCode != http.StatusUnauthorized {
+			return resp, err
+		}
+		// Kept whole: the answer returned if the wait ends, its
+		// connection freed for the question to /readyz.
+		body, rerr := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		resp.Body, resp.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		if rerr != nil {
+			return resp, nil
+		}
+		var wait time.Duration
+		if why := r.unready(req); why == "" {
+			// Ready now, but maybe only since its answer: once more.
+			if readyBefore {
+				return resp, nil
+			}
+			readyBefore = true
+		} else {
+			readyBefore = false
+			var again bool
+			if wait, again = lost.next(); !again {
+				return resp, nil
+			}
+			if r.waiting != nil {
+				r.waiting(fmt.Sprintf("%s to accept this client's credentials: it answered 401 Unauthorized while not ready (%s), as an API server just started does before its informers have synced", req.URL.Host, why))
+			}
+		}
+		if !sleep(req.Context(), wait) {
+			return resp, nil
+		}
+		if req, err = resend(req); err != nil {
+			return resp, nil
+		}
+	}
+}
+
+// unready asks req's server for /readyz without credentials, and says why
+// it is not ready ("" when it answers 200).
+func (r unreadyRetrier) unready(req *http.Request) string {
+	ctx, cancel := context.WithTimeout(req.Context(), readyzTimeout)
+	defer cancel()
+	u := *req.URL
+	u.Path, u.RawPath, u.RawQuery = "/readyz", "", ""
+	q, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return err.Error()
+	}
+	resp, err := r.rt.RoundTrip(q)
+	if err != nil {
+		return "/readyz: " + err.Error()
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusOK {
+		return ""
+	}
+	return fmt.Sprintf("/readyz answered %s", resp.Status)
+}
+
+// resend is req to send again, its body read anew.
+func resend(req *http.Request) (*http.Request, error) {
+	again := req.Clone(req.Context())
+	if req.GetBody != nil {
+		body, err := req.GetBody()
+		if err != nil {
+			return nil, err
+		}
+		again.Body = body
+	}
+	return again, nil
 }

@@ -7,12 +7,14 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -212,5 +214,99 @@ func TestEnsure(t *testing.T) {
 	}
 	if runs < 2 {
 		t.Errorf("a lost connection ran %d times before ctx ended, want it run again", runs)
+	}
+}
+
+// TestRetryUnauthorizedWhileUnready: a 401 from a server whose /readyz
+// (asked without credentials) is not 200 is sent again, a write with its
+// body, until the server accepts it, with the wait said; a ready server's
+// 401 is returned at once, as is one whose wait ran out.
+func TestRetryUnauthorizedWhileUnready(t *testing.T) {
+	var mu sync.Mutex
+	ready, unauthorized := false, 0
+	var bodies []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		if r.URL.Path == "/readyz" {
+			if r.Header.Get("Authorization") != "" {
+				t.Errorf("/readyz asked with credentials")
+			}
+			if !ready {
+				http.Error(w, "[-]informer-sync failed", http.StatusInternalServerError)
+				return
+			}
+			fmt.Fprint(w, "ok")
+			return
+		}
+		b, _ := io.ReadAll(r.Body)
+		bodies = append(bodies, string(b))
+		if unauthorized > 0 {
+			unauthorized--
+			if unauthorized == 0 {
+				ready = true // synced: this was the last refusal
+			}
+			http.Error(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Unauthorized","code":401}`, http.StatusUnauthorized)
+			return
+		}
+		fmt.Fprint(w, "{}")
+	}))
+	defer srv.Close()
+	var said []string
+	client := &http.Client{Transport: RetryUnauthorizedWhileUnready(func(why string) { said = append(said, why) })(http.DefaultTransport)}
+	post := func() *http.Response {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/api/v1/namespaces/kube-system/configmaps", strings.NewReader("the body"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer abcdef.0123456789abcdef")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+
+	// Unready for two answers: the write goes through on its third send.
+	mu.Lock()
+	ready, unauthorized, bodies = false, 2, nil
+	mu.Unlock()
+	if resp := post(); resp.StatusCode != http.StatusOK {
+		t.Fatalf("a write refused twice by an unready server: %s, want it sent again until accepted", resp.Status)
+	}
+	if len(bodies) != 3 || bodies[2] != "the body" {
+		t.Fatalf("bodies received %q, want the body three times", bodies)
+	}
+	if len(said) != 1 || !strings.Contains(said[0], "401 Unauthorized while not ready (/readyz answered 500") {
+		t.Fatalf("the wait said %q", said)
+	}
+
+	// A ready server's 401 is the credential's: returned after one more
+	// send (it may have become ready between its answer and the question).
+	mu.Lock()
+	ready, unauthorized, bodies = true, 1000, nil
+	mu.Unlock()
+	start := time.Now()
+	if resp := post(); resp.StatusCode != http.StatusUnauthorized || len(bodies) != 2 || time.Since(start) > 2*time.Second {
+		t.Fatalf("a ready server's 401: %s after %d sends and %s, want it after 2 sends, at once", resp.Status, len(bodies), time.Since(start))
+	}
+
+	// A server that never becomes ready: the 401 after LostWait, or at
+	// once when the request's context ends.
+	mu.Lock()
+	ready, unauthorized, bodies = false, 1<<30, nil
+	mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/api/v1/namespaces/kube-system/secrets/x", nil)
+	resp, err := client.Do(req)
+	if err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("a 401 from a server never ready, the context ending: %v %v, want the 401", resp, err)
+	}
+	resp.Body.Close()
+	if len(bodies) < 2 {
+		t.Fatalf("sent %d times before the context ended, want it sent again meanwhile", len(bodies))
 	}
 }

@@ -76,8 +76,8 @@ var mutants = []mutant{
 	{
 		Name: "refused-add-exits-midway",
 		File: "ha/join.go",
-		Old:  "return nil, reachedAdd && !r.addRefused, err",
-		New:  "return nil, reachedAdd, err",
+		Old:  "return nil, reachedAdd && !r.addRefused, release, err",
+		New:  "return nil, reachedAdd, release, err",
 		Tests: [][]string{
 			{"./cmd/stratum/cli", "-run", "TestReplacingAControlPlanesMachine"},
 		},
@@ -1662,6 +1662,33 @@ var mutants = []mutant{
 		New:  "\tr.release()\n\tr.release = nil\n\tst, err := n.StartControlPlane(ctx)\n\tif err != nil {\n\t\t// Whatever the start refused: the node is laid out.",
 		Tests: [][]string{
 			{"./cmd/stratum/cli", "-run", "TestStartsHoldTheNode$"},
+		},
+	},
+	{
+		Name: "refused-join-undoes-unlocked",
+		File: "ha/join.go",
+		Old:  "\tdefer release()\n\tif err != nil && st == nil {\n\t\tuerr := tracked.undo()",
+		New:  "\trelease()\n\tif err != nil && st == nil {\n\t\tuerr := tracked.undo()",
+		Tests: [][]string{
+			{"./ha", "-run", "TestJoinRefusalsChangeNothing$"},
+		},
+	},
+	{
+		Name: "renew-reads-the-state-unlocked",
+		File: "ha/renew.go",
+		Old:  "release, err := nodelock.Acquire(h, nodelock.Maintenance, \"stratum certs renew\")\n\tif err != nil {\n\t\treturn nil, nil, err\n\t}\n\tdefer release()\n\tst, err := nodestate.Load(h)",
+		New:  "st, err := nodestate.Load(h)\n\trelease, lerr := nodelock.Acquire(h, nodelock.Maintenance, \"stratum certs renew\")\n\tif lerr != nil {\n\t\treturn nil, nil, lerr\n\t}\n\tdefer release()",
+		Tests: [][]string{
+			{"./ha", "-run", "TestRenewCertsRefusedWithAMemberDown$"},
+		},
+	},
+	{
+		Name: "join-takes-a-starting-apiservers-401-for-good",
+		File: "ha/certs.go",
+		Old:  "\tcfg.Wrap(apiretry.RetryUnauthorizedWhileUnready(func(why string) {\n\t\tmu.Lock()\n\t\tdefer mu.Unlock()\n\t\treport.waiting(\"%s\", why)\n\t}))",
+		New:  "\t_ = apiretry.RetryUnauthorizedWhileUnready(func(why string) {\n\t\tmu.Lock()\n\t\tdefer mu.Unlock()\n\t\treport.waiting(\"%s\", why)\n\t})",
+		Tests: [][]string{
+			{"./scenarios", "-run", "TestMaintenance$", "-rapid.checks=0"},
 		},
 	},
 }

@@ -272,7 +272,10 @@ func (a *app) upThroughSupervisor(ctx context.Context, o ha.BootstrapOptions, ru
 		verb = "VIP adopted"
 		fmt.Fprintf(a.stdout, "a stratum supervisor runs this control plane: adopting the VIP %s through it (%s)\n", o.VIP.Address, supervisor.SocketPath)
 	}
-	st, err = n.Up(ctx, o)
+	// Restart, never Up: a reset that ran since the state was read leaves
+	// no state, and Up would bootstrap a new cluster on the machine it just
+	// emptied.
+	st, err = n.Restart(ctx, o, "stratum up (starting this control plane through its supervisor)")
 	if err != nil {
 		return explainHost(err)
 	}
