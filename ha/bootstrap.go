@@ -349,6 +349,10 @@ func (r *bootstrapRun) refuse(ctx context.Context) error {
 		return err
 	}
 	r.release = release
+	// Judged again under the locks: a join begun since Up looked.
+	if err := r.n.refuseSurvivingIntent(ctx); err != nil {
+		return err
+	}
 	if err := refuseUnfinishedJoin(h); err != nil {
 		return err
 	}

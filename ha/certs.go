@@ -670,7 +670,7 @@ func readBundleSecret(ctx context.Context, cs kubernetes.Interface, who string) 
 	case apierrors.IsNotFound(err):
 		return nil, fmt.Errorf("%w (Secret %s/%s does not exist): %s; nothing was written", ErrNoBundle, certsNamespace, certsSecret, mintHint)
 	case apierrors.IsUnauthorized(err):
-		return nil, fmt.Errorf("%w: the apiserver does not accept %s (expired, deleted or mistyped): %s; nothing was written", ErrTokenRefused, who, mintHint)
+		return nil, fmt.Errorf("%w: the apiserver does not accept %s (expired, deleted or mistyped, or an API server that did not become ready within %s): %s; nothing was written", ErrTokenRefused, who, apiretry.LostWait, mintHint)
 	case apierrors.IsForbidden(err):
 		return nil, fmt.Errorf("%w: %s may not read Secret %s/%s (only control-plane join tokens can; a worker token never can): %s; nothing was written", ErrTokenRefused, who, certsNamespace, certsSecret, mintHint)
 	default:

@@ -69,6 +69,16 @@ func NewNode(env Env) *Node {
 	if lg == nil {
 		lg = slog.New(slog.DiscardHandler)
 	}
+	if say := env.Progress; say != nil {
+		// One line at a time: a wait said while a step's own call says
+		// another (waitingOn around a call whose client waits too).
+		var mu sync.Mutex
+		env.Progress = func(line string) {
+			mu.Lock()
+			defer mu.Unlock()
+			say(line)
+		}
+	}
 	return &Node{env: env, log: lg.With("node", env.Host.Name())}
 }
 
@@ -156,8 +166,9 @@ const slowAnswerAfter = time.Second
 // (waiting for <what>) once ask has not returned within slowAnswerAfter,
 // then every WaitReportEvery: a call that blocks rather than fails (an API
 // server's read while its etcd has no quorum) otherwise shows as a silent
-// terminal. Nothing is said once waitingOn has returned. ask must not report
-// through Env.Progress itself: the two would say their lines at once.
+// terminal. Nothing is said once waitingOn has returned. What ask says
+// through Env.Progress itself comes between these lines, never within one
+// (NewNode says one line at a time).
 func (n *Node) waitingOn(what string, ask func() error) error {
 	if n.env.Progress == nil {
 		return ask()

@@ -19,6 +19,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"syscall"
 	"time"
@@ -212,19 +213,21 @@ const readyzTimeout = 5 * time.Second
 
 // RetryUnauthorizedWhileUnready returns a wrapper (for rest.Config's Wrap)
 // under which a request answered 401 Unauthorized by an apiserver that is
-// not ready, its /readyz asked without credentials answering anything but
-// 200, is sent again, paced as Ensure paces lost connections, until LostWait
-// has passed since the first such answer or the request's context ends;
-// waiting, when not nil, is told why before each pause. An apiserver serves
-// before its informers have synced, and its bootstrap-token authenticator
-// reads the tokens' Secrets from one: for those seconds it refuses every
-// bootstrap token, which a join that meets a control plane restarting
-// (through the VIP its kube-vip takes as soon as the apiserver serves)
-// would take for its token being deleted. A ready apiserver's 401 is the
-// credential's own fault and is returned after one more try (it may have
-// become ready since its answer), as is a 401 to a request whose body
-// cannot be sent again. A 401 was not applied, so a write is
-// sent again as safely as a read.
+// not ready, its /readyz answering neither 200 nor 401 (asked without the
+// request's headers; a client certificate still goes with it), is sent
+// again, paced as Ensure paces lost connections, until LostWait has passed
+// since the first such answer; waiting, when not nil, is told why before
+// each pause. A request whose context ends meanwhile returns its context's
+// error, not the 401. An apiserver serves before its informers have synced,
+// and its bootstrap-token authenticator reads the tokens' Secrets from one:
+// for those seconds it refuses every bootstrap token, which a join that
+// meets a control plane restarting would take for its token being deleted.
+// A ready apiserver's 401 is the credential's own fault and is returned
+// after one more try (the server may have become ready since its answer);
+// so is a 401 that /readyz answers too (a client certificate the server
+// refuses), and one to a request whose body cannot be sent again. A 401 was
+// not applied, so a write is sent again as safely as a read. The client's
+// own timeout bounds the whole, waits included.
 func RetryUnauthorizedWhileUnready(waiting func(why string)) func(http.RoundTripper) http.RoundTripper {
 	return func(rt http.RoundTripper) http.RoundTripper { return unreadyRetrier{rt, waiting} }
 }
@@ -254,7 +257,9 @@ func (r unreadyRetrier) RoundTrip(req *http.Request) (*http.Response, error) {
 			return resp, nil
 		}
 		var wait time.Duration
-		if why := r.unready(req); why == "" {
+		if why, credentials := r.unready(req); credentials {
+			return resp, nil
+		} else if why == "" {
 			// Ready now, but maybe only since its answer: once more.
 			if readyBefore {
 				return resp, nil
@@ -271,7 +276,7 @@ func (r unreadyRetrier) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 		}
 		if !sleep(req.Context(), wait) {
-			return resp, nil
+			return nil, context.Cause(req.Context())
 		}
 		if req, err = resend(req); err != nil {
 			return resp, nil
@@ -279,26 +284,29 @@ func (r unreadyRetrier) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
-// unready asks req's server for /readyz without credentials, and says why
-// it is not ready ("" when it answers 200).
-func (r unreadyRetrier) unready(req *http.Request) string {
+// unready asks req's server for /readyz with none of req's headers, and
+// says why it is not ready ("" when it answers 200); credentials reports a
+// 401 there too, the client's certificate refused, not a server unready.
+func (r unreadyRetrier) unready(req *http.Request) (why string, credentials bool) {
 	ctx, cancel := context.WithTimeout(req.Context(), readyzTimeout)
 	defer cancel()
-	u := *req.URL
-	u.Path, u.RawPath, u.RawQuery = "/readyz", "", ""
+	u := url.URL{Scheme: req.URL.Scheme, Host: req.URL.Host, Path: "/readyz"}
 	q, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return err.Error()
+		return err.Error(), false
 	}
 	resp, err := r.rt.RoundTrip(q)
 	if err != nil {
-		return "/readyz: " + err.Error()
+		return "/readyz: " + err.Error(), false
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode == http.StatusOK {
-		return ""
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return "", false
+	case http.StatusUnauthorized:
+		return "", true
 	}
-	return fmt.Sprintf("/readyz answered %s", resp.Status)
+	return fmt.Sprintf("/readyz answered %s", resp.Status), false
 }
 
 // resend is req to send again, its body read anew.

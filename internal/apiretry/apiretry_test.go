@@ -223,7 +223,7 @@ func TestEnsure(t *testing.T) {
 // 401 is returned at once, as is one whose wait ran out.
 func TestRetryUnauthorizedWhileUnready(t *testing.T) {
 	var mu sync.Mutex
-	ready, unauthorized := false, 0
+	ready, unauthorized, readyzUnauthorized := false, 0, false
 	var bodies []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
@@ -231,6 +231,10 @@ func TestRetryUnauthorizedWhileUnready(t *testing.T) {
 		if r.URL.Path == "/readyz" {
 			if r.Header.Get("Authorization") != "" {
 				t.Errorf("/readyz asked with credentials")
+			}
+			if readyzUnauthorized {
+				http.Error(w, "Unauthorized", http.StatusUnauthorized)
+				return
 			}
 			if !ready {
 				http.Error(w, "[-]informer-sync failed", http.StatusInternalServerError)
@@ -293,19 +297,32 @@ func TestRetryUnauthorizedWhileUnready(t *testing.T) {
 		t.Fatalf("a ready server's 401: %s after %d sends and %s, want it after 2 sends, at once", resp.Status, len(bodies), time.Since(start))
 	}
 
-	// A server that never becomes ready: the 401 after LostWait, or at
-	// once when the request's context ends.
+	// A client certificate the server refuses: /readyz answers 401 too,
+	// and the 401 is the credential's, returned at once.
 	mu.Lock()
-	ready, unauthorized, bodies = false, 1<<30, nil
+	ready, unauthorized, bodies, readyzUnauthorized = false, 1000, nil, true
+	mu.Unlock()
+	start = time.Now()
+	if resp := post(); resp.StatusCode != http.StatusUnauthorized || len(bodies) != 1 || time.Since(start) > 2*time.Second {
+		t.Fatalf("a 401 that /readyz answers too: %s after %d sends and %s, want it after 1 send, at once", resp.Status, len(bodies), time.Since(start))
+	}
+
+	// A server that never becomes ready, and the request's context ends
+	// meanwhile: its context's error, not the 401 (which a caller would
+	// take for the token's fault).
+	mu.Lock()
+	ready, unauthorized, bodies, readyzUnauthorized = false, 1<<30, nil, false
 	mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/api/v1/namespaces/kube-system/secrets/x", nil)
 	resp, err := client.Do(req)
-	if err != nil || resp.StatusCode != http.StatusUnauthorized {
-		t.Fatalf("a 401 from a server never ready, the context ending: %v %v, want the 401", resp, err)
+	if err == nil {
+		resp.Body.Close()
 	}
-	resp.Body.Close()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a 401 from a server never ready, the context ending: %v %v, want the context's end", resp, err)
+	}
 	if len(bodies) < 2 {
 		t.Fatalf("sent %d times before the context ended, want it sent again meanwhile", len(bodies))
 	}

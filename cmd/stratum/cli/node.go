@@ -276,6 +276,9 @@ func (a *app) upThroughSupervisor(ctx context.Context, o ha.BootstrapOptions, ru
 	// no state, and Up would bootstrap a new cluster on the machine it just
 	// emptied.
 	st, err = n.Restart(ctx, o, "stratum up (starting this control plane through its supervisor)")
+	if errors.Is(err, nodestate.ErrNoState) {
+		return refusedf("stratum up refused: %w; nothing was changed (this node's control-plane state is gone since it was read: a reset ran meanwhile: %v)", running, err)
+	}
 	if err != nil {
 		return explainHost(err)
 	}
