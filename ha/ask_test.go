@@ -21,7 +21,7 @@ func TestAskWhileSilent(t *testing.T) {
 	ctx := context.Background()
 
 	calls := 0
-	err := n.askWhileSilent(ctx, "the VIP 198.18.0.10", silent, func() error {
+	err := n.askWhileSilent(ctx, "the VIP 198.18.0.10", silentWithin, silent, func() error {
 		if calls++; calls < 3 {
 			return silent
 		}
@@ -35,13 +35,13 @@ func TestAskWhileSilent(t *testing.T) {
 	}
 
 	calls = 0
-	if err := n.askWhileSilent(ctx, "x", silent, func() error { calls++; return wrong }); !errors.Is(err, wrong) || calls != 1 {
+	if err := n.askWhileSilent(ctx, "x", silentWithin, silent, func() error { calls++; return wrong }); !errors.Is(err, wrong) || calls != 1 {
 		t.Fatalf("a wrong answer: %v after %d asks, want it after 1", err, calls)
 	}
 
 	cctx, cancel := context.WithCancel(ctx)
 	calls = 0
-	err = n.askWhileSilent(cctx, "x", silent, func() error {
+	err = n.askWhileSilent(cctx, "x", silentWithin, silent, func() error {
 		if calls++; calls == 2 {
 			cancel()
 		}
@@ -53,7 +53,7 @@ func TestAskWhileSilent(t *testing.T) {
 
 	start := time.Now()
 	calls = 0
-	if err := n.askWhileSilent(ctx, "x", silent, func() error { calls++; return silent }); !errors.Is(err, silent) {
+	if err := n.askWhileSilent(ctx, "x", silentWithin, silent, func() error { calls++; return silent }); !errors.Is(err, silent) {
 		t.Fatalf("silence throughout: %v, want the silence", err)
 	}
 	if took := time.Since(start); took < silentWithin || calls < int(silentWithin/silentPoll)/2 {

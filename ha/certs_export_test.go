@@ -4,6 +4,7 @@ import (
 	"context"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 
 	"stratum.dev/stratum/internal/certbundle"
 )
@@ -36,3 +37,7 @@ func (n *Node) UploadCertsWithBudget(ctx context.Context, certKeyHex string, own
 
 // DataSize is what a Secret's data counts against the budget.
 func DataSize(data map[string][]byte) int { return dataSize(data) }
+
+// RESTConfigOf is the client configuration ha builds from kc, its waits
+// (apiretry.RetryUnauthorizedWhileUnready) included.
+func (n *Node) RESTConfigOf(kc []byte) (*rest.Config, error) { return n.restConfig(kc) }

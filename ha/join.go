@@ -489,7 +489,7 @@ func (r *joinRun) discover(ctx context.Context) error {
 // the server does not answer (askWhileSilent); any other failure (the CA
 // hash, no cluster-info) is returned at once.
 func (n *Node) fetchCA(ctx context.Context, o JoinOptions) (caPEM []byte, serverTime time.Time, err error) {
-	err = n.askWhileSilent(ctx, o.Server, discovery.ErrUnreachable, func() error {
+	err = n.askWhileSilent(ctx, o.Server, joinSilentWithin, discovery.ErrUnreachable, func() error {
 		var err error
 		caPEM, serverTime, err = discovery.FetchCA(ctx, o.Server, o.CAHash, n.env.Host.DialContext)
 		return err

@@ -57,3 +57,36 @@ func TestJoinWaitsOutAQuorumLostForAMoment(t *testing.T) {
 		})
 	}
 }
+
+// TestJoinWaitsOutAServerSilentForAWhile: a join whose --server does not
+// answer at all for longer than an operator's VIP check waits (its only
+// control plane's kube-apiserver down for 12 s and then started again, as a
+// restart on a real machine takes), saying so, and joins: its first contact
+// with the cluster waits as long as its later steps would.
+func TestJoinWaitsOutAServerSilentForAWhile(t *testing.T) {
+	t.Parallel() // its own simulated cluster
+	j := startJoinCluster(t, 1)
+	o := j.mint(time.Hour)
+	cp1 := j.c.Host("cp1")
+	if err := cp1.KillAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	restarted := make(chan error, 1)
+	go func() {
+		time.Sleep(12 * time.Second)
+		restarted <- cp1.StartAPIServer(j.ctx)
+	}()
+	n, logs := loggedNodeOn(j.c.Host("cp2"))
+	if err := joinAs(j.ctx, n, o); err != nil {
+		t.Fatalf("cp2's join, %s silent for 12 s and then starting: %v\nlogs:\n%s", o.Server, err, logs)
+	}
+	if err := <-restarted; err != nil {
+		t.Fatal(err)
+	}
+	if want := "progress: waiting for " + o.Server + " to answer ("; !strings.Contains(logs.String(), want) {
+		t.Errorf("the wait for the silent server was not said as %q; logs:\n%s", want, logs)
+	}
+	if got := strings.Join(j.members(), " "); got != "cp1:voter cp2:voter" {
+		t.Fatalf("members after cp2's join: %s", got)
+	}
+}

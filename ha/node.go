@@ -198,19 +198,24 @@ func (n *Node) waitingOn(what string, ask func() error) error {
 // A server that does not answer at all may be between holders for a few
 // seconds: a VIP whose kube-vip restarted (a repoint elsewhere restarts it),
 // an apiserver whose etcd is restarting. askWhileSilent asks such a server
-// again every silentPoll for silentWithin before it gives up.
+// again every silentPoll for a while before it gives up: silentWithin for
+// an operator's check of a VIP, joinSilentWithin for a join's first contact
+// with the cluster, as long as the join's later steps wait for the same
+// server (a control plane restarting under it: its etcd, its apiserver and
+// a VIP election take more than 10 s on a real machine).
 const (
-	silentWithin = 10 * time.Second
-	silentPoll   = 250 * time.Millisecond
+	silentWithin     = 10 * time.Second
+	joinSilentWithin = 30 * time.Second
+	silentPoll       = 250 * time.Millisecond
 )
 
 // askWhileSilent calls ask until it returns an error that does not match
-// silent (nil included), silentWithin has passed, or ctx ends, and returns
-// its last error; while it waits, progress says it waits for what to answer.
+// silent (nil included), within has passed, or ctx ends, and returns its
+// last error; while it waits, progress says it waits for what to answer.
 // Any answer, a wrong one too, ends the wait at once.
-func (n *Node) askWhileSilent(ctx context.Context, what string, silent error, ask func() error) error {
+func (n *Node) askWhileSilent(ctx context.Context, what string, within time.Duration, silent error, ask func() error) error {
 	report := waitReporter{n: n}
-	deadline := time.Now().Add(silentWithin)
+	deadline := time.Now().Add(within)
 	for {
 		err := ask()
 		if !errors.Is(err, silent) || !time.Now().Before(deadline) || ctx.Err() != nil {

@@ -343,7 +343,7 @@ func (n *Node) checkServes(ctx context.Context, vip string, serves func(context.
 		return err
 	}
 	var ok bool
-	err := n.askWhileSilent(ctx, "the VIP "+vip, errVIPUnreachable, func() error {
+	err := n.askWhileSilent(ctx, "the VIP "+vip, silentWithin, errVIPUnreachable, func() error {
 		var err error
 		ok, err = serves(ctx, vip)
 		return err

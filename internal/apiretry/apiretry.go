@@ -31,9 +31,9 @@ import (
 
 // LostConnection reports whether err is a request that lost its way to the
 // apiserver: the connection was refused, reset, closed before the response
-// (EOF) or before the request was written (a broken pipe, or an HTTP/2
-// connection closed before its first request or while its body was being
-// sent), its HTTP/2 connection or
+// (EOF) or before the request was written (a broken pipe, a TLS handshake
+// that timed out, or an HTTP/2 connection closed before its first request
+// or while its body was being sent), its HTTP/2 connection or
 // stream was lost, its answer's body was cut, or the dial timed out or
 // found no route. The request may or may not
 // have been applied; the address is likely served again once a VIP failover
@@ -66,12 +66,22 @@ func LostConnection(err error) bool {
 			return true
 		}
 	}
+	// A TLS handshake that did not finish in time (a kube-apiserver just
+	// started on a busy host took longer than client-go's 10 s): nothing of
+	// the request was sent.
+	if strings.Contains(err.Error(), tlsHandshakeTimeout) {
+		return true
+	}
 	if errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) {
 		return true
 	}
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial" && op.Timeout()
 }
+
+// tlsHandshakeTimeout is net/http's error for a TLS handshake past the
+// transport's TLSHandshakeTimeout (its type is unexported).
+const tlsHandshakeTimeout = "net/http: TLS handshake timeout"
 
 // http2Closed are the HTTP/2 transport's errors for a connection that closed
 // before its first request was sent, and for one that closed while a

@@ -1688,7 +1688,17 @@ var mutants = []mutant{
 		Old:  "\tcfg.Wrap(apiretry.RetryUnauthorizedWhileUnready(func(why string) {\n\t\tmu.Lock()\n\t\tdefer mu.Unlock()\n\t\treport.waiting(\"%s\", why)\n\t}))",
 		New:  "\t_ = apiretry.RetryUnauthorizedWhileUnready(func(why string) {\n\t\tmu.Lock()\n\t\tdefer mu.Unlock()\n\t\treport.waiting(\"%s\", why)\n\t})",
 		Tests: [][]string{
+			{"./ha", "-run", "TestJoinClientWaitsOutAStartingAPIServer$"},
 			{"./scenarios", "-run", "TestMaintenance$", "-rapid.checks=0"},
+		},
+	},
+	{
+		Name: "join-discovery-gives-up-after-10s",
+		File: "ha/join.go",
+		Old:  "n.askWhileSilent(ctx, o.Server, joinSilentWithin,",
+		New:  "n.askWhileSilent(ctx, o.Server, silentWithin,",
+		Tests: [][]string{
+			{"./ha", "-run", "TestJoinWaitsOutAServerSilentForAWhile$"},
 		},
 	},
 }
