@@ -116,22 +116,12 @@ func TestLostConnection(t *testing.T) {
 // but does not finish the TLS handshake in time (a kube-apiserver just
 // started on a busy host) lost the request before any of it was sent.
 func TestLostConnectionInTheHandshake(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close() // held, silent, until the listener closes
-		}
-	}()
+	silent := serve(t, func(c net.Conn) {
+		defer c.Close()
+		_, _ = io.Copy(io.Discard, c) // held, silent, until the client gives up
+	})
 	client := &http.Client{Transport: &http.Transport{TLSHandshakeTimeout: 100 * time.Millisecond, TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-	_, err = client.Get("https://" + ln.Addr().String() + "/readyz")
+	_, err := client.Get("https://" + silent + "/readyz")
 	if err == nil || !LostConnection(err) {
 		t.Fatalf("a TLS handshake that timed out: LostConnection(%v) = false, want true", err)
 	}
