@@ -115,8 +115,8 @@ test: assets e2e-deps timeline-deps
 	took() { local w=$$wall c=$$cpu; mark; echo "make test: $$1 took $$(( wall - w )) s, $$(( cpu - c )) s of CPU"; }; \
 	lane_ha() { \
 		local rc=0 tf="$$atf"; mark; \
-		echo "$(GO) test -count=1 -timeout 25m -parallel $(HA_PARALLEL) ./ha"; \
-		$(GO) test -count=1 -timeout 25m -parallel $(HA_PARALLEL) ./ha || rc=$$?; \
+		echo "$(GO) test -count=1 -timeout 35m -parallel $(HA_PARALLEL) ./ha"; \
+		$(GO) test -count=1 -timeout 35m -parallel $(HA_PARALLEL) ./ha || rc=$$?; \
 		took ./ha; \
 		echo "$(GO) test -run '^$$' -fuzz FuzzOpenEnvelope -fuzztime $(FUZZTIME) ./internal/certbundle"; \
 		$(GO) test -run '^$$' -fuzz FuzzOpenEnvelope -fuzztime $(FUZZTIME) ./internal/certbundle || rc=$$?; \

@@ -159,14 +159,47 @@ func PrepareControlPlaneJoin(ctx context.Context, o JoinOptions) (*nodestate.Nod
 // leaves the node as it found it. A crash removes nothing: a re-run finds
 // what it left and overwrites it.
 func (n *Node) PrepareControlPlaneJoin(ctx context.Context, o JoinOptions) (*nodestate.NodeState, error) {
+	st, release, err := n.prepareControlPlaneJoin(ctx, o)
+	release()
+	return st, err
+}
+
+// JoinControlPlane is the whole join of this node as a control plane, what
+// `stratum server` runs: PrepareControlPlaneJoin, then StartControlPlane
+// from the state it saved, under one hold of the node's locks. A repoint, a
+// restore or a reset begun between the two is refused, naming the join,
+// instead of finding the member added but not started and racing the
+// start's writes (its strip of the join token from bootstrap.conf). The
+// locks are released before it returns, so a supervisor's retried start
+// (Restart) can take them. A start that fails leaves the member in the
+// cluster: its error is Midway and says what to run.
+func (n *Node) JoinControlPlane(ctx context.Context, o JoinOptions) (*nodestate.NodeState, error) {
+	_, release, err := n.prepareControlPlaneJoin(ctx, o)
+	defer release()
+	if err != nil {
+		return nil, err
+	}
+	st, err := n.StartControlPlane(ctx)
+	if err != nil {
+		return nil, Midway(fmt.Errorf("%w. The join before this start is done (this node's etcd member was added and its node state saved): fix the cause and run `stratum up` to start it, or `stratum reset` to take this node out of the cluster. "+
+			"If its member was promoted to a voter (`stratum etcd members` on another control plane says so), the cluster counts it for its quorum while it is stopped: a cluster of two control planes, or of three with one down, refuses every write until it runs again, and `stratum reset` needs that quorum too, so start it soon", err))
+	}
+	return st, nil
+}
+
+// prepareControlPlaneJoin is PrepareControlPlaneJoin with the node's locks
+// still held when it returns (release gives them up, and is never nil): a
+// refused join has undone its files under them, and a prepared one can be
+// started under them.
+func (n *Node) prepareControlPlaneJoin(ctx context.Context, o JoinOptions) (*nodestate.NodeState, func(), error) {
 	tracked := &createdFiles{Host: n.env.Host}
 	jn := &Node{env: n.env, log: n.log}
 	jn.env.Host = tracked
 	st, reachedAdd, release, err := jn.prepareJoin(ctx, o)
-	// The node's locks are released after the undo: a reset or a repoint
-	// run meanwhile would otherwise find the files it removes or puts back
-	// still changing (a reset's wipe undone by a file put back after it).
-	defer release()
+	// The node's locks are released after the undo (by the caller): a
+	// reset or a repoint run meanwhile would otherwise find the files it
+	// removes or puts back still changing (a reset's wipe undone by a file
+	// put back after it).
 	if err != nil && st == nil {
 		uerr := tracked.undo()
 		if uerr != nil {
@@ -181,7 +214,7 @@ func (n *Node) PrepareControlPlaneJoin(ctx context.Context, o JoinOptions) (*nod
 			err = Refusal(err)
 		}
 	}
-	return st, err
+	return st, release, err
 }
 
 // createdFiles is a host that remembers the files and directories created

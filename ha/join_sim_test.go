@@ -97,12 +97,9 @@ func (j *joinCluster) join(name string, o ha.JoinOptions) error {
 	return joinAs(j.ctx, joinNodeOn(j.c.Host(name)), o)
 }
 
-// joinAs is the join command and `stratum up` of node n.
+// joinAs is the join command of node n: its preparation and its start.
 func joinAs(ctx context.Context, n *ha.Node, o ha.JoinOptions) error {
-	if _, err := n.PrepareControlPlaneJoin(ctx, o); err != nil {
-		return err
-	}
-	_, err := n.StartControlPlane(ctx)
+	_, err := n.JoinControlPlane(ctx, o)
 	return err
 }
 
@@ -137,10 +134,18 @@ func TestJoinTwoControlPlanes(t *testing.T) {
 	if _, err := cs1.CoreV1().ConfigMaps("default").Create(j.ctx, configMap("sentinel", cm), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"cp2", "cp3"} {
-		if err := j.join(name, j.mint(time.Hour)); err != nil {
-			t.Fatalf("join %s: %v", name, err)
-		}
+	if err := j.join("cp2", j.mint(time.Hour)); err != nil {
+		t.Fatalf("join cp2: %v", err)
+	}
+	// cp3's join holds the node's locks from its preparation through its
+	// start, never giving them up between: a repoint or a reset begun
+	// there would find the member added but not started.
+	probe := &lockProbe{Handle: j.c.Host("cp3").Handle()}
+	if err := joinAs(j.ctx, ha.NewNode(ha.Env{Host: probe, Checkpoint: probe.Checkpoint}), j.mint(time.Hour)); err != nil {
+		t.Fatalf("join cp3: %v", err)
+	}
+	if probe.taken[nodelock.Maintenance] != 1 || probe.taken[nodelock.EtcdData] != 1 {
+		t.Fatalf("cp3's join took the node's locks %v times, want each once: given up between its preparation and its start", probe.taken)
 	}
 	if got := strings.Join(j.members(), " "); got != "cp1:voter cp2:voter cp3:voter" {
 		t.Fatalf("members after two joins: %s", got)

@@ -7,7 +7,8 @@ import (
 
 // lockProbe is a host that, at each removal through it and each read of
 // the file reads names, tries the node's maintenance lock: it records those
-// made while another operation could have taken it.
+// made while another operation could have taken it. It counts the locks
+// taken through it too.
 type lockProbe struct {
 	*sim.Handle
 	reads string
@@ -15,6 +16,21 @@ type lockProbe struct {
 	// free.
 	probed   int
 	unlocked []string
+	// taken counts the node's locks taken through it, by name: an
+	// operation that gives one up midway and takes it again leaves a gap
+	// another could take it in.
+	taken map[string]int
+}
+
+func (p *lockProbe) Lock(name, holder string) (func() error, error) {
+	release, err := p.Handle.Lock(name, holder)
+	if err == nil {
+		if p.taken == nil {
+			p.taken = map[string]int{}
+		}
+		p.taken[name]++
+	}
+	return release, err
 }
 
 func (p *lockProbe) probe(what string) {

@@ -1648,11 +1648,20 @@ var mutants = []mutant{
 	},
 	{
 		Name: "join-start-races-a-repoint",
-		File: "cmd/stratum/cli/flow.go",
-		Old:  "release, err := nodelock.AcquireBoth(n.Host(), holder)",
-		New:  "release, err := func() {}, error(nil)\n\t_ = nodelock.AcquireBoth",
+		File: "ha/join.go",
+		Old:  "\t_, release, err := n.prepareControlPlaneJoin(ctx, o)\n\tdefer release()",
+		New:  "\t_, release, err := n.prepareControlPlaneJoin(ctx, o)\n\trelease()",
 		Tests: [][]string{
 			{"./cmd/stratum/cli", "-run", "TestStartsHoldTheNode$"},
+		},
+	},
+	{
+		Name: "join-gives-up-its-locks-before-its-start",
+		File: "ha/join.go",
+		Old:  "\t_, release, err := n.prepareControlPlaneJoin(ctx, o)\n\tdefer release()",
+		New:  "\t_, release, err := n.prepareControlPlaneJoin(ctx, o)\n\trelease()\n\tif err == nil {\n\t\tretaken, lerr := nodelock.AcquireBoth(n.env.Host, \"stratum server (control-plane join: its start)\")\n\t\tif lerr != nil {\n\t\t\treturn nil, lerr\n\t\t}\n\t\tdefer retaken()\n\t}",
+		Tests: [][]string{
+			{"./ha", "-run", "TestJoinTwoControlPlanes$"},
 		},
 	},
 	{
@@ -1667,8 +1676,8 @@ var mutants = []mutant{
 	{
 		Name: "refused-join-undoes-unlocked",
 		File: "ha/join.go",
-		Old:  "\tdefer release()\n\tif err != nil && st == nil {\n\t\tuerr := tracked.undo()",
-		New:  "\trelease()\n\tif err != nil && st == nil {\n\t\tuerr := tracked.undo()",
+		Old:  "\tst, reachedAdd, release, err := jn.prepareJoin(ctx, o)\n",
+		New:  "\tst, reachedAdd, release, err := jn.prepareJoin(ctx, o)\n\trelease()\n",
 		Tests: [][]string{
 			{"./ha", "-run", "TestJoinRefusalsChangeNothing$"},
 		},

@@ -1,5 +1,5 @@
 // Package nodelock is the node's exclusive locks: the maintenance lock that
-// the join (its preparation and its start), the rejoin, up, a snapshot
+// the join (its preparation and its start, under one hold), the rejoin, up, a snapshot
 // restore, a reset, an upgrade, a certificate renewal, a quota change and a
 // repoint take so they never race on one node,
 // the etcd data lock held while anything stops, wipes or rewrites the

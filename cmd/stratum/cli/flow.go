@@ -21,7 +21,6 @@ import (
 	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/host"
 	"stratum.dev/stratum/internal/kubeconfig"
-	"stratum.dev/stratum/internal/nodelock"
 	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/token"
 	"stratum.dev/stratum/internal/version"
@@ -37,33 +36,10 @@ const apiTimeout = 30 * time.Second
 
 // join is `stratum server`: prepare the join (certificates, leaves, live
 // etcd member-add, node state), then start the control plane from the saved
-// state (etcd, learner promotion, apiserver, kube-vip).
+// state (etcd, learner promotion, apiserver, kube-vip), under one hold of the
+// node's locks (ha's JoinControlPlane).
 func join(ctx context.Context, n *ha.Node, o ha.JoinOptions) (*nodestate.NodeState, error) {
-	if _, err := n.PrepareControlPlaneJoin(ctx, o); err != nil {
-		return nil, err
-	}
-	st, err := startLocked(ctx, n, "stratum server (control-plane join: its start)")
-	if err != nil {
-		// Whatever the start refused: the member is in the cluster.
-		return nil, ha.Midway(fmt.Errorf("%w. The join before this start is done (this node's etcd member was added and its node state saved): fix the cause and run `stratum up` to start it, or `stratum reset` to take this node out of the cluster. "+
-			"If its member was promoted to a voter (`stratum etcd members` on another control plane says so), the cluster counts it for its quorum while it is stopped: a cluster of two control planes, or of three with one down, refuses every write until it runs again, and `stratum reset` needs that quorum too, so start it soon", err))
-	}
-	return st, nil
-}
-
-// startLocked is the join's start of its control plane under the node's
-// locks, as every later start (`stratum up`, ha's Restart) runs: a repoint,
-// a restore or a reset begun meanwhile is refused instead of racing the
-// start's writes (its strip of the join token from bootstrap.conf). They are
-// released before it returns, so a supervisor's retried start (Restart)
-// can take them.
-func startLocked(ctx context.Context, n *ha.Node, holder string) (*nodestate.NodeState, error) {
-	release, err := nodelock.AcquireBoth(n.Host(), holder)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	return n.StartControlPlane(ctx)
+	return n.JoinControlPlane(ctx, o)
 }
 
 // adminClient is a clientset from the admin kubeconfig on h, dialing through

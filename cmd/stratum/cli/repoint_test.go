@@ -82,7 +82,7 @@ func TestStartsHoldTheNode(t *testing.T) {
 	if !holdsToken(t, cp2) {
 		t.Fatal("bootstrap.conf on cp2 holds no token before the start's confirmation: the check below would prove nothing")
 	}
-	holder := "stratum server (control-plane join: its start)"
+	holder := "stratum server (control-plane join)"
 	refusedNaming(cp2, holder, "repoint", "--vip", vip)
 	refusedNaming(cp2, holder, "certs", "renew")
 	if code, out, errOut := finish(); code != ExitOK {
