@@ -41,3 +41,10 @@ func DataSize(data map[string][]byte) int { return dataSize(data) }
 // RESTConfigOf is the client configuration ha builds from kc, its waits
 // (apiretry.RetryUnauthorizedWhileUnready) included.
 func (n *Node) RESTConfigOf(kc []byte) (*rest.Config, error) { return n.restConfig(kc) }
+
+// FetchCAOf is the join's discovery of o.Server's CA, its waits
+// (askWhileSilent) included.
+func (n *Node) FetchCAOf(ctx context.Context, o JoinOptions) ([]byte, error) {
+	ca, _, err := n.fetchCA(ctx, o)
+	return ca, err
+}

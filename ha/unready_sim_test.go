@@ -1,6 +1,7 @@
 package ha_test
 
 import (
+	"errors"
 	"net"
 	"net/url"
 	"strings"
@@ -13,15 +14,18 @@ import (
 
 	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/kubeconfig"
+	"stratum.dev/stratum/internal/pki"
 	"stratum.dev/stratum/internal/token"
 	"stratum.dev/stratum/sim"
 )
 
-// TestJoinClientWaitsOutAStartingAPIServer: a client ha builds from a
-// join's bootstrap kubeconfig, sent to a kube-apiserver the moment its port
-// opens after a restart (serving, its informers not yet synced, so it
-// refuses bootstrap tokens), gets its answer once the server is ready, not
-// the refusal, and says that it waited.
+// TestJoinClientWaitsOutAStartingAPIServer: a join's requests, sent to a
+// kube-apiserver the moment its port opens after a restart (serving, its
+// informers not yet synced), get their answers once the server is ready,
+// not its refusals, and the join says that it waited: the client ha builds
+// from the join's bootstrap kubeconfig, whose token the server refuses
+// (401), and discovery's anonymous fetch of cluster-info, which its RBAC
+// authorizer denies (403).
 func TestJoinClientWaitsOutAStartingAPIServer(t *testing.T) {
 	t.Parallel() // its own simulated cluster
 	e := startCerts(t, sim.Config{ControlPlanes: 1, APIServers: true})
@@ -57,44 +61,69 @@ func TestJoinClientWaitsOutAStartingAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waited := func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, l := range said {
-			if strings.Contains(l, "while not ready") {
-				return true
+	saidSo := func(words string) func() bool {
+		return func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, l := range said {
+				if strings.Contains(l, words) {
+					return true
+				}
 			}
+			return false
 		}
-		return false
 	}
-	for restart := 1; ; restart++ {
-		if err := e.cp1.KillAPIServer(); err != nil {
-			t.Fatal(err)
-		}
-		started := make(chan error, 1)
-		go func() { started <- e.cp1.StartAPIServer(ctx) }()
-		// The moment its port accepts: serving, not ready.
-		for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
-			if c, err := net.DialTimeout("tcp", u.Host, time.Second); err == nil {
-				c.Close()
-				break
+	// askAsItStarts restarts cp1's kube-apiserver and asks the moment its
+	// port accepts, until the ask met the server refusing it before it was
+	// ready (met), at most 3 restarts; each ask must get its answer.
+	askAsItStarts := func(what string, ask func() error, met func() bool) {
+		t.Helper()
+		for restart := 1; ; restart++ {
+			if err := e.cp1.KillAPIServer(); err != nil {
+				t.Fatal(err)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("cp1's restarted kube-apiserver never listened on %s", u.Host)
+			started := make(chan error, 1)
+			go func() { started <- e.cp1.StartAPIServer(ctx) }()
+			// The moment its port accepts: serving, not ready.
+			for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+				if c, err := net.DialTimeout("tcp", u.Host, time.Second); err == nil {
+					c.Close()
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("cp1's restarted kube-apiserver never listened on %s", u.Host)
+				}
+			}
+			err := ask()
+			if serr := <-started; serr != nil {
+				t.Fatalf("restart cp1's kube-apiserver: %v", serr)
+			}
+			if err != nil {
+				mu.Lock()
+				t.Fatalf("%s, sent to cp1's kube-apiserver as it began to serve after restart %d: %v, want its answer once it was ready (said: %q)", what, restart, err, said)
+			}
+			if met() {
+				return
+			}
+			if restart == 3 {
+				mu.Lock()
+				t.Fatalf("in 3 restarts %s never met the apiserver refusing it before it was ready, so this shows nothing (said: %q)", what, said)
 			}
 		}
+	}
+	askAsItStarts("the join's client", func() error {
 		_, err := cs.CoordinationV1().Leases("kube-system").Get(ctx, ha.FenceLeaseName, metav1.GetOptions{})
-		if serr := <-started; serr != nil {
-			t.Fatalf("restart cp1's kube-apiserver: %v", serr)
-		}
-		if err != nil {
-			t.Fatalf("the join's client, sent to cp1's kube-apiserver as it began to serve after restart %d: %v, want the Lease once it was ready (said: %q)", restart, err, said)
-		}
-		if waited() {
-			return
-		}
-		if restart == 3 {
-			t.Fatalf("in 3 restarts the client never met the apiserver refusing it before it was ready, so this shows nothing (said: %q)", said)
-		}
+		return err
+	}, saidSo("while not ready"))
+	hash, err := pki.CAHash(e.caPEM)
+	if err != nil {
+		t.Fatal(err)
 	}
+	askAsItStarts("the join's discovery", func() error {
+		ca, err := n.FetchCAOf(ctx, ha.JoinOptions{Server: e.cp1.APIServerURL(), CAHash: hash})
+		if err == nil && len(ca) == 0 {
+			err = errors.New("no CA")
+		}
+		return err
+	}, saidSo("until it is ready"))
 }

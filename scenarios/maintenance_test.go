@@ -46,7 +46,8 @@ const maintCheckShare = 3
 // (`stratum up --vip`), every node's clients and Cilium repointed onto it.
 // Then the operator's maintenance, each at least once per check in a drawn
 // order, with drawn parameters: a snapshot restored on one control plane and
-// rejoined by the others (crashed at drawn checkpoints), an etcd downgrade
+// rejoined by the others (crashed at drawn checkpoints, or while a member of
+// the restored cluster restarts), an etcd downgrade
 // with the members swapped one by one to the older etcd, a join on a host
 // whose etcd is the older release, a join on a host whose disk fails, and a
 // control plane's reset (crashed at a drawn checkpoint), joined again or
@@ -436,7 +437,9 @@ func (m *maintenance) checkCilium(vip string) {
 // rejoined in a drawn order, each
 // first without --force (refused, changing nothing, exactly while its old
 // cluster keeps a quorum), and each crashed at a drawn checkpoint of its
-// rejoin and re-run. The clients' histories are checked before the restore
+// rejoin and re-run. A rejoin that needs no --force may instead run, forced,
+// while a drawn member of the restored cluster restarts under it
+// (restartUnder), and must succeed. The clients' histories are checked before the restore
 // (which rewinds the data by design) and start afresh after it.
 func (m *maintenance) restore(t *rapid.T) {
 	seed := drawHost(t, m.cps, "snapshot restored on")
@@ -471,12 +474,30 @@ func (m *maintenance) restore(t *rapid.T) {
 	others := slices.DeleteFunc(slices.Clone(m.cps), func(h *sim.Host) bool { return h == seed })
 	order := rapid.Permutation(names(others)).Draw(t, "rejoin order")
 	diskFaulted := false
+	// rejoined are the restored cluster's members: the seed and those
+	// rejoined so far.
+	rejoined := []*sim.Host{seed}
 	for i, name := range order {
 		h := m.c.Host(name)
 		// The old cluster's members still on it: this one and those after.
 		stillOld := len(order) - i
 		if olderEtcd(h.EtcdVersion(), seed.EtcdVersion()) {
 			m.olderRejoinRefused(t, h, seed)
+		}
+		// A rejoin its old cluster's quorum does not refuse may meet a
+		// member of the restored cluster restarting, the seed its first
+		// step talks to in most draws: it must wait the outage out.
+		if stillOld <= old/2 {
+			if victim := rapid.OneOf(rapid.Just("none"), rapid.SampledFrom(names(rejoined))).Draw(t, "restart under the rejoin of "+name); victim != "none" {
+				args := []string{"etcd", "rejoin", "--server", seed.IP().String(), "--force"}
+				r := m.restartUnder("rejoin", h, m.c.Host(victim), args, rejoinCrashPoints)
+				if r.code != cli.ExitOK {
+					t.Fatalf("stratum %s on %s%s: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), name, r.restarted, r.code, r.out, r.errOut)
+				}
+				m.last = "stratum etcd rejoin on " + name + r.restarted
+				rejoined = append(rejoined, h)
+				continue
+			}
 		}
 		before := nodeFiles(t, h)
 		code, out, errOut := m.stratum(h, "etcd", "rejoin", "--server", seed.IP().String())
@@ -498,8 +519,10 @@ func (m *maintenance) restore(t *rapid.T) {
 			t.Fatalf("stratum etcd rejoin on %s (its old cluster keeps %d of %d members): exit %d\nstdout:\n%s\nstderr:\n%s", name, stillOld, old, code, out, errOut)
 		}
 		if code == cli.ExitOK {
+			rejoined = append(rejoined, h)
 			continue
 		}
+		rejoined = append(rejoined, h) // by the forced rejoin below, or the check fails
 		args := []string{"etcd", "rejoin", "--server", seed.IP().String(), "--force"}
 		if cp := rapid.SampledFrom(append([]string{"none"}, rejoinCrashPoints...)).Draw(t, "crash the rejoin of "+name+" at"); cp != "none" {
 			m.crashedRun(h, cp, args)

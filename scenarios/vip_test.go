@@ -354,25 +354,50 @@ func (w *vipWorld) join(h *sim.Host, check bool) {
 }
 
 // restartUnderJoin runs the join command args on h while victim, a control
-// plane, restarts: at a drawn checkpoint of the join (or of the start it
-// goes on to, up to the apiserver's), or a drawn moment after it, victim's
-// host crashes, and after a drawn pause `stratum up` brings it back, as its
-// handover to systemd's unit, an upgrade or a reboot does. victim may hold
-// the VIP the join talks to; with one or two voters, the cluster has no
-// quorum meanwhile. victim's `up` must succeed, and the join must wait the
-// outage out (the caller requires its exit 0). It returns the join's exit
-// and streams, and words naming the restart for messages.
+// plane, restarts (restartUnder) at a drawn checkpoint of the join or of the
+// start it goes on to, up to the apiserver's. victim may hold the VIP the
+// join talks to; with one or two voters, the cluster has no quorum
+// meanwhile. The join must wait the outage out (the caller requires its exit
+// 0). It returns the join's exit and streams, and words naming the restart
+// for messages.
 func (w *vipWorld) restartUnderJoin(h, victim *sim.Host, args []string) (int, string, string, string) {
+	r := w.restartUnder("join", h, victim, args, restartCheckpoints)
+	w.stats.add(func(s *vipStats) {
+		s.joinRestarts++
+		if r.held {
+			s.joinRestartsOfHolder++
+		}
+	})
+	return r.code, r.out, r.errOut, r.restarted
+}
+
+// restarted is a command run while a control plane restarted under it.
+type restarted struct {
+	code        int
+	out, errOut string
+	// restarted names the restart for messages; held is whether the
+	// victim held the VIP when it crashed.
+	restarted string
+	held      bool
+}
+
+// restartUnder runs `stratum args...` on h, an operation (op: "join",
+// "rejoin") that talks to victim, while victim restarts: at checkpoint cp,
+// drawn from cps, or a drawn moment after it, victim's host crashes, and
+// after a drawn pause `stratum up` brings it back, as its handover to
+// systemd's unit, an upgrade or a reboot does. victim's `up` must succeed;
+// the caller judges the operation's exit.
+func (w *vipWorld) restartUnder(op string, h, victim *sim.Host, args []string, cps []string) restarted {
 	t := w.t
-	cp := rapid.SampledFrom(restartCheckpoints).Draw(t, "restart at")
+	cp := rapid.SampledFrom(cps).Draw(t, "restart at")
 	// Half the time the crash comes at the checkpoint itself, before the
-	// join goes on: the step after it meets the outage from its start.
+	// operation goes on: the step after it meets the outage from its start.
 	after := time.Duration(rapid.OneOf(rapid.Just(0), rapid.IntRange(1, 300)).Draw(t, "restart ms after the checkpoint")) * time.Millisecond
 	down := time.Duration(rapid.IntRange(0, 4000).Draw(t, "ms down before stratum up")) * time.Millisecond
 	pause := w.c.PauseAt(h.Name(), cp)
 	run := goStratum(w.ctx, w.c, cliBound, h, args...)
-	// A check that fails before the join returned leaves no join parked at
-	// the pause, nor one that reaches it later, nor one running on.
+	// A check that fails before the operation returned leaves none parked
+	// at the pause, nor one that reaches it later, nor one running on.
 	defer func() {
 		w.c.Disarm(h.Name(), cp)
 		pause.Release()
@@ -382,9 +407,9 @@ func (w *vipWorld) restartUnderJoin(h, victim *sim.Host, args []string) (int, st
 	case <-pause.Reached():
 	case <-run.done:
 		code, out, errOut := run.wait(t)
-		t.Fatalf("the join on %s ended before checkpoint %s, where %s was to restart: exit %d\nstdout:\n%s\nstderr:\n%s", h.Name(), cp, victim.Name(), code, out, errOut)
+		t.Fatalf("the %s on %s ended before checkpoint %s, where %s was to restart: exit %d\nstdout:\n%s\nstderr:\n%s", op, h.Name(), cp, victim.Name(), code, out, errOut)
 	case <-time.After(cliBound):
-		t.Fatalf("the join on %s never reached checkpoint %s within %s", h.Name(), cp, cliBound)
+		t.Fatalf("the %s on %s never reached checkpoint %s within %s", op, h.Name(), cp, cliBound)
 	}
 	if after > 0 {
 		pause.Release()
@@ -399,26 +424,20 @@ func (w *vipWorld) restartUnderJoin(h, victim *sim.Host, args []string) (int, st
 	victim.Crash()
 	pause.Release() // a second release is nothing
 	time.Sleep(down)
-	restarted := fmt.Sprintf(" while %s%s restarted (crashed %s after the join's checkpoint %s, down %s before its stratum up)", victim.Name(), role, after, cp, down)
 	if code, _, errOut := w.stratum(victim, "up"); code != cli.ExitOK {
-		t.Fatalf("stratum up on %s, restarted under the join of %s (crashed %s after its checkpoint %s, down %s): exit %d\nstderr:\n%s", victim.Name(), h.Name(), after, cp, down, code, errOut)
+		t.Fatalf("stratum up on %s, restarted under the %s of %s (crashed %s after its checkpoint %s, down %s): exit %d\nstderr:\n%s", victim.Name(), op, h.Name(), after, cp, down, code, errOut)
 	}
-	w.stats.add(func(s *vipStats) {
-		s.joinRestarts++
-		if held {
-			s.joinRestartsOfHolder++
-		}
-	})
 	when := "at "
 	if after > 0 {
 		when = "just after "
 	}
-	explored.ran("restartUnderJoin: joined through a control plane's restart " + when + cp)
+	explored.ran("restart under a " + op + ": a control plane's restart " + when + cp)
 	if held {
-		explored.ran("restartUnderJoin: joined through the VIP holder's restart")
+		explored.ran("restart under a " + op + ": the VIP holder's restart")
 	}
 	code, out, errOut := run.wait(t)
-	return code, out, errOut, restarted
+	return restarted{code: code, out: out, errOut: errOut, held: held,
+		restarted: fmt.Sprintf(" while %s%s restarted (crashed %s after the %s's checkpoint %s, down %s before its stratum up)", victim.Name(), role, after, op, cp, down)}
 }
 
 // userClient is a clientset from h's admin kubeconfig exactly as h wrote it

@@ -123,9 +123,10 @@ var ErrNotPublished = errors.New("cluster-info not published")
 
 // ErrUnreachable matches a fetch that got no answer from the server: the
 // connection failed or broke, or the server said it is not ready (HTTP
-// 503). A VIP between holders answers so for a moment; a caller may ask
-// again.
-var ErrUnreachable = errors.New("the server did not answer")
+// 503, or a refusal while its /readyz says it is not ready). A VIP between
+// holders answers so for a moment, and an apiserver that just started for a
+// few seconds; a caller may ask again.
+var ErrUnreachable = errors.New("the server is unreachable or not ready")
 
 // Dialer dials from the joining host.
 type Dialer func(ctx context.Context, network, address string) (net.Conn, error)
@@ -170,6 +171,12 @@ func FetchCA(ctx context.Context, server, caHash string, dial Dialer) (caPEM []b
 	}
 	switch {
 	case resp.StatusCode == http.StatusNotFound, resp.StatusCode == http.StatusForbidden, resp.StatusCode == http.StatusUnauthorized:
+		// An apiserver that just started serves before its RBAC
+		// authorizer's informers have synced, and refuses every anonymous
+		// read until then: its refusal is not yet its answer.
+		if why := notReady(ctx, client, server); why != "" {
+			return nil, time.Time{}, fmt.Errorf("fetch cluster-info from %s: %w: it answered HTTP %d, and %s, as an API server that just started does until it is ready", server, ErrUnreachable, resp.StatusCode, why)
+		}
 		return nil, time.Time{}, fmt.Errorf("%w at %s (HTTP %d): is this the cluster's address, and was it brought up by stratum?", ErrNotPublished, server, resp.StatusCode)
 	case resp.StatusCode == http.StatusServiceUnavailable:
 		return nil, time.Time{}, fmt.Errorf("fetch cluster-info from %s: %w: HTTP %d", server, ErrUnreachable, resp.StatusCode)
@@ -190,6 +197,36 @@ func FetchCA(ctx context.Context, server, caHash string, dial Dialer) (caPEM []b
 	// A missing or malformed Date leaves serverTime zero: not judged.
 	serverTime, _ = http.ParseTime(resp.Header.Get("Date"))
 	return caPEM, serverTime, nil
+}
+
+// readyzTimeout bounds notReady's question.
+const readyzTimeout = 5 * time.Second
+
+// notReady asks server's /readyz, without credentials, and says why the
+// server is not ready: its answer other than 200, or that it gave none.
+// Anyone may ask a kube-apiserver that (RBAC's system:public-info-viewer),
+// once its authorizer has synced: until then it is refused 403 too, which
+// is so taken as not ready. "" is a server ready, or one that refuses the
+// question for good (401: no anonymous requests at all; 404: no
+// apiserver), whose refusal of cluster-info is then its answer.
+func notReady(ctx context.Context, client *http.Client, server string) string {
+	ctx, cancel := context.WithTimeout(ctx, readyzTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(server, "/")+"/readyz", nil)
+	if err != nil {
+		return ""
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return "its /readyz did not answer: " + err.Error()
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	switch resp.StatusCode {
+	case http.StatusOK, http.StatusUnauthorized, http.StatusNotFound:
+		return ""
+	}
+	return "its /readyz answered " + resp.Status
 }
 
 // pinnedCA is the certificates of bundle (PEM) whose public key has the hash

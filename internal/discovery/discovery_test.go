@@ -191,3 +191,67 @@ func TestFetchCATrustsThePinnedCertificateAlone(t *testing.T) {
 		t.Fatal("FetchCA sent credentials")
 	}
 }
+
+// TestFetchCARefusedBeforeReady: a refusal of cluster-info (401, 403, 404)
+// from a server whose /readyz says it is not ready (an apiserver that just
+// started, its authorizer not yet synced: /readyz refused 403 too, or
+// answering 500) is ErrUnreachable, to be asked again; from a server that is
+// ready, or that refuses /readyz for good (401, 404), it is ErrNotPublished
+// at once. Neither request carries credentials.
+func TestFetchCARefusedBeforeReady(t *testing.T) {
+	var info, readyz atomic.Int32
+	var credentials atomic.Bool
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "" {
+			credentials.Store(true)
+		}
+		switch r.URL.Path {
+		case "/readyz":
+			w.WriteHeader(int(readyz.Load()))
+		case "/api/v1/namespaces/" + discovery.Namespace + "/configmaps/" + discovery.ConfigMap:
+			w.WriteHeader(int(info.Load()))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	hash, err := pki.CAHash(mustCA(t).CertPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		info, readyz int
+		want         error
+	}{
+		{http.StatusForbidden, http.StatusForbidden, discovery.ErrUnreachable},
+		{http.StatusForbidden, http.StatusInternalServerError, discovery.ErrUnreachable},
+		{http.StatusUnauthorized, http.StatusInternalServerError, discovery.ErrUnreachable},
+		{http.StatusNotFound, http.StatusServiceUnavailable, discovery.ErrUnreachable},
+		{http.StatusForbidden, http.StatusOK, discovery.ErrNotPublished},
+		{http.StatusNotFound, http.StatusOK, discovery.ErrNotPublished},
+		{http.StatusUnauthorized, http.StatusUnauthorized, discovery.ErrNotPublished},
+		{http.StatusForbidden, http.StatusNotFound, discovery.ErrNotPublished},
+	} {
+		info.Store(int32(tc.info))
+		readyz.Store(int32(tc.readyz))
+		_, _, err := discovery.FetchCA(context.Background(), srv.URL, hash, nil)
+		if !errors.Is(err, tc.want) {
+			t.Errorf("cluster-info answered %d, /readyz %d: %v, want %v", tc.info, tc.readyz, err, tc.want)
+		}
+		if tc.want == discovery.ErrUnreachable && err != nil && !strings.Contains(err.Error(), "until it is ready") {
+			t.Errorf("cluster-info answered %d, /readyz %d: %q does not say the server is not yet ready", tc.info, tc.readyz, err)
+		}
+	}
+	if credentials.Load() {
+		t.Fatal("FetchCA sent credentials")
+	}
+}
+
+func mustCA(t *testing.T) *pki.CA {
+	t.Helper()
+	ca, err := pki.NewCA("stratum-ca", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca
+}

@@ -1710,4 +1710,14 @@ var mutants = []mutant{
 			{"./ha", "-run", "TestJoinWaitsOutAServerSilentForAWhile$"},
 		},
 	},
+	{
+		Name: "join-discovery-takes-a-starting-apiservers-403-for-good",
+		File: "internal/discovery/discovery.go",
+		Old:  "if why := notReady(ctx, client, server); why != \"\" {",
+		New:  "if why := \"\"; why != \"\" && notReady(ctx, client, server) != \"\" {",
+		Tests: [][]string{
+			{"./internal/discovery", "-run", "TestFetchCARefusedBeforeReady$"},
+			{"./ha", "-run", "TestJoinClientWaitsOutAStartingAPIServer$"},
+		},
+	},
 }
