@@ -493,7 +493,7 @@ func (n *Node) restConfig(kc []byte) (*rest.Config, error) {
 	// informers have synced, not for good.
 	var mu sync.Mutex
 	report := waitReporter{n: n}
-	cfg.Wrap(apiretry.RetryUnauthorizedWhileUnready(func(why string) {
+	cfg.Wrap(apiretry.RetryRefusedWhileUnready(func(why string) {
 		mu.Lock()
 		defer mu.Unlock()
 		report.waiting("%s", why)

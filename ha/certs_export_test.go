@@ -39,7 +39,7 @@ func (n *Node) UploadCertsWithBudget(ctx context.Context, certKeyHex string, own
 func DataSize(data map[string][]byte) int { return dataSize(data) }
 
 // RESTConfigOf is the client configuration ha builds from kc, its waits
-// (apiretry.RetryUnauthorizedWhileUnready) included.
+// (apiretry.RetryRefusedWhileUnready) included.
 func (n *Node) RESTConfigOf(kc []byte) (*rest.Config, error) { return n.restConfig(kc) }
 
 // FetchCAOf is the join's discovery of o.Server's CA, its waits

@@ -32,7 +32,8 @@ import (
 // LostConnection reports whether err is a request that lost its way to the
 // apiserver: the connection was refused, reset, closed before the response
 // (EOF) or before the request was written (a broken pipe, a TLS handshake
-// that timed out, or an HTTP/2 connection closed before its first request
+// that timed out, a kept-alive connection the server had closed, or an
+// HTTP/2 connection closed before its first request
 // or while its body was being sent), its HTTP/2 connection or
 // stream was lost, its answer's body was cut, or the dial timed out or
 // found no route. The request may or may not
@@ -68,8 +69,10 @@ func LostConnection(err error) bool {
 	}
 	// A TLS handshake that did not finish in time (a kube-apiserver just
 	// started on a busy host took longer than client-go's 10 s): nothing of
-	// the request was sent.
-	if strings.Contains(err.Error(), tlsHandshakeTimeout) {
+	// the request was sent. A kept-alive connection the server closed as
+	// the request went out on it (a VIP's old holder, an apiserver
+	// stopping): net/http sends a GET again itself, a write it returns.
+	if strings.Contains(err.Error(), tlsHandshakeTimeout) || strings.Contains(err.Error(), serverClosedIdle) {
 		return true
 	}
 	if errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) {
@@ -79,9 +82,13 @@ func LostConnection(err error) bool {
 	return errors.As(err, &op) && op.Op == "dial" && op.Timeout()
 }
 
-// tlsHandshakeTimeout is net/http's error for a TLS handshake past the
-// transport's TLSHandshakeTimeout (its type is unexported).
-const tlsHandshakeTimeout = "net/http: TLS handshake timeout"
+// net/http's errors, whose values are unexported: a TLS handshake past the
+// transport's TLSHandshakeTimeout, and a request written on a kept-alive
+// connection the server had closed.
+const (
+	tlsHandshakeTimeout = "net/http: TLS handshake timeout"
+	serverClosedIdle    = "http: server closed idle connection"
+)
 
 // http2Closed are the HTTP/2 transport's errors for a connection that closed
 // before its first request was sent, and for one that closed while a
@@ -218,27 +225,30 @@ func (r readRetrier) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
-// readyzTimeout bounds RetryUnauthorizedWhileUnready's question to /readyz.
+// readyzTimeout bounds RetryRefusedWhileUnready's question to /readyz.
 const readyzTimeout = 5 * time.Second
 
-// RetryUnauthorizedWhileUnready returns a wrapper (for rest.Config's Wrap)
-// under which a request answered 401 Unauthorized by an apiserver that is
-// not ready, its /readyz answering neither 200 nor 401 (asked without the
-// request's headers; a client certificate still goes with it), is sent
-// again, paced as Ensure paces lost connections, until LostWait has passed
-// since the first such answer; waiting, when not nil, is told why before
-// each pause. A request whose context ends meanwhile returns its context's
-// error, not the 401. An apiserver serves before its informers have synced,
-// and its bootstrap-token authenticator reads the tokens' Secrets from one:
-// for those seconds it refuses every bootstrap token, which a join that
-// meets a control plane restarting would take for its token being deleted.
-// A ready apiserver's 401 is the credential's own fault and is returned
-// after one more try (the server may have become ready since its answer);
-// so is a 401 that /readyz answers too (a client certificate the server
-// refuses), and one to a request whose body cannot be sent again. A 401 was
-// not applied, so a write is sent again as safely as a read. The client's
-// own timeout bounds the whole, waits included.
-func RetryUnauthorizedWhileUnready(waiting func(why string)) func(http.RoundTripper) http.RoundTripper {
+// RetryRefusedWhileUnready returns a wrapper (for rest.Config's Wrap)
+// under which a request refused 401 Unauthorized or 403 Forbidden by an
+// apiserver that is not ready, its /readyz answering neither 200 nor 401
+// (asked without the request's headers; a client certificate still goes
+// with it), is sent again, paced as Ensure paces lost connections, until
+// LostWait has passed since the first such answer; waiting, when not nil, is
+// told why before each pause. A request whose context ends meanwhile returns
+// its context's error, not the refusal. An apiserver serves before its
+// informers have synced: its bootstrap-token authenticator reads the tokens'
+// Secrets from one, and refuses every bootstrap token until it has (401),
+// and its RBAC authorizer reads the roles and bindings from others, and
+// denies what they would allow until they have (403, "informers not
+// synced"); a join that meets a control plane restarting would take either
+// for its token or its grant being gone. A ready apiserver's refusal is the
+// credential's own fault and is returned after one more try (the server may
+// have become ready since its answer); so is a 401 that /readyz answers too
+// (a client certificate the server refuses), and a refusal of a request
+// whose body cannot be sent again. A refused request was not applied, so a
+// write is sent again as safely as a read. The client's own timeout bounds
+// the whole, waits included.
+func RetryRefusedWhileUnready(waiting func(why string)) func(http.RoundTripper) http.RoundTripper {
 	return func(rt http.RoundTripper) http.RoundTripper { return unreadyRetrier{rt, waiting} }
 }
 
@@ -255,7 +265,7 @@ func (r unreadyRetrier) RoundTrip(req *http.Request) (*http.Response, error) {
 	readyBefore := false
 	for {
 		resp, err := r.rt.RoundTrip(req)
-		if err != nil || resp.StatusCode != http.StatusUnauthorized {
+		if err != nil || (resp.StatusCode != http.StatusUnauthorized && resp.StatusCode != http.StatusForbidden) {
 			return resp, err
 		}
 		// Kept whole: the answer returned if the wait ends, its
@@ -282,7 +292,7 @@ func (r unreadyRetrier) RoundTrip(req *http.Request) (*http.Response, error) {
 				return resp, nil
 			}
 			if r.waiting != nil {
-				r.waiting(fmt.Sprintf("%s to accept this client's credentials: it answered 401 Unauthorized while not ready (%s), as an API server just started does before its informers have synced", req.URL.Host, why))
+				r.waiting(fmt.Sprintf("%s to accept this client's credentials: it answered %s while not ready (%s), as an API server just started does before its informers have synced", req.URL.Host, resp.Status, why))
 			}
 		}
 		if !sleep(req.Context(), wait) {

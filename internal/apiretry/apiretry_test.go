@@ -170,6 +170,7 @@ func TestLostConnectionAfterTheHandshake(t *testing.T) {
 		&url.Error{Op: "Put", URL: "https://" + cut, Err: errors.New("http2: client conn could not be established")},
 		&url.Error{Op: "Put", URL: "https://" + cut, Err: errors.New("http2: client conn is closed")},
 		&url.Error{Op: "Put", URL: "https://" + cut, Err: &net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("write", syscall.EPIPE)}},
+		&url.Error{Op: "Put", URL: "https://" + cut, Err: errors.New("http: server closed idle connection")},
 	} {
 		if !LostConnection(err) {
 			t.Errorf("LostConnection(%v) = false, want true", err)
@@ -232,13 +233,14 @@ func TestEnsure(t *testing.T) {
 	}
 }
 
-// TestRetryUnauthorizedWhileUnready: a 401 from a server whose /readyz
+// TestRetryRefusedWhileUnready: a 401 from a server whose /readyz
 // (asked without credentials) is not 200 is sent again, a write with its
 // body, until the server accepts it, with the wait said; a ready server's
 // 401 is returned at once, as is one whose wait ran out.
-func TestRetryUnauthorizedWhileUnready(t *testing.T) {
+func TestRetryRefusedWhileUnready(t *testing.T) {
 	var mu sync.Mutex
 	ready, unauthorized, readyzUnauthorized := false, 0, false
+	refusal := http.StatusUnauthorized // what the unready server answers
 	var bodies []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
@@ -265,14 +267,14 @@ func TestRetryUnauthorizedWhileUnready(t *testing.T) {
 			if unauthorized == 0 {
 				ready = true // synced: this was the last refusal
 			}
-			http.Error(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Unauthorized","code":401}`, http.StatusUnauthorized)
+			http.Error(w, fmt.Sprintf(`{"kind":"Status","apiVersion":"v1","status":"Failure","code":%d}`, refusal), refusal)
 			return
 		}
 		fmt.Fprint(w, "{}")
 	}))
 	defer srv.Close()
 	var said []string
-	client := &http.Client{Transport: RetryUnauthorizedWhileUnready(func(why string) { said = append(said, why) })(http.DefaultTransport)}
+	client := &http.Client{Transport: RetryRefusedWhileUnready(func(why string) { said = append(said, why) })(http.DefaultTransport)}
 	post := func() *http.Response {
 		t.Helper()
 		req, err := http.NewRequest(http.MethodPost, srv.URL+"/api/v1/namespaces/kube-system/configmaps", strings.NewReader("the body"))
@@ -301,6 +303,26 @@ func TestRetryUnauthorizedWhileUnready(t *testing.T) {
 	if len(said) != 1 || !strings.Contains(said[0], "401 Unauthorized while not ready (/readyz answered 500") {
 		t.Fatalf("the wait said %q", said)
 	}
+
+	// Its RBAC authorizer not yet synced: 403 Forbidden, as for 401.
+	mu.Lock()
+	ready, unauthorized, bodies, refusal, said = false, 2, nil, http.StatusForbidden, nil
+	mu.Unlock()
+	if resp := post(); resp.StatusCode != http.StatusOK || len(bodies) != 3 {
+		t.Fatalf("a write forbidden twice by an unready server: %s after %d sends, want it sent again until accepted", resp.Status, len(bodies))
+	}
+	if len(said) != 1 || !strings.Contains(said[0], "403 Forbidden while not ready (/readyz answered 500") {
+		t.Fatalf("the wait said %q", said)
+	}
+	mu.Lock()
+	ready, unauthorized, bodies = true, 1000, nil
+	mu.Unlock()
+	if resp := post(); resp.StatusCode != http.StatusForbidden || len(bodies) != 2 {
+		t.Fatalf("a ready server's 403: %s after %d sends, want it after 2 sends", resp.Status, len(bodies))
+	}
+	mu.Lock()
+	refusal = http.StatusUnauthorized
+	mu.Unlock()
 
 	// A ready server's 401 is the credential's: returned after one more
 	// send (it may have become ready between its answer and the question).

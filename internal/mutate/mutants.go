@@ -1694,8 +1694,8 @@ var mutants = []mutant{
 	{
 		Name: "join-takes-a-starting-apiservers-401-for-good",
 		File: "ha/certs.go",
-		Old:  "\tcfg.Wrap(apiretry.RetryUnauthorizedWhileUnready(func(why string) {\n\t\tmu.Lock()\n\t\tdefer mu.Unlock()\n\t\treport.waiting(\"%s\", why)\n\t}))",
-		New:  "\t_ = apiretry.RetryUnauthorizedWhileUnready(func(why string) {\n\t\tmu.Lock()\n\t\tdefer mu.Unlock()\n\t\treport.waiting(\"%s\", why)\n\t})",
+		Old:  "\tcfg.Wrap(apiretry.RetryRefusedWhileUnready(func(why string) {\n\t\tmu.Lock()\n\t\tdefer mu.Unlock()\n\t\treport.waiting(\"%s\", why)\n\t}))",
+		New:  "\t_ = apiretry.RetryRefusedWhileUnready(func(why string) {\n\t\tmu.Lock()\n\t\tdefer mu.Unlock()\n\t\treport.waiting(\"%s\", why)\n\t})",
 		Tests: [][]string{
 			{"./ha", "-run", "TestJoinClientWaitsOutAStartingAPIServer$"},
 			{"./scenarios", "-run", "TestMaintenance$", "-rapid.checks=0"},
@@ -1718,6 +1718,24 @@ var mutants = []mutant{
 		Tests: [][]string{
 			{"./internal/discovery", "-run", "TestFetchCARefusedBeforeReady$"},
 			{"./ha", "-run", "TestJoinClientWaitsOutAStartingAPIServer$"},
+		},
+	},
+	{
+		Name: "join-client-takes-an-unready-apiservers-403-for-good",
+		File: "internal/apiretry/apiretry.go",
+		Old:  "(resp.StatusCode != http.StatusUnauthorized && resp.StatusCode != http.StatusForbidden)",
+		New:  "resp.StatusCode != http.StatusUnauthorized",
+		Tests: [][]string{
+			{"./internal/apiretry", "-run", "TestRetryRefusedWhileUnready$"},
+		},
+	},
+	{
+		Name: "write-on-a-closed-kept-alive-connection-not-lost",
+		File: "internal/apiretry/apiretry.go",
+		Old:  "|| strings.Contains(err.Error(), serverClosedIdle) {",
+		New:  "|| serverClosedIdle == \"\" {",
+		Tests: [][]string{
+			{"./internal/apiretry", "-run", "TestLostConnectionAfterTheHandshake$"},
 		},
 	},
 }
