@@ -157,7 +157,9 @@ func PrepareControlPlaneJoin(ctx context.Context, o JoinOptions) (*nodestate.Nod
 // certificates, kubeconfigs, configs) and puts back the contents of those it
 // overwrote (say a kubelet config left by an earlier run), so a refusal
 // leaves the node as it found it. A crash removes nothing: a re-run finds
-// what it left and overwrites it.
+// what it left and overwrites it. It gives up the node's locks before it
+// returns; JoinControlPlane, which `stratum server` runs, keeps them
+// through the start.
 func (n *Node) PrepareControlPlaneJoin(ctx context.Context, o JoinOptions) (*nodestate.NodeState, error) {
 	st, release, err := n.prepareControlPlaneJoin(ctx, o)
 	release()

@@ -1,8 +1,10 @@
 package ha_test
 
 import (
+	"crypto/tls"
 	"errors"
 	"net"
+	"net/http"
 	"net/url"
 	"strings"
 	"sync"
@@ -119,7 +121,17 @@ func TestJoinClientWaitsOutAStartingAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Discovery is sent once the server answers HTTP at all: a connection
+	// lost at its very start would be the wait's one progress line for 5 s
+	// (waitReporter's pace), and the refusal after it unsaid.
+	anonymous := &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // a probe of the server's state, trusting nothing it says
 	askAsItStarts("the join's discovery", func() error {
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			if resp, err := anonymous.Get(e.cp1.APIServerURL() + "/readyz"); err == nil {
+				resp.Body.Close()
+				break
+			}
+		}
 		ca, err := n.FetchCAOf(ctx, ha.JoinOptions{Server: e.cp1.APIServerURL(), CAHash: hash})
 		if err == nil && len(ca) == 0 {
 			err = errors.New("no CA")

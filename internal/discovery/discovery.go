@@ -156,32 +156,34 @@ func FetchCA(ctx context.Context, server, caHash string, dial Dialer) (caPEM []b
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
 	endpoint := strings.TrimSuffix(server, "/") + "/api/v1/namespaces/" + Namespace + "/configmaps/" + ConfigMap
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint, nil)
-	if err != nil {
-		return nil, time.Time{}, err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("fetch cluster-info from %s: %w: %w; nothing was changed: check --server and that this machine reaches it", server, ErrUnreachable, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("fetch cluster-info from %s: %w", server, err)
-	}
-	switch {
-	case resp.StatusCode == http.StatusNotFound, resp.StatusCode == http.StatusForbidden, resp.StatusCode == http.StatusUnauthorized:
-		// An apiserver that just started serves before its RBAC
-		// authorizer's informers have synced, and refuses every anonymous
-		// read until then: its refusal is not yet its answer.
-		if why := notReady(ctx, client, server); why != "" {
-			return nil, time.Time{}, fmt.Errorf("fetch cluster-info from %s: %w: it answered HTTP %d, and %s, as an API server that just started does until it is ready", server, ErrUnreachable, resp.StatusCode, why)
+	var resp *http.Response
+	var body []byte
+	for readyBefore := false; ; readyBefore = true {
+		if resp, body, err = get(ctx, client, endpoint); err != nil {
+			return nil, time.Time{}, fmt.Errorf("fetch cluster-info from %s: %w: %w; nothing was changed: check --server and that this machine reaches it", server, ErrUnreachable, err)
 		}
-		return nil, time.Time{}, fmt.Errorf("%w at %s (HTTP %d): is this the cluster's address, and was it brought up by stratum?", ErrNotPublished, server, resp.StatusCode)
-	case resp.StatusCode == http.StatusServiceUnavailable:
-		return nil, time.Time{}, fmt.Errorf("fetch cluster-info from %s: %w: HTTP %d", server, ErrUnreachable, resp.StatusCode)
-	case resp.StatusCode != http.StatusOK:
-		return nil, time.Time{}, fmt.Errorf("fetch cluster-info from %s: HTTP %d", server, resp.StatusCode)
+		switch resp.StatusCode {
+		case http.StatusNotFound, http.StatusForbidden, http.StatusUnauthorized:
+			// An apiserver that just started serves before its RBAC
+			// authorizer's informers have synced, and refuses every
+			// anonymous read until then: its refusal is not yet its
+			// answer. One that stays so refuses anonymous reads for good
+			// (the error matches ErrNotPublished too, for when the
+			// caller stops asking).
+			if why := notReady(ctx, client, server); why != "" {
+				return nil, time.Time{}, fmt.Errorf("fetch cluster-info from %s: %w: it answered HTTP %d, and %s, as an API server that just started does until it is ready (if it stays so, %w to anonymous clients: is this the cluster's address, and was it brought up by stratum?)", server, ErrUnreachable, resp.StatusCode, why, ErrNotPublished)
+			}
+			if !readyBefore {
+				continue // ready now, but maybe only since its answer: once more
+			}
+			return nil, time.Time{}, fmt.Errorf("%w at %s (HTTP %d): is this the cluster's address, and was it brought up by stratum?", ErrNotPublished, server, resp.StatusCode)
+		case http.StatusServiceUnavailable:
+			return nil, time.Time{}, fmt.Errorf("fetch cluster-info from %s: %w: HTTP %d", server, ErrUnreachable, resp.StatusCode)
+		case http.StatusOK:
+		default:
+			return nil, time.Time{}, fmt.Errorf("fetch cluster-info from %s: HTTP %d", server, resp.StatusCode)
+		}
+		break
 	}
 	var cm corev1.ConfigMap
 	if err := json.Unmarshal(body, &cm); err != nil {
@@ -197,6 +199,25 @@ func FetchCA(ctx context.Context, server, caHash string, dial Dialer) (caPEM []b
 	// A missing or malformed Date leaves serverTime zero: not judged.
 	serverTime, _ = http.ParseTime(resp.Header.Get("Date"))
 	return caPEM, serverTime, nil
+}
+
+// get is client's GET of url, its body read whole (up to 1 MiB) and
+// closed, so the connection serves the next request.
+func get(ctx context.Context, client *http.Client, url string) (*http.Response, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return nil, nil, fmt.Errorf("read the answer: %w", err)
+	}
+	return resp, body, nil
 }
 
 // readyzTimeout bounds notReady's question.

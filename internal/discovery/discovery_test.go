@@ -195,11 +195,13 @@ func TestFetchCATrustsThePinnedCertificateAlone(t *testing.T) {
 // TestFetchCARefusedBeforeReady: a refusal of cluster-info (401, 403, 404)
 // from a server whose /readyz says it is not ready (an apiserver that just
 // started, its authorizer not yet synced: /readyz refused 403 too, or
-// answering 500) is ErrUnreachable, to be asked again; from a server that is
-// ready, or that refuses /readyz for good (401, 404), it is ErrNotPublished
-// at once. Neither request carries credentials.
+// answering 500) is ErrUnreachable, to be asked again, and ErrNotPublished
+// too, for when the asking stops; from a server that is ready (asked once
+// more: it may have become ready since its answer), or that refuses /readyz
+// for good (401, 404), it is ErrNotPublished alone. Neither request
+// carries credentials.
 func TestFetchCARefusedBeforeReady(t *testing.T) {
-	var info, readyz atomic.Int32
+	var info, readyz, asked atomic.Int32
 	var credentials atomic.Bool
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") != "" {
@@ -209,6 +211,7 @@ func TestFetchCARefusedBeforeReady(t *testing.T) {
 		case "/readyz":
 			w.WriteHeader(int(readyz.Load()))
 		case "/api/v1/namespaces/" + discovery.Namespace + "/configmaps/" + discovery.ConfigMap:
+			asked.Add(1)
 			w.WriteHeader(int(info.Load()))
 		default:
 			http.NotFound(w, r)
@@ -234,12 +237,18 @@ func TestFetchCARefusedBeforeReady(t *testing.T) {
 	} {
 		info.Store(int32(tc.info))
 		readyz.Store(int32(tc.readyz))
+		asked.Store(0)
 		_, _, err := discovery.FetchCA(context.Background(), srv.URL, hash, nil)
-		if !errors.Is(err, tc.want) {
-			t.Errorf("cluster-info answered %d, /readyz %d: %v, want %v", tc.info, tc.readyz, err, tc.want)
+		if !errors.Is(err, tc.want) || !errors.Is(err, discovery.ErrNotPublished) {
+			t.Errorf("cluster-info answered %d, /readyz %d: %v, want %v (and %v)", tc.info, tc.readyz, err, tc.want, discovery.ErrNotPublished)
 		}
-		if tc.want == discovery.ErrUnreachable && err != nil && !strings.Contains(err.Error(), "until it is ready") {
+		switch {
+		case tc.want == discovery.ErrUnreachable && err != nil && !strings.Contains(err.Error(), "until it is ready"):
 			t.Errorf("cluster-info answered %d, /readyz %d: %q does not say the server is not yet ready", tc.info, tc.readyz, err)
+		case tc.want == discovery.ErrNotPublished && errors.Is(err, discovery.ErrUnreachable):
+			t.Errorf("cluster-info answered %d, /readyz %d: %v, which the join would ask again for a refusal that stays", tc.info, tc.readyz, err)
+		case tc.readyz == http.StatusOK && asked.Load() != 2:
+			t.Errorf("cluster-info answered %d, /readyz 200: asked %d times, want twice (once more once ready)", tc.info, asked.Load())
 		}
 	}
 	if credentials.Load() {

@@ -1738,4 +1738,13 @@ var mutants = []mutant{
 			{"./internal/apiretry", "-run", "TestLostConnectionAfterTheHandshake$"},
 		},
 	},
+	{
+		Name: "discovery-takes-a-refusal-just-before-ready-for-good",
+		File: "internal/discovery/discovery.go",
+		Old:  "\t\t\tif !readyBefore {\n\t\t\t\tcontinue",
+		New:  "\t\t\tif !readyBefore && readyBefore {\n\t\t\t\tcontinue",
+		Tests: [][]string{
+			{"./internal/discovery", "-run", "TestFetchCARefusedBeforeReady$"},
+		},
+	},
 }
