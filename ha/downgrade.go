@@ -73,7 +73,9 @@ func (n *Node) DowngradeEtcd(ctx context.Context, cpIP, target string) (err erro
 		}
 		hosts = append(hosts, urlHost(m.ClientURLs[0]))
 	}
-	if err := n.EtcdClusterHealthy(ctx, hosts); err != nil {
+	// An election or a member restarting (a join's handover, a swap just
+	// made) shows as unhealthy for a few seconds: waited out.
+	if err := n.waitClusterHealthy(ctx, hosts, "before the downgrade is asked of it (nothing was asked yet)"); err != nil {
 		return fmt.Errorf("etcd downgrade to %s refused, nothing was asked of etcd: %w", target, err)
 	}
 	if done, resume, err := n.downgradeUnderWay(ctx, cpIP, hosts, target); err != nil || done {

@@ -243,6 +243,35 @@ func (n *Node) EtcdClusterHealthy(ctx context.Context, cpIPs []string) error {
 	return err
 }
 
+// waitClusterHealthy is EtcdClusterHealthy judged again, every
+// clusterRecoveryPoll for up to clusterRecoveryWait, while what makes the
+// cluster unhealthy is what a member restarting or an election under way
+// shows for a few seconds (healthWaitReason: a member not answering, its
+// alarms unread, no leader or another one), saying what it waits for and
+// before what; an alarm raised is returned at once, and the verdict after
+// the wait says that it waited.
+func (n *Node) waitClusterHealthy(ctx context.Context, cpIPs []string, before string) error {
+	report := waitReporter{n: n}
+	deadline := time.Now().Add(clusterRecoveryWait)
+	for {
+		health, err := n.EtcdClusterHealth(ctx, cpIPs)
+		reason := healthWaitReason(health)
+		switch {
+		case err == nil || reason == "":
+			return err
+		case ctx.Err() != nil:
+			return fmt.Errorf("%w (stopped while it waited: %w)", err, context.Cause(ctx))
+		case !time.Now().Before(deadline):
+			return fmt.Errorf("%w (judged again for %s: still so)", err, clusterRecoveryWait)
+		}
+		report.waitingBecause(reason, "the cluster's etcd to become healthy %s (%s)", before, reason)
+		select {
+		case <-ctx.Done():
+		case <-time.After(clusterRecoveryPoll):
+		}
+	}
+}
+
 // EtcdClusterHealth asks every named member for its status at once and
 // returns the answers together with EtcdClusterHealthy's verdict on them
 // (nil when healthy), so a caller can show, or check, what the verdict was

@@ -1747,4 +1747,13 @@ var mutants = []mutant{
 			{"./internal/discovery", "-run", "TestFetchCARefusedBeforeReady$"},
 		},
 	},
+	{
+		Name: "downgrade-refuses-an-election-at-once",
+		File: "ha/downgrade.go",
+		Old:  "if err := n.waitClusterHealthy(ctx, hosts, \"before the downgrade is asked of it (nothing was asked yet)\"); err != nil {",
+		New:  "if err := n.EtcdClusterHealthy(ctx, hosts); err != nil {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestDowngradeEtcd$"},
+		},
+	},
 }
