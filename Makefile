@@ -13,11 +13,13 @@ SCENARIO_FLAGS ?= -rapid.checks=3 -rapid.steps=8
 # bootstrap (docs/performance.md). 2, Go's default on 2 cores, is the setting
 # every other CI run passed with.
 HA_PARALLEL ?= 2
-# 2: `make test` runs ./ha and the fuzz run beside the other packages, ./e2e
-# and ./scenarios, which leave a core mostly idle (measured 2026-12-06: ./ha
-# 610 s of wall time for 640 s of CPU, the other packages 305 s for 196 s,
-# ./e2e 145 s for 126 s, ./scenarios 315 s for 152 s: 0.83 of 2 cores in
-# all). 1: one lane after the other (./ha and the fuzz run last).
+# 2: `make test` runs ./ha, ./sim and the fuzz run beside the other packages,
+# ./e2e and ./scenarios, which leave a core mostly idle (measured 2026-12-06:
+# ./ha 610 s of wall time for 640 s of CPU, the other packages 305 s for
+# 196 s, ./e2e 145 s for 126 s, ./scenarios 315 s for 152 s: 0.83 of 2 cores
+# in all). ./sim (about 100 s) is in ./ha's lane because the other lane was
+# the longer by 200 to 250 s (2026-12-07). 1: one lane after the other (./ha,
+# ./sim and the fuzz run last).
 TEST_LANES ?= 2
 # How long `make test` fuzzes the bundle envelope decoder (FuzzOpenEnvelope in
 # ./internal/certbundle, kept free of ha's heavy dependencies so the
@@ -102,7 +104,7 @@ define leaked_pids
 pgrep -P 1 -f -- "^$$(printf '%s' "$$dir" | sed 's/[][\.*^$$+?(){}|]/\\&/g')/(kube-apiserver|kube-controller-manager|etcd-)" || true
 endef
 
-## test: assets, go vet, gofmt check, then every package's tests (-p 1; ./sim/timeline's check the page in headless Chromium), ./e2e (real hosts) and ./scenarios with $(SCENARIO_FLAGS), with ./ha and the fuzz run beside them (TEST_LANES=2); each step's wall and CPU time; fails if a test leaves a real server running
+## test: assets, go vet, gofmt check, then every package's tests (-p 1; ./sim/timeline's check the page in headless Chromium), ./e2e (real hosts) and ./scenarios with $(SCENARIO_FLAGS), with ./ha, ./sim and the fuzz run beside them (TEST_LANES=2); each step's wall and CPU time; fails if a test leaves a real server running
 test: assets e2e-deps timeline-deps
 	$(GO) vet ./...
 	@$(MAKE) --no-print-directory fmt-check
@@ -118,6 +120,9 @@ test: assets e2e-deps timeline-deps
 		echo "$(GO) test -count=1 -timeout 35m -parallel $(HA_PARALLEL) ./ha"; \
 		$(GO) test -count=1 -timeout 35m -parallel $(HA_PARALLEL) ./ha || rc=$$?; \
 		took ./ha; \
+		echo "$(GO) test -count=1 -timeout 15m ./sim"; \
+		$(GO) test -count=1 -timeout 15m ./sim || rc=$$?; \
+		took ./sim; \
 		echo "$(GO) test -run '^$$' -fuzz FuzzOpenEnvelope -fuzztime $(FUZZTIME) ./internal/certbundle"; \
 		$(GO) test -run '^$$' -fuzz FuzzOpenEnvelope -fuzztime $(FUZZTIME) ./internal/certbundle || rc=$$?; \
 		took "the fuzz run"; \
@@ -125,11 +130,11 @@ test: assets e2e-deps timeline-deps
 	}; \
 	lane_rest() { \
 		local rc=0; mark; \
-		pkgs="$$($(GO) list -f '{{if and (ne .ImportPath "$(shell $(GO) list -m)/scenarios") (ne .ImportPath "$(shell $(GO) list -m)/e2e") (ne .ImportPath "$(shell $(GO) list -m)/ha")}}{{.ImportPath}}{{end}}' ./...)" || return $$?; \
+		pkgs="$$($(GO) list -f '{{if and (ne .ImportPath "$(shell $(GO) list -m)/scenarios") (ne .ImportPath "$(shell $(GO) list -m)/e2e") (ne .ImportPath "$(shell $(GO) list -m)/ha") (ne .ImportPath "$(shell $(GO) list -m)/sim")}}{{.ImportPath}}{{end}}' ./...)" || return $$?; \
 		if [[ -n "$${pkgs//[[:space:]]/}" ]]; then \
-			echo "$(GO) test -p 1 -count=1 -timeout 25m <all packages but ./ha, ./scenarios and ./e2e>"; \
+			echo "$(GO) test -p 1 -count=1 -timeout 25m <all packages but ./ha, ./sim, ./scenarios and ./e2e>"; \
 			$(GO) test -p 1 -count=1 -timeout 25m $$pkgs || rc=$$?; \
-			took "every package but ./ha, ./scenarios and ./e2e"; \
+			took "every package but ./ha, ./sim, ./scenarios and ./e2e"; \
 		fi; \
 		echo "$(GO) test -count=1 -timeout 15m ./e2e"; \
 		$(GO) test -count=1 -timeout 15m ./e2e || rc=$$?; \
@@ -142,11 +147,11 @@ test: assets e2e-deps timeline-deps
 		return $$rc; \
 	}; \
 	if [[ "$(TEST_LANES)" == 2 ]]; then \
-		echo "make test: ./ha and the fuzz run go on beside the other packages, ./e2e and ./scenarios (TEST_LANES=2); their output follows"; \
+		echo "make test: ./ha, ./sim and the fuzz run go on beside the other packages, ./e2e and ./scenarios (TEST_LANES=2); their output follows"; \
 		lane_ha > "$$alog" 2>&1 & apid=$$!; \
 		(lane_rest) || rc=$$?; \
 		arc=0; wait "$$apid" || arc=$$?; \
-		echo "make test: the output of ./ha and the fuzz run, which ran beside the rest:"; \
+		echo "make test: the output of ./ha, ./sim and the fuzz run, which ran beside the rest:"; \
 		cat "$$alog"; \
 		[[ "$$arc" == 0 ]] || rc=$$arc; \
 	else \
