@@ -18,6 +18,7 @@ import (
 	"stratum.dev/stratum/internal/kubeconfig"
 	"stratum.dev/stratum/internal/pki"
 	"stratum.dev/stratum/internal/token"
+	"stratum.dev/stratum/internal/version"
 	"stratum.dev/stratum/sim"
 )
 
@@ -26,7 +27,8 @@ import (
 // informers not yet synced), get their answers once the server is ready,
 // not its refusals, and the join says that it waited: the client ha builds
 // from the join's bootstrap kubeconfig, whose token the server refuses
-// (401), and discovery's anonymous fetch of cluster-info, which its RBAC
+// (401), the node's admin client, whose certificate its RBAC authorizer
+// denies (403), and discovery's anonymous fetch of cluster-info, which its RBAC
 // authorizer denies (403).
 func TestJoinClientWaitsOutAStartingAPIServer(t *testing.T) {
 	t.Parallel() // its own simulated cluster
@@ -117,6 +119,30 @@ func TestJoinClientWaitsOutAStartingAPIServer(t *testing.T) {
 		_, err := cs.CoordinationV1().Leases("kube-system").Get(ctx, ha.FenceLeaseName, metav1.GetOptions{})
 		return err
 	}, saidSo("while not ready"))
+	// The node's admin credential, whose group RBAC binds to cluster-admin
+	// (not system:masters, which no authorizer is asked about): its
+	// certificate is authenticated at once, and the authorizer denies it
+	// (403) until its bindings' informer has synced.
+	mu.Lock()
+	said = nil
+	mu.Unlock()
+	adminKC, err := e.cp1.Files().ReadFile(version.Kubeconfig(kubeconfig.Admin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	adminCfg, err := n.RESTConfigOf(adminKC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	adminCfg.Host = e.cp1.APIServerURL()
+	adminCS, err := kubernetes.NewForConfig(adminCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	askAsItStarts("the node's admin client", func() error {
+		_, err := adminCS.CoreV1().ConfigMaps("kube-public").Get(ctx, "cluster-info", metav1.GetOptions{})
+		return err
+	}, saidSo("403 Forbidden while not ready"))
 	hash, err := pki.CAHash(e.caPEM)
 	if err != nil {
 		t.Fatal(err)

@@ -1727,6 +1727,7 @@ var mutants = []mutant{
 		New:  "resp.StatusCode != http.StatusUnauthorized",
 		Tests: [][]string{
 			{"./internal/apiretry", "-run", "TestRetryRefusedWhileUnready$"},
+			{"./ha", "-run", "TestJoinClientWaitsOutAStartingAPIServer$"},
 		},
 	},
 	{
