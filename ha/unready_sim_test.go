@@ -3,9 +3,7 @@ package ha_test
 import (
 	"crypto/tls"
 	"errors"
-	"net"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -61,10 +59,6 @@ func TestJoinClientWaitsOutAStartingAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, err := url.Parse(e.cp1.APIServerURL())
-	if err != nil {
-		t.Fatal(err)
-	}
 	saidSo := func(words string) func() bool {
 		return func() bool {
 			mu.Lock()
@@ -83,23 +77,12 @@ func TestJoinClientWaitsOutAStartingAPIServer(t *testing.T) {
 	askAsItStarts := func(what string, ask func() error, met func() bool) {
 		t.Helper()
 		for restart := 1; ; restart++ {
-			if err := e.cp1.KillAPIServer(); err != nil {
+			ready, err := e.cp1.RestartAPIServerUnready(ctx)
+			if err != nil {
 				t.Fatal(err)
 			}
-			started := make(chan error, 1)
-			go func() { started <- e.cp1.StartAPIServer(ctx) }()
-			// The moment its port accepts: serving, not ready.
-			for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
-				if c, err := net.DialTimeout("tcp", u.Host, time.Second); err == nil {
-					c.Close()
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("cp1's restarted kube-apiserver never listened on %s", u.Host)
-				}
-			}
-			err := ask()
-			if serr := <-started; serr != nil {
+			err = ask()
+			if serr := <-ready; serr != nil {
 				t.Fatalf("restart cp1's kube-apiserver: %v", serr)
 			}
 			if err != nil {

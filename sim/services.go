@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"time"
 
@@ -335,6 +336,39 @@ func (h *Host) KillAPIServer() error {
 	a.kill()
 	h.cluster.events.Record(h.name, "fault", "kube-apiserver killed (SIGKILL)%s", a.usage())
 	return nil
+}
+
+// RestartAPIServerUnready kills the host's kube-apiserver and starts it
+// again, returning as soon as its port accepts a connection: serving, its
+// informers not yet synced, not ready. It is for tests of the clients that
+// meet an API server just started. ready receives the start's result once
+// the server is ready (or its start failed); a start that ends before its
+// port was seen to accept is returned as err when it failed.
+func (h *Host) RestartAPIServerUnready(ctx context.Context) (ready <-chan error, err error) {
+	if err := h.KillAPIServer(); err != nil {
+		return nil, err
+	}
+	started := make(chan error, 1)
+	go func() { started <- h.StartAPIServer(ctx) }()
+	addr := net.JoinHostPort(h.ip.String(), fmt.Sprint(version.APIServerPort))
+	for {
+		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			c.Close()
+			return started, nil
+		}
+		select {
+		case err := <-started:
+			if err != nil {
+				return nil, err
+			}
+			done := make(chan error, 1)
+			done <- nil
+			return done, nil
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%s: the restarted kube-apiserver never listened on %s: %w", h.name, addr, context.Cause(ctx))
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
 
 // APIServerRunning reports whether the host's apiserver is up.

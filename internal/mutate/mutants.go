@@ -1757,4 +1757,13 @@ var mutants = []mutant{
 			{"./ha", "-run", "TestDowngradeEtcd$"},
 		},
 	},
+	{
+		Name: "cli-admin-client-takes-an-unready-apiservers-403-for-good",
+		File: "cmd/stratum/cli/flow.go",
+		Old:  "\tcfg.Wrap(apiretry.RetryRefusedWhileUnready(waiting))\n",
+		New:  "\t_ = apiretry.LostWait\n",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestAdminCommandsWaitOutAStartingAPIServer$"},
+		},
+	},
 }

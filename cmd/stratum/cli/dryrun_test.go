@@ -120,7 +120,7 @@ func TestReportsAndDryRunsChangeNothing(t *testing.T) {
 		t.Fatalf("stratum reset --force on a machine a join left without state: exit %d, bootstrap.conf still there: %t\n%s%s", code, err == nil, out, errOut)
 	}
 
-	cs, err := adminClient(d)
+	cs, err := adminClient(d, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"stratum.dev/stratum/ha"
+	"stratum.dev/stratum/internal/apiretry"
 	"stratum.dev/stratum/internal/host"
 	"stratum.dev/stratum/internal/kubeconfig"
 	"stratum.dev/stratum/internal/nodestate"
@@ -43,9 +45,9 @@ func join(ctx context.Context, n *ha.Node, o ha.JoinOptions) (*nodestate.NodeSta
 }
 
 // adminClient is a clientset from the admin kubeconfig on h, dialing through
-// h (so a simulated host's partitions apply).
-func adminClient(h host.Host) (kubernetes.Interface, error) {
-	cfg, err := adminRESTConfig(h)
+// h (so a simulated host's partitions apply); waiting as adminRESTConfig's.
+func adminClient(h host.Host, waiting func(string)) (kubernetes.Interface, error) {
+	cfg, err := adminRESTConfig(h, waiting)
 	if err != nil {
 		return nil, err
 	}
@@ -72,7 +74,7 @@ func (a *app) adminNode() (*ha.Node, host.Host, kubernetes.Interface, error) {
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	cs, err := adminClient(h)
+	cs, err := adminClient(h, a.waitNotice())
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -80,8 +82,14 @@ func (a *app) adminNode() (*ha.Node, host.Host, kubernetes.Interface, error) {
 }
 
 // adminRESTConfig is the admin kubeconfig on h as a client config dialing
-// through h, with apiTimeout per request.
-func adminRESTConfig(h host.Host) (*rest.Config, error) {
+// through h, with apiTimeout per request. A request refused by an API server
+// that is not ready is sent again until it is, within that timeout
+// (apiretry.RetryRefusedWhileUnready): one just started denies the admin
+// credential (403) until its RBAC informers have synced, the credential's
+// group being bound by RBAC, not system:masters, and a command run beside
+// a starting or restarting control plane would report that denial as its
+// failure. waiting, when not nil, is told why it waits (app.waitNotice).
+func adminRESTConfig(h host.Host, waiting func(string)) (*rest.Config, error) {
 	kc, err := h.ReadFile(version.Kubeconfig(kubeconfig.Admin))
 	switch {
 	case errors.Is(err, fs.ErrPermission):
@@ -97,7 +105,25 @@ func adminRESTConfig(h host.Host) (*rest.Config, error) {
 	}
 	cfg.Dial = h.DialContext
 	cfg.Timeout = apiTimeout
+	cfg.Wrap(apiretry.RetryRefusedWhileUnready(waiting))
 	return cfg, nil
+}
+
+// waitNotice is a waiting callback for adminRESTConfig: it says on stderr
+// what the command waits for (stdout keeps -o json's document), at most once
+// every ha.WaitReportEvery, as ha's own waits are paced.
+func (a *app) waitNotice() func(string) {
+	var mu sync.Mutex
+	var last time.Time
+	return func(why string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if a.stderr == nil || !last.IsZero() && time.Since(last) < ha.WaitReportEvery {
+			return
+		}
+		last = time.Now()
+		fmt.Fprintf(a.stderr, "waiting for %s\n", why)
+	}
 }
 
 // loadState is the control-plane node state on h, or an error that says this
@@ -150,7 +176,7 @@ func checkGrantTTL(ttl time.Duration, controlPlane bool) error {
 // grant (token, certificate-key, shared certificates uploaded under it) or a
 // worker token, with the join command for the cluster's server (the VIP when
 // the cluster has one) from the node state. It returns that server too.
-func mintGrant(ctx context.Context, n *ha.Node, h host.Host, ttl time.Duration, controlPlane bool) (*token.Minted, string, error) {
+func mintGrant(ctx context.Context, n *ha.Node, h host.Host, ttl time.Duration, controlPlane bool, waiting func(string)) (*token.Minted, string, error) {
 	st, err := loadState(h)
 	if err != nil {
 		return nil, "", err
@@ -159,7 +185,7 @@ func mintGrant(ctx context.Context, n *ha.Node, h host.Host, ttl time.Duration, 
 	if err != nil {
 		return nil, "", fmt.Errorf("read the cluster CA: %w; nothing was created", err)
 	}
-	cs, err := adminClient(h)
+	cs, err := adminClient(h, waiting)
 	if err != nil {
 		return nil, "", err
 	}

@@ -35,7 +35,7 @@ func TestCertsRekeyReuploadAndOperatorPass(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cs, err := adminClient(d)
+	cs, err := adminClient(d, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -217,7 +217,7 @@ func (a *app) mcpServer(allow mcpAllow) *mcp.Server {
 			if err != nil {
 				return nil, mintedReport{}, err
 			}
-			m, server, err := mintGrant(ctx, n, h, ttl, in.ControlPlane)
+			m, server, err := mintGrant(ctx, n, h, ttl, in.ControlPlane, a.waitNotice())
 			if err != nil {
 				return nil, mintedReport{}, err
 			}

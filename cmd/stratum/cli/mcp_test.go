@@ -100,7 +100,7 @@ func TestMCPServer(t *testing.T) {
 		t.Fatalf("certs_check: %+v", certs)
 	}
 
-	admin, err := adminClient(d)
+	admin, err := adminClient(d, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

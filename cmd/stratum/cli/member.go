@@ -167,7 +167,7 @@ func (a *app) forgetRemovedRelease(ctx context.Context, h host.Host, m memberRow
 	}
 	lease := noderelease.Namespace + "/" + noderelease.LeaseName(m.Name)
 	deleted := false
-	cs, err := localAdminClient(h, 10*time.Second)
+	cs, err := localAdminClient(h, 10*time.Second, a.waitNotice())
 	if err == nil {
 		deleted, err = noderelease.ForgetMember(ctx, cs, m.Name, m.id)
 	}

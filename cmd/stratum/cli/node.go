@@ -501,7 +501,7 @@ keep that output as private as the join command.`,
 			if err != nil {
 				return err
 			}
-			m, server, err := mintGrant(cmd.Context(), n, h, ttl, controlPlane)
+			m, server, err := mintGrant(cmd.Context(), n, h, ttl, controlPlane, a.waitNotice())
 			if err != nil {
 				return fmt.Errorf("token create: %w", err)
 			}

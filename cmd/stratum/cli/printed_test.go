@@ -178,7 +178,7 @@ func TestTokenCreatePrintsWhatRuns(t *testing.T) {
 // kubeconfig.
 func tokenSecrets(t *testing.T, ctx context.Context, _ *sim.Cluster, d host.Host) int {
 	t.Helper()
-	cs, err := adminClient(d)
+	cs, err := adminClient(d, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

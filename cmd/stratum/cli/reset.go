@@ -164,7 +164,7 @@ func (a *app) releaseForgetter(h host.Host) func(context.Context) {
 	if err != nil {
 		return nil
 	}
-	cfg, err := adminRESTConfig(h)
+	cfg, err := adminRESTConfig(h, a.waitNotice())
 	if err != nil {
 		return nil
 	}

@@ -207,7 +207,7 @@ func (a *app) simUp(ctx context.Context, f simUpFlags) (err error) {
 	p.step(start, cps[0].Name()+": stratum up (bootstrap)")
 	for i := 1; i < len(cps); i++ {
 		start = time.Now()
-		m, server, err := mintGrant(setupCtx, nodes[0], cps[0].Handle(), token.DefaultTTL, true)
+		m, server, err := mintGrant(setupCtx, nodes[0], cps[0].Handle(), token.DefaultTTL, true, a.waitNotice())
 		if err != nil {
 			return interrupted(cps[0].Name()+": token create --control-plane", err)
 		}

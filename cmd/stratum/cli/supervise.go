@@ -337,12 +337,12 @@ func apiServerURL(ip string) string {
 // localAdminClient is a clientset with the admin kubeconfig's credentials
 // aimed at this node's own apiserver, not the VIP: the elections that decide
 // who holds the VIP cannot go through it.
-func localAdminClient(h host.Host, timeout time.Duration) (kubernetes.Interface, error) {
+func localAdminClient(h host.Host, timeout time.Duration, waiting func(string)) (kubernetes.Interface, error) {
 	st, err := nodestate.Load(h)
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := adminRESTConfig(h)
+	cfg, err := adminRESTConfig(h, waiting)
 	if err != nil {
 		return nil, err
 	}
@@ -397,7 +397,7 @@ func (a *app) runVIP(ctx context.Context, h host.Host) error {
 			return err
 		}
 	}
-	cs, err := localAdminClient(h, 5*time.Second)
+	cs, err := localAdminClient(h, 5*time.Second, nil)
 	if err != nil {
 		return err
 	}
@@ -447,7 +447,7 @@ func (a *app) runOperator(ctx context.Context, h host.Host, n *ha.Node) error {
 	if err != nil {
 		return err
 	}
-	cs, err := localAdminClient(h, 30*time.Second)
+	cs, err := localAdminClient(h, 30*time.Second, nil)
 	if err != nil {
 		return err
 	}
@@ -862,7 +862,7 @@ func (a *app) recordRelease(ctx context.Context, h host.Host, n *ha.Node, sup *s
 
 // recordReleaseOnce writes r through this node's own apiserver, bounded.
 func recordReleaseOnce(ctx context.Context, h host.Host, r noderelease.Release) error {
-	cs, err := localAdminClient(h, 10*time.Second)
+	cs, err := localAdminClient(h, 10*time.Second, nil)
 	if err != nil {
 		return err
 	}

@@ -60,7 +60,7 @@ func TestTokenListAndDelete(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cs, err := adminClient(d)
+	cs, err := adminClient(d, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -304,7 +304,7 @@ func (u *nodeUpgrade) checkVersions(ctx context.Context) error {
 	if err := etcdStep(etcdVersions, u.etcdVersion); err != nil {
 		return upgradeRefusedf("%v", err)
 	}
-	admin, err := adminRESTConfig(u.h)
+	admin, err := adminRESTConfig(u.h, u.a.waitNotice())
 	if err != nil {
 		return err
 	}

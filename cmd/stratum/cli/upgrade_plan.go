@@ -125,8 +125,9 @@ func (a *app) upgradePlan(ctx context.Context) (planReport, error) {
 	} else {
 		rep.Healthy = true
 	}
-	releases, rerr := recordedReleases(ctx, h)
-	admin, aerr := adminRESTConfig(h) // without it, no kube-apiserver's version is read: unknown
+	waiting := a.waitNotice()
+	releases, rerr := recordedReleases(ctx, h, waiting)
+	admin, aerr := adminRESTConfig(h, waiting) // without it, no kube-apiserver's version is read: unknown
 	for _, m := range members {
 		row := planRow{Node: m.Name, Address: m.ClientIP, Etcd: m.Version, Health: m.Health}
 		if r, ok := releases[m.Name]; ok {
@@ -170,16 +171,16 @@ const releaseTrustedFor = 3 * releaseRenewEvery
 // recordedReleases lists the recorded releases through this node's own
 // apiserver, or, when it does not answer, the admin kubeconfig's server
 // (the VIP).
-func recordedReleases(ctx context.Context, h host.Host) (map[string]noderelease.Release, error) {
+func recordedReleases(ctx context.Context, h host.Host, waiting func(string)) (map[string]noderelease.Release, error) {
 	var errs []error
-	if cs, err := localAdminClient(h, 10*time.Second); err == nil {
+	if cs, err := localAdminClient(h, 10*time.Second, waiting); err == nil {
 		r, err := noderelease.List(ctx, cs)
 		if err == nil {
 			return r, nil
 		}
 		errs = append(errs, err)
 	}
-	cfg, err := adminRESTConfig(h)
+	cfg, err := adminRESTConfig(h, waiting)
 	if err != nil {
 		return nil, errors.Join(append(errs, err)...)
 	}

@@ -1,0 +1,56 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"stratum.dev/stratum/internal/host"
+	"stratum.dev/stratum/internal/token"
+	"stratum.dev/stratum/sim"
+)
+
+// TestAdminCommandsWaitOutAStartingAPIServer: an admin command run as the
+// node's kube-apiserver begins to serve after a restart (a control plane
+// without a VIP, whose admin kubeconfig names that apiserver) gets its
+// answer once the server is ready, not the 403 its RBAC authorizer gives
+// the admin credential until its informers have synced; it says so on
+// stderr, and -o json's stdout is still the document alone.
+func TestAdminCommandsWaitOutAStartingAPIServer(t *testing.T) {
+	t.Parallel() // its own simulated cluster
+	c := sim.Start(t, sim.Config{Fresh: true, SpareHosts: 1, APIServers: true})
+	cp1 := c.Hosts()[0]
+	d := cp1.Handle()
+	opts := Options{Host: func() (host.Host, error) { return d, nil }, Checkpoint: d.Checkpoint}
+	if code, out, errOut := runCLI(t, opts, "up"); code != ExitOK {
+		t.Fatalf("up: exit %d\n%s\n%s", code, out, errOut)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	for restart := 1; ; restart++ {
+		ready, err := cp1.RestartAPIServerUnready(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		code, out, errOut := runCLI(t, opts, "token", "list", "-o", "json")
+		if err := <-ready; err != nil {
+			t.Fatalf("restart cp1's kube-apiserver: %v", err)
+		}
+		if code != ExitOK {
+			t.Fatalf("token list, run as cp1's kube-apiserver began to serve after restart %d: exit %d, want its answer once the server was ready\n%s", restart, code, errOut)
+		}
+		var list []token.Info
+		if err := json.Unmarshal([]byte(out), &list); err != nil {
+			t.Fatalf("token list -o json beside the wait: stdout is not the document alone: %v\n%s", err, out)
+		}
+		if strings.Contains(errOut, "403 Forbidden while not ready") {
+			t.Logf("restart %d: %s", restart, strings.TrimSpace(errOut))
+			return
+		}
+		if restart == 3 {
+			t.Fatalf("in 3 restarts token list never met the apiserver refusing it before it was ready, so this shows nothing (stderr: %q)", errOut)
+		}
+	}
+}
