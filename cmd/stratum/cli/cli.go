@@ -202,7 +202,8 @@ processes driven from one process) via "stratum sim", before it acts on real mac
 		Example: `  # Try the whole flow: bootstrap, mint, join two more control planes, check, tear down
   stratum sim up --control-planes 3
 
-  # On a real host: the first control plane, then a grant for the next one
+  # On a real host: the first control plane (it stays in the foreground as the
+  # node's supervisor), then, in another shell, a grant for the next one
   stratum up --vip 10.0.0.10
   stratum token create --control-plane
 

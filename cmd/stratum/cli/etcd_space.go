@@ -35,7 +35,9 @@ first compacted to the current revision (the apiservers cannot compact while wri
 are refused), and the alarm is disarmed once every member's database is under its
 quota. Interrupted, run it again: it defragments every member again.
 --dry-run prints the plan (the order, each database's size and what of it is in use).
--o json (or yaml) prints {compactRevision, members, noSpace, disarmed, warnings}.`,
+-o json (or yaml) prints {compactRevision, members, noSpace, disarmed, warnings}.
+Exits 3 when refused (nothing was asked of etcd), 1 when it failed after the first
+compaction or defragmentation was asked for (run it again).`,
 		Example: `  stratum etcd defrag --dry-run
   stratum etcd defrag
 
@@ -147,7 +149,9 @@ state, restarts etcd onto it, and waits until the member serves with it and the 
 is healthy again. Run it on one control plane at a time, never on several at once; on a
 single control plane the cluster does not answer during the restart. A quota raised on
 every member does not clear a NOSPACE alarm by itself: "stratum etcd defrag" then
-disarms it. Interrupted, run it again.`,
+disarms it. Interrupted, run it again. Exits 2 for a SIZE that is no quantity from 16Mi
+to 8Gi nor "default", 3 when refused (nothing changed), 1 when it failed once it had
+begun to change this node (run it again).`,
 		Example: `  stratum etcd quota 8Gi          # on each control plane in turn
   stratum etcd quota default      # back to etcd's 2 GiB`,
 		Args: usageArgs(cobra.ExactArgs(1)),

@@ -181,8 +181,8 @@ func (a *app) certsRenewCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "renew",
 		Short: "Reissue this control plane's leaf certificates and kubeconfigs, and restart its services onto them",
-		Long: `Reissue this control plane's leaf certificates (apiserver serving, etcd server, peer and
-client, front-proxy client) and its kubeconfigs from the cluster's CAs on this node, each
+		Long: `Reissue this control plane's leaf certificates (apiserver serving, apiserver etcd and
+kubelet client, etcd server, peer and client, front-proxy client) and its kubeconfigs from the cluster's CAs on this node, each
 valid for a year from now with the same names and addresses (the VIP included), then
 restart the services that run here (etcd, kube-apiserver, the VIP, the operator) through
 the supervisor so they use them. The CAs are not touched, and each leaf keeps its private

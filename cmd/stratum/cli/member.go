@@ -105,7 +105,8 @@ remaining voters' healthy members would be under quorum, when the member is a he
 voter (it answers with a leader: that control plane is not gone; to retire it, run
 "stratum reset" on it), or when the member is this node's own; --force lifts those three
 refusals. Removing the last voter is always refused. --dry-run prints the plan and
-changes nothing.`,
+changes nothing. Exits 3 when refused (nothing removed; with --dry-run, when the removal
+would be), 1 when the removal was asked of etcd and failed.`,
 		Example: `  stratum etcd member remove cp3 --dry-run
   stratum etcd member remove https://10.0.0.13:2380
 
@@ -191,7 +192,10 @@ and migrates every member's storage down, so the older etcd can open the data. T
 command waits (printing what it waits for every 5 s) until every member runs the
 target (swap each member's etcd binary to the older one and restart it meanwhile) and
 etcd has ended the downgrade, which it does once it sees every member on the target.
-Interrupted, the downgrade stays enabled: run it again, or cancel it with etcdctl.`,
+Interrupted, the downgrade stays enabled: run it again, or cancel it with etcdctl.
+Exits 2 for a malformed target, 3 when refused (an unhealthy cluster, a target etcd
+does not validate, another downgrade under way: nothing was asked of etcd), 1 when it
+failed after the downgrade was enabled (run it again).`,
 		Example: `  stratum etcd downgrade 3.6`,
 		Args:    usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {

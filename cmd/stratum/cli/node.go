@@ -159,7 +159,12 @@ runs it at boot. It must run as root. A start refused because the etcd data is m
 where the member has served (a disk not mounted, or a dead one replaced) does not end the
 supervisor: it stays up with nothing started, so the "stratum etcd rejoin" the refusal
 advises runs through it, and starts the control plane once the data is back.
-"stratum sim up" runs the same flow on simulated hosts.`,
+"stratum sim up" runs the same flow on simulated hosts.
+
+Exits 2 on bad usage (a --node-ip that is not an IP, a --vip that is not an IPv4
+address, an extra argument; nothing changed), 3 when refused before changing anything
+(the reason and what to do on stderr), 1 when it failed after a change (run it again:
+it resumes).`,
 		Example: `  # First control plane of a new cluster, fronted by a VIP
   stratum up --node-ip 10.0.0.11 --vip 10.0.0.10
 
@@ -230,7 +235,7 @@ advises runs through it, and starts the control plane once the data is back.
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.nodeIP, "node-ip", "", "this node's `IP` for etcd and the apiserver, or v4,v6 for a dual-stack node (default: resolved from the host's addresses)")
+	fl.StringVar(&f.nodeIP, "node-ip", "", "this node's `IP` for etcd and the apiserver, or v4,v6 for a dual-stack node (default: the saved one, else the --config's nodeIP, else $NODE_IP, else resolved from the host's addresses)")
 	fl.StringVar(&f.vip, "vip", "", "the cluster's virtual `IP` (IPv4: it is announced by ARP), held by kube-vip on one control plane; joiners and clients reach the cluster through it")
 	fl.StringVar(&f.podCIDR, "pod-cidr", "", "the cluster's pod `CIDR` (default 10.244.0.0/16)")
 	fl.StringVar(&f.serviceCIDR, "service-cidr", "", "the cluster's service `CIDR` (default 10.96.0.0/12)")
@@ -324,7 +329,13 @@ not in the process list while the control plane runs. Given as flags, they are m
 there: before it reads or changes anything, stratum server runs itself again with them in
 its environment instead of its command line (still visible to every local user for those
 first milliseconds, and for the life of a wrapper such as sudo, whose own command line
-stratum cannot change; the file form never is).`,
+stratum cannot change; the file form never is).
+
+Exits 2 on bad usage (a required flag missing, a malformed --node-ip or --vip, a
+secret's flag and its file both given), 3 when refused before the etcd member-add or
+by the add itself (nothing added; the files it created are removed), 1 when it failed
+after the member-add, even when it rolled the member back (run the same command again:
+it recovers).`,
 		Example: `  # The join command printed by "stratum token create --control-plane"
   stratum server --server https://10.0.0.10:6443 --token abcdef.0123456789abcdef \
     --ca-hash sha256:<64 hex digits> --certificate-key <64 hex digits> --node-ip 10.0.0.12
@@ -415,10 +426,10 @@ stratum cannot change; the file form never is).`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.server, "server", "", "the cluster's API server `URL` (https://<VIP>:6443) (required)")
-	fl.StringVar(&f.token, "token", "", "the control-plane bootstrap `token` (<id>.<secret>) (required)")
+	fl.StringVar(&f.token, "token", "", "the control-plane bootstrap `token` (<id>.<secret>) (required, unless given by --token-file or $"+envToken+")")
 	fl.StringVar(&f.caHash, "ca-hash", "", "the cluster CA's public-key `hash` (sha256:<hex>) (required)")
-	fl.StringVar(&f.certKey, "certificate-key", "", "the `key` (64 hex digits) the shared certificates were uploaded under (required)")
-	fl.StringVar(&f.nodeIP, "node-ip", "", "this node's `IP`, or v4,v6 for a dual-stack node (default: resolved from the host's addresses)")
+	fl.StringVar(&f.certKey, "certificate-key", "", "the `key` (64 hex digits) the shared certificates were uploaded under (required, unless given by --certificate-key-file or $"+envCertKey+")")
+	fl.StringVar(&f.nodeIP, "node-ip", "", "this node's `IP`, or v4,v6 for a dual-stack node (default: the --config's nodeIP, else $NODE_IP, else resolved from the host's addresses)")
 	fl.StringVar(&f.vip, "vip", "", "the cluster's virtual `IP` (IPv4) this control plane also runs kube-vip for")
 	fl.StringVar(&f.tokenFile, "token-file", "", "read the bootstrap token from `FILE` (keeps it out of the process list; or set $"+envToken+")")
 	fl.StringVar(&f.config, "config", "", "read the network, VIP, profile, SELinux, Cilium and etcd quota settings from this YAML `FILE` (kind ControlPlaneConfig; the network, Cilium and quota must be the cluster's); flags override it")
@@ -574,7 +585,7 @@ func (a *app) printMinted(m *token.Minted, controlPlane bool) {
 func (a *app) etcdCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "etcd",
-		Short: "Inspect the cluster's etcd from this control plane, defragment it, or rejoin it after a restore",
+		Short: "Inspect the cluster's etcd from this control plane; defragment it, set its quota, downgrade it, remove a member, or rejoin it after a restore",
 		Example: `  stratum etcd members
   stratum etcd health
   stratum etcd defrag
@@ -587,12 +598,14 @@ func (a *app) etcdCmd() *cobra.Command {
 	var membersOut, healthOut *output
 	members := &cobra.Command{
 		Use:   "members",
-		Short: "List etcd members: name, peer URL, voter or learner, leader, health",
+		Short: "List etcd members: name, peer URL, voter or learner, leader, version, health",
 		Long: `List the cluster's etcd members through this control plane's own member, and ask each
 member for its status: whether it is a voter or a learner, whether it is the leader,
-and whether it is healthy (answered, knows a leader, raised no alarm). Exits 0 once the
-table is printed, whatever the members' health; "stratum etcd health" is the verdict.
--o json (or yaml) prints an array of {name, peerURL, clientIP, learner, leader, health}.`,
+the etcd version it runs, and whether it is healthy (answered, knows a leader, raised no
+alarm). Exits 0 once the table is printed, whatever the members' health; "stratum etcd
+health" is the verdict.
+-o json (or yaml) prints an array of {name, peerURL, clientIP, learner, leader, version,
+health}.`,
 		Example: `  stratum etcd members
   stratum etcd members -o json`,
 		Args: usageArgs(cobra.NoArgs),
@@ -711,7 +724,9 @@ func (a *app) grantsCmd() *cobra.Command {
 		Short: "Remove expired join grants from the shared-certificate Secret",
 		Long: `Remove the entries of expired or deleted bootstrap tokens from the cluster's encrypted
 shared-certificate Secret, through this control plane's admin kubeconfig. Live grants
-are kept. It prints the tokens whose entries it dropped; nothing to prune is success.`,
+are kept. It prints the tokens whose entries it dropped; nothing to prune is success
+(exit 0). Exits 3 off a control plane, 1 when the Secret could not be read or written
+(run it again).`,
 		Example: `  stratum grants prune`,
 		Args:    usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {

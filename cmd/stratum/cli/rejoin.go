@@ -82,6 +82,7 @@ resumes), 2 on bad usage; a dry run exits 0 or 3 as the rejoin would.`,
 	cmd.Flags().BoolVar(&force, "force", false, "remove this node's etcd data even while its old cluster may still have a quorum")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the steps the rejoin would run (and a refusal it would meet), change nothing")
 	out = addOutput(cmd, "text")
+	cmd.Flags().Lookup("output").Usage = "the --dry-run report's `format`: text, json or yaml (only with --dry-run)"
 	etcd.AddCommand(cmd)
 	return etcd
 }

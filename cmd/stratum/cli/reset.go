@@ -149,6 +149,7 @@ it: it resumes), 2 on bad usage; a dry run exits 0 or 3 as the reset would.`,
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the steps the reset would run (and a refusal it would meet), change nothing")
 	cmd.Flags().StringVar(&binDir, "bin-dir", controlplane.DefaultBinDir, "the `directory` holding the pinned etcd binary, as `stratum up --bin-dir` (or the unit `stratum install --bin-dir` wrote) runs it: used only when no supervisor runs and the reset must start this node's etcd again")
 	out = addOutput(cmd, "text")
+	cmd.Flags().Lookup("output").Usage = "the --dry-run report's `format`: text, json or yaml (only with --dry-run)"
 	return cmd
 }
 

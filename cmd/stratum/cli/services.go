@@ -125,7 +125,7 @@ unit. Nothing requires systemd: without it, run "stratum up" under any superviso
 
 The pinned etcd and kube-apiserver must be in --bin-dir (made absolute) before
 anything is written, as "stratum up" checks them; a path holding a space, a quote, a
-backslash, %, $ or ; is refused, since ExecStart would split or expand it. --unit-dir
+backslash, %, $ or ; is bad usage (exit 2), since ExecStart would split or expand it. --unit-dir
 must be an existing directory (systemd reads units only from its own). --dry-run checks
 the same and prints the unit instead.
 
@@ -142,7 +142,9 @@ which is said, not refused). Then it writes the unit, runs systemctl daemon-relo
 stops the supervisor started by hand (SIGTERM, as Ctrl-C; one already stopping is only
 waited for), and runs systemctl start, which returns once the unit's supervisor serves
 the control plane (--timeout; past it systemd's start goes on). Re-running it after an
-interruption finishes the handoff.`,
+interruption finishes the handoff. Exits 2 on bad usage (a --bin-dir systemd would
+split or expand), 3 when refused before anything was written, 1 when a step failed
+after (it names what to do; run it again).`,
 		Example: `  # After "stratum up ..." or "stratum server ..." by hand: hand its control plane to
   # systemd (checked, then the foreground run stops and the unit starts it)
   stratum install --now
@@ -480,8 +482,9 @@ a reset began here and has not finished (run "stratum reset" again to finish it)
 supervisor answers, a service is not running, a certificate has expired, or the machine
 is no control plane (saying how to join it). -o json (or yaml) prints {node:
 {nodeName, nodeIP, server, vip, etcdPeerURL, clusterID}, joinIntentSurvives,
-supervisor, supervisorError, services: [{name, running, detail}], resetUnderWay,
-joinUnfinished, certificatesExpiring, certificatesExpired, etcdSpace, etcdDataMissing, problem}: problem is what it exits 1
+supervisor, supervisorError, supervisorProcess: {pid, version, binDir, state}, services:
+[{name, running, detail, version}], resetUnderWay, joinUnfinished, certificatesExpiring,
+certificatesExpired, etcdSpace, etcdDataMissing, stratumSkew, problem}: problem is what it exits 1
 for, with what to do. A certificate of this node that expires within 30 days is a
 warning; one that has expired exits 1. This node's etcd database at 80% of its quota or
 more is a warning (etcdSpace; "stratum etcd defrag" gives back its free space).`,

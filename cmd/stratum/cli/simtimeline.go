@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -73,6 +74,11 @@ func (a *app) simTimeline(in string, f simTimelineFlags) error {
 	out := f.output
 	if out == "" {
 		out = timelinePath(in)
+	}
+	// Everywhere else -o is the report's format: a page written to a file
+	// named json would be a surprise.
+	if slices.Contains([]string{"json", "yaml", "text", "table"}, out) {
+		return usagef("-o %s: here -o is the FILE the page is written to (the page is HTML, in no other format): give a path such as ./%s.html, or - for stdout", out, out)
 	}
 	// Refusals first: nothing is written until the log is read and the page
 	// rendered.

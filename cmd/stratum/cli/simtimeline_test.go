@@ -144,6 +144,7 @@ func TestSimTimelineRefusesWritingNothing(t *testing.T) {
 		{"output directory missing", []string{good, "-o", filepath.Join(noDir, "x.html")}, ExitRefused, []string{"-o " + filepath.Join(noDir, "x.html") + ": the directory " + noDir + " does not exist", "nothing was written"}, []string{".stratum-probe", "open "}},
 		{"output is a directory", []string{good, "-o", dir}, ExitRefused, []string{"is a directory"}, nil},
 		{"no log named", nil, ExitUsage, []string{"accepts 1 arg"}, nil},
+		{"output named as a format", []string{good, "-o", "json"}, ExitUsage, []string{"-o json: here -o is the FILE the page is written to", "./json.html, or - for stdout"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before, _ := os.ReadDir(dir)

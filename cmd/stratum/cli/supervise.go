@@ -530,8 +530,8 @@ type superviseFlags struct {
 func (f *superviseFlags) add(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.binDir, "bin-dir", controlplane.DefaultBinDir, "the `directory` holding the pinned etcd and kube-apiserver binaries (the bin/ of `make dist`)")
-	fl.BoolVar(&f.operator, "operator", true, "run the stratum-operator on this control plane (leader-elected: promotes stranded etcd learners, prunes expired grants)")
-	fl.BoolVar(&f.install, "install", false, "once the control plane serves, hand it to systemd's stratum.service (written and enabled, as `stratum install --now`) and exit 0 when the unit serves it: a command that returns, for automation")
+	fl.BoolVar(&f.operator, "operator", true, "run the stratum-operator on this control plane (leader-elected, every 30 s: promotes stranded etcd learners, deletes expired join tokens and their grants, publishes the etcd members, deletes stale release records; see \"stratum operator pass --help\")")
+	fl.BoolVar(&f.install, "install", false, "once the control plane serves, hand it to systemd's stratum.service (written and enabled, as \"stratum install --now\" does) and exit 0 when the unit serves it: a command that returns, for automation")
 }
 
 // supervise is `stratum up` and `stratum server` on a real host: refusals

@@ -69,8 +69,9 @@ func (a *app) tokenDeleteCmd() *cobra.Command {
 authenticate, then drop the grant entries of deleted and expired tokens from the
 encrypted shared-certificate Secret (as "stratum grants prune" does). A printed join
 command is a root credential of the cluster until its token expires: delete it when
-it is no longer needed. Malformed IDs are refused before anything is deleted; an ID
-that does not exist is reported and the others are still deleted.`,
+it is no longer needed. Malformed IDs are bad usage (exit 2) before anything is
+deleted; an ID that does not exist, or a delete the cluster refused, is reported and the
+others are still deleted (exit 1).`,
 		Example: `  stratum token list
   stratum token delete abcdef`,
 		Args: usageArgs(cobra.MinimumNArgs(1)),

@@ -39,7 +39,11 @@ func (a *app) upgradeCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "upgrade",
 		Short: "Upgrade this node's stratum and its control-plane binaries, one control plane at a time",
-		Example: `  /opt/stratum/v2/bin/stratum upgrade node --bin-dir /opt/stratum/v2/bin --dry-run
+		Example: `  # What runs where, and the order to upgrade in
+  stratum upgrade plan
+
+  # Then on each control plane in turn, with the new release's stratum
+  /opt/stratum/v2/bin/stratum upgrade node --bin-dir /opt/stratum/v2/bin --dry-run
   /opt/stratum/v2/bin/stratum upgrade node --bin-dir /opt/stratum/v2/bin`,
 		Args: cobra.ArbitraryArgs,
 		RunE: groupRun,
