@@ -481,7 +481,12 @@ planes; it has no worker join command of its own.
 
 -o json (or yaml) prints {id, kind, expires, token, caHash, server, certificateKey,
 joinCommand, joinCommandSecretFiles, bootstrapKubeconfig}: the secrets included, so
-keep that output as private as the join command.`,
+keep that output as private as the join command.
+
+Exits 2 for a bad --ttl (unparsable, not positive, or over 24h for a control-plane
+grant) or --bootstrap-kubeconfig-out with --control-plane, 3 off a control plane, for an
+unwritable --bootstrap-kubeconfig-out or when the mint is refused (a refused upload
+removes its token again), 1 when it failed midway.`,
 		Example: `  # A control-plane join grant valid for 2 hours
   stratum token create --control-plane
 
