@@ -1766,4 +1766,13 @@ var mutants = []mutant{
 			{"./cmd/stratum/cli", "-run", "TestAdminCommandsWaitOutAStartingAPIServer$"},
 		},
 	},
+	{
+		Name: "machine-output-progress-on-stdout",
+		File: "cmd/stratum/cli/cli.go",
+		Old:  "a.machineOutput = f.Value.String() == \"json\" || f.Value.String() == \"yaml\"",
+		New:  "a.machineOutput = f.Value.String() == \"none\"",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestProgressLeavesAMachineDocumentAlone$"},
+		},
+	},
 }

@@ -185,6 +185,9 @@ type app struct {
 	// accepted a replacement (checkReplacement); an exec releases them
 	// itself (their files are closed on exec).
 	replacementLocks func()
+	// machineOutput is set when the command's -o is json or yaml: its
+	// stdout is then the document alone, and progress goes to stderr.
+	machineOutput bool
 }
 
 func (a *app) rootCmd() *cobra.Command {
@@ -222,6 +225,9 @@ processes driven from one process) via "stratum sim", before it acts on real mac
 			h := slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: lvl})
 			a.log = slog.New(h)
 			routeKlog(h, lvl <= slog.LevelDebug)
+			if f := cmd.Flags().Lookup("output"); f != nil {
+				a.machineOutput = f.Value.String() == "json" || f.Value.String() == "yaml"
+			}
 			return nil
 		},
 	}

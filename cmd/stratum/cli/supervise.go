@@ -1135,8 +1135,19 @@ func forceOnSecondSignal(sigs <-chan os.Signal, force func(), w io.Writer) (end 
 }
 
 // progress prints a long operation's step and waiting lines (ha's
-// Env.Progress) on stdout, indented under the command's own output.
-func (a *app) progress(line string) { fmt.Fprintf(a.stdout, "  %s\n", line) }
+// Env.Progress) on stdout, indented under the command's own output; on
+// stderr under -o json or yaml, whose stdout is the document alone (a
+// token create -o json meeting an API server that just started would
+// print its wait before the document).
+func (a *app) progress(line string) {
+	w := a.stdout
+	if a.machineOutput {
+		w = a.stderr
+	}
+	if w != nil {
+		fmt.Fprintf(w, "  %s\n", line)
+	}
+}
 
 // startProgress prints a line as each service starts, so a long start (etcd
 // finding its leader, the apiserver's first readiness) is visible before the

@@ -54,3 +54,36 @@ func TestAdminCommandsWaitOutAStartingAPIServer(t *testing.T) {
 		}
 	}
 }
+
+// TestProgressLeavesAMachineDocumentAlone: under -o json or yaml a
+// command's progress and waiting lines (ha's Env.Progress) go to stderr,
+// its stdout being the document alone; under its human form, to stdout
+// beside its report.
+func TestProgressLeavesAMachineDocumentAlone(t *testing.T) {
+	for _, tc := range []struct {
+		format   string
+		toStdout bool
+	}{{"json", false}, {"yaml", false}, {"table", true}} {
+		var out, errOut strings.Builder
+		a := &app{stdout: &out, stderr: &errOut, logLevel: "warn"}
+		root := a.rootCmd()
+		cmd, _, err := root.Find([]string{"token", "list"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Flags().Set("output", tc.format); err != nil {
+			t.Fatal(err)
+		}
+		if err := root.PersistentPreRunE(cmd, nil); err != nil {
+			t.Fatal(err)
+		}
+		a.progress("waiting for the API server")
+		got, other := errOut.String(), out.String()
+		if tc.toStdout {
+			got, other = other, got
+		}
+		if !strings.Contains(got, "waiting for the API server") || other != "" {
+			t.Errorf("-o %s: progress on stdout %q, stderr %q; want it on %s alone", tc.format, out.String(), errOut.String(), map[bool]string{true: "stdout", false: "stderr"}[tc.toStdout])
+		}
+	}
+}
