@@ -838,6 +838,45 @@ func TestCertsAtRestKeyProofAndKeySetAt(t *testing.T) {
 	m2 := e.mustMint(time.Hour)
 	e.waitAuthenticated(m2.Token)
 	j2, h2, kc2 := e.joiner("cp2", m2.Token)
+	// Two joins refused after their download (the maintenance fence held
+	// by another operation, met in the preflight) each leave that key as
+	// they found it: the download removed it, and the refusal's undo puts
+	// it back, with every other file.
+	hash, err := pki.CAHash(e.caPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := ha.JoinOptions{Server: e.cp1.APIServerURL(), Token: m2.Token, CAHash: hash, CertKey: m2.CertKey}
+	// Held by cp1, whose clock runs an hour ahead since the re-key above:
+	// cp2 takes a renewal dated that far ahead for no live hold, the
+	// cluster's admission policy refuses its take, and the join says the
+	// fence is held and the clocks are apart, not that its token is wrong.
+	held, err := e.node.TakeFence(ctx, e.admin, "rekey@cp1", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := snapshotFiles(t, h2.Root())
+	_, err = j2.JoinControlPlane(ctx, o)
+	if !errors.Is(err, ha.ErrFenceHeld) || !strings.Contains(err.Error(), "check both machines' time") || strings.Contains(err.Error(), "stratum token create") {
+		t.Fatalf("a join of cp2 while cp1, its clock an hour ahead, holds the fence: %v, want ErrFenceHeld naming the clocks, not a new grant", err)
+	}
+	t.Logf("cp2's join while cp1, its clock an hour ahead, holds the fence: %v", err)
+	checkFilesAsBefore(t, before, snapshotFiles(t, h2.Root()))
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Taken by this host's clock.
+	held, err = certsNodeOn(h2).TakeFence(ctx, e.admin, "rekey@cp1", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j2.JoinControlPlane(ctx, o); !errors.Is(err, ha.ErrFenceHeld) {
+		t.Fatalf("a join of cp2 while the fence is held: %v, want ErrFenceHeld", err)
+	}
+	checkFilesAsBefore(t, before, snapshotFiles(t, h2.Root()))
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if g, err := j2.DownloadCerts(ctx, kc2, m2.CertKey, nil); err != nil || g.CarriesAtRestKey {
 		t.Fatalf("download of the keyless bundle: %+v, %v", g, err)
 	}

@@ -60,10 +60,13 @@ func (n *Node) beginDataReplace(op, finish string) error {
 }
 
 // dataReplaceUnderWay reports whether the journal is there (an earlier run
-// left it: the data may be half replaced).
+// left it: the data may be half replaced). A journal that cannot be looked
+// at (EIO, EACCES) counts as there: taken for absent, a restore or rejoin
+// whose stop then failed would remove an earlier run's journal, and
+// `stratum up` would start etcd on data half replaced.
 func (n *Node) dataReplaceUnderWay() bool {
 	_, err := n.env.Host.Stat(dataReplacePath)
-	return err == nil
+	return !errors.Is(err, fs.ErrNotExist)
 }
 
 // endDataReplace removes the journal once the node state records the new

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"strings"
 	"syscall"
 
 	"stratum.dev/stratum/internal/host"
@@ -26,7 +27,9 @@ const writeProbe = ".stratum-write-probe"
 func isLostFound(e fs.DirEntry) bool { return e.Name() == lostFound && e.IsDir() }
 
 // etcdDataEntries lists what the etcd data directory holds, a file system's
-// lost+found and a write probe left out. An absent directory holds nothing.
+// lost+found and a write probe left out: the probe itself, or the temporary
+// file of its atomic write (host.Files.WriteFile) that a crash mid-write
+// left, which is no etcd data either. An absent directory holds nothing.
 func etcdDataEntries(h host.Files) ([]fs.DirEntry, error) {
 	entries, err := h.ReadDir(version.EtcdDataDir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -37,7 +40,7 @@ func etcdDataEntries(h host.Files) ([]fs.DirEntry, error) {
 	}
 	held := entries[:0:0]
 	for _, e := range entries {
-		if isLostFound(e) || e.Name() == writeProbe {
+		if isLostFound(e) || e.Name() == writeProbe || strings.HasPrefix(e.Name(), "."+writeProbe+".tmp-") {
 			continue
 		}
 		held = append(held, e)

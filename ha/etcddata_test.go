@@ -105,6 +105,24 @@ func TestWipeEtcdDataKeepsALinkAndALostFound(t *testing.T) {
 			t.Fatalf("a plain data directory with a write probe after the wipe: %v; want it gone", err)
 		}
 	})
+	t.Run("a write probe's leftovers alone", func(t *testing.T) {
+		// The probe, and the temporary file of its atomic write a crash
+		// left (host.Dir.WriteFile's ".<name>.tmp-<n>"): no etcd data,
+		// so no "this machine was an etcd member before".
+		files := &host.Dir{Root: t.TempDir()}
+		data := files.Path(version.EtcdDataDir)
+		if err := os.MkdirAll(data, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{writeProbe, "." + writeProbe + ".tmp-2918273645"} {
+			if err := os.WriteFile(filepath.Join(data, name), nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if held, err := etcdDataEntries(files); err != nil || len(held) != 0 {
+			t.Fatalf("etcdDataEntries of a write probe's leftovers = %v, %v; want none", held, err)
+		}
+	})
 	t.Run("lost+found alone", func(t *testing.T) {
 		files := &host.Dir{Root: t.TempDir()}
 		data := files.Path(version.EtcdDataDir)

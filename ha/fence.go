@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -235,6 +236,10 @@ func leaseEnd(l *coordinationv1.Lease) time.Time {
 	return t.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second)
 }
 
+// fenceHeldDenial is the join fence policy's refusal of a take while
+// another holder's lease has not run out by the renew time the take writes.
+const fenceHeldDenial = "the fence is held by another holder whose lease has not run out"
+
 // fenceFutureSlack is how far ahead of this machine's clock a hold's renewal
 // (or take) may be and still count as a holder's: far beyond what two clocks
 // differ by when each passes a join's skew check (2 × maxClockSkew), or an
@@ -334,6 +339,12 @@ func (n *Node) TakeJoinFence(ctx context.Context, cs kubernetes.Interface, token
 		return nil, fmt.Errorf("take join fence: a bootstrap token may hold the fence for at most %ds, not %s; nothing was changed", fenceMaxLeaseSeconds, d)
 	}
 	f, err := n.TakeFence(ctx, cs, bootstrapapi.BootstrapUserPrefix+tokenID, d)
+	if apierrors.IsForbidden(err) && strings.Contains(err.Error(), fenceHeldDenial) {
+		// The take judged the hold run out because its renewal lies more
+		// than fenceFutureSlack ahead of this clock; the policy judges by
+		// the renew times written, and the hold is live.
+		return nil, fmt.Errorf("take join fence: %w: the cluster's admission policy refused the take (%v): the holder's last renewal is dated more than %s ahead of this machine's clock, which took it for no live hold, and by the renew times written it has not run out (the holder's clock runs ahead of this machine's, or this one's behind); nothing was changed: check both machines' time (timedatectl), and run the join again once the holder is done", ErrFenceHeld, err, fenceFutureSlack)
+	}
 	if apierrors.IsUnauthorized(err) {
 		return nil, fmt.Errorf("take join fence: the apiserver does not accept token %s (%v): deleted or expired, or an API server that did not become ready within %s; nothing was changed: %s (%w)", tokenID, err, apiretry.LostWait, mintHint, ErrTokenRefused)
 	}

@@ -318,6 +318,23 @@ func (c *createdFiles) WriteFrom(p string, r io.Reader, perm fs.FileMode) error 
 	return err
 }
 
+// Remove keeps a file the join did not create before removing it, so the
+// undo writes it back: the download removes an at-rest encryption config
+// an earlier download left when the cluster's bundle carries none, and a
+// join refused after that must leave it as it found it. A file the join
+// created (a write probe) is only removed.
+func (c *createdFiles) Remove(p string) error {
+	c.mu.Lock()
+	ours := slices.Contains(c.created, path.Clean(p))
+	c.mu.Unlock()
+	if !ours {
+		if err := c.keep(p); err != nil {
+			return err
+		}
+	}
+	return c.Host.Remove(p)
+}
+
 func (c *createdFiles) MkdirAll(p string, perm fs.FileMode) error {
 	fresh := c.missing(p)
 	err := c.Host.MkdirAll(p, perm)

@@ -22,6 +22,7 @@ import (
 
 	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/assets/assetstest"
+	"stratum.dev/stratum/internal/certbundle"
 	"stratum.dev/stratum/internal/kubeconfig"
 	"stratum.dev/stratum/internal/nodelock"
 	"stratum.dev/stratum/internal/nodestate"
@@ -283,6 +284,17 @@ func TestJoinRefusalsChangeNothing(t *testing.T) {
 	badPods := good
 	badPods.PodCIDR = "10.200.0.0/16"
 	j.joinRefused("cp2", badPods, ha.ErrJoinMismatch, "pod CIDR")
+	// An at-rest encryption config an earlier join left: the download
+	// removes it (this cluster's bundle carries no at-rest key), and the
+	// refusal after the download puts it back as it was.
+	leftover := j.c.Host("cp2").Files()
+	if err := leftover.WriteFile(certbundle.EncryptionConfigPath, []byte("# left by an earlier join\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	j.joinRefused("cp2", badPods, ha.ErrJoinMismatch, "pod CIDR")
+	if err := leftover.Remove(certbundle.EncryptionConfigPath); err != nil {
+		t.Fatal(err)
+	}
 
 	badDomain := good
 	badDomain.ClusterDomain = "other.local"

@@ -305,7 +305,7 @@ func joinFencePolicyObject() *admissionv1.ValidatingAdmissionPolicy {
 				},
 				{
 					Expression: `!variables.isFence || variables.oldHolder == '' || variables.oldHolder == request.userInfo.username || variables.oldRanOut`,
-					Message:    "the fence is held by another holder whose lease has not run out",
+					Message:    fenceHeldDenial,
 					Reason:     ptr(metav1.StatusReasonForbidden),
 				},
 				{

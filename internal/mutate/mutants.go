@@ -1775,4 +1775,40 @@ var mutants = []mutant{
 			{"./cmd/stratum/cli", "-run", "TestProgressLeavesAMachineDocumentAlone$"},
 		},
 	},
+	{
+		Name: "refused-join-leaves-a-file-it-removed-removed",
+		File: "ha/join.go",
+		Old:  "\tif !ours {\n\t\tif err := c.keep(p); err != nil {",
+		New:  "\tif !ours && false {\n\t\tif err := c.keep(p); err != nil {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestCertsAtRestKeyProofAndKeySetAt$"},
+		},
+	},
+	{
+		Name: "write-probe-leftover-taken-for-etcd-data",
+		File: "ha/etcddata.go",
+		Old:  "|| strings.HasPrefix(e.Name(), \".\"+writeProbe+\".tmp-\") {",
+		New:  "|| strings.HasPrefix(e.Name(), \".\"+writeProbe+\".tmp-\") && false {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestWipeEtcdDataKeepsALinkAndALostFound$"},
+		},
+	},
+	{
+		Name: "unreadable-data-replace-journal-taken-for-absent",
+		File: "ha/datajournal.go",
+		Old:  "return !errors.Is(err, fs.ErrNotExist)",
+		New:  "return err == nil",
+		Tests: [][]string{
+			{"./ha", "-run", "TestDataReplaceUnderWayWhenUnsure$"},
+		},
+	},
+	{
+		Name: "join-fence-held-by-a-clock-ahead-said-as-a-bad-token",
+		File: "ha/fence.go",
+		Old:  "if apierrors.IsForbidden(err) && strings.Contains(err.Error(), fenceHeldDenial) {",
+		New:  "if apierrors.IsForbidden(err) && strings.Contains(err.Error(), fenceHeldDenial) && false {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestCertsAtRestKeyProofAndKeySetAt$"},
+		},
+	},
 }

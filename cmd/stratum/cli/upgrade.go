@@ -24,6 +24,12 @@ import (
 	"stratum.dev/stratum/internal/version"
 )
 
+// mkdirDurable makes dir and its missing parents on this machine, each
+// parent's entry fsynced (host.Dir's MkdirAll): a snapshot or unit copy
+// kept in it must not lose its directory to a power loss while the
+// control plane restarts.
+func mkdirDurable(dir string) error { return (&host.Dir{Root: "/"}).MkdirAll(dir, 0o700) }
+
 // upgradeBackupDir is where `stratum upgrade node` saves its snapshot unless
 // told otherwise: under the node's state directory, root's alone.
 const upgradeBackupDir = version.StateDir + "/backups"
@@ -492,7 +498,7 @@ func (u *nodeUpgrade) saveSnapshot(ctx context.Context) error {
 	}
 	p := u.snapshotPath()
 	if u.f.snapshot == "" {
-		if err := os.MkdirAll(upgradeBackupDir, 0o700); err != nil {
+		if err := mkdirDurable(upgradeBackupDir); err != nil {
 			return fmt.Errorf("upgrade: make %s for the snapshot: %w; nothing was changed", upgradeBackupDir, err)
 		}
 	}
@@ -644,7 +650,7 @@ func (u *nodeUpgrade) writeUnit(ctx context.Context) error {
 	}
 	// What it was, edits by hand included, is kept beside the snapshot.
 	was := filepath.Join(upgradeBackupDir, fmt.Sprintf("%s-before-upgrade-%s-%s", unitName, Version, u.startedAt.UTC().Format("20060102T150405Z")))
-	if err := os.MkdirAll(upgradeBackupDir, 0o700); err != nil {
+	if err := mkdirDurable(upgradeBackupDir); err != nil {
 		return fmt.Errorf("upgrade: the control plane runs stratum %s; make %s to keep the unit's previous text: %w; %s was not rewritten: run `stratum install --bin-dir %s` with this stratum", Version, upgradeBackupDir, err, u.unitPath, u.binDir)
 	}
 	if err := writeFileAtomic(was, u.unitWas, 0o600); err != nil {
