@@ -648,6 +648,14 @@ func (n *Node) DownloadCertsAdmin(ctx context.Context, certKeyHex string) error 
 	if err != nil {
 		return fmt.Errorf("%s: %w; nothing was written", op, err)
 	}
+	// Under the node's maintenance lock: it rewrites, file by file, the
+	// cluster CAs this node's services run on, which a renewal, a repoint
+	// or a restore must not meet half written.
+	release, err := nodelock.Acquire(n.env.Host, nodelock.Maintenance, "stratum download shared certificates (admin)")
+	if err != nil {
+		return fmt.Errorf("%s: %w; nothing was written", op, err)
+	}
+	defer release()
 	cs, err := n.adminClient()
 	if err != nil {
 		return fmt.Errorf("%s: %w; nothing was written", op, err)

@@ -25,6 +25,7 @@ import (
 	"stratum.dev/stratum/internal/addons"
 	"stratum.dev/stratum/internal/assets/assetstest"
 	"stratum.dev/stratum/internal/kubeconfig"
+	"stratum.dev/stratum/internal/nodelock"
 	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/pki"
 	"stratum.dev/stratum/internal/token"
@@ -522,6 +523,18 @@ func TestCertsRekeyAndReUpload(t *testing.T) {
 	}
 	if err := e.node.DownloadCertsAdmin(ctx, a.CertKey); !errors.Is(err, ha.ErrBundleOpen) {
 		t.Fatalf("admin download with a pre-rekey key: %v", err)
+	}
+	// Under the node's maintenance lock: refused while another operation
+	// (a renewal) holds it.
+	renewing, err := nodelock.Acquire(e.cp1.Handle(), nodelock.Maintenance, "stratum certs renew")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.node.DownloadCertsAdmin(ctx, k); !errors.Is(err, nodelock.ErrBusy) || !strings.Contains(err.Error(), "stratum certs renew") {
+		t.Fatalf("admin download while a renewal holds the node: %v, want ErrBusy naming it", err)
+	}
+	if err := renewing(); err != nil {
+		t.Fatal(err)
 	}
 	if err := e.node.DownloadCertsAdmin(ctx, k); err != nil {
 		t.Fatalf("admin download with the new key: %v", err)
