@@ -96,6 +96,13 @@ func NewWithSignals(parent context.Context, sigs <-chan os.Signal, log *slog.Log
 func (r *Run) signal(s os.Signal) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if s == syscall.SIGHUP && (r.pending != nil || r.interrupted) {
+		// A terminal that closes sends two SIGHUPs (its shell passes one on
+		// to its jobs, the kernel sends one to the foreground process group
+		// as the shell exits): the second is not an operator insisting.
+		r.log.Warn("a SIGHUP after the first signal is not taken as a second one (a closing terminal sends two); a second SIGINT or SIGTERM stops at once")
+		return
+	}
 	if r.deferring > 0 && r.pending == nil && !r.interrupted {
 		r.pending = s
 		r.log.Warn("signal deferred: this step must finish together with the one before it; a second signal stops at once", "signal", s.String())

@@ -58,6 +58,32 @@ func TestSecondSignalInWindowStopsAtOnce(t *testing.T) {
 	waitDone(t, r.Context(), true)
 }
 
+// TestAClosingTerminalIsOneSignal: the two SIGHUPs a closing terminal sends
+// (its shell's to its jobs, the kernel's to the foreground process group)
+// are one signal: held until the window closes, not a second that stops at
+// once; a SIGINT after them still is.
+func TestAClosingTerminalIsOneSignal(t *testing.T) {
+	sigs := make(chan os.Signal, 3)
+	r := NewWithSignals(context.Background(), sigs, nil)
+	defer r.Stop()
+	end := r.Defer()
+	sigs <- syscall.SIGHUP
+	sigs <- syscall.SIGHUP
+	waitDone(t, r.Context(), false)
+	end()
+	waitDone(t, r.Context(), true)
+
+	r2 := NewWithSignals(context.Background(), sigs, nil)
+	defer r2.Stop()
+	ctx, endWindow := WindowContext(r2.Context())
+	defer endWindow()
+	sigs <- syscall.SIGHUP
+	sigs <- syscall.SIGHUP
+	waitDone(t, ctx, false)
+	sigs <- syscall.SIGINT
+	waitDone(t, ctx, true)
+}
+
 func TestWindowWithoutSignalChangesNothing(t *testing.T) {
 	sigs := make(chan os.Signal, 1)
 	r := NewWithSignals(context.Background(), sigs, nil)

@@ -1820,4 +1820,22 @@ var mutants = []mutant{
 			{"./ha", "-run", "TestCertsRekeyAndReUpload$"},
 		},
 	},
+	{
+		Name: "closing-terminals-second-sighup-forces-the-shutdown",
+		File: "cmd/stratum/cli/supervise.go",
+		Old:  "if seen++; seen < 2 || s == syscall.SIGHUP {",
+		New:  "if seen++; seen < 2 || s == syscall.SIGHUP && false {",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestASecondSignalForcesTheShutdown$"},
+		},
+	},
+	{
+		Name: "closing-terminals-second-sighup-breaks-a-held-window",
+		File: "internal/interrupt/interrupt.go",
+		Old:  "if s == syscall.SIGHUP && (r.pending != nil || r.interrupted) {",
+		New:  "if s == syscall.SIGHUP && (r.pending != nil || r.interrupted) && false {",
+		Tests: [][]string{
+			{"./internal/interrupt", "-run", "TestAClosingTerminalIsOneSignal$"},
+		},
+	},
 }

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -1109,7 +1110,11 @@ func (a *app) warnCertsDue(h host.Host) {
 // shutdown, which may wait out each service's SIGTERM grace (tens of seconds
 // in all); an operator who presses Ctrl-C again means now, and should not
 // have to kill -9 stratum itself, which would leave its children to their
-// parent-death signal and its control socket behind. end stops watching.
+// parent-death signal and its control socket behind. A SIGHUP after the
+// first signal is no second one: a terminal (an SSH session) that closes
+// sends two, its shell's to its jobs and the kernel's to the foreground
+// process group, and the orderly shutdown it began (the VIP released) must
+// go on. end stops watching.
 func forceOnSecondSignal(sigs <-chan os.Signal, force func(), w io.Writer) (end func()) {
 	done := make(chan struct{})
 	ended := make(chan struct{})
@@ -1121,7 +1126,7 @@ func forceOnSecondSignal(sigs <-chan os.Signal, force func(), w io.Writer) (end 
 			case <-done:
 				return
 			case s := <-sigs:
-				if seen++; seen < 2 {
+				if seen++; seen < 2 || s == syscall.SIGHUP {
 					continue
 				}
 				fmt.Fprintf(w, "second signal (%s): killing what still runs at once (SIGKILL, no grace); the VIP lease is left to expire\n", s)

@@ -551,6 +551,26 @@ func TestASecondSignalForcesTheShutdown(t *testing.T) {
 		t.Errorf("the forced shutdown printed %q", got)
 	}
 
+	// A closing terminal's two SIGHUPs (its shell's, then the kernel's to
+	// the foreground process group): the orderly shutdown goes on; a
+	// SIGTERM after them still forces.
+	sigs = make(chan os.Signal, 3)
+	end = forceOnSecondSignal(sigs, func() { forced <- struct{}{} }, io.Discard)
+	sigs <- syscall.SIGHUP
+	sigs <- syscall.SIGHUP
+	select {
+	case <-forced:
+		t.Fatal("a closing terminal's second SIGHUP forced the shutdown")
+	case <-time.After(200 * time.Millisecond):
+	}
+	sigs <- syscall.SIGTERM
+	select {
+	case <-forced:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a SIGTERM after two SIGHUPs did not force the shutdown")
+	}
+	end()
+
 	// Ended before a second signal: it never forces.
 	sigs = make(chan os.Signal, 2)
 	end = forceOnSecondSignal(sigs, func() { forced <- struct{}{} }, io.Discard)
