@@ -1838,4 +1838,22 @@ var mutants = []mutant{
 			{"./internal/interrupt", "-run", "TestAClosingTerminalIsOneSignal$"},
 		},
 	},
+	{
+		Name: "second-interrupt-swallowed",
+		File: "cmd/stratum/main.go",
+		Old:  "\t\tstop()\n\t})\n\treturn ctx, stop",
+		New:  "\t\t_ = stop\n\t})\n\treturn ctx, stop",
+		Tests: [][]string{
+			{"./cmd/stratum", "-run", "TestSecondInterruptEndsTheProcess$"},
+		},
+	},
+	{
+		Name: "closing-terminals-second-sighup-ends-an-interrupted-command",
+		File: "cmd/stratum/main.go",
+		Old:  "\t\tsignal.Notify(make(chan os.Signal, 1), syscall.SIGHUP)\n",
+		New:  "",
+		Tests: [][]string{
+			{"./cmd/stratum", "-run", "TestSecondInterruptEndsTheProcess$"},
+		},
+	},
 }
