@@ -2,6 +2,7 @@ package ha
 
 import (
 	"context"
+	"time"
 
 	"stratum.dev/stratum/internal/nodestate"
 )
@@ -44,3 +45,15 @@ func (n *Node) RemoveOwnMember(ctx context.Context, cpIPs []string, id uint64, p
 // DataReplacePath exposes the path of the etcd data replacement journal a
 // restore or rejoin writes while it replaces the data.
 func DataReplacePath() string { return dataReplacePath }
+
+// HealthyButForSpace and WaitHealthyButForSpace expose the defragmentation's
+// and the quota's health checks: the refusal before a change, and the wait
+// after it.
+func (n *Node) HealthyButForSpace(ctx context.Context, via []string, op, why string) error {
+	_, _, err := n.healthyButForSpace(ctx, via, op, why)
+	return err
+}
+
+func (n *Node) WaitHealthyButForSpace(ctx context.Context, via []string, within time.Duration, op string) error {
+	return n.waitHealthyButForSpace(ctx, via, within, op, nil)
+}

@@ -211,17 +211,38 @@ func (n *Node) planDefrag(ctx context.Context, via []string) ([]defragTarget, bo
 // status: op is refused (why says what of op needs the quorum) when a member
 // has not started, or the cluster is not healthy apart from NOSPACE alarms,
 // which op is a way out of. It returns the members, and whether a NOSPACE
-// alarm is raised.
+// alarm is raised. It is the check before op changes anything; after a
+// change, spaceHealth says the same without the refusal's words.
 func (n *Node) healthyButForSpace(ctx context.Context, via []string, op, why string) ([]defragTarget, bool, error) {
+	plan, nospace, err := n.spaceHealth(ctx, via, op)
+	switch {
+	case errors.Is(err, errLearnerMember):
+		return nil, false, fmt.Errorf("%s refused: %w; nothing was changed: let the join finish (the operator promotes a started learner within 30 s), or remove the member, then run this again", op, err)
+	case errors.Is(err, ErrClusterUnhealthy):
+		return nil, false, fmt.Errorf("%s refused: %w; nothing was changed: %s, so with another member down or cut off the cluster could lose its quorum", op, err, why)
+	case err != nil:
+		return nil, false, fmt.Errorf("%w; nothing was changed", err)
+	}
+	return plan, nospace, nil
+}
+
+// errLearnerMember marks spaceHealth's finding of a member that is a learner
+// or has not started.
+var errLearnerMember = errors.New("a member is a learner or has not started")
+
+// spaceHealth is healthyButForSpace's judgement as what it finds, for op:
+// the member list unread, a member not started (errLearnerMember), the
+// cluster unhealthy apart from NOSPACE alarms (ErrClusterUnhealthy).
+func (n *Node) spaceHealth(ctx context.Context, via []string, op string) ([]defragTarget, bool, error) {
 	ms, err := n.members(ctx, via, op)
 	if err != nil {
-		return nil, false, fmt.Errorf("%w; nothing was changed", err)
+		return nil, false, err
 	}
 	var ips []string
 	names := map[string]string{}
 	for _, m := range ms {
 		if len(m.ClientURLs) == 0 || m.IsLearner {
-			return nil, false, fmt.Errorf("%s refused: member %x (peer URLs %v) is a learner or has not started (a join under way, or one that stopped after its member add; etcd serves a learner no alarm list, so its health is not known); nothing was changed: let the join finish (the operator promotes a started learner within 30 s), or remove the member, then run this again", op, m.ID, m.PeerURLs)
+			return nil, false, fmt.Errorf("%w: member %x (peer URLs %v) (a join under way, or one that stopped after its member add; etcd serves a learner no alarm list, so its health is not known)", errLearnerMember, m.ID, m.PeerURLs)
 		}
 		ip := urlHost(m.ClientURLs[0])
 		ips = append(ips, ip)
@@ -236,7 +257,7 @@ func (n *Node) healthyButForSpace(ctx context.Context, via []string, op, why str
 		nospace = nospace || len(judged[i].Alarms) < len(m.Alarms)
 	}
 	if err := clusterVerdict(judged); err != nil {
-		return nil, false, fmt.Errorf("%s refused: %w: %w; nothing was changed: %s, so with another member down or cut off the cluster could lose its quorum", op, ErrClusterUnhealthy, err, why)
+		return nil, false, fmt.Errorf("%w: %w", ErrClusterUnhealthy, err)
 	}
 	plan := make([]defragTarget, len(res))
 	for i, m := range res {
@@ -305,21 +326,22 @@ func (n *Node) defragMember(ctx context.Context, d *EtcdMemberDefrag, changed *b
 // waitDefragHealthy waits until the cluster read through via is healthy
 // apart from NOSPACE alarms, at most defragHealthyWithin.
 func (n *Node) waitDefragHealthy(ctx context.Context, via []string) error {
-	err := n.waitHealthyButForSpace(ctx, via, defragHealthyWithin, "etcd defrag", "a member being defragmented answers nothing until it is done", nil)
+	err := n.waitHealthyButForSpace(ctx, via, defragHealthyWithin, "etcd defrag", nil)
 	if err != nil {
 		return fmt.Errorf("the cluster is not healthy %s later: %w", defragHealthyWithin, err)
 	}
 	return nil
 }
 
-// waitHealthyButForSpace polls healthyButForSpace (op and why as it takes
-// them) every 100 ms until it passes and check, when given, accepts the
-// members it read; at most within. It returns the last reason it did not.
-func (n *Node) waitHealthyButForSpace(ctx context.Context, via []string, within time.Duration, op, why string, check func([]defragTarget) error) error {
+// waitHealthyButForSpace polls spaceHealth every 100 ms, after op changed
+// something, until it passes and check, when given, accepts the members it
+// read; at most within. It returns the last reason it did not, as what was
+// found: after a change, not a refusal.
+func (n *Node) waitHealthyButForSpace(ctx context.Context, via []string, within time.Duration, op string, check func([]defragTarget) error) error {
 	wctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
 	for {
-		members, _, err := n.healthyButForSpace(wctx, via, op, why)
+		members, _, err := n.spaceHealth(wctx, via, op)
 		if err == nil && check != nil {
 			err = check(members)
 		}
@@ -545,7 +567,7 @@ func (n *Node) SetEtcdQuota(ctx context.Context, quota int64) (changed, restarte
 		return true, false, fmt.Errorf("etcd quota: the node state records %s; restart etcd onto it: %w; run the same command again", units.Bytes(effectiveQuota(quota)), err)
 	}
 	ep := EtcdEndpoint(self)
-	err = n.waitHealthyButForSpace(ctx, []string{self}, quotaSetWithin, "etcd quota", "this node's etcd restarts onto the quota", func(members []defragTarget) error {
+	err = n.waitHealthyButForSpace(ctx, []string{self}, quotaSetWithin, "etcd quota", func(members []defragTarget) error {
 		for _, m := range members {
 			if m.health.Endpoint == ep && m.health.DBQuota != want {
 				return fmt.Errorf("this node's member runs with %s", units.Bytes(m.health.DBQuota))

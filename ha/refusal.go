@@ -1,6 +1,10 @@
 package ha
 
-import "errors"
+import (
+	"context"
+	"errors"
+	"fmt"
+)
 
 // ErrRefused matches an error an operation returned before it changed
 // anything: the node and the cluster are as they were, and the error's text
@@ -60,4 +64,15 @@ func refuseUntilChanged(errp *error, changed *bool) {
 	default:
 		*errp = Refusal(*errp)
 	}
+}
+
+// stoppedRefusal is err, the refusal of op's checks, said as the stop it is
+// when ctx has ended (Ctrl-C): questions cut short read as members that do
+// not answer, and their advice (--force, wait for a recovery) is not what a
+// stop calls for. A refusal met before ctx ended is err unchanged.
+func stoppedRefusal(ctx context.Context, op string, err error) error {
+	if ctx.Err() == nil {
+		return err
+	}
+	return fmt.Errorf("%s stopped before it changed anything: %w; nothing was changed: re-run the same command", op, context.Cause(ctx))
 }

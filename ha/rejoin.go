@@ -267,15 +267,17 @@ func (n *Node) RejoinEtcd(ctx context.Context, w io.Writer, cp1IP string, force 
 	}
 	st, obs, steps, err := n.planRejoinHere(ctx, cp1IP)
 	if err != nil {
-		return Refusal(err)
+		return Refusal(stoppedRefusal(ctx, "etcd rejoin", err))
 	}
 	fmt.Fprintf(w, "rejoining %s to the etcd cluster %s at %s: %s\n", st.Etcd.Name, obs.SeedClusterID, cp1IP, joinSteps(steps))
 	if err := n.checkRejoinEtcdVersion(ctx, obs, steps); err != nil {
-		return Refusal(err)
+		return Refusal(stoppedRefusal(ctx, "etcd rejoin", err))
 	}
 	if hasStep(steps, rejoinWipe) && !force {
 		if err := n.checkOldClusterGone(ctx, st, cp1IP, obs.SeedClusterID); err != nil {
-			return Refusal(err)
+			// Questions a Ctrl-C cut short read as members that do not
+			// answer: no advice to discard data on the strength of it.
+			return Refusal(stoppedRefusal(ctx, "etcd rejoin", err))
 		}
 	}
 	if err := n.checkpoint(ctx, CheckpointRejoinStart); err != nil {

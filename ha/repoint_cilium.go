@@ -149,7 +149,7 @@ func (n *Node) repointCilium(ctx context.Context, w io.Writer, cs kubernetes.Int
 	if !dsChanged && !depChanged {
 		fmt.Fprintf(w, "Cilium already points at %s:%s\n", vip, port)
 	}
-	return n.waitCiliumRollout(ctx, w, cs, rolloutTimeout), nil
+	return n.waitCiliumRollout(ctx, w, cs, rolloutTimeout)
 }
 
 // setAPIServerEnv sets KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT
@@ -179,9 +179,13 @@ func setAPIServerEnv(spec *corev1.PodSpec, vip, port string) bool {
 	return changed
 }
 
-// waitCiliumRollout waits, at most timeout, for both rollouts, and returns a
-// warning for each one that did not finish, naming what it last reported.
-func (n *Node) waitCiliumRollout(ctx context.Context, w io.Writer, cs kubernetes.Interface, timeout time.Duration) []string {
+// waitCiliumRollout waits, at most timeout, for both rollouts, saying what
+// each last reported every WaitReportEvery, and returns a warning for each
+// one that did not finish, naming what it last reported. Stopped (Ctrl-C)
+// before, it returns an error that says so: the settings are written and
+// the rollout goes on in the cluster, and a timeout's warning would read as
+// if it had been waited for.
+func (n *Node) waitCiliumRollout(ctx context.Context, w io.Writer, cs kubernetes.Interface, timeout time.Duration) ([]string, error) {
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	apps := cs.AppsV1()
@@ -190,6 +194,7 @@ func (n *Node) waitCiliumRollout(ctx context.Context, w io.Writer, cs kubernetes
 	// the rollout was last seen in, not the read the deadline interrupted.
 	var dsLast, depLast string
 	dsDone, depDone := false, false
+	report := waitReporter{n: n}
 	for {
 		if !dsDone {
 			if ds, err := apps.DaemonSets(ciliumNamespace).Get(wctx, ciliumAgent, metav1.GetOptions{}); err != nil {
@@ -211,10 +216,14 @@ func (n *Node) waitCiliumRollout(ctx context.Context, w io.Writer, cs kubernetes
 		}
 		if dsDone && depDone {
 			fmt.Fprintf(w, "Cilium rolled out\n")
-			return nil
+			return nil, nil
 		}
+		report.waiting("Cilium's rollout onto the VIP (daemonset %s/%s: %s; deployment %s/%s: %s)", ciliumNamespace, ciliumAgent, dsLast, ciliumNamespace, ciliumOperator, depLast)
 		select {
 		case <-wctx.Done():
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("stopped waiting for Cilium's rollout (daemonset %s/%s: %s; deployment %s/%s: %s): %w; Cilium's settings already point at the VIP and its rollout goes on in the cluster: re-run the same command to wait for it, or watch it with `kubectl -n %s rollout status daemonset/%s`", ciliumNamespace, ciliumAgent, dsLast, ciliumNamespace, ciliumOperator, depLast, context.Cause(ctx), ciliumNamespace, ciliumAgent)
+			}
 			var warnings []string
 			if !dsDone {
 				warnings = append(warnings, fmt.Sprintf("daemonset %s/%s: %s (rollout not finished after %s)", ciliumNamespace, ciliumAgent, dsLast, timeout))
@@ -222,7 +231,7 @@ func (n *Node) waitCiliumRollout(ctx context.Context, w io.Writer, cs kubernetes
 			if !depDone {
 				warnings = append(warnings, fmt.Sprintf("deployment %s/%s: %s (rollout not finished after %s)", ciliumNamespace, ciliumOperator, depLast, timeout))
 			}
-			return warnings
+			return warnings, nil
 		case <-time.After(ciliumRolloutPoll):
 		}
 	}

@@ -187,7 +187,7 @@ func (n *Node) ResetControlPlane(ctx context.Context, w io.Writer, force bool) e
 	defer release()
 	obs, err := n.observeReset(ctx, force)
 	if err != nil {
-		return Refusal(err)
+		return Refusal(stoppedRefusal(ctx, "reset", err))
 	}
 	obs.mayStartEtcd = !force // forced, the reset wipes without the member's removal
 	rep := planReset(obs)
@@ -271,7 +271,7 @@ func (n *Node) restartEtcdForReset(ctx context.Context, w io.Writer, obs resetOb
 	fmt.Fprintf(w, "etcd started\n")
 	next, err := n.observeReset(ctx, false)
 	if err != nil {
-		return obs, Refusal(err)
+		return obs, Refusal(fmt.Errorf("%w (this reset started this node's etcd to ask the members, and it runs; nothing else was changed)", err))
 	}
 	return next, nil
 }
@@ -521,6 +521,12 @@ func (n *Node) observeReset(ctx context.Context, force bool) (resetObservation, 
 			o.publishedUnanswered = err
 		}
 	}
+	if err != nil && ctx.Err() != nil {
+		// Its questions were cut short, not unanswered: not "none
+		// answered", whose reset starts this node's etcd to ask again and
+		// then advises --force.
+		return o, stoppedRefusal(ctx, "reset", err)
+	}
 	if err != nil {
 		o.role = "unknown"
 		if o.removed {
@@ -547,6 +553,9 @@ func (n *Node) observeReset(ctx context.Context, force bool) (resetObservation, 
 		o.role = "voter"
 	}
 	o.votersAfter, o.healthyAfter = n.remainingVoters(ctx, ms, self)
+	if ctx.Err() != nil {
+		return o, stoppedRefusal(ctx, "reset", ctx.Err())
+	}
 	return o, nil
 }
 

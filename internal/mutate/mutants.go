@@ -1856,4 +1856,31 @@ var mutants = []mutant{
 			{"./cmd/stratum", "-run", "TestSecondInterruptEndsTheProcess$"},
 		},
 	},
+	{
+		Name: "stopped-cilium-wait-reported-as-a-timeout",
+		File: "ha/repoint_cilium.go",
+		Old:  "\t\t\tif ctx.Err() != nil {\n\t\t\t\treturn nil, fmt.Errorf(\"stopped waiting for Cilium's rollout",
+		New:  "\t\t\tif ctx.Err() != nil && false {\n\t\t\t\treturn nil, fmt.Errorf(\"stopped waiting for Cilium's rollout",
+		Tests: [][]string{
+			{"./ha", "-run", "TestCiliumRolloutWaitStoppedSaysSo$"},
+		},
+	},
+	{
+		Name: "stopped-reset-and-rejoin-said-as-members-silent",
+		File: "ha/refusal.go",
+		Old:  "\tif ctx.Err() == nil {\n\t\treturn err\n\t}\n\treturn fmt.Errorf(\"%s stopped before it changed anything",
+		New:  "\tif ctx.Err() == nil || true {\n\t\treturn err\n\t}\n\treturn fmt.Errorf(\"%s stopped before it changed anything",
+		Tests: [][]string{
+			{"./ha", "-run", "TestResetAndRejoinStoppedSaySo$"},
+		},
+	},
+	{
+		Name: "health-after-a-change-said-as-a-refusal",
+		File: "ha/etcd_space.go",
+		Old:  "\t\tmembers, _, err := n.spaceHealth(wctx, via, op)",
+		New:  "\t\tmembers, _, err := n.healthyButForSpace(wctx, via, op, op)",
+		Tests: [][]string{
+			{"./ha", "-run", "TestSpaceHealthAfterAChangeIsNoRefusal$"},
+		},
+	},
 }

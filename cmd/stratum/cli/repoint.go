@@ -93,7 +93,7 @@ repoint would, the lock aside (it takes none).`,
 				w, err := n.RepointCiliumWithin(cmd.Context(), a.stdout, nil, vip, rollout)
 				if err != nil {
 					// This node's clients were already moved.
-					return ha.Midway(fmt.Errorf("this node's clients point at the VIP, but Cilium was not repointed: %w; re-run the same command", err))
+					return ha.Midway(fmt.Errorf("this node's clients point at the VIP, but Cilium's repoint did not finish: %w; re-run the same command", err))
 				}
 				warnings = append(warnings, w...)
 			}
