@@ -1883,4 +1883,40 @@ var mutants = []mutant{
 			{"./ha", "-run", "TestSpaceHealthAfterAChangeIsNoRefusal$"},
 		},
 	},
+	{
+		Name: "log-removed-from-outside-shifted-on-every-write",
+		File: "internal/rotlog/rotlog.go",
+		Old:  "\tif !l.movedAside && err == nil {",
+		New:  "\tif !l.movedAside && err == nil && false {",
+		Tests: [][]string{
+			{"./internal/rotlog", "-run", "TestALogRemovedFromOutsideIsOpenedAgain$"},
+		},
+	},
+	{
+		Name: "log-directory-removed-never-made-again",
+		File: "internal/rotlog/rotlog.go",
+		Old:  "if merr := os.MkdirAll(filepath.Dir(l.path), 0o750); merr == nil {",
+		New:  "if merr := os.MkdirAll(filepath.Dir(l.path), 0o750); merr == nil && false {",
+		Tests: [][]string{
+			{"./internal/rotlog", "-run", "TestALogRemovedFromOutsideIsOpenedAgain$"},
+		},
+	},
+	{
+		Name: "service-left-down-by-a-log-that-cannot-open",
+		File: "internal/supervisor/supervisor.go",
+		Old:  "\t\tu.sup.log.Warn(\"the service runs without its log, its output lost\", \"service\", u.spec.Name, \"err\", err)\n",
+		New:  "\t\treturn nil, nil, err\n",
+		Tests: [][]string{
+			{"./internal/supervisor", "-run", "TestAServiceRunsWithoutItsLog$"},
+		},
+	},
+	{
+		Name: "shutdown-during-a-render-starts-the-process",
+		File: "internal/supervisor/supervisor.go",
+		Old:  "\tif err := ctx.Err(); err != nil {\n\t\t// A shutdown began while",
+		New:  "\tif err := ctx.Err(); err != nil && false {\n\t\t// A shutdown began while",
+		Tests: [][]string{
+			{"./internal/supervisor", "-run", "TestAShutdownDuringARenderStartsNothing$"},
+		},
+	},
 }

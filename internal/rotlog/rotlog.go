@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"sync"
 )
 
@@ -66,6 +67,13 @@ var openFile = os.OpenFile
 
 func (l *File) open() error {
 	f, err := openFile(l.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+	if errors.Is(err, fs.ErrNotExist) {
+		// Its directory removed from outside (a cleanup of /var/log):
+		// made again, as the supervisor makes it at its start.
+		if merr := os.MkdirAll(filepath.Dir(l.path), 0o750); merr == nil {
+			f, err = openFile(l.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -151,11 +159,21 @@ func (l *File) append(p []byte) (int, error) {
 // rotate renames name.log.k to name.log.k+1 (the one at Keep is replaced,
 // so dropped), name.log to name.log.1, and opens a new name.log. A file
 // truncated from outside (logrotate's copytruncate) is not rotated again:
-// its real size is read first.
+// its real size is read first. A file removed from outside (an rm of
+// name.log, or of its directory), or replaced, is not name.log any more:
+// nothing is moved aside, the old files stay as they are, and a new
+// name.log is opened, so the removed one, whose space the disk gets back
+// only once it is closed, grows no further than the limit.
 func (l *File) rotate() error {
-	if fi, err := l.f.Stat(); err == nil && fi.Size() < l.maxBytes {
-		l.size = fi.Size()
+	cur, err := l.f.Stat()
+	if err == nil && cur.Size() < l.maxBytes {
+		l.size = cur.Size()
 		return nil
+	}
+	if !l.movedAside && err == nil {
+		if fi, serr := os.Stat(l.path); errors.Is(serr, fs.ErrNotExist) || serr == nil && !os.SameFile(fi, cur) {
+			l.movedAside = true
+		}
 	}
 	if !l.movedAside {
 		for k := l.keep - 1; k >= 1; k-- {

@@ -184,3 +184,50 @@ func TestAFailedRotationLosesNothing(t *testing.T) {
 		t.Fatalf("the log's files are %q, want the first file kept as .3 and three after it", data)
 	}
 }
+
+// TestALogRemovedFromOutsideIsOpenedAgain: a log removed from outside (an
+// rm of it, or of its directory) is written on until the limit, then a new
+// one is opened at its path, the old files left as they were: the removed
+// file, whose space comes back only once it is closed, does not grow past
+// the limit, and no rotation shifts the old files again and again.
+func TestALogRemovedFromOutsideIsOpenedAgain(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "stratum")
+	path := filepath.Join(dir, "etcd.log")
+	l, err := Open(path, 10, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, err := l.Write([]byte("first file\nsecond\n")); err != nil { // .1 = first file
+		t.Fatal(err)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{"third\n", "fourth\n"} { // third into the removed file, at the limit
+		if _, err := l.Write([]byte(line)); err != nil {
+			t.Fatalf("write after the log was removed: %v", err)
+		}
+	}
+	if old, _ := os.ReadFile(path + ".1"); string(old) != "first file\n" {
+		t.Fatalf("%s.1 holds %q after the log was removed, want the first file as it was", path, old)
+	}
+	if _, err := os.Stat(path + ".2"); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the old files were shifted after the log was removed: %v", err)
+	}
+	if cur, _ := os.ReadFile(path); string(cur) != "fourth\n" {
+		t.Fatalf("the log opened again holds %q, want the lines after the removed one", cur)
+	}
+	// Its directory removed: made again at the next rotation.
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{"fifth\n", "sixth\n"} { // fifth into the removed directory's file
+		if _, err := l.Write([]byte(line)); err != nil {
+			t.Fatalf("write after the log's directory was removed: %v", err)
+		}
+	}
+	if cur, _ := os.ReadFile(path); string(cur) != "sixth\n" {
+		t.Fatalf("the log opened again in a new directory holds %q, want the line after the removed one", cur)
+	}
+}

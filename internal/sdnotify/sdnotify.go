@@ -3,9 +3,11 @@
 // once it serves or has settled into a wait it says, STATUS= what it does,
 // STOPPING=1 when it begins to stop. Without NOTIFY_SOCKET in the
 // environment (run by hand, under another supervisor) every call does
-// nothing. With it, `systemctl start stratum` returns only once the control
-// plane is up, so a playbook restarting control planes one after another
-// waits for each instead of taking them down at once.
+// nothing. With it, `systemctl start stratum` returns once the control plane
+// is up or has settled into a wait its status names (a failed start retried
+// while its etcd voter is kept, etcd data awaited: a start systemd timed out
+// would kill that voter), so a playbook restarting control planes one after
+// another waits for each, and checks `stratum status` before the next.
 package sdnotify
 
 import (

@@ -711,9 +711,22 @@ func (u *unit) launch(ctx context.Context) (exited <-chan error, stop func(), er
 	if err != nil {
 		return nil, nil, fmt.Errorf("render %s's command: %w", u.spec.Name, err)
 	}
+	if err := ctx.Err(); err != nil {
+		// A shutdown began while the command was rendered (up to 20 s for
+		// a crash-looping etcd's version probe): nothing is started, for
+		// the shutdown to stop again past the unit's stop timeout.
+		return nil, nil, fmt.Errorf("start %s: %w", u.spec.Name, context.Cause(ctx))
+	}
 	logFile, err := u.sup.openLog(u.spec.Name)
 	if err != nil {
-		return nil, nil, err
+		// A log that cannot be opened (/var/log read-only after an I/O
+		// error, out of inodes) never keeps a service from running: its
+		// output is lost, said here, rather than etcd or the apiserver
+		// left down until the log's volume is mended.
+		u.sup.log.Warn("the service runs without its log, its output lost", "service", u.spec.Name, "err", err)
+		if logFile, err = os.OpenFile(os.DevNull, os.O_WRONLY, 0); err != nil {
+			return nil, nil, fmt.Errorf("start %s: its log: %w", u.spec.Name, err)
+		}
 	}
 	// The child writes into a pipe the supervisor drains into the log,
 	// which rotates by size; a child writing to the file itself would keep

@@ -844,3 +844,57 @@ func TestChildEnvLeavesOutTheNotifySocket(t *testing.T) {
 		t.Fatalf("childEnv = %q, want %q", got, want)
 	}
 }
+
+// TestAServiceRunsWithoutItsLog: a log that cannot be opened (here its
+// directory's parent is a file; on a machine, /var/log read-only after an
+// I/O error) does not keep the service from running: its output is lost,
+// not etcd or the apiserver.
+func TestAServiceRunsWithoutItsLog(t *testing.T) {
+	parent := filepath.Join(t.TempDir(), "not-a-directory")
+	if err := os.WriteFile(parent, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{Services: []Spec{{Name: "etcd", Command: shell("while :; do echo serving; sleep 0.1; done")}}, LogDir: filepath.Join(parent, "stratum")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Shutdown)
+	if err := s.StartService(context.Background(), "etcd"); err != nil {
+		t.Fatalf("start with a log that cannot be opened: %v, want it running without its log", err)
+	}
+	pidOf(t, s, "etcd")
+}
+
+// TestAShutdownDuringARenderStartsNothing: a shutdown that begins while a
+// service's command is rendered (etcd's version probe takes up to 20 s)
+// starts no process: one started then would be stopped again with its
+// whole SIGTERM grace, past the unit's stop timeout. The supervisor's
+// "starting" line in the service's log, written just before a start, is
+// never written.
+func TestAShutdownDuringARenderStartsNothing(t *testing.T) {
+	rendering, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	s, logs := newSup(t, Spec{Name: "etcd", Command: func() (Command, error) {
+		once.Do(func() { close(rendering) })
+		<-release
+		return shell("sleep 1000")()
+	}})
+	ctx := context.Background()
+	go func() { _ = s.StartService(ctx, "etcd") }()
+	<-rendering
+	shut := make(chan struct{})
+	go func() { s.Shutdown(); close(shut) }()
+	for !s.isShuttingDown() {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // the unit's stop cancels right after the flag is set
+	close(release)
+	select {
+	case <-shut:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the shutdown did not end")
+	}
+	if data, _ := os.ReadFile(filepath.Join(logs, "etcd.log")); strings.Contains(string(data), "starting etcd") {
+		t.Fatalf("a shutdown begun during the render started the process: its log says %q", data)
+	}
+}
