@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -129,6 +131,24 @@ func TestRejoinBringsBackAJoinedMemberWhoseDataIsLost(t *testing.T) {
 	_, err := joinNodeOn(cp2).StartControlPlane(ctx)
 	if !errors.Is(err, ha.ErrEtcdDataMissing) || !strings.Contains(err.Error(), "stratum etcd rejoin --server") {
 		t.Fatalf("stratum up on cp2 with its data lost: %v; want ErrEtcdDataMissing advising a rejoin", err)
+	}
+	// Stopped (Ctrl-C) at its start, before its first step: refused with
+	// nothing changed, and the etcd data replacement journal it wrote
+	// gone, which would otherwise keep `stratum up` from starting cp2
+	// once its data is back by other means.
+	stopped, stop := context.WithCancel(ctx)
+	d := cp2.Handle()
+	stopAtStart := ha.NewNode(ha.Env{Host: d, Checkpoint: func(ctx context.Context, name string) error {
+		if name == ha.CheckpointRejoinStart {
+			stop()
+		}
+		return d.Checkpoint(ctx, name)
+	}})
+	if err := stopAtStart.RejoinEtcd(stopped, io.Discard, c.Host("cp1").IP().String(), false); !ha.IsRefusal(err) || !strings.Contains(err.Error(), "etcd rejoin stopped before member-remove") {
+		t.Fatalf("the rejoin stopped at its start: %v, want a refusal saying it stopped before its first step", err)
+	}
+	if _, err := cp2.Files().Stat(ha.DataReplacePath()); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the rejoin stopped before its first step left its data replacement journal (stat: %v)", err)
 	}
 	var out syncbuf.Buffer
 	if err := reportingNodeOn(cp2, &out).RejoinEtcd(ctx, &out, c.Host("cp1").IP().String(), false); err != nil {

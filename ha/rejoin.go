@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -292,9 +293,9 @@ func (n *Node) RejoinEtcd(ctx context.Context, w io.Writer, cp1IP string, force 
 		}
 	}
 	seed := []string{cp1IP}
-	for _, s := range steps {
+	for i, s := range steps {
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("etcd rejoin stopped before %s: %w; re-run the same command to resume", s, err)
+			return n.rejoinStopped(ctx, steps[:i], s, earlier)
 		}
 		began := time.Now()
 		if err := n.rejoinStep(ctx, w, s, st, obs, seed); err != nil {
@@ -303,6 +304,9 @@ func (n *Node) RejoinEtcd(ctx context.Context, w io.Writer, cp1IP string, force 
 				if jerr := n.endDataReplace(); jerr != nil {
 					return fmt.Errorf("%w; the data is untouched, but %w", err, jerr)
 				}
+				if s == rejoinStop {
+					return fmt.Errorf("%w, or `stratum up` to start it again on its etcd data, untouched", err)
+				}
 			}
 			return err
 		}
@@ -310,6 +314,26 @@ func (n *Node) RejoinEtcd(ctx context.Context, w io.Writer, cp1IP string, force 
 	}
 	fmt.Fprintf(w, "rejoined: %s is a voter of etcd cluster %s\n", st.Etcd.Name, obs.SeedClusterID)
 	return nil
+}
+
+// rejoinStopped is the error of a rejoin stopped (Ctrl-C) before step s,
+// the steps ran before it. Until the wipe and the membership's change its
+// data is untouched: the replacement journal this run wrote goes (it would
+// keep `stratum up` from starting the node), and nothing was changed when
+// no step ran, or only the stop, which it says.
+func (n *Node) rejoinStopped(ctx context.Context, ran []rejoinStep, s rejoinStep, earlier bool) error {
+	stopped := fmt.Errorf("etcd rejoin stopped before %s: %w", s, context.Cause(ctx))
+	touched := slices.ContainsFunc(ran, func(r rejoinStep) bool { return r != rejoinStop })
+	if earlier || touched {
+		return fmt.Errorf("%w; re-run the same command to resume", stopped)
+	}
+	if err := n.endDataReplace(); err != nil {
+		return fmt.Errorf("%w; its etcd data is untouched, but %w: re-run the same command", stopped, err)
+	}
+	if len(ran) == 0 {
+		return Refusal(fmt.Errorf("%w; nothing was changed: re-run the same command", stopped))
+	}
+	return fmt.Errorf("%w; this node's control plane is stopped and its etcd data untouched: re-run the same command to go on, or `stratum up` to start it again as it was", stopped)
 }
 
 // errDataUntouched marks a rejoin step's failure that came before the step
@@ -435,7 +459,7 @@ func (n *Node) rejoinStep(ctx context.Context, w io.Writer, s rejoinStep, st *no
 	switch s {
 	case rejoinStop:
 		if err := n.stopControlPlane(ctx); err != nil {
-			return fmt.Errorf("etcd rejoin: %w; re-run the same command", err)
+			return fmt.Errorf("etcd rejoin: %w; the control plane may be stopped in part (`stratum status` says what runs): re-run the same command", err)
 		}
 		fmt.Fprintf(w, "local control plane stopped\n")
 		if err := n.checkpoint(ctx, CheckpointRejoinAfterStop); err != nil {

@@ -231,9 +231,14 @@ func (n *Node) SnapshotRestore(ctx context.Context, w io.Writer, dbPath string) 
 	began := time.Now()
 	rs, err := n.prepareRestore(ctx, dbPath)
 	if err != nil {
-		return err
+		return stoppedRefusal(ctx, "snapshot restore", err)
 	}
 	defer rs.cleanup()
+	// Stopped (Ctrl-C) during the scratch restore, which may not have
+	// noticed: nothing was changed yet, and the stop is not begun.
+	if err := ctx.Err(); err != nil {
+		return stoppedRefusal(ctx, "snapshot restore", err)
+	}
 	st, out := rs.state, rs.dataDir
 	fmt.Fprintf(w, "restoring %s (revision %d, %d keys) as a new single-member cluster %s=%s\n", dbPath, rs.status.Revision, rs.status.TotalKeys, st.Etcd.Name, st.Etcd.PeerURL)
 	fmt.Fprintln(w, rs.revisionLine())
@@ -258,11 +263,23 @@ func (n *Node) SnapshotRestore(ctx context.Context, w io.Writer, dbPath string) 
 		if jerr := n.endDataReplace(); jerr != nil {
 			return fmt.Errorf("snapshot restore: %w; etcd data not touched, but %w: re-run the restore", err, jerr)
 		}
-		return fmt.Errorf("snapshot restore: %w; etcd data not touched: re-run the restore", err)
+		return fmt.Errorf("snapshot restore: %w; etcd data not touched, but the control plane may be stopped in part (`stratum status` says what runs): re-run the restore, or `stratum up` to start it again on its old data", err)
 	}
 	n.stepDone("stop the control plane", time.Since(began))
 	if err := n.checkpoint(ctx, CheckpointRestoreAfterStop); err != nil {
 		return err
+	}
+	if err := ctx.Err(); err != nil {
+		// Stopped (Ctrl-C) during the stop, which finished: the data is
+		// not yet touched by this run.
+		stopped := fmt.Errorf("snapshot restore stopped once the control plane was stopped: %w", context.Cause(ctx))
+		if earlier {
+			return fmt.Errorf("%w; an earlier run may have replaced part of the etcd data, so `stratum up` stays refused: re-run the restore", stopped)
+		}
+		if jerr := n.endDataReplace(); jerr != nil {
+			return fmt.Errorf("%w; etcd data not touched, but %w: re-run the restore", stopped, jerr)
+		}
+		return fmt.Errorf("%w; etcd data not touched: re-run the restore, or `stratum up` to start the control plane again on its old data", stopped)
 	}
 	fmt.Fprintf(w, "control plane stopped; replacing %s\n", version.EtcdDataDir)
 	began = time.Now()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -99,4 +100,52 @@ func snapshottedControlPlane(t *testing.T) (c *sim.Cluster, ctx context.Context,
 		t.Fatal(err)
 	}
 	return c, ctx, snap
+}
+
+// TestRestoreStoppedBeforeItsStop: a restore stopped (Ctrl-C) before it
+// stops the control plane (here before it began) is refused as stopped,
+// with the control plane running on its data and no journal that would
+// keep `stratum up` from starting it.
+func TestRestoreStoppedBeforeItsStop(t *testing.T) {
+	t.Parallel() // its own simulated cluster
+	c, ctx, snap := snapshottedControlPlane(t)
+	cp1 := c.Host("cp1")
+	put(t, ctx, cp1, keyAfter)
+	stopped, stop := context.WithCancel(ctx)
+	stop()
+	err := joinNodeOn(cp1).SnapshotRestore(stopped, io.Discard, snap)
+	if !ha.IsRefusal(err) || !strings.Contains(err.Error(), "snapshot restore stopped before it changed anything") {
+		t.Fatalf("a restore stopped before it began: %v, want a refusal saying it stopped", err)
+	}
+	if !cp1.EtcdRunning() || !cp1.APIServerRunning() || !has(t, ctx, cp1, keyAfter) {
+		t.Fatalf("after a restore stopped before it began: etcd running %t, apiserver running %t, the data as it was %t", cp1.EtcdRunning(), cp1.APIServerRunning(), has(t, ctx, cp1, keyAfter))
+	}
+	if _, err := cp1.Files().Stat(ha.DataReplacePath()); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a restore stopped before it began left its journal (stat: %v)", err)
+	}
+
+	// Stopped once its stop of the control plane is done: the data is
+	// not replaced, no journal stays, and `stratum up` starts the control
+	// plane again on it.
+	stopped, stop = context.WithCancel(ctx)
+	d := cp1.Handle()
+	stopAfterStop := ha.NewNode(ha.Env{Host: d, Checkpoint: func(ctx context.Context, name string) error {
+		if name == ha.CheckpointRestoreAfterStop {
+			stop()
+		}
+		return d.Checkpoint(ctx, name)
+	}})
+	err = stopAfterStop.SnapshotRestore(stopped, io.Discard, snap)
+	if err == nil || ha.IsRefusal(err) || !strings.Contains(err.Error(), "stopped once the control plane was stopped") || !strings.Contains(err.Error(), "stratum up") {
+		t.Fatalf("a restore stopped after its stop: %v, want a failure saying the data is untouched and `stratum up` starts it again", err)
+	}
+	if _, err := cp1.Files().Stat(ha.DataReplacePath()); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a restore stopped after its stop left its journal (stat: %v)", err)
+	}
+	if _, err := joinNodeOn(cp1).Up(ctx, ha.BootstrapOptions{}); err != nil {
+		t.Fatalf("stratum up after a restore stopped after its stop: %v", err)
+	}
+	if !has(t, ctx, cp1, keyAfter) {
+		t.Fatal("after a restore stopped after its stop, and stratum up, cp1 does not serve its data as it was")
+	}
 }

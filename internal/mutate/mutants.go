@@ -1919,4 +1919,40 @@ var mutants = []mutant{
 			{"./internal/supervisor", "-run", "TestAShutdownDuringARenderStartsNothing$"},
 		},
 	},
+	{
+		Name: "rejoin-stopped-at-its-start-keeps-its-journal",
+		File: "ha/rejoin.go",
+		Old:  "\tif earlier || touched {",
+		New:  "\tif earlier || touched || true {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestRejoinBringsBackAJoinedMemberWhoseDataIsLost$"},
+		},
+	},
+	{
+		Name: "join-runs-on-after-its-signal-was-taken",
+		File: "cmd/stratum/cli/node.go",
+		Old:  "\t\t\t\tif err := cmd.Context().Err(); err != nil {",
+		New:  "\t\t\t\tif err := cmd.Context().Err(); err != nil && false {",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestUpAndJoinPrintTheirSteps$"},
+		},
+	},
+	{
+		Name: "restore-stopped-in-its-scratch-restore-goes-on",
+		File: "ha/snapshot.go",
+		Old:  "\tif err := ctx.Err(); err != nil {\n\t\treturn stoppedRefusal(ctx, \"snapshot restore\", err)\n\t}",
+		New:  "\tif err := ctx.Err(); err != nil && false {\n\t\treturn stoppedRefusal(ctx, \"snapshot restore\", err)\n\t}",
+		Tests: [][]string{
+			{"./ha", "-run", "TestRestoreStoppedBeforeItsStop$"},
+		},
+	},
+	{
+		Name: "restore-stopped-after-its-stop-replaces-the-data",
+		File: "ha/snapshot.go",
+		Old:  "\tif err := ctx.Err(); err != nil {\n\t\t// Stopped (Ctrl-C) during the stop, which finished",
+		New:  "\tif err := ctx.Err(); err != nil && false {\n\t\t// Stopped (Ctrl-C) during the stop, which finished",
+		Tests: [][]string{
+			{"./ha", "-run", "TestRestoreStoppedBeforeItsStop$"},
+		},
+	},
 }

@@ -402,6 +402,11 @@ it recovers).`,
 			joinOnce := func(n *ha.Node) (*nodestate.NodeState, error) {
 				run := interrupt.New(context.WithoutCancel(cmd.Context()), a.log)
 				defer run.Stop()
+				// A signal the command's context took before this run
+				// listened is not lost: the join does not begin.
+				if err := cmd.Context().Err(); err != nil {
+					return nil, ha.Refusal(fmt.Errorf("control-plane join stopped before it began: %w; nothing was changed", context.Cause(cmd.Context())))
+				}
 				return join(run.Context(), n, o)
 			}
 			if f.install && a.opts.Host != nil {

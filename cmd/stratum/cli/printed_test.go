@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -22,6 +23,7 @@ import (
 	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/host"
 	"stratum.dev/stratum/internal/kubeconfig"
+	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/token"
 	"stratum.dev/stratum/sim"
 )
@@ -319,6 +321,17 @@ func TestUpAndJoinPrintTheirSteps(t *testing.T) {
 	join = printedCommandLines(out)[0]
 	cp3 := c.Hosts()[2]
 	d3 := cp3.Handle()
+	// A signal the command took before the join listened for its own (in
+	// the supervisor's checks): the join does not begin.
+	stopped, stop := context.WithCancel(context.Background())
+	stop()
+	var stoppedOut, stoppedErr strings.Builder
+	if code := Run(stopped, strings.Fields(join)[1:], &stoppedOut, &stoppedErr, on(cp3)); code != ExitRefused || !strings.Contains(stoppedErr.String(), "control-plane join stopped before it began") {
+		t.Fatalf("the join command on cp3, its signal taken before the join: exit %d, want %d saying it did not begin\n%s\n%s", code, ExitRefused, stoppedOut.String(), stoppedErr.String())
+	}
+	if _, err := nodestate.Load(d3); !errors.Is(err, nodestate.ErrNoState) {
+		t.Fatalf("a join stopped before it began left cp3 a node state (%v)", err)
+	}
 	opts3 := Options{Host: func() (host.Host, error) { return d3, nil }, Checkpoint: func(ctx context.Context, name string) error {
 		if name == ha.CheckpointAfterStateSave {
 			if err := d3.WriteFile(ha.ResetJournalPath(), []byte("{}"), 0o600); err != nil {
