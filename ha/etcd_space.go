@@ -307,9 +307,16 @@ func (n *Node) defragMember(ctx context.Context, d *EtcdMemberDefrag, changed *b
 	start := time.Now()
 	dctx, cancel := context.WithTimeout(ctx, defragMemberWithin)
 	*changed = true
-	_, err = cli.Defragment(dctx, ep)
+	err = n.waitingOn(fmt.Sprintf("etcd to defragment %s (%s; it answers nothing until it is done)", d.Name, units.Bytes(d.Before)), func() error {
+		_, err := cli.Defragment(dctx, ep)
+		return err
+	})
 	cancel()
 	d.Took += time.Since(start)
+	if err != nil && ctx.Err() != nil {
+		// The member goes on defragmenting without its caller.
+		return fmt.Errorf("etcd defrag of %s (%s) stopped: %w; etcd goes on defragmenting it on its own: run the same command again once `stratum etcd health` passes", d.Name, ep, context.Cause(ctx))
+	}
 	if err != nil {
 		return fmt.Errorf("etcd defrag of %s (%s): %w", d.Name, ep, err)
 	}

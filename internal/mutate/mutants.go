@@ -1955,4 +1955,22 @@ var mutants = []mutant{
 			{"./ha", "-run", "TestRestoreStoppedBeforeItsStop$"},
 		},
 	},
+	{
+		Name: "supervised-start-waits-silently",
+		File: "cmd/stratum/cli/supervise.go",
+		Old:  "s.progress(fmt.Sprintf(\"waiting for the supervisor to %s %s (%s so far)\", verb, name, time.Since(began).Round(time.Second)))",
+		New:  "_ = began",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestSupervisedStartsSayWhatTheyWaitFor$"},
+		},
+	},
+	{
+		Name: "upgrade-wait-stopped-said-as-its-timeout",
+		File: "cmd/stratum/cli/upgrade.go",
+		Old:  "\t\t\tif parent.Err() != nil {\n\t\t\t\treturn fmt.Errorf(\"upgrade stopped while it waited for the supervisor",
+		New:  "\t\t\tif parent.Err() != nil && false {\n\t\t\t\treturn fmt.Errorf(\"upgrade stopped while it waited for the supervisor",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestUpgradeWaitStoppedSaysSo$"},
+		},
+	},
 }

@@ -44,7 +44,7 @@ func (a *app) localNode() (*ha.Node, host.Host, error) {
 			if err != nil {
 				return nil, err
 			}
-			l.Services = localServices()
+			l.Services = waitedServices{Services: localServices(), progress: a.progress}
 			return l, nil
 		}
 	}

@@ -80,6 +80,47 @@ var superviseNeedsRoot = fmt.Sprintf("it writes %s and %s, binds the etcd and ap
 // for services: the running supervisor's control socket.
 func localServices() host.Services { return supervisor.Client{Path: supervisor.SocketPath} }
 
+// waitedServices are a command's services through the running supervisor,
+// saying through progress, every ha.WaitReportEvery, what it still waits
+// for while a start, restart or stop has not returned: each waits for its
+// service to be ready (etcd answering with a leader, the apiserver's
+// /readyz: up to supervisor.ServiceReadyWithin) or gone (its SIGTERM
+// grace), which a silent terminal would hide for minutes.
+type waitedServices struct {
+	host.Services
+	progress func(string)
+	// every is the pace of the lines (zero: ha.WaitReportEvery).
+	every time.Duration
+}
+
+func (s waitedServices) StartService(ctx context.Context, name string) error {
+	return s.waiting("start", name, func() error { return s.Services.StartService(ctx, name) })
+}
+
+func (s waitedServices) RestartService(ctx context.Context, name string) error {
+	return s.waiting("restart", name, func() error { return s.Services.RestartService(ctx, name) })
+}
+
+func (s waitedServices) StopService(ctx context.Context, name string) error {
+	return s.waiting("stop", name, func() error { return s.Services.StopService(ctx, name) })
+}
+
+func (s waitedServices) waiting(verb, name string, do func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- do() }()
+	began := time.Now()
+	tick := time.NewTicker(cmp.Or(s.every, ha.WaitReportEvery))
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-tick.C:
+			s.progress(fmt.Sprintf("waiting for the supervisor to %s %s (%s so far)", verb, name, time.Since(began).Round(time.Second)))
+		}
+	}
+}
+
 // nodeSupervisor is the supervisor of this machine's control plane: etcd and
 // kube-apiserver from binDir with flags rendered from the node state at each
 // start, the VIP candidate and, with operator, the operator in process. A

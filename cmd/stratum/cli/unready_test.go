@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -85,5 +86,56 @@ func TestProgressLeavesAMachineDocumentAlone(t *testing.T) {
 		if !strings.Contains(got, "waiting for the API server") || other != "" {
 			t.Errorf("-o %s: progress on stdout %q, stderr %q; want it on %s alone", tc.format, out.String(), errOut.String(), map[bool]string{true: "stdout", false: "stderr"}[tc.toStdout])
 		}
+	}
+}
+
+// blockingServices' starts, restarts and stops return once released.
+type blockingServices struct {
+	host.Services
+	release chan struct{}
+}
+
+func (b blockingServices) StartService(context.Context, string) error {
+	<-b.release
+	return nil
+}
+
+// TestSupervisedStartsSayWhatTheyWaitFor: a start through the running
+// supervisor that has not returned (the service not ready yet) says, at
+// the pace of the lines, what it waits for and how long it has; one that
+// returns at once says nothing.
+func TestSupervisedStartsSayWhatTheyWaitFor(t *testing.T) {
+	var mu sync.Mutex
+	var said []string
+	progress := func(l string) {
+		mu.Lock()
+		defer mu.Unlock()
+		said = append(said, l)
+	}
+	b := blockingServices{release: make(chan struct{})}
+	s := waitedServices{Services: b, progress: progress, every: 20 * time.Millisecond}
+	started := make(chan error, 1)
+	go func() { started <- s.StartService(context.Background(), "etcd") }()
+	for {
+		mu.Lock()
+		n := len(said)
+		mu.Unlock()
+		if n >= 2 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(b.release)
+	if err := <-started; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(said[0], "waiting for the supervisor to start etcd (") {
+		t.Fatalf("a start not returned said %q, want what it waits for", said)
+	}
+	said = nil
+	if err := s.StartService(context.Background(), "etcd"); err != nil || len(said) != 0 {
+		t.Fatalf("a start that returned at once: %v, said %q; want nothing said", err, said)
 	}
 }

@@ -546,10 +546,11 @@ func (u *nodeUpgrade) replaceSupervisor(ctx context.Context) error {
 // replacement's exec failed and it ran itself again, or its service manager
 // started the unit's previous stratum) fails at once, as does one settled
 // into a retried start or a wait, saying what it does.
-func (u *nodeUpgrade) waitServing(ctx context.Context) error {
-	ctx, cancel := context.WithDeadline(ctx, u.askedAt.Add(u.f.timeout))
+func (u *nodeUpgrade) waitServing(parent context.Context) error {
+	ctx, cancel := context.WithDeadline(parent, u.askedAt.Add(u.f.timeout))
 	defer cancel()
 	u.a.progress(fmt.Sprintf("waiting for the supervisor to serve as stratum %s", Version))
+	said := time.Now()
 	asked := ""
 	if !u.done {
 		asked = u.running.Instance
@@ -584,8 +585,15 @@ func (u *nodeUpgrade) waitServing(ctx context.Context) error {
 		default:
 			return fmt.Errorf("upgrade failed: this node's supervisor, now stratum %s, is %s: `stratum status` and its log say why; it goes on by itself, and this command, run again once it supervises, finishes the upgrade. To go back instead: the unit was not rewritten, so `systemctl restart stratum` runs the previous stratum (%s from %s; without systemd, stop this supervisor and run that stratum's `up`), unless this member's etcd has raised the cluster's etcd version since, which the previous etcd refuses (`stratum etcd downgrade` first)%s", Version, about.State, u.running.Exe, u.running.BinDir, u.snapshotNote())
 		}
+		if time.Since(said) >= ha.WaitReportEvery {
+			said = time.Now()
+			u.a.progress(fmt.Sprintf("still waiting for the supervisor to serve as stratum %s (%s so far; last: %s)", Version, time.Since(u.askedAt).Round(time.Second), last))
+		}
 		select {
 		case <-ctx.Done():
+			if parent.Err() != nil {
+				return fmt.Errorf("upgrade stopped while it waited for the supervisor to serve as stratum %s (last: %s): %w; the supervisor goes on by itself: this command, run again, finishes the upgrade once it serves%s", Version, last, context.Cause(parent), u.snapshotNote())
+			}
 			return fmt.Errorf("upgrade failed: no supervisor served as stratum %s within %s (last: %s): `stratum status` and its log say why; this command, run again, finishes the upgrade once it does%s", Version, u.f.timeout, last, u.snapshotNote())
 		case <-time.After(200 * time.Millisecond):
 		}
@@ -617,10 +625,11 @@ const supervisorGoneFor = 30 * time.Second
 
 // waitHealthy is step 4: this node's etcd member is a healthy voter and
 // every member is healthy (a restarted member takes a moment to be heard).
-func (u *nodeUpgrade) waitHealthy(ctx context.Context) error {
-	ctx, cancel := context.WithDeadline(ctx, u.askedAt.Add(u.f.timeout))
+func (u *nodeUpgrade) waitHealthy(parent context.Context) error {
+	ctx, cancel := context.WithDeadline(parent, u.askedAt.Add(u.f.timeout))
 	defer cancel()
 	u.a.progress("waiting for the etcd cluster to be healthy")
+	said := time.Now()
 	for {
 		_, err := etcdHealth(ctx, u.n, u.st)
 		own := u.n.EtcdMemberStatus(ctx, urlHost(u.st.Etcd.ClientURL))
@@ -634,8 +643,15 @@ func (u *nodeUpgrade) waitHealthy(ctx context.Context) error {
 			u.a.progress("the etcd cluster is healthy")
 			return nil
 		}
+		if time.Since(said) >= ha.WaitReportEvery {
+			said = time.Now()
+			u.a.progress(fmt.Sprintf("still waiting for the etcd cluster to be healthy (%v)", err))
+		}
 		select {
 		case <-ctx.Done():
+			if parent.Err() != nil {
+				return fmt.Errorf("upgrade stopped while it waited for the etcd cluster to be healthy (last: %v): %w; this node serves as stratum %s: this command, run again, finishes the upgrade once the cluster is healthy", err, context.Cause(parent), Version)
+			}
 			return fmt.Errorf("upgrade failed: this node serves as stratum %s, but the etcd cluster was not healthy within %s: %w", Version, u.f.timeout, err)
 		case <-time.After(500 * time.Millisecond):
 		}

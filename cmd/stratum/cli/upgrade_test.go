@@ -182,6 +182,26 @@ func TestUpgradeWaitsForTheReplacement(t *testing.T) {
 	}
 }
 
+// TestUpgradeWaitStoppedSaysSo: a wait for the replacement stopped (Ctrl-C)
+// says it was stopped and that the supervisor goes on by itself, not that
+// none served within the --timeout.
+func TestUpgradeWaitStoppedSaysSo(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(t.TempDir(), "supervisor.sock")
+	old, _ := servedSupervisor(t, sock, supervisor.Identity{Version: Version, BinDir: "/var/lib/stratum/bin", Operator: true}, supervisor.StateReplacing+self+" in its place")
+	u := &nodeUpgrade{a: &app{stdout: io.Discard, log: slog.New(slog.DiscardHandler)}, f: upgradeFlags{timeout: time.Hour},
+		client: supervisor.Client{Path: sock}, running: old.About(), self: self, binDir: "/opt/stratum/v2/bin", askedAt: time.Now()}
+	ctx, stop := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer stop()
+	err = u.waitServing(ctx)
+	if err == nil || !strings.Contains(err.Error(), "upgrade stopped while it waited for the supervisor") || strings.Contains(err.Error(), "within") {
+		t.Fatalf("a wait stopped: %v, want it said as stopped, not as the --timeout", err)
+	}
+}
+
 // TestAReplacementIsNotRunAfterAStopSignal: a supervisor whose services
 // stopped for a replacement runs it in its place, unless a stop signal came
 // meanwhile (nothing then runs, and the locks it took are released); when
