@@ -73,14 +73,15 @@ func TestAClosingTerminalIsOneSignal(t *testing.T) {
 	end()
 	waitDone(t, r.Context(), true)
 
-	r2 := NewWithSignals(context.Background(), sigs, nil)
+	sigs2 := make(chan os.Signal, 3) // r's loop still reads sigs
+	r2 := NewWithSignals(context.Background(), sigs2, nil)
 	defer r2.Stop()
 	ctx, endWindow := WindowContext(r2.Context())
 	defer endWindow()
-	sigs <- syscall.SIGHUP
-	sigs <- syscall.SIGHUP
+	sigs2 <- syscall.SIGHUP
+	sigs2 <- syscall.SIGHUP
 	waitDone(t, ctx, false)
-	sigs <- syscall.SIGINT
+	sigs2 <- syscall.SIGINT
 	waitDone(t, ctx, true)
 }
 
