@@ -3,6 +3,7 @@ package ha_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 
 	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/assets/assetstest"
+	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/supervisor"
 	"stratum.dev/stratum/sim"
 )
@@ -147,5 +149,42 @@ func TestRestoreStoppedBeforeItsStop(t *testing.T) {
 	}
 	if !has(t, ctx, cp1, keyAfter) {
 		t.Fatal("after a restore stopped after its stop, and stratum up, cp1 does not serve its data as it was")
+	}
+
+	// Stopped once the data is replaced: its start fails, and `stratum
+	// up` starts the restored cluster and records its ID, which the
+	// restore records only once its own start is done.
+	stopped, stop = context.WithCancel(ctx)
+	stopAfterData := ha.NewNode(ha.Env{Host: d, Checkpoint: func(ctx context.Context, name string) error {
+		if name == ha.CheckpointRestoreAfterData {
+			stop()
+		}
+		return d.Checkpoint(ctx, name)
+	}})
+	if err := stopAfterData.SnapshotRestore(stopped, io.Discard, snap); err == nil || !strings.Contains(err.Error(), "data restored, but the control plane did not start") {
+		t.Fatalf("a restore stopped once the data was replaced: %v, want its start's failure", err)
+	}
+	if _, err := joinNodeOn(cp1).Up(ctx, ha.BootstrapOptions{}); err != nil {
+		t.Fatalf("stratum up after a restore stopped in its start: %v", err)
+	}
+	st, err := nodestate.Load(cp1.Files())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := cp1.EtcdMembers(ctx)
+	if err != nil || len(ms) != 1 || !has(t, ctx, cp1, keyBefore) {
+		t.Fatalf("after the restore stopped in its start and stratum up: members %v (%v), the snapshot's data %t", ms, err, has(t, ctx, cp1, keyBefore))
+	}
+	cli, err := cp1.EtcdClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ml, err := cli.MemberList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("%x", ml.Header.ClusterId); st.Etcd.ClusterID != want {
+		t.Fatalf("after the restore stopped in its start and stratum up, the node state records etcd cluster %q, want the restored one's, %s", st.Etcd.ClusterID, want)
 	}
 }

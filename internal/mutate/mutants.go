@@ -1973,4 +1973,22 @@ var mutants = []mutant{
 			{"./cmd/stratum/cli", "-run", "TestUpgradeWaitStoppedSaysSo$"},
 		},
 	},
+	{
+		Name: "an-answer-that-is-no-grpc-taken-for-a-refusal",
+		File: "ha/etcd.go",
+		Old:  " ||\n\t\tstrings.Contains(err.Error(), notGRPCAnswer)\n}",
+		New:  "\n}",
+		Tests: [][]string{
+			{"./ha", "-run", "TestAnAnswerThatIsNoGRPCIsUnreachable$"},
+		},
+	},
+	{
+		Name: "restore-stopped-in-its-start-leaves-no-cluster-id",
+		File: "ha/etcd_start.go",
+		Old:  "\tif st.Etcd.ClusterID == \"\" {\n\t\tn.recordClusterID(ctx, st)\n\t}",
+		New:  "",
+		Tests: [][]string{
+			{"./ha", "-run", "TestRestoreStoppedBeforeItsStop$"},
+		},
+	},
 }
