@@ -1991,4 +1991,13 @@ var mutants = []mutant{
 			{"./ha", "-run", "TestRestoreStoppedBeforeItsStop$"},
 		},
 	},
+	{
+		Name: "member-remove-unread-members-exit-1",
+		File: "cmd/stratum/cli/member.go",
+		Old:  "\t\t\t\treturn refusedf(\"etcd member remove: %w; nothing was removed: run it on a control plane whose etcd runs\", err)",
+		New:  "\t\t\t\treturn err",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestEtcdMemberRemove$"},
+		},
+	},
 }

@@ -121,7 +121,7 @@ would be), 1 when the removal was asked of etcd and failed.`,
 			}
 			rows, err := etcdMembers(cmd.Context(), n, st.Etcd.ClientURL)
 			if err != nil {
-				return err
+				return refusedf("etcd member remove: %w; nothing was removed: run it on a control plane whose etcd runs", err)
 			}
 			plan, err := planRemoval(rows, args[0], st.Etcd.PeerURL)
 			if err != nil {

@@ -190,4 +190,9 @@ func TestEtcdMemberRemove(t *testing.T) {
 	if code != ExitFail || json.Unmarshal([]byte(out), &down) != nil || down.Healthy == nil || *down.Healthy || down.Error == "" {
 		t.Fatalf("etcd health -o json with cp1's etcd down: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
+	// The members unread through this node's own member: refused, exit 3,
+	// nothing removed (it was exit 1, which says something may have been).
+	if code, _, errOut := runCLI(t, opts, "etcd", "member", "remove", "cp2"); code != ExitRefused || !strings.Contains(errOut, "nothing was removed") {
+		t.Fatalf("member remove cp2 with this node's etcd down: exit %d, want %d\n%s", code, ExitRefused, errOut)
+	}
 }
