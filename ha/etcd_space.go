@@ -347,6 +347,7 @@ func (n *Node) waitDefragHealthy(ctx context.Context, via []string) error {
 func (n *Node) waitHealthyButForSpace(ctx context.Context, via []string, within time.Duration, op string, check func([]defragTarget) error) error {
 	wctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
+	var last error
 	for {
 		members, _, err := n.spaceHealth(wctx, via, op)
 		if err == nil && check != nil {
@@ -355,9 +356,14 @@ func (n *Node) waitHealthyButForSpace(ctx context.Context, via []string, within 
 		if err == nil {
 			return nil
 		}
+		// A call the deadline cut short says less than the last one
+		// that finished (a member down, say).
+		if wctx.Err() == nil || last == nil {
+			last = err
+		}
 		select {
 		case <-wctx.Done():
-			return err
+			return last
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

@@ -63,19 +63,21 @@ func (n *Node) startEtcd(ctx context.Context, st *nodestate.NodeState) error {
 			return fmt.Errorf("start etcd: it serves, but recording that in the node state failed: %w; re-run the same command", err)
 		}
 	}
-	if st.Etcd.ClusterID == "" {
+	if st.Etcd.ClusterID == "" && st.Etcd.InitialClusterState == "new" {
 		n.recordClusterID(ctx, st)
 	}
 	return nil
 }
 
 // recordClusterID records in the node state the ID of the etcd cluster this
-// node's member serves, when the state has none: a snapshot restore clears
-// it and records the new cluster's once its start is done, so one stopped
-// in that start left none, and the reset's guard against the old cluster's
-// members and `stratum status` read it. A member that does not tell it, or
-// a state not saved, is warned of: etcd serves either way, and the next
-// start records it.
+// node's member serves, for a member that began its cluster (a first
+// control plane, a restore's seed) whose state has none: a snapshot restore
+// clears it and records the new cluster's once its start is done, so one
+// stopped in that start left none, and the reset's guard against the old
+// cluster's members and `stratum status` read it. A joined member's state
+// is left as it is: its recorded cluster tells a rejoin its state-save is
+// done. A member that does not tell it, or a state not saved, is warned
+// of: etcd serves either way, and the next start records it.
 func (n *Node) recordClusterID(ctx context.Context, st *nodestate.NodeState) {
 	s, err := n.etcdStatus(ctx, urlHostOf(st.Etcd.ClientURL))
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 
 	"stratum.dev/stratum/internal/apiretry"
+	"stratum.dev/stratum/internal/interrupt"
 	"stratum.dev/stratum/internal/token"
 )
 
@@ -310,6 +311,7 @@ func (n *Node) withFence(ctx context.Context, cs kubernetes.Interface, holder st
 		}
 	}()
 	defer func() {
+		defer interrupt.Hold()() // released, not left to run out, after a second Ctrl-C too
 		stopRenew()
 		<-renewed
 		relctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), fenceReleaseTimeout)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"stratum.dev/stratum/internal/host"
+	"stratum.dev/stratum/internal/interrupt"
 	"stratum.dev/stratum/internal/kubeconfig"
 	"stratum.dev/stratum/internal/netcfg"
 	"stratum.dev/stratum/internal/nodelock"
@@ -146,6 +147,10 @@ func (n *Node) restartOntoRenewed(ctx context.Context, nodeIP string) ([]string,
 		return nil, err
 	}
 	if vipRuns {
+		// From the VIP candidate's stop to its start again, a second
+		// Ctrl-C must not end the process: a re-run finds the candidate
+		// stopped and leaves it so, out of the VIP's election.
+		defer interrupt.Hold()()
 		if n.env.Progress != nil {
 			n.env.Progress("handing the VIP over before the restarts: stopping " + ServiceVIP + " here")
 		}

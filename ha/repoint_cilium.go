@@ -61,7 +61,8 @@ func RepointCiliumWith(ctx context.Context, w io.Writer, cs kubernetes.Interface
 // the RBAC of cs, and a Forbidden (or any refusal) on either object is an
 // error before anything is changed. After the updates it waits, at most
 // ciliumRolloutTimeout, for both rollouts; one that does not finish is a
-// warning naming what it last reported, beside a nil error.
+// warning naming what it last reported, beside a nil error; a wait stopped
+// by ctx (Ctrl-C) is an error saying so.
 func (n *Node) RepointCiliumWith(ctx context.Context, w io.Writer, cs kubernetes.Interface, vip string) ([]string, error) {
 	return n.repointCilium(ctx, w, cs, vip, n.VIPServes, ciliumRolloutTimeout)
 }

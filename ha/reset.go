@@ -271,6 +271,9 @@ func (n *Node) restartEtcdForReset(ctx context.Context, w io.Writer, obs resetOb
 	fmt.Fprintf(w, "etcd started\n")
 	next, err := n.observeReset(ctx, false)
 	if err != nil {
+		if ctx.Err() != nil {
+			return obs, Refusal(fmt.Errorf("reset stopped once it had started this node's etcd to ask the members (it runs): %w; nothing else was changed: re-run the same command", context.Cause(ctx)))
+		}
 		return obs, Refusal(fmt.Errorf("%w (this reset started this node's etcd to ask the members, and it runs; nothing else was changed)", err))
 	}
 	return next, nil

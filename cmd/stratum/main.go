@@ -40,18 +40,35 @@ func main() {
 }
 
 // notifyInterrupts is the command's context, ended by its first SIGINT,
-// SIGTERM or SIGHUP. After it, a second SIGINT or SIGTERM takes its default
-// action, ending the process, unless the command watches for one itself
-// (`stratum up` and `server` force their shutdown on it, a join's held
-// window stops on it; their own signal.Notify keeps it theirs): an operator
-// who presses Ctrl-C again means now, and every operation converges when run
-// again. A SIGHUP stays caught: a terminal that closes sends two, and the
-// second is no operator insisting.
+// SIGTERM or SIGHUP (interrupt.Signals: not a SIGHUP ignored under nohup).
+// After it, a second SIGINT or SIGTERM ends the process (its default action,
+// raised again), unless a Hold is open (interrupt.Hold: `stratum up` and
+// `server`, which force their shutdown on it or stop a join's held window,
+// and a cleanup putting back what the stopped operation changed): an
+// operator who presses Ctrl-C again means now, and every operation
+// converges when run again. A second SIGHUP is ignored: a terminal that
+// closes sends two, and the second is no operator insisting.
 func notifyInterrupts() (context.Context, context.CancelFunc) {
-	ctx, stop := signal.NotifyContext(context.Background(), interrupt.Signals()...)
+	sigs := interrupt.Signals()
+	ctx, stop := signal.NotifyContext(context.Background(), sigs...)
 	context.AfterFunc(ctx, func() {
-		signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP)
+		second := make(chan os.Signal, 4)
+		signal.Notify(second, sigs...)
 		stop()
+		go func() {
+			for s := range second {
+				if s == syscall.SIGHUP || interrupt.Held() {
+					continue
+				}
+				sig, ok := s.(syscall.Signal)
+				if !ok {
+					continue
+				}
+				signal.Reset(sig)
+				_ = syscall.Kill(syscall.Getpid(), sig)
+				return
+			}
+		}()
 	})
 	return ctx, stop
 }

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"stratum.dev/stratum/internal/interrupt"
 )
 
 // signalHelperEnv makes the test binary, run again by
@@ -26,11 +28,22 @@ func TestSecondInterruptEndsTheProcess(t *testing.T) {
 		fmt.Println("ready")
 		<-ctx.Done()
 		fmt.Println("interrupted")
-		time.Sleep(time.Minute) // a command slow to stop
+		// A cleanup that must finish (interrupt.Hold) while the test's
+		// stdin stays open; a command slow to stop after it.
+		end := interrupt.Hold()
+		fmt.Println("held")
+		_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+		end()
+		fmt.Println("released")
+		time.Sleep(time.Minute)
 		os.Exit(0)
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestSecondInterruptEndsTheProcess$")
 	cmd.Env = append(os.Environ(), signalHelperEnv+"=1")
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -66,10 +79,22 @@ func TestSecondInterruptEndsTheProcess(t *testing.T) {
 			t.Fatalf("signal %s: %v", s, err)
 		}
 	}
-	signal(syscall.SIGHUP)
+	signal(syscall.SIGTERM) // a SIGHUP would be ignored under a nohup'd go test
 	waitLine("interrupted")
+	waitLine("held")
 	go func() { exited <- cmd.Wait() }()
 	signal(syscall.SIGHUP)
+	signal(syscall.SIGINT) // held: a cleanup runs
+	select {
+	case err := <-exited:
+		t.Fatalf("a closing terminal's second SIGHUP, or a second SIGINT during a Hold, ended the process: %v", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	if _, err := fmt.Fprintln(in, "release"); err != nil {
+		t.Fatal(err)
+	}
+	waitLine("released")
+	signal(syscall.SIGHUP) // no Hold now: still no second signal
 	select {
 	case err := <-exited:
 		t.Fatalf("a closing terminal's second SIGHUP ended the process: %v", err)

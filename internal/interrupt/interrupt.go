@@ -3,10 +3,12 @@
 // middle of one. An operation can open a deferral window around steps that
 // must not be separated — the join's member-add and the node-state save that
 // records it: the first signal inside the window is held until the window
-// closes, then ends the context. A second signal inside the window ends it
-// at once, and with it the window's own context (WindowContext), which the
-// first signal leaves running: the operator insists, and the join's intent
-// journal is what recovers that node.
+// closes, then ends the context. A second SIGINT or SIGTERM inside the
+// window ends it at once, and with it the window's own context
+// (WindowContext), which the first signal leaves running: the operator
+// insists, and the join's intent journal is what recovers that node (a
+// second SIGHUP does not: a closing terminal sends two). Hold keeps a
+// second signal from ending the process while a cleanup runs.
 package interrupt
 
 import (
@@ -15,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"sync"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -214,3 +217,24 @@ func (r *Run) Stop() {
 	r.stop()
 	r.cancel(context.Canceled)
 }
+
+// held counts the open Holds of this process.
+var held atomic.Int64
+
+// Hold opens a span that a second signal must not cut short. A second
+// SIGINT or SIGTERM otherwise ends a command still stopping (the process
+// dies of it: cmd/stratum's notifyInterrupts); a command that handles its
+// signals itself (`stratum up` and `server`: a forced shutdown, a join's
+// held window) holds for its life, and a cleanup that puts back what an
+// interrupted operation changed holds while it runs (the VIP candidate
+// started again after a renewal's restarts, a minted token deleted again,
+// the maintenance fence released). end closes the span; a second call does
+// nothing.
+func Hold() (end func()) {
+	held.Add(1)
+	var once sync.Once
+	return func() { once.Do(func() { held.Add(-1) }) }
+}
+
+// Held reports whether a Hold is open.
+func Held() bool { return held.Load() > 0 }

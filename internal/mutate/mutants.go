@@ -505,8 +505,8 @@ var mutants = []mutant{
 	{
 		Name: "renew-keeps-the-vip-through-restarts",
 		File: "ha/renew.go",
-		Old:  "\tif vipRuns {\n\t\tif n.env.Progress != nil {",
-		New:  "\tif false && vipRuns {\n\t\tif n.env.Progress != nil {",
+		Old:  "\tif vipRuns {\n\t\t// From the VIP candidate's stop",
+		New:  "\tif false && vipRuns {\n\t\t// From the VIP candidate's stop",
 		Tests: [][]string{
 			{"./cmd/stratum/cli", "-run", "TestTokenCreateSurvivesAVIPMove"},
 		},
@@ -1841,8 +1841,8 @@ var mutants = []mutant{
 	{
 		Name: "second-interrupt-swallowed",
 		File: "cmd/stratum/main.go",
-		Old:  "\t\tstop()\n\t})\n\treturn ctx, stop",
-		New:  "\t\t_ = stop\n\t})\n\treturn ctx, stop",
+		Old:  "\t\t\t\tsignal.Reset(sig)\n\t\t\t\t_ = syscall.Kill(syscall.Getpid(), sig)\n",
+		New:  "\t\t\t\t_ = sig\n",
 		Tests: [][]string{
 			{"./cmd/stratum", "-run", "TestSecondInterruptEndsTheProcess$"},
 		},
@@ -1850,8 +1850,8 @@ var mutants = []mutant{
 	{
 		Name: "closing-terminals-second-sighup-ends-an-interrupted-command",
 		File: "cmd/stratum/main.go",
-		Old:  "\t\tsignal.Notify(make(chan os.Signal, 1), syscall.SIGHUP)\n",
-		New:  "",
+		Old:  "if s == syscall.SIGHUP || interrupt.Held() {",
+		New:  "if interrupt.Held() {",
 		Tests: [][]string{
 			{"./cmd/stratum", "-run", "TestSecondInterruptEndsTheProcess$"},
 		},
@@ -1985,7 +1985,7 @@ var mutants = []mutant{
 	{
 		Name: "restore-stopped-in-its-start-leaves-no-cluster-id",
 		File: "ha/etcd_start.go",
-		Old:  "\tif st.Etcd.ClusterID == \"\" {\n\t\tn.recordClusterID(ctx, st)\n\t}",
+		Old:  "\tif st.Etcd.ClusterID == \"\" && st.Etcd.InitialClusterState == \"new\" {\n\t\tn.recordClusterID(ctx, st)\n\t}",
 		New:  "",
 		Tests: [][]string{
 			{"./ha", "-run", "TestRestoreStoppedBeforeItsStop$"},
@@ -1998,6 +1998,15 @@ var mutants = []mutant{
 		New:  "\t\t\t\treturn err",
 		Tests: [][]string{
 			{"./cmd/stratum/cli", "-run", "TestEtcdMemberRemove$"},
+		},
+	},
+	{
+		Name: "second-interrupt-cuts-a-hold-short",
+		File: "cmd/stratum/main.go",
+		Old:  "if s == syscall.SIGHUP || interrupt.Held() {",
+		New:  "if s == syscall.SIGHUP {",
+		Tests: [][]string{
+			{"./cmd/stratum", "-run", "TestSecondInterruptEndsTheProcess$"},
 		},
 	},
 }

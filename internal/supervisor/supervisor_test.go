@@ -884,10 +884,21 @@ func TestAShutdownDuringARenderStartsNothing(t *testing.T) {
 	<-rendering
 	shut := make(chan struct{})
 	go func() { s.Shutdown(); close(shut) }()
-	for !s.isShuttingDown() {
+	// The unit's stop has taken its keeper, whose cancel follows at once.
+	u, err := s.unit("etcd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		u.mu.Lock()
+		taken := u.stopping != nil
+		u.mu.Unlock()
+		if taken {
+			break
+		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	time.Sleep(100 * time.Millisecond) // the unit's stop cancels right after the flag is set
+	time.Sleep(50 * time.Millisecond)
 	close(release)
 	select {
 	case <-shut:

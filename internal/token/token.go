@@ -28,6 +28,7 @@ import (
 	bootstrapsecrets "k8s.io/cluster-bootstrap/util/secrets"
 
 	"stratum.dev/stratum/internal/apiretry"
+	"stratum.dev/stratum/internal/interrupt"
 	"stratum.dev/stratum/internal/kubeconfig"
 	"stratum.dev/stratum/internal/pki"
 )
@@ -257,7 +258,12 @@ func mint(ctx context.Context, s tokenSteps, group, server string, caPEM []byte,
 		return m, nil
 	}
 	if err := s.upload(ctx, certKey, &owner); err != nil {
-		if derr := s.deleteToken(context.WithoutCancel(ctx), id); derr != nil {
+		// Not cut short by a second Ctrl-C: a token left would grant
+		// nothing, but it is a credential never printed.
+		end := interrupt.Hold()
+		derr := s.deleteToken(context.WithoutCancel(ctx), id)
+		end()
+		if derr != nil {
 			// Not wrapped: the upload's refusal no longer describes the
 			// outcome, since the token it would have granted is left.
 			return nil, fmt.Errorf("mint control-plane token: upload the shared certificates: %v; removing the token %s it would have granted also failed (%w): delete Secret %s/%s%s", err, id, derr, Namespace, SecretPrefix, id)

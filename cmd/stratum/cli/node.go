@@ -153,7 +153,7 @@ foreground running etcd and the kube-apiserver (from --bin-dir, checked before a
 changes) as its children, restarted with backoff if they exit and logged under
 /var/log/stratum, plus the VIP (a /32 on the node's interface, announced by gratuitous
 ARP, held by the winner of a Lease election) and the operator. SIGINT, SIGTERM or SIGHUP stops
-them all, newest first; a second one kills what still runs at once. Other stratum commands
+them all, newest first; a second SIGINT or SIGTERM kills what still runs at once. Other stratum commands
 reach it through /run/stratum/supervisor.sock; "stratum install" writes a systemd unit that
 runs it at boot. It must run as root. A start refused because the etcd data is missing
 where the member has served (a disk not mounted, or a dead one replaced) does not end the

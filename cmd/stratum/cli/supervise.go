@@ -592,6 +592,9 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 	if err := refuseReplaceableSelf(os.Args[0]); err != nil {
 		return refusedf("%s refused: %w; nothing was changed", verb, err)
 	}
+	// The supervisor handles a second signal itself (forceOnSecondSignal,
+	// the join's held window): it must not end the process.
+	defer interrupt.Hold()()
 	// A replacement asked through the control socket (`stratum upgrade
 	// node`) runs last: once every service has stopped and the socket and
 	// its lock are closed (the defers below run before this one).
@@ -678,7 +681,7 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 		}
 		hint = "\nsystemd's stratum.service does not run it: `" + install + "`, from another shell, hands it over, and systemd then starts it at every boot"
 	}
-	fmt.Fprintf(a.stdout, "supervising this control plane (logs in %s, control socket %s); SIGINT, SIGTERM or SIGHUP stops it (a second one kills what still runs)%s\n", controlplane.LogDir, supervisor.SocketPath, hint)
+	fmt.Fprintf(a.stdout, "supervising this control plane (logs in %s, control socket %s); SIGINT, SIGTERM or SIGHUP stops it (a second SIGINT or SIGTERM kills what still runs)%s\n", controlplane.LogDir, supervisor.SocketPath, hint)
 	// --install: the restart's gate, as install --now judges it, then
 	// the handover; a gate that refuses is asked again every
 	// startRetryEvery while this supervisor goes on.
@@ -715,7 +718,7 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 		case <-ctx.Done():
 			a.beginStop(sup, "a stop signal came as it was accepted")
 			a.notify(sdnotify.Stopping())
-			fmt.Fprintln(a.stdout, "stopping the control plane (a second SIGINT, SIGTERM or SIGHUP kills what still runs at once)")
+			fmt.Fprintln(a.stdout, "stopping the control plane (a second SIGINT or SIGTERM kills what still runs at once)")
 			return nil
 		case r := <-sup.ReplaceRequested():
 			identity = sup.About().Identity
