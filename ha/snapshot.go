@@ -257,13 +257,7 @@ func (n *Node) SnapshotRestore(ctx context.Context, w io.Writer, dbPath string) 
 	changed = true
 	began = time.Now()
 	if err := n.stopControlPlane(ctx); err != nil {
-		if earlier {
-			return fmt.Errorf("snapshot restore: %w; an earlier run may have replaced part of the etcd data, so `stratum up` stays refused: re-run the restore", err)
-		}
-		if jerr := n.endDataReplace(); jerr != nil {
-			return fmt.Errorf("snapshot restore: %w; etcd data not touched, but %w: re-run the restore", err, jerr)
-		}
-		return fmt.Errorf("snapshot restore: %w; etcd data not touched, but the control plane may be stopped in part (`stratum status` says what runs): re-run the restore, or `stratum up` to start it again on its old data", err)
+		return n.restoreLeftUntouched(fmt.Errorf("snapshot restore: %w", err), earlier, ", but the control plane may be stopped in part (`stratum status` says what runs)")
 	}
 	n.stepDone("stop the control plane", time.Since(began))
 	if err := n.checkpoint(ctx, CheckpointRestoreAfterStop); err != nil {
@@ -272,14 +266,7 @@ func (n *Node) SnapshotRestore(ctx context.Context, w io.Writer, dbPath string) 
 	if err := ctx.Err(); err != nil {
 		// Stopped (Ctrl-C) during the stop, which finished: the data is
 		// not yet touched by this run.
-		stopped := fmt.Errorf("snapshot restore stopped once the control plane was stopped: %w", context.Cause(ctx))
-		if earlier {
-			return fmt.Errorf("%w; an earlier run may have replaced part of the etcd data, so `stratum up` stays refused: re-run the restore", stopped)
-		}
-		if jerr := n.endDataReplace(); jerr != nil {
-			return fmt.Errorf("%w; etcd data not touched, but %w: re-run the restore", stopped, jerr)
-		}
-		return fmt.Errorf("%w; etcd data not touched: re-run the restore, or `stratum up` to start the control plane again on its old data", stopped)
+		return n.restoreLeftUntouched(fmt.Errorf("snapshot restore stopped once the control plane was stopped: %w", context.Cause(ctx)), earlier, "")
 	}
 	fmt.Fprintf(w, "control plane stopped; replacing %s\n", version.EtcdDataDir)
 	began = time.Now()
@@ -741,6 +728,21 @@ func (n *Node) stopControlPlane(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// restoreLeftUntouched is err, a restore's failure or stop after its
+// journal was written and before it touched the etcd data, with what was
+// left: the journal this run wrote goes (the data is as it was, which
+// `stratum up` may start again), unless an earlier run's was there, which
+// may have replaced part of it. state says how the control plane was left.
+func (n *Node) restoreLeftUntouched(err error, earlier bool, state string) error {
+	if earlier {
+		return fmt.Errorf("%w; an earlier run may have replaced part of the etcd data, so `stratum up` stays refused: re-run the restore", err)
+	}
+	if jerr := n.endDataReplace(); jerr != nil {
+		return fmt.Errorf("%w; etcd data not touched, but %w: re-run the restore", err, jerr)
+	}
+	return fmt.Errorf("%w; etcd data not touched%s: re-run the restore, or `stratum up` to start the control plane again on its old data", err, state)
 }
 
 // etcdStatus is the Status of the etcd member at cpIP (its own view: no
