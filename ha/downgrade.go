@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -91,6 +92,14 @@ func (n *Node) DowngradeEtcd(ctx context.Context, cpIP, target string) (err erro
 	if err != nil {
 		return fmt.Errorf("etcd downgrade to %s through %s: %w: %w; nothing was changed", target, ep, ErrDowngradeNotValidated, err)
 	}
+	if hook := downgradeValidated.Load(); hook != nil {
+		(*hook)()
+	}
+	// Validate changes nothing: a stop before the enable is sent leaves the
+	// cluster as it was.
+	if ctx.Err() != nil {
+		return stoppedRefusal(ctx, "etcd downgrade to "+target, ctx.Err())
+	}
 	asked = true
 	wctx, cancel = context.WithTimeout(ctx, etcdWriteTimeout)
 	_, err = cli.Downgrade(wctx, clientv3.DowngradeEnable, target)
@@ -101,6 +110,10 @@ func (n *Node) DowngradeEtcd(ctx context.Context, cpIP, target string) (err erro
 	n.log.Info("etcd downgrade enabled; swap each member to the target etcd once its storage version is lowered", "target", target, "members", len(hosts))
 	return n.waitMembersRun(ctx, hosts, target)
 }
+
+// downgradeValidated, when set (by tests), is called once etcd has validated
+// a downgrade, before its enable is sent: where a stop is still a refusal.
+var downgradeValidated atomic.Pointer[func()]
 
 // downgradeUnderWay is what an earlier run left, read before etcd is asked to
 // validate (which refuses a downgrade already enabled, and one to the version

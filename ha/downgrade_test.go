@@ -176,3 +176,24 @@ func waitHealthy(t *testing.T, n *ha.Node, ips []string) {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// TestDowngradeStoppedAfterItsValidation: a Ctrl-C that lands once etcd has
+// validated the downgrade, before its enable is sent, is a refusal with the
+// cluster as it was (a validation changes nothing), not a failure that says
+// the downgrade may be enabled.
+func TestDowngradeStoppedAfterItsValidation(t *testing.T) {
+	t.Parallel() // its own simulated cluster
+	c := sim.Start(t, sim.Config{ControlPlanes: 1})
+	ip := ipsOf(c, "cp1")[0]
+	n, _ := loggedNodeOn(c.Host("cp1"))
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	ha.OnDowngradeValidated(t, stop)
+	err := n.DowngradeEtcd(ctx, ip, "3.6")
+	if !ha.IsRefusal(err) || !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "stopped before it changed anything") {
+		t.Fatalf("DowngradeEtcd stopped after etcd validated it = %v; want a refusal saying it was stopped", err)
+	}
+	if st, err := n.EtcdStorageAt(context.Background(), ip); err != nil || st.Downgrading {
+		t.Fatalf("storage after a downgrade stopped before its enable: %+v, %v; want no downgrade enabled", st, err)
+	}
+}

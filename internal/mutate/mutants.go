@@ -2009,4 +2009,31 @@ var mutants = []mutant{
 			{"./cmd/stratum", "-run", "TestSecondInterruptEndsTheProcess$"},
 		},
 	},
+	{
+		Name: "downgrade-stopped-after-validate-is-a-failure",
+		File: "ha/downgrade.go",
+		Old:  "\tif ctx.Err() != nil {\n\t\treturn stoppedRefusal(ctx, \"etcd downgrade to \"+target, ctx.Err())\n\t}\n",
+		New:  "",
+		Tests: [][]string{
+			{"./ha", "-run", "TestDowngradeStoppedAfterItsValidation$"},
+		},
+	},
+	{
+		Name: "upgrade-unread-check-exits-1",
+		File: "cmd/stratum/cli/upgrade.go",
+		Old:  "\t\tdefault:\n\t\t\treturn upgradeRefusedf(\"%w\", err)\n",
+		New:  "\t\tdefault:\n\t\t\treturn err\n",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestUpgradeRefusesWhatItCouldNotDoBeforeItsRestart$"},
+		},
+	},
+	{
+		Name: "upgrade-snapshot-failure-exits-1",
+		File: "cmd/stratum/cli/upgrade.go",
+		Old:  "return refusedf(\"upgrade refused: %w; the control plane was not touched",
+		New:  "return fmt.Errorf(\"upgrade refused: %w; the control plane was not touched",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestUpgradeRefusesWhatItCouldNotDoBeforeItsRestart$"},
+		},
+	},
 }

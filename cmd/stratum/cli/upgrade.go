@@ -163,12 +163,8 @@ type nodeUpgrade struct {
 // interruption converges.
 func (a *app) upgradeNode(ctx context.Context, f upgradeFlags) error {
 	u := &nodeUpgrade{a: a, f: f, client: supervisor.Client{Path: supervisor.SocketPath}, startedAt: time.Now()}
-	for _, check := range []func(context.Context) error{
-		u.checkNode, u.checkRelease, u.checkSupervisor, u.checkHealth, u.checkVersions, u.checkUnit,
-	} {
-		if err := check(ctx); err != nil {
-			return err
-		}
+	if err := upgradeChecks(ctx, u.checkNode, u.checkRelease, u.checkSupervisor, u.checkHealth, u.checkVersions, u.checkUnit); err != nil {
+		return err
 	}
 	u.printPlan()
 	if f.dryRun {
@@ -184,6 +180,26 @@ func (a *app) upgradeNode(ctx context.Context, f upgradeFlags) error {
 		fmt.Fprintf(a.stdout, "; the snapshot taken before is %s", u.snapshot)
 	}
 	fmt.Fprintln(a.stdout, "\nnext: the next control plane, one at a time (`stratum status` and `stratum etcd health` exit 0 here first)")
+	return nil
+}
+
+// upgradeChecks runs checks in order until one fails. They only read, so
+// every failure is a refusal (exit 3: the node and the cluster as they
+// were), a member list or a supervisor that did not answer as much as a
+// rule broken; bad usage stays bad usage.
+func upgradeChecks(ctx context.Context, checks ...func(context.Context) error) error {
+	for _, check := range checks {
+		err := check(ctx)
+		var usage usageError
+		switch {
+		case err == nil:
+			continue
+		case ha.IsRefusal(err), errors.As(err, &usage):
+			return err
+		default:
+			return upgradeRefusedf("%w", err)
+		}
+	}
 	return nil
 }
 
@@ -237,7 +253,7 @@ func (u *nodeUpgrade) checkSupervisor(ctx context.Context) error {
 	case errors.Is(err, supervisor.ErrUnsupported):
 		return upgradeRefusedf("this node's supervisor is a stratum from before `upgrade node` (it cannot be replaced in place): upgrade this node by hand (docs/real-hosts.md, upgrading)")
 	case err != nil:
-		return fmt.Errorf("upgrade: ask this node's supervisor about itself: %w; nothing was changed", err)
+		return upgradeRefusedf("ask this node's supervisor about itself: %w", err)
 	}
 	if about.PID == 0 {
 		return upgradeRefusedf("this node's supervisor runs in a PID namespace this command does not see into (a container of its own?): run upgrade node where it runs")
@@ -255,7 +271,7 @@ func (u *nodeUpgrade) checkSupervisor(ctx context.Context) error {
 	defer cancel()
 	st, err := u.client.ServiceStatus(sctx, ha.ServiceAPIServer)
 	if err != nil {
-		return fmt.Errorf("upgrade: status of this node's kube-apiserver: %w; nothing was changed", err)
+		return upgradeRefusedf("status of this node's kube-apiserver: %w", err)
 	}
 	u.fromAPIServer = st.Version
 	return nil
@@ -369,7 +385,7 @@ func (u *nodeUpgrade) checkHealth(ctx context.Context) error {
 	case ha.IsRefusal(err):
 		return refused(fmt.Errorf("upgrade refused: %w; nothing was changed", err))
 	case err != nil:
-		return fmt.Errorf("upgrade: %w; nothing was changed", err)
+		return upgradeRefusedf("%w", err)
 	}
 	u.members = rows
 	if note != "" {
@@ -499,13 +515,14 @@ func (u *nodeUpgrade) saveSnapshot(ctx context.Context) error {
 	p := u.snapshotPath()
 	if u.f.snapshot == "" {
 		if err := mkdirDurable(upgradeBackupDir); err != nil {
-			return fmt.Errorf("upgrade: make %s for the snapshot: %w; nothing was changed", upgradeBackupDir, err)
+			return upgradeRefusedf("make %s for the snapshot: %w", upgradeBackupDir, err)
 		}
 	}
 	u.a.progress("saving an etcd snapshot to " + p)
 	ss, err := u.n.SnapshotSave(ctx, p)
 	if err != nil {
-		return fmt.Errorf("upgrade: %w; nothing was changed", err)
+		// Before the supervisor is asked: the control plane runs as it did.
+		return refusedf("upgrade refused: %w; the control plane was not touched: mend that and run this command again", err)
 	}
 	u.a.progress(fmt.Sprintf("snapshot saved: revision %d, %d keys", ss.Revision, ss.TotalKeys))
 	return nil

@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"stratum.dev/stratum/ha"
 	"stratum.dev/stratum/internal/supervisor"
+	"stratum.dev/stratum/sim"
 )
 
 func TestUpgradeVersionSteps(t *testing.T) {
@@ -313,5 +315,44 @@ func TestUpgradePlanVerdicts(t *testing.T) {
 	done := planReport{Release: to, Healthy: true, ControlPlanes: []planRow{{Node: "cp1", Verdict: "up to date"}}}
 	if got := planNext(done, nil); got != "every control plane runs stratum v0.5.0" {
 		t.Errorf("planNext of a cluster on this release = %q", got)
+	}
+}
+
+// TestUpgradeRefusesWhatItCouldNotDoBeforeItsRestart: everything upgrade
+// node does before it asks the supervisor to be replaced leaves the control
+// plane as it ran, so each failure there is a refusal (exit 3), not exit 1
+// (something may have changed): a check that could not read what it judges
+// (a member list, the supervisor's answer) as much as a rule broken, and a
+// snapshot that could not be saved. Bad usage stays bad usage, and no check
+// runs after the first that fails.
+func TestUpgradeRefusesWhatItCouldNotDoBeforeItsRestart(t *testing.T) {
+	ranAfter := false
+	for _, c := range []struct {
+		name      string
+		err       error
+		refusal   bool
+		wantWords string
+	}{
+		{"unread", errors.New("member list from https://10.0.0.1:2379: context deadline exceeded"), true, "upgrade refused: member list from https://10.0.0.1:2379: context deadline exceeded; nothing was changed"},
+		{"refused", upgradeRefusedf("a learner"), true, "upgrade refused: a learner; nothing was changed"},
+		{"usage", usagef("--bin-dir: bad"), false, "--bin-dir: bad"},
+	} {
+		err := upgradeChecks(context.Background(), func(context.Context) error { return nil }, func(context.Context) error { return c.err }, func(context.Context) error { ranAfter = true; return nil })
+		if ha.IsRefusal(err) != c.refusal || err == nil || err.Error() != c.wantWords {
+			t.Errorf("%s: upgradeChecks = %v (refusal %v); want %q, refusal %v", c.name, err, ha.IsRefusal(err), c.wantWords, c.refusal)
+		}
+	}
+	if ranAfter {
+		t.Error("a check ran after one that failed")
+	}
+
+	// The snapshot, the first step: to a directory that is not there.
+	c := sim.Start(t, sim.Config{ControlPlanes: 1})
+	d := c.Hosts()[0].Handle()
+	u := &nodeUpgrade{a: &app{stdout: io.Discard, stderr: io.Discard, log: slog.New(slog.DiscardHandler)}, n: ha.NewNode(ha.Env{Host: d}),
+		f: upgradeFlags{snapshot: filepath.Join(t.TempDir(), "not-made", "etcd.db")}}
+	err := u.saveSnapshot(context.Background())
+	if !ha.IsRefusal(err) || !strings.Contains(err.Error(), "nothing was saved") || !strings.Contains(err.Error(), "the control plane was not touched") {
+		t.Fatalf("saveSnapshot into a directory that is not there = %v (refusal %v); want a refusal saying the control plane was not touched", err, ha.IsRefusal(err))
 	}
 }
