@@ -39,7 +39,9 @@ type dataReplaceJournal struct {
 // beginDataReplace writes the journal, fsync'd, before the data directory is
 // touched: op is the operation, finish the command a re-run finishes it with.
 // A write that fails is undone: the error then says nothing was changed, or
-// that the journal may be left (a re-run of the same command clears it).
+// that the journal may be left (a re-run of the same command clears it). A
+// journal an earlier run left is never undone: that run may have begun
+// replacing the data, which the journal keeps `stratum up` from starting on.
 func (n *Node) beginDataReplace(op, finish string) error {
 	data, err := json.Marshal(dataReplaceJournal{Op: op, Finish: finish, Started: n.env.Host.Now().UTC()})
 	if err != nil {
@@ -48,9 +50,13 @@ func (n *Node) beginDataReplace(op, finish string) error {
 	if err := n.env.Host.MkdirAll(version.StateDir, 0o700); err != nil {
 		return Refusal(fmt.Errorf("record the etcd data replacement: %w; nothing was changed", err))
 	}
+	earlier := n.dataReplaceUnderWay()
 	werr := n.env.Host.WriteFile(dataReplacePath, data, 0o600)
-	if werr == nil {
+	switch {
+	case werr == nil:
 		return nil
+	case earlier:
+		return Refusal(fmt.Errorf("record the etcd data replacement in %s: %w; nothing was changed: the journal an earlier run left stays, keeping `stratum up` from starting etcd on data it may have half replaced: mend the disk, then run %s", dataReplacePath, werr, finish))
 	}
 	// A write whose last step (the directory's fsync) failed left the file.
 	if err := n.endDataReplace(); err != nil {

@@ -2036,4 +2036,13 @@ var mutants = []mutant{
 			{"./cmd/stratum/cli", "-run", "TestUpgradeRefusesWhatItCouldNotDoBeforeItsRestart$"},
 		},
 	},
+	{
+		Name: "data-journal-rewrite-failure-removes-the-earlier-one",
+		File: "ha/datajournal.go",
+		Old:  "\tcase earlier:\n",
+		New:  "\tcase earlier && false:\n",
+		Tests: [][]string{
+			{"./ha", "-run", "TestDataReplaceJournalOfAnEarlierRunStays$"},
+		},
+	},
 }
