@@ -191,10 +191,14 @@ func (n *Node) ResetControlPlane(ctx context.Context, w io.Writer, force bool) e
 	}
 	obs.mayStartEtcd = !force // forced, the reset wipes without the member's removal
 	rep := planReset(obs)
+	// refusedAfter is a refusal met after this run started this node's
+	// etcd again: no longer "nothing was changed" (exit 1, not 3).
+	refusedAfter := Refusal
 	if slices.Contains(rep.Steps, string(resetStartEtcd)) {
 		if obs, err = n.restartEtcdForReset(ctx, w, obs); err != nil {
 			return err
 		}
+		refusedAfter = startedEtcdForReset
 		obs.mayStartEtcd = false
 		rep = planReset(obs)
 	}
@@ -204,7 +208,7 @@ func (n *Node) ResetControlPlane(ctx context.Context, w io.Writer, force bool) e
 	}
 	fmt.Fprintf(w, "resetting %s: %s\n", describeMember(rep), strings.Join(rep.Steps, ", "))
 	if rep.Refused != "" && !force {
-		return Refusal(fmt.Errorf("reset refused: %s; nothing was changed (--force resets anyway)", rep.Refused))
+		return refusedAfter(fmt.Errorf("reset refused: %s; nothing was changed (--force resets anyway)", rep.Refused))
 	}
 	if obs.started.IsZero() {
 		obs.started = n.env.Host.Now().UTC()
@@ -214,10 +218,10 @@ func (n *Node) ResetControlPlane(ctx context.Context, w io.Writer, force bool) e
 			// A write that failed after its rename (the directory's fsync)
 			// leaves the file, which would refuse every later up or join.
 			if rerr := n.env.Host.Remove(resetJournalPath); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
-				return Refusal(fmt.Errorf("%w; the journal could not be removed either (%v): remove %s by hand before the next `stratum up` or join", err, rerr, resetJournalPath))
+				return refusedAfter(fmt.Errorf("%w; the journal could not be removed either (%v): remove %s by hand before the next `stratum up` or join", err, rerr, resetJournalPath))
 			}
 		}
-		return Refusal(err)
+		return refusedAfter(err)
 	}
 	if err := n.checkpoint(ctx, CheckpointResetStart); err != nil {
 		return err
@@ -272,12 +276,24 @@ func (n *Node) restartEtcdForReset(ctx context.Context, w io.Writer, obs resetOb
 	next, err := n.observeReset(ctx, false)
 	if err != nil {
 		if ctx.Err() != nil {
-			return obs, Refusal(fmt.Errorf("reset stopped once it had started this node's etcd to ask the members (it runs): %w; nothing else was changed: re-run the same command", context.Cause(ctx)))
+			return obs, startedEtcdForReset(fmt.Errorf("reset stopped once it had started this node's etcd to ask the members: %w", context.Cause(ctx)))
 		}
-		return obs, Refusal(fmt.Errorf("%w (this reset started this node's etcd to ask the members, and it runs; nothing else was changed)", err))
+		return obs, startedEtcdForReset(err)
 	}
 	return next, nil
 }
+
+// startedEtcdForReset is err, met after restartEtcdForReset started this
+// node's etcd, marked as the change that start is (Midway: exit 1): the
+// member votes again, which a run that stopped it had taken away. Its text
+// says so, and what to do. The text of a refusal drops its "nothing was
+// changed".
+func startedEtcdForReset(err error) error {
+	msg := strings.Replace(err.Error(), "; nothing was changed", "", 1)
+	return Midway(fmt.Errorf("%s; this reset started this node's etcd again (an earlier run had stopped it), its member voting with the others, and changed nothing else: re-run `stratum reset` once that is mended (`stratum status` says whether etcd still runs): %w", msg, errStartedEtcdForReset))
+}
+
+var errStartedEtcdForReset = errors.New("this node's etcd was started again")
 
 // ResetPlanOf is the observation of ResetControlPlane without its locks:
 // the steps a reset would run (forced or not: a forced one does not start

@@ -353,3 +353,33 @@ func TestResetConvergesAfterItsProcessIsKilled(t *testing.T) {
 		}
 	}
 }
+
+// TestResetThatStartedItsEtcdSaysSo: a reset re-run after a crash before
+// its member-remove, with another voter down, finds no member answering
+// and starts this node's etcd again (the quorum back); the removal would
+// then leave the remaining voters under quorum, and the reset is refused.
+// That refusal is no longer "nothing was changed" (exit 3): this run
+// started the member, which votes again, and the error says so (exit 1).
+func TestResetThatStartedItsEtcdSaysSo(t *testing.T) {
+	t.Parallel() // its own simulated cluster
+	c := sim.Start(t, sim.Config{ControlPlanes: 3})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cp3 := c.Host("cp3")
+	inc := cp3.Incarnation()
+	resetUntil(ctx, t, cp3, c.CrashAt(cp3.Name(), ha.CheckpointResetStart), ha.CheckpointResetStart)
+	waitCrashed(t, cp3, inc)
+	c.Host("cp2").StopEtcd()
+	var out syncbuf.Buffer
+	err := joinNodeOn(cp3).ResetControlPlane(ctx, &out, false)
+	if err == nil || ha.IsRefusal(err) || !strings.Contains(err.Error(), "under the quorum") ||
+		!strings.Contains(err.Error(), "this reset started this node's etcd again") || strings.Contains(err.Error(), "nothing was changed") {
+		t.Fatalf("the reset that started its etcd, then refused = %v (refusal %t); want a failure (not a refusal) saying it started etcd\n%s", err, ha.IsRefusal(err), out.String())
+	}
+	if !strings.Contains(out.String(), "starting it, so the cluster has its quorum back") || !cp3.EtcdRunning() {
+		t.Fatalf("the reset did not start cp3's etcd (running %t):\n%s", cp3.EtcdRunning(), out.String())
+	}
+	if ms, err := c.Host("cp1").EtcdMembers(ctx); err != nil || len(ms) != 3 {
+		t.Fatalf("members after the refused removal: %v, %v; want all three", ms, err)
+	}
+}

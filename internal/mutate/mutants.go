@@ -2045,4 +2045,13 @@ var mutants = []mutant{
 			{"./ha", "-run", "TestDataReplaceJournalOfAnEarlierRunStays$"},
 		},
 	},
+	{
+		Name: "reset-that-started-its-etcd-refuses-as-unchanged",
+		File: "ha/reset.go",
+		Old:  "\t\trefusedAfter = startedEtcdForReset\n",
+		New:  "",
+		Tests: [][]string{
+			{"./ha", "-run", "TestResetThatStartedItsEtcdSaysSo$"},
+		},
+	},
 }
