@@ -7,9 +7,8 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"stratum.dev/stratum/internal/nodestate"
 )
@@ -23,10 +22,6 @@ const lostPublishGrace = 200 * time.Millisecond
 // bounds each look (a client port that does not answer within it is silent;
 // a restart it mistakes costs half a second, not safety).
 const lostPublishPoll = 50 * time.Millisecond
-
-// neverPublishedWithin bounds startEtcd's question to the other members
-// whether this node's member has ever published.
-const neverPublishedWithin = 2 * time.Second
 
 // startEtcd starts this node's etcd and waits until it serves.
 //
@@ -51,7 +46,11 @@ func (n *Node) startEtcd(ctx context.Context, st *nodestate.NodeState) error {
 	if err := RefuseMissingEtcdData(n.env.Host, st); err != nil {
 		return err
 	}
-	if err := n.startEtcdService(ctx, st); err != nil {
+	never, err := n.firstStart(ctx, st)
+	if err != nil {
+		return err
+	}
+	if err := n.startEtcdService(ctx, st, never); err != nil {
 		return err
 	}
 	if !st.Etcd.Started {
@@ -67,6 +66,62 @@ func (n *Node) startEtcd(ctx context.Context, st *nodestate.NodeState) error {
 		n.recordClusterID(ctx, st)
 	}
 	return nil
+}
+
+// firstStart asks the other members, before this node's member starts,
+// whether it has ever started, for a member added to an existing cluster
+// whose node state does not record a start (a join's or a rejoin's first).
+// never is true when they list it as added but never started: its start is
+// then watched for a lost publish. Its initial cluster, saved from its add's
+// answer, is brought up to the members the cluster has now: etcd starts a
+// member without data only when its --initial-cluster lists exactly the
+// members the others know ("member count is unequal" otherwise, at every
+// start), so a member removed between the add and this start (another
+// control plane's reset, `stratum etcd member remove`) would keep this one
+// from ever starting. A changed list is saved before the start. Not knowing
+// (no member answers, each asked for the read timeout: one on a machine
+// that is down stays silent rather than refusing, and the next is asked)
+// is never false with the saved list standing: etcd's own check decides.
+func (n *Node) firstStart(ctx context.Context, st *nodestate.NodeState) (never bool, err error) {
+	if st.Etcd.Started || st.Etcd.InitialClusterState != "existing" {
+		return false, nil
+	}
+	peers := peerIPs(st.Etcd.InitialCluster, st.Etcd.PeerURL)
+	if len(peers) == 0 {
+		return false, nil
+	}
+	actx, cancel := context.WithTimeout(ctx, time.Duration(len(peers)+1)*n.readTimeout())
+	ms, err := n.membersOf(actx, peers, "etcd member list", st.Etcd.ClusterID)
+	cancel()
+	if err != nil {
+		n.log.Debug("the other members did not answer before this member's start: its start is not watched, and its saved initial cluster stands", "err", err)
+		return false, nil
+	}
+	own := memberByPeerURL(ms, st.Etcd.PeerURL)
+	if own == nil || started(own) {
+		return false, nil
+	}
+	now := initialCluster(ms, own.ID, st.Etcd.Name)
+	if sameMemberSet(now, st.Etcd.InitialCluster) {
+		return true, nil
+	}
+	n.log.Info("the cluster's membership changed since this member was added: starting it with the members the cluster has now", "was", st.Etcd.InitialCluster, "now", now)
+	was := st.Etcd.InitialCluster
+	st.Etcd.InitialCluster = now
+	if err := nodestate.Save(n.env.Host, st); err != nil {
+		st.Etcd.InitialCluster = was
+		return false, fmt.Errorf("start etcd: the cluster's membership changed since this member was added (now %s), and recording that in the node state failed: %w; nothing was started: re-run the same command", now, err)
+	}
+	return true, nil
+}
+
+// sameMemberSet reports whether two initial-cluster lists name the same
+// name=peerURL pairs, in any order.
+func sameMemberSet(a, b string) bool {
+	as, bs := strings.Split(a, ","), strings.Split(b, ",")
+	slices.Sort(as)
+	slices.Sort(bs)
+	return slices.Equal(as, bs)
 }
 
 // recordClusterID records in the node state the ID of the etcd cluster this
@@ -92,11 +147,11 @@ func (n *Node) recordClusterID(ctx context.Context, st *nodestate.NodeState) {
 }
 
 // startEtcdService is startEtcd's start of the service, watching a new
-// member's first start for a lost publish.
-func (n *Node) startEtcdService(ctx context.Context, st *nodestate.NodeState) error {
+// member's first start (never: it never started) for a lost publish.
+func (n *Node) startEtcdService(ctx context.Context, st *nodestate.NodeState, never bool) error {
 	h := n.env.Host
 	peer, err := n.peerClient()
-	if err != nil || !n.neverPublished(ctx, st) {
+	if err != nil || !never {
 		if err := h.StartService(ctx, ServiceEtcd); err != nil {
 			return fmt.Errorf("start etcd: %w", err)
 		}
@@ -140,37 +195,6 @@ func (n *Node) startEtcdService(ctx context.Context, st *nodestate.NodeState) er
 		return fmt.Errorf("start etcd (restarted after its publish was lost): %w", err)
 	}
 	return nil
-}
-
-// neverPublished reports whether the other members list this node's member
-// as added but never started (no client URLs): its first start. Not knowing
-// (no member answers in time) is false: the start is then not watched.
-func (n *Node) neverPublished(ctx context.Context, st *nodestate.NodeState) bool {
-	if st.Etcd.InitialClusterState != "existing" {
-		return false
-	}
-	peers := peerIPs(st.Etcd.InitialCluster, st.Etcd.PeerURL)
-	if len(peers) == 0 {
-		return false
-	}
-	ctx, cancel := context.WithTimeout(ctx, neverPublishedWithin)
-	defer cancel()
-	never := false
-	err := n.viaEach(ctx, peers, "etcd member list", func(ctx context.Context, cli *clientv3.Client, ep string) error {
-		ml, err := n.memberList(ctx, cli)
-		if err != nil {
-			return err
-		}
-		if m := memberByPeerURL(ml.Members, st.Etcd.PeerURL); m != nil {
-			never = !started(m)
-		}
-		return nil
-	})
-	if err != nil {
-		n.log.Debug("could not tell whether this node's etcd member ever published; its start is not watched", "err", err)
-		return false
-	}
-	return never
 }
 
 // publishLost reports whether this node's member shows its own publish

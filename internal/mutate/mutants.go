@@ -2054,4 +2054,13 @@ var mutants = []mutant{
 			{"./ha", "-run", "TestResetThatStartedItsEtcdSaysSo$"},
 		},
 	},
+	{
+		Name: "first-start-keeps-a-stale-initial-cluster",
+		File: "ha/etcd_start.go",
+		Old:  "\tif sameMemberSet(now, st.Etcd.InitialCluster) {\n",
+		New:  "\tif sameMemberSet(now, st.Etcd.InitialCluster) || true {\n",
+		Tests: [][]string{
+			{"./ha", "-run", "TestNewMemberStartsAfterAnotherLeft$"},
+		},
+	},
 }
