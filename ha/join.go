@@ -128,6 +128,9 @@ var (
 	ErrJoinMismatch = errors.New("this node's configuration differs from the cluster's")
 	// ErrIntentSurvives: `stratum up` refuses to bootstrap over a join's journal.
 	ErrIntentSurvives = errors.New("a control-plane join's intent journal survives on this node")
+	// ErrGrantRetired: the join's grant was dropped from the published
+	// bundle after the join downloaded it (a rekey, a re-upload, a prune).
+	ErrGrantRetired = errors.New("the join's grant was retired")
 )
 
 // joinHint is what to run to recover or retry.
@@ -404,6 +407,9 @@ type joinRun struct {
 	// fence is the maintenance fence the join holds from the health gate to
 	// the saved node state (nil once released).
 	fence *Fence
+	// viaGrant records that the download opened this join's own grant
+	// entry (not the legacy one), which the fence step finds still there.
+	viaGrant bool
 	// addRefused records that the member-add step stopped before any add
 	// (the fence lost first, or etcd refused the add) and, the run not being
 	// a resumed one, cleared the journal it wrote: the run changed nothing
@@ -608,6 +614,7 @@ func (r *joinRun) assemble(ctx context.Context) error {
 			if err != nil {
 				return netcfg.Config{}, err
 			}
+			r.viaGrant = !g.Legacy
 			for _, ep := range g.EtcdEndpoints {
 				if u, err := url.Parse(ep); err == nil && u.Hostname() != "" {
 					r.etcdIPs = append(r.etcdIPs, u.Hostname())
@@ -1023,6 +1030,31 @@ func (r *joinRun) takeFence(ctx context.Context) error {
 		return fmt.Errorf("control-plane join refused: %w; nothing was added to etcd: %s once the holder is done", err, joinHint)
 	}
 	r.fence = f
+	if r.viaGrant {
+		if err := grantStillPublished(ctx, cs, id); err != nil {
+			r.dropFence(ctx)
+			return err
+		}
+	}
+	return nil
+}
+
+// grantStillPublished refuses a join whose grant was retired since its
+// download: a `certs rekey` or a `certs reupload` after a CA rotation drops
+// every grant under the fence, as `grants prune` and `token delete` drop
+// theirs, and promise that every earlier join command changes nothing. A
+// join that downloaded before (the fence is taken after the download and
+// the health gate) would otherwise add a member, on CAs a reupload replaced.
+// Asked under the fence, which every publication holds, so the answer
+// stands until the member is added.
+func grantStillPublished(ctx context.Context, cs kubernetes.Interface, id string) error {
+	s, err := readBundleSecret(ctx, cs, "bootstrap token "+id)
+	if err != nil {
+		return fmt.Errorf("control-plane join refused: confirm this join's grant is still published: %w; nothing was added to etcd", err)
+	}
+	if _, ok := s.Data[grantEntry(id)]; !ok {
+		return fmt.Errorf("control-plane join refused: %w: this join's grant (token %s) was retired after it downloaded the shared certificates (a `stratum certs rekey` or `certs reupload`, or the grant pruned or its token deleted); nothing was added to etcd: %s", ErrGrantRetired, id, mintHint)
+	}
 	return nil
 }
 

@@ -758,3 +758,41 @@ func TestUpOfANodeWithStateServesWhenItCannotPublish(t *testing.T) {
 		t.Fatalf("the apiserver after the start: %v", err)
 	}
 }
+
+// TestJoinRefusedWhenItsGrantIsRetiredMidway: a rekey on cp1 while cp2's
+// join is past its download (its certificates issued, before its health
+// gate and fence) retires cp2's grant, and the rekey promises every earlier
+// join command changes nothing: the join, finding its grant gone once it
+// holds the fence, is refused (exit 3, ErrGrantRetired) with no member
+// added, and releases the fence, so a mint right after is not refused.
+func TestJoinRefusedWhenItsGrantIsRetiredMidway(t *testing.T) {
+	t.Parallel() // its own simulated cluster
+	j := startJoinCluster(t, 1)
+	o := j.mint(time.Hour)
+	pause := j.c.PauseAt("cp2", ha.CheckpointAfterKubeconfigs)
+	done := make(chan error, 1)
+	go func() { done <- joinAs(j.ctx, joinNodeOn(j.c.Host("cp2")), o) }()
+	select {
+	case <-pause.Reached():
+	case err := <-done:
+		t.Fatalf("cp2's join ended before %s: %v", ha.CheckpointAfterKubeconfigs, err)
+	}
+	key, err := ha.NewCertKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.cp1.RekeySharedCertsFenced(j.ctx, key); err != nil {
+		t.Fatalf("rekey on cp1 during cp2's join: %v", err)
+	}
+	pause.Release()
+	err = <-done
+	if !errors.Is(err, ha.ErrGrantRetired) || !ha.IsRefusal(err) {
+		t.Fatalf("cp2's join after its grant was retired = %v (refusal %t); want a refusal naming the retired grant", err, ha.IsRefusal(err))
+	}
+	if got := strings.Join(j.members(), " "); got != "cp1:voter" {
+		t.Fatalf("members after the refused join: %s; want cp1 alone", got)
+	}
+	if _, err := mintOptions(j.ctx, j.c, j.cp1, time.Hour); err != nil {
+		t.Fatalf("a mint right after the refused join: %v; want the fence released", err)
+	}
+}

@@ -2063,4 +2063,13 @@ var mutants = []mutant{
 			{"./ha", "-run", "TestNewMemberStartsAfterAnotherLeft$"},
 		},
 	},
+	{
+		Name: "join-ignores-its-grant-retired-midway",
+		File: "ha/join.go",
+		Old:  "\tif r.viaGrant {\n\t\tif err := grantStillPublished(ctx, cs, id); err != nil {",
+		New:  "\tif false {\n\t\tif err := grantStillPublished(ctx, cs, id); err != nil {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestJoinRefusedWhenItsGrantIsRetiredMidway$"},
+		},
+	},
 }
