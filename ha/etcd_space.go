@@ -547,6 +547,11 @@ func (n *Node) SetEtcdQuota(ctx context.Context, quota int64) (changed, restarte
 		own = n.EtcdMemberStatus(ctx, self)
 	}
 	if effectiveQuota(st.Etcd.QuotaBackendBytes) == want && (!runs || own.Err == nil && own.DBQuota == want) {
+		if !runs && n.env.Progress != nil {
+			// A run whose restart failed left it so: said, since nothing
+			// here starts it.
+			n.env.Progress(fmt.Sprintf("etcd does not run on this node: it starts with %s (`stratum up`, or its supervisor)", units.Bytes(want)))
+		}
 		return false, false, nil
 	}
 	size := own.DBSize
@@ -577,7 +582,7 @@ func (n *Node) SetEtcdQuota(ctx context.Context, quota int64) (changed, restarte
 		return true, false, nil // etcd starts with it
 	}
 	if err := h.RestartService(ctx, ServiceEtcd); err != nil {
-		return true, false, fmt.Errorf("etcd quota: the node state records %s; restart etcd onto it: %w; run the same command again", units.Bytes(effectiveQuota(quota)), err)
+		return true, false, fmt.Errorf("etcd quota: the node state records %s; restart etcd onto it: %w; etcd may be stopped (`stratum status` says): `stratum up` starts it with that quota, and this command, run again while it runs, restarts it onto it", units.Bytes(effectiveQuota(quota)), err)
 	}
 	ep := EtcdEndpoint(self)
 	err = n.waitHealthyButForSpace(ctx, []string{self}, quotaSetWithin, "etcd quota", func(members []defragTarget) error {

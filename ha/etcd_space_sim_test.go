@@ -272,3 +272,29 @@ func TestSetEtcdQuota(t *testing.T) {
 		t.Fatalf("cp3 started after its quota was recorded runs with %d bytes; want 128 MiB", q)
 	}
 }
+
+// TestSetEtcdQuotaWhoseRestartFailedSaysEtcdIsStopped: a quota change
+// whose restart of etcd fails (the service manager cannot start it) says
+// that etcd may be stopped and that `stratum up` starts it with the new
+// quota; run again while etcd is still stopped, it changes nothing and says
+// etcd does not run, rather than only "already" over a stopped member.
+func TestSetEtcdQuotaWhoseRestartFailedSaysEtcdIsStopped(t *testing.T) {
+	t.Parallel() // its own simulated cluster
+	c := sim.Start(t, sim.Config{ControlPlanes: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	h := c.Host("cp1")
+	n, logs := loggedNodeOn(h)
+	h.BreakServices(errors.New("injected: the service manager cannot start etcd"))
+	changed, _, err := n.SetEtcdQuota(ctx, 64<<20)
+	h.MendServices()
+	if !changed || err == nil || ha.IsRefusal(err) || !strings.Contains(err.Error(), "etcd may be stopped") || !strings.Contains(err.Error(), "`stratum up` starts it") {
+		t.Fatalf("a quota change whose restart failed: changed %v, %v; want a failure saying etcd may be stopped and `stratum up` starts it", changed, err)
+	}
+	if h.EtcdRunning() {
+		t.Fatal("etcd runs after a restart that failed; the test needs it stopped")
+	}
+	if changed, _, err := n.SetEtcdQuota(ctx, 64<<20); err != nil || changed || !strings.Contains(logs.String(), "etcd does not run on this node: it starts with 64.0 MiB") {
+		t.Fatalf("the same quota again with etcd stopped: changed %v, %v; want nothing changed, saying etcd does not run\n%s", changed, err, logs)
+	}
+}

@@ -172,10 +172,12 @@ func (n *Node) restartOntoRenewed(ctx context.Context, nodeIP string) ([]string,
 			return err
 		}
 		if err := h.RestartService(ctx, s); err != nil {
+			// A failed restart may leave the service stopped, which a re-run
+			// (restarting only what runs) would leave so: said.
 			if s == ServiceEtcd {
-				return fmt.Errorf("certs renew: restart %s onto its renewed certificates: %w; the certificates are renewed. If the other control planes' certificates have expired too (all issued the same day), this etcd finds no quorum with them until a second one is renewed: run `stratum certs renew` on the next control plane now (one whose own certificates have expired renews without checking the cluster's health), then on each other whose have expired, then re-run it here; otherwise re-run `stratum certs renew`", s, err)
+				return fmt.Errorf("certs renew: restart %s onto its renewed certificates: %w; the certificates are renewed, %s may be stopped (`stratum status` says) and %s was not restarted. If the other control planes' certificates have expired too (all issued the same day), this etcd finds no quorum with them until a second one is renewed: run `stratum certs renew` on the next control plane now (one whose own certificates have expired renews without checking the cluster's health), then on each other whose have expired. Then, here: `stratum up` if etcd is stopped (it starts on the renewed files), and `stratum certs renew` again", s, err, s, ServiceAPIServer)
 			}
-			return fmt.Errorf("certs renew: restart %s onto its renewed certificates: %w; the certificates are renewed: re-run `stratum certs renew` or restart it", s, err)
+			return fmt.Errorf("certs renew: restart %s onto its renewed certificates: %w; the certificates are renewed, and %s may be stopped (`stratum status` says): `stratum up` starts it on the renewed files; then re-run `stratum certs renew`", s, err, s)
 		}
 		restarted = append(restarted, s)
 		return nil

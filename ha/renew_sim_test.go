@@ -139,3 +139,24 @@ func TestRenewCertsRefusedWithAMemberDown(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestRenewWhoseRestartFailedSaysEtcdMayBeStopped: a renewal whose restart
+// of etcd onto the renewed certificates fails (the service manager cannot
+// start it) says that etcd may be stopped and that `stratum up` starts it:
+// a re-run restarts only what runs, so "re-run" alone would leave it so.
+func TestRenewWhoseRestartFailedSaysEtcdMayBeStopped(t *testing.T) {
+	t.Parallel() // its own simulated cluster
+	c := sim.Start(t, sim.Config{ControlPlanes: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	h := c.Host("cp1")
+	h.BreakServices(errors.New("injected: the service manager cannot start etcd"))
+	_, _, err := joinNodeOn(h).RenewCerts(ctx)
+	h.MendServices()
+	if err == nil || ha.IsRefusal(err) || !strings.Contains(err.Error(), "etcd may be stopped") || !strings.Contains(err.Error(), "`stratum up` if etcd is stopped") {
+		t.Fatalf("a renewal whose etcd restart failed = %v; want a failure saying etcd may be stopped and `stratum up` starts it", err)
+	}
+	if h.EtcdRunning() {
+		t.Fatal("etcd runs after a restart that failed; the test needs it stopped")
+	}
+}

@@ -2072,4 +2072,22 @@ var mutants = []mutant{
 			{"./ha", "-run", "TestJoinRefusedWhenItsGrantIsRetiredMidway$"},
 		},
 	},
+	{
+		Name: "quota-rerun-silent-over-a-stopped-etcd",
+		File: "ha/etcd_space.go",
+		Old:  "\t\tif !runs && n.env.Progress != nil {\n",
+		New:  "\t\tif false {\n",
+		Tests: [][]string{
+			{"./ha", "-run", "TestSetEtcdQuotaWhoseRestartFailedSaysEtcdIsStopped$"},
+		},
+	},
+	{
+		Name: "renew-failed-etcd-restart-advises-a-rerun-alone",
+		File: "ha/renew.go",
+		Old:  "Then, here: `stratum up` if etcd is stopped (it starts on the renewed files), and `stratum certs renew` again",
+		New:  "Then re-run it here",
+		Tests: [][]string{
+			{"./ha", "-run", "TestRenewWhoseRestartFailedSaysEtcdMayBeStopped$"},
+		},
+	},
 }
