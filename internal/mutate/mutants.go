@@ -2090,4 +2090,13 @@ var mutants = []mutant{
 			{"./ha", "-run", "TestRenewWhoseRestartFailedSaysEtcdMayBeStopped$"},
 		},
 	},
+	{
+		Name: "install-now-failed-start-hides-the-stopped-control-plane",
+		File: "cmd/stratum/cli/handoff.go",
+		Old:  "\to.stoppedHere = true // its services with it: down until the unit starts\n",
+		New:  "",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestHandoffStartPastItsBound$"},
+		},
+	},
 }

@@ -53,7 +53,8 @@ type unitHandoff struct {
 	running      *supervisor.About
 	runningStart string
 	// stoppedHere: the services were stopped by this process (--install),
-	// so a failure leaves the control plane down.
+	// or with the supervisor started by hand (install --now), so a failure
+	// leaves the control plane down.
 	stoppedHere bool
 	underUnit   bool
 	stopping    bool
@@ -424,6 +425,7 @@ func (o *unitHandoff) stopHandSupervisor(ctx context.Context) error {
 		}
 	}
 	o.a.progress(fmt.Sprintf("the supervisor started by hand ended, %s after its SIGTERM", time.Since(signalled).Round(100*time.Millisecond)))
+	o.stoppedHere = true // its services with it: down until the unit starts
 	return nil
 }
 
@@ -440,7 +442,13 @@ func (o *unitHandoff) startUnit(ctx context.Context) error {
 		case errors.Is(err, context.DeadlineExceeded):
 			return fmt.Errorf("%s: stratum.service did not say it serves within %s; systemd's start goes on (TimeoutStartSec=30min): `systemctl status stratum` and `journalctl -u stratum` say what it does", o.command, o.timeout)
 		}
-		return fmt.Errorf("%s: `systemctl start stratum` failed (%w: %s): `systemctl status stratum` and `journalctl -u stratum` say why; systemd tries again by itself (Restart=always)", o.command, err, out)
+		state := ""
+		if o.stoppedHere {
+			// Its services were stopped to be handed over: said, as the
+			// docs promise, with the command that starts the unit again.
+			state = fmt.Sprintf("; this control plane is stopped (its services stopped here to be handed over) until the unit starts: `%s`, once that is mended, starts it", o.restart)
+		}
+		return fmt.Errorf("%s: `systemctl start stratum` failed (%w: %s): `systemctl status stratum` and `journalctl -u stratum` say why; systemd tries again by itself (Restart=always) unless its start limit is hit%s", o.command, err, out, state)
 	}
 	about, err := o.client.About(ctx)
 	if err != nil {

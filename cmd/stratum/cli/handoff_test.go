@@ -340,6 +340,10 @@ func TestHandoffStartPastItsBound(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "`systemctl start stratum` failed") || !strings.Contains(err.Error(), "Job for stratum.service failed") {
 			t.Fatalf("run: %v, want systemctl's failure quoted\n%s", err, out)
 		}
+		// The supervisor started by hand was stopped for the handover.
+		if !o.stoppedHere || !strings.Contains(err.Error(), "this control plane is stopped") || !strings.Contains(err.Error(), o.restart) {
+			t.Fatalf("run after the hand-started supervisor stopped (%t): %v, want the control plane said stopped and %q named", o.stoppedHere, err, o.restart)
+		}
 	})
 }
 
