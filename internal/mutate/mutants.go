@@ -2099,4 +2099,13 @@ var mutants = []mutant{
 			{"./cmd/stratum/cli", "-run", "TestHandoffStartPastItsBound$"},
 		},
 	},
+	{
+		Name: "retries-stopped-exit-3",
+		File: "cmd/stratum/cli/supervise.go",
+		Old:  "\treturn ha.Midway(fmt.Errorf(\"%w; the supervisor was stopped while it retried its start",
+		New:  "\treturn (fmt.Errorf(\"%w; the supervisor was stopped while it retried its start",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestRetriesStoppedIsNoRefusal$"},
+		},
+	},
 }

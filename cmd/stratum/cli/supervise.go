@@ -1041,7 +1041,7 @@ func (a *app) keepVoterAndRetry(ctx context.Context, verb string, n *ha.Node, su
 		if err := a.nextAttempt(ctx, sup); errors.Is(err, errNodeReset) {
 			return nil, err
 		} else if err != nil {
-			return nil, failed
+			return nil, retriesStopped(failed)
 		}
 		fmt.Fprintf(a.stdout, "trying the start again (attempt %d) ...\n", attempt)
 		st, err := n.Restart(ctx, o, ha.RetriedStartHolder)
@@ -1050,11 +1050,20 @@ func (a *app) keepVoterAndRetry(ctx context.Context, verb string, n *ha.Node, su
 			return st, nil
 		}
 		if ctx.Err() != nil {
-			return nil, failed
+			return nil, retriesStopped(failed)
 		}
 		failed = err
 		fmt.Fprintf(a.stderr, "attempt %d: %v\n", attempt, explainHost(err))
 	}
+}
+
+// retriesStopped is the error of a supervisor stopped while it retried its
+// start: the last attempt's failure, never a refusal (exit 3) even when that
+// attempt was refused (a maintenance command held the node's locks), since
+// this supervisor ran the node's etcd voter between the attempts, and its
+// shutdown stops it.
+func retriesStopped(last error) error {
+	return ha.Midway(fmt.Errorf("%w; the supervisor was stopped while it retried its start: this node's etcd, kept running between the attempts, stops with it (`stratum up` starts the control plane again)", last))
 }
 
 // waitForEtcdData is what the supervisor does when its start was refused

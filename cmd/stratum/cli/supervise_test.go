@@ -887,3 +887,15 @@ func TestSupervisorRefusesAReplaceableStratum(t *testing.T) {
 		t.Fatalf("a stratum run through a link root alone may change: %v", err)
 	}
 }
+
+// TestRetriesStoppedIsNoRefusal: a supervisor stopped while it retried its
+// start, whose last attempt was refused as busy (a maintenance command held
+// the node's locks), does not exit 3 saying nothing was changed: it ran the
+// node's etcd voter between the attempts and stops it now, which it says.
+func TestRetriesStoppedIsNoRefusal(t *testing.T) {
+	busy := ha.Refusal(errors.New("node busy: the node's maintenance lock is held by stratum certs renew; nothing was changed: wait for it to finish"))
+	err := retriesStopped(busy)
+	if ha.IsRefusal(err) || !strings.Contains(err.Error(), "this node's etcd, kept running between the attempts, stops with it") || !strings.Contains(err.Error(), "node busy") {
+		t.Fatalf("retriesStopped(a busy refusal) = %v (refusal %t); want no refusal (exit 1), the last attempt's failure and that etcd stops with the supervisor", err, ha.IsRefusal(err))
+	}
+}
