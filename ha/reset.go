@@ -208,7 +208,13 @@ func (n *Node) ResetControlPlane(ctx context.Context, w io.Writer, force bool) e
 	}
 	fmt.Fprintf(w, "resetting %s: %s\n", describeMember(rep), strings.Join(rep.Steps, ", "))
 	if rep.Refused != "" && !force {
-		return refusedAfter(fmt.Errorf("reset refused: %s; nothing was changed (--force resets anyway)", rep.Refused))
+		unfinished := ""
+		if obs.journalUnderWay {
+			// This run changed nothing, but the node is not as it was
+			// before the reset: an earlier run's stops stand.
+			unfinished = fmt.Sprintf(" by this run; an earlier run of this reset left it unfinished (%s): the services it stopped stay stopped, and `stratum up` refuses until the reset finishes", resetJournalPath)
+		}
+		return refusedAfter(fmt.Errorf("reset refused: %s; nothing was changed%s (--force resets anyway)", rep.Refused, unfinished))
 	}
 	if obs.started.IsZero() {
 		obs.started = n.env.Host.Now().UTC()
@@ -289,7 +295,13 @@ func (n *Node) restartEtcdForReset(ctx context.Context, w io.Writer, obs resetOb
 // says so, and what to do. The text of a refusal drops its "nothing was
 // changed".
 func startedEtcdForReset(err error) error {
-	msg := strings.Replace(err.Error(), "; nothing was changed", "", 1)
+	msg := err.Error()
+	for _, unchanged := range []string{"; nothing was changed by this run", "; nothing was changed"} {
+		if strings.Contains(msg, unchanged) {
+			msg = strings.Replace(msg, unchanged, "", 1)
+			break
+		}
+	}
 	return Midway(fmt.Errorf("%s; this reset started this node's etcd again (an earlier run had stopped it), its member voting with the others, and changed nothing else: re-run `stratum reset` once that is mended (`stratum status` says whether etcd still runs): %w", msg, errStartedEtcdForReset))
 }
 

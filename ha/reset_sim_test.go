@@ -382,4 +382,10 @@ func TestResetThatStartedItsEtcdSaysSo(t *testing.T) {
 	if ms, err := c.Host("cp1").EtcdMembers(ctx); err != nil || len(ms) != 3 {
 		t.Fatalf("members after the refused removal: %v, %v; want all three", ms, err)
 	}
+	// Run again, cp3's etcd now running: refused with nothing changed by
+	// this run, and said to be a reset an earlier run left unfinished.
+	err = joinNodeOn(cp3).ResetControlPlane(ctx, io.Discard, false)
+	if !ha.IsRefusal(err) || !strings.Contains(err.Error(), "nothing was changed by this run; an earlier run of this reset left it unfinished") {
+		t.Fatalf("the reset run again over its unfinished journal = %v (refusal %t); want a refusal saying an earlier run left it unfinished", err, ha.IsRefusal(err))
+	}
 }

@@ -2108,4 +2108,13 @@ var mutants = []mutant{
 			{"./cmd/stratum/cli", "-run", "TestRetriesStoppedIsNoRefusal$"},
 		},
 	},
+	{
+		Name: "reset-refusal-hides-an-unfinished-reset",
+		File: "ha/reset.go",
+		Old:  "\t\tif obs.journalUnderWay {\n\t\t\t// This run changed nothing",
+		New:  "\t\tif false {\n\t\t\t// This run changed nothing",
+		Tests: [][]string{
+			{"./ha", "-run", "TestResetThatStartedItsEtcdSaysSo$"},
+		},
+	},
 }
