@@ -533,21 +533,11 @@ func TestJoinIntentWriteFailingLateLeavesNoJournal(t *testing.T) {
 	t.Parallel() // its own simulated clusters
 	assetstest.Require(t)
 	ops := joinDiskOps(t)
-	subj := subjects(ops)
-	i := -1
-	for k, o := range ops {
-		if o.op == faultfs.OpSyncDir && subj[k] == ha.JoinIntentPath() {
-			i = k
-			break
-		}
-	}
+	i := nthOp(ops, faultfs.OpSyncDir, ha.JoinIntentPath(), 1)
 	if i < 0 {
 		t.Fatalf("the recorded join made no directory fsync after writing its intent journal: %v", ops)
 	}
-	d := startDiskCase(t)
-	d.cp2.FailDisk(&firstFault{Rule: ruleAt(ops, i, syscall.EIO, false)})
-	err := runJoin(d.ctx, d.cp2, d.o)
-	d.cp2.DisarmDisk()
+	d, err := joinFailingAt(t, ops, i, syscall.EIO)
 	if !ha.IsRefusal(err) || !errors.Is(err, syscall.EIO) || !strings.Contains(err.Error(), "nothing was added to etcd") {
 		t.Fatalf("the join whose intent journal's directory fsync failed: %v; want a refusal naming EIO", err)
 	}
@@ -589,6 +579,32 @@ func TestJoinTokenStripFailingWarns(t *testing.T) {
 	}
 }
 
+// joinFailingAt runs cp2's join of a fresh disk case with the recorded
+// operation i failing once with errno, and returns the case and the join's
+// error.
+func joinFailingAt(t *testing.T, ops []diskOp, i int, errno syscall.Errno) (*diskCase, error) {
+	t.Helper()
+	d := startDiskCase(t)
+	d.cp2.FailDisk(&firstFault{Rule: ruleAt(ops, i, errno, false)})
+	err := runJoin(d.ctx, d.cp2, d.o)
+	d.cp2.DisarmDisk()
+	return d, err
+}
+
+// nthOp is the index of the nth (from 1) recorded operation op whose
+// subject is subject, -1 for none.
+func nthOp(ops []diskOp, op faultfs.Op, subject string, nth int) int {
+	subj := subjects(ops)
+	for k := range ops {
+		if ops[k].op == op && subj[k] == subject {
+			if nth--; nth == 0 {
+				return k
+			}
+		}
+	}
+	return -1
+}
+
 // lastOp is the index of the last recorded operation op whose subject is
 // subject, -1 for none.
 func lastOp(ops []diskOp, op faultfs.Op, subject string) int {
@@ -599,4 +615,30 @@ func lastOp(ops []diskOp, op faultfs.Op, subject string) int {
 		}
 	}
 	return -1
+}
+
+// TestJoinFailureAfterItsAddSaysWhatBecameOfTheMember fails the write that
+// records the added member's ID in the intent journal (a full disk), after
+// the member-add: the join's error says the member was removed again and
+// to re-run the same join command, and the cluster is back to cp1 alone;
+// the re-run then makes cp2 a working control plane.
+func TestJoinFailureAfterItsAddSaysWhatBecameOfTheMember(t *testing.T) {
+	t.Parallel() // its own simulated cluster
+	assetstest.Require(t)
+	ops := joinDiskOps(t)
+	i := nthOp(ops, faultfs.OpWrite, ha.JoinIntentPath(), 2)
+	if i < 0 {
+		t.Fatalf("the recorded join wrote its intent journal fewer than twice: %v", ops)
+	}
+	d, err := joinFailingAt(t, ops, i, syscall.ENOSPC)
+	if err == nil || ha.IsRefusal(err) || !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "record the added member") ||
+		!strings.Contains(err.Error(), "the member this join added was removed again (rolled back)") {
+		t.Fatalf("the join whose record of its added member failed = %v; want a failure saying the member was removed again", err)
+	}
+	if ms := d.members(t); !slices.Equal(ms, []string{"cp1:voter"}) {
+		t.Fatalf("members after the rolled-back join: %v; want cp1 alone", ms)
+	}
+	d.checkFiles(t, "after the rolled-back join")
+	d.converge(t)
+	d.checkJoined(t)
 }

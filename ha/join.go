@@ -922,18 +922,18 @@ func (r *joinRun) addMemberAndSave(ctx context.Context) error {
 		// A refusal added nothing. Any other error may hide an add that
 		// landed (its answer lost): only an unstarted learner with this
 		// node's own peer URL can be it.
+		undone := ""
 		if !errors.Is(err, errMemberAddRefused) {
-			r.rollback(wctx, 0)
+			undone = r.rollback(wctx, 0)
 		} else if !r.resumed {
 			r.clearIntent(wctx)
 			r.addRefused = true
 		}
-		return fmt.Errorf("control-plane join of %s: %w", r.name, err)
+		return fmt.Errorf("control-plane join of %s: %w%s", r.name, err, undone)
 	}
 	r.intent.MemberID = fmt.Sprintf("%x", id)
 	if err := n.writeJoinIntent(r.intent); err != nil {
-		r.rollback(wctx, id)
-		return fmt.Errorf("control-plane join of %s: record the added member %x: %w", r.name, id, err)
+		return fmt.Errorf("control-plane join of %s: record the added member %x: %w%s", r.name, id, err, r.rollback(wctx, id))
 	}
 	if err := n.checkpoint(wctx, CheckpointAfterMemberAdd); err != nil {
 		r.rollback(wctx, id)
@@ -959,8 +959,7 @@ func (r *joinRun) addMemberAndSave(ctx context.Context) error {
 				r.name, err, rerr, id, nodestate.Path, joinHint)
 		}
 		r.st.Etcd = nodestate.Etcd{}
-		r.rollback(wctx, id)
-		return fmt.Errorf("control-plane join of %s: %w", r.name, err)
+		return fmt.Errorf("control-plane join of %s: %w%s", r.name, err, r.rollback(wctx, id))
 	}
 	// The state records the member: a signal held in the window is delivered
 	// now, and the caller sees it before starting any service.
@@ -974,19 +973,25 @@ func (r *joinRun) addMemberAndSave(ctx context.Context) error {
 // node owns is never touched. With no ID (an add whose answer was lost) it
 // removes only an unstarted learner with this node's peer URL, which no
 // other node can have. The journal is cleared once the member is known
-// gone; a removal that fails keeps it for a re-run to reconcile.
-func (r *joinRun) rollback(ctx context.Context, id uint64) {
+// gone; a removal that fails keeps it for a re-run to reconcile. It returns
+// what became of the member, for the join's error ("; ...").
+func (r *joinRun) rollback(ctx context.Context, id uint64) string {
 	n := r.n
 	if id == 0 && r.intent.MemberID != "" {
 		fmt.Sscanf(r.intent.MemberID, "%x", &id)
+	}
+	member := "the member this join added"
+	if id == 0 {
+		member = "any member this join's add left (its answer was lost)"
 	}
 	rctx, cancel := context.WithTimeout(ctx, memberAddRetryFor+10*time.Second)
 	defer cancel()
 	if err := n.removeOwnMember(rctx, r.etcdIPs, id, r.peerURL); err != nil {
 		n.log.Error("rollback: the added etcd member could not be removed; the join intent journal is kept for a re-run to reconcile", "peerURL", r.peerURL, "id", fmt.Sprintf("%x", id), "err", err)
-		return
+		return fmt.Sprintf("; %s could not be removed again (%v): it and the join intent journal are kept, and `stratum up` refuses until the same join command, re-run, reconciles them", member, err)
 	}
 	r.clearIntent(rctx)
+	return fmt.Sprintf("; %s was removed again (rolled back): %s", member, joinHint)
 }
 
 func (r *joinRun) clearIntent(ctx context.Context) {

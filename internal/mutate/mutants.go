@@ -2117,4 +2117,13 @@ var mutants = []mutant{
 			{"./ha", "-run", "TestResetThatStartedItsEtcdSaysSo$"},
 		},
 	},
+	{
+		Name: "join-rollback-unsaid",
+		File: "ha/join.go",
+		Old:  "\treturn fmt.Sprintf(\"; %s was removed again (rolled back): %s\", member, joinHint)",
+		New:  "\treturn \"\"",
+		Tests: [][]string{
+			{"./ha", "-run", "TestJoinFailureAfterItsAddSaysWhatBecameOfTheMember$"},
+		},
+	},
 }
