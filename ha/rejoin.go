@@ -299,21 +299,36 @@ func (n *Node) RejoinEtcd(ctx context.Context, w io.Writer, cp1IP string, force 
 		}
 		began := time.Now()
 		if err := n.rejoinStep(ctx, w, s, st, obs, seed); err != nil {
-			if (s == rejoinStop || errors.Is(err, errDataUntouched)) && !earlier {
-				// The data is untouched: nothing for `stratum up` to refuse.
-				if jerr := n.endDataReplace(); jerr != nil {
-					return fmt.Errorf("%w; the data is untouched, but %w", err, jerr)
-				}
-				if s == rejoinStop {
-					return fmt.Errorf("%w, or `stratum up` to start it again on its etcd data, untouched", err)
-				}
-			}
-			return err
+			return n.rejoinStepFailed(err, s, steps[:i], earlier)
 		}
 		n.stepDone(string(s), time.Since(began))
 	}
 	fmt.Fprintf(w, "rejoined: %s is a voter of etcd cluster %s\n", st.Etcd.Name, obs.SeedClusterID)
 	return nil
+}
+
+// rejoinStepFailed is the error of a rejoin whose step s failed with err,
+// the steps ran before it. A failure before the data was touched (the stop
+// step's, or the wipe's own stop) ends the data-replacement journal this run
+// wrote (nothing for `stratum up` to refuse) and names `stratum up`, which
+// starts the control plane again on its data, untouched, once a stop step
+// has stopped it.
+func (n *Node) rejoinStepFailed(err error, s rejoinStep, ran []rejoinStep, earlier bool) error {
+	if s != rejoinStop && !errors.Is(err, errDataUntouched) || earlier {
+		return err
+	}
+	if jerr := n.endDataReplace(); jerr != nil {
+		return fmt.Errorf("%w; the data is untouched, but %w", err, jerr)
+	}
+	switch {
+	case s == rejoinStop:
+		return fmt.Errorf("%w, or `stratum up` to start it again on its etcd data, untouched", err)
+	case slices.Contains(ran, rejoinStop):
+		// Stopped by the stop step before: a re-run alone leaves it so
+		// until it succeeds.
+		return fmt.Errorf("%w; this node's control plane is stopped (this rejoin's stop step ran): `stratum up` starts it again on its etcd data, untouched", err)
+	}
+	return err
 }
 
 // rejoinStopped is the error of a rejoin stopped (Ctrl-C) before step s,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -118,5 +119,32 @@ func TestRejoinWipeWhoseStopFailsLeavesTheDataAndSaysSo(t *testing.T) {
 	}
 	if _, rerr := d.ReadFile(data); rerr != nil {
 		t.Fatalf("a rejoin wipe whose stop failed removed the data: %v", rerr)
+	}
+}
+
+// TestRejoinWipeWhoseStopFailsAfterTheStopStepSaysItIsStopped: a wipe whose
+// own stop fails, after the rejoin's stop step stopped the control plane,
+// ends this run's data-replacement journal (the data is untouched) and says
+// the control plane is stopped and that `stratum up` starts it again; a
+// rejoin that an earlier run's journal precedes keeps it and says nothing
+// more.
+func TestRejoinWipeWhoseStopFailsAfterTheStopStepSaysItIsStopped(t *testing.T) {
+	n, d := newDirNode(t)
+	if err := d.WriteFile(dataReplacePath, []byte(`{"op":"an etcd rejoin"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stopFailed := fmt.Errorf("etcd rejoin: stop of etcd refused; the data is untouched (%w): re-run the same command", errDataUntouched)
+	err := n.rejoinStepFailed(stopFailed, rejoinWipe, []rejoinStep{rejoinStop}, false)
+	if !strings.Contains(err.Error(), "this node's control plane is stopped") || !strings.Contains(err.Error(), "`stratum up` starts it again") {
+		t.Fatalf("a wipe whose stop failed after the stop step = %v; want the control plane said stopped and `stratum up` named", err)
+	}
+	if n.dataReplaceUnderWay() {
+		t.Fatal("the journal of a rejoin whose data is untouched was left")
+	}
+	if err := d.WriteFile(dataReplacePath, []byte(`{"op":"an etcd rejoin"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.rejoinStepFailed(stopFailed, rejoinWipe, []rejoinStep{rejoinStop}, true); err != stopFailed || !n.dataReplaceUnderWay() {
+		t.Fatalf("the same failure after an earlier run's journal = %v (journal left %t); want it as it was, the journal kept", err, n.dataReplaceUnderWay())
 	}
 }

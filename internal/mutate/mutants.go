@@ -2126,4 +2126,13 @@ var mutants = []mutant{
 			{"./ha", "-run", "TestJoinFailureAfterItsAddSaysWhatBecameOfTheMember$"},
 		},
 	},
+	{
+		Name: "rejoin-wipe-stop-failure-hides-the-stopped-control-plane",
+		File: "ha/rejoin.go",
+		Old:  "\tcase slices.Contains(ran, rejoinStop):\n",
+		New:  "\tcase false:\n",
+		Tests: [][]string{
+			{"./ha", "-run", "TestRejoinWipeWhoseStopFailsAfterTheStopStepSaysItIsStopped$"},
+		},
+	},
 }
