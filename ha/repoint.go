@@ -316,7 +316,7 @@ func (n *Node) coverVIP(ctx context.Context, w io.Writer, vip string) error {
 		fmt.Fprintf(w, "apiserver certificate reissued to cover the VIP %s\n", vip)
 		if ss, err := h.ServiceStatus(ctx, ServiceAPIServer); err == nil && ss.Running {
 			if err := h.RestartService(ctx, ServiceAPIServer); err != nil {
-				return fmt.Errorf("repoint: restart kube-apiserver onto its reissued certificate: %w; the kubeconfigs were not changed: run `stratum up`, then retry", err)
+				return fmt.Errorf("repoint: restart kube-apiserver onto its reissued certificate: %w; the node state records the VIP %s and the certificate covers it, the kubeconfigs were not changed, and kube-apiserver may be stopped (`stratum status` says): run `stratum up`, which starts it, then retry", err, vip)
 			}
 		}
 	}
