@@ -115,10 +115,13 @@ func (n *Node) Restart(ctx context.Context, o BootstrapOptions, holder string) (
 }
 
 // RetriedStartHolder is how the node's locks name a Restart to an
-// operation they refuse meanwhile: the supervisor's retried start, which
-// keeps this node's etcd voter running, so the refused command is to be run
-// again between attempts, not made room for by stopping the supervisor.
-const RetriedStartHolder = "the supervisor's retried start of this control plane (it keeps this node's etcd voter running and tries again every few seconds: run the refused command again between attempts; stopping the supervisor would stop that voter)"
+// operation that finds them held: the supervisor's retried start, which
+// keeps this node's etcd voter running and holds the locks for each attempt
+// (up to minutes, seconds apart). It is marked nodelock.YieldMark, so the
+// operation waits for the attempt to end and runs between attempts, rather
+// than being refused nearly every time it is run (and never made room for by
+// stopping the supervisor, which would stop that voter).
+const RetriedStartHolder = nodelock.YieldMark + "the supervisor's retried start of this control plane (it keeps this node's etcd voter running and tries again every few seconds; stopping the supervisor would stop that voter)"
 
 // WaitedStartHolder names a Restart of a supervisor that waited for its
 // missing etcd data to the operation refused meanwhile: the start runs

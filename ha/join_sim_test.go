@@ -390,9 +390,11 @@ func TestJoinRefusalsChangeNothing(t *testing.T) {
 	j.joinRefusedOn(j.c.Host("cp2"), ha.NewNode(ha.Env{Host: readdressedHost{cp2, netip.MustParseAddr(inPods.NodeIP)}, Checkpoint: cp2.Checkpoint}), inPods, nil,
 		"node IP 10.244.0.5 lies inside the pod CIDR 10.244.0.0/16")
 
-	// The supervisor's retried start (Restart) holds the node's locks: a
-	// maintenance command refused meanwhile is told to run again between
-	// attempts, not to stop the supervisor (which would stop the voter).
+	// The supervisor's retried start (Restart) holds the node's locks for
+	// each attempt, seconds apart: a maintenance command run meanwhile
+	// waits for the attempt to end, saying so, and then runs, instead of
+	// being refused nearly every time (or told to stop the supervisor,
+	// which would stop the voter).
 	pause := j.c.PauseAt("cp1", ha.CheckpointStartAfterEtcd)
 	restarted := make(chan error, 1)
 	go func() { _, err := j.cp1.Restart(j.ctx, ha.BootstrapOptions{}, ha.RetriedStartHolder); restarted <- err }()
@@ -401,12 +403,29 @@ func TestJoinRefusalsChangeNothing(t *testing.T) {
 	case err := <-restarted:
 		t.Fatalf("Restart on cp1 ended before its etcd checkpoint: %v", err)
 	}
-	if _, err := nodelock.Acquire(j.c.Host("cp1").Handle(), nodelock.Maintenance, "stratum reset"); !errors.Is(err, nodelock.ErrBusy) || !strings.Contains(err.Error(), "run the refused command again between attempts") {
-		t.Errorf("a reset's lock during a retried start: %v, want ErrBusy naming the retried start", err)
+	said := make(chan string, 1)
+	locked := make(chan error, 1)
+	go func() {
+		release, err := nodelock.Acquire(j.c.Host("cp1").Handle(), nodelock.Maintenance, "stratum reset", nodelock.WhileWaiting(func(holder string) { said <- holder }))
+		if err == nil {
+			release()
+		}
+		locked <- err
+	}()
+	select {
+	case holder := <-said:
+		if !strings.Contains(holder, "the supervisor's retried start") {
+			t.Errorf("a reset's lock during a retried start waited for %q, want the retried start named", holder)
+		}
+	case err := <-locked:
+		t.Fatalf("a reset's lock during a retried start: %v, want it to wait for the attempt", err)
 	}
 	pause.Release()
 	if err := <-restarted; err != nil {
 		t.Fatalf("Restart of the running cp1: %v", err)
+	}
+	if err := <-locked; err != nil {
+		t.Fatalf("a reset's lock once the retried start's attempt ended: %v, want it taken", err)
 	}
 
 	// After every refusal, the good command still joins; --node-ip

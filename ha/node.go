@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc"
 
 	"stratum.dev/stratum/internal/host"
+	"stratum.dev/stratum/internal/nodelock"
 	"stratum.dev/stratum/internal/pki"
 	"stratum.dev/stratum/internal/version"
 )
@@ -91,6 +92,17 @@ func (n *Node) readTimeout() time.Duration {
 		return n.env.EtcdReadTimeout
 	}
 	return etcdReadTimeout
+}
+
+// lockOptions are the node-lock options of this node's operations: a wait
+// for a holder that lets commands run between its holds (the supervisor's
+// retried start: nodelock.YieldMark) is said through Env.Progress.
+func (n *Node) lockOptions() []nodelock.Option {
+	return []nodelock.Option{nodelock.WhileWaiting(func(holder string) {
+		if n.env.Progress != nil {
+			n.env.Progress(fmt.Sprintf("waiting for the node's locks, held by %s, to be free between its attempts (up to %s)", holder, nodelock.YieldWait))
+		}
+	})}
 }
 
 // stepDone reports a finished step through Env.Progress.

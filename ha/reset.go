@@ -180,7 +180,7 @@ type resetObservation struct {
 // the command to remove it from a running control plane. The plan and each
 // step are reported through w.
 func (n *Node) ResetControlPlane(ctx context.Context, w io.Writer, force bool) error {
-	release, err := nodelock.AcquireBoth(n.env.Host, "stratum reset")
+	release, err := nodelock.AcquireBoth(n.env.Host, "stratum reset", n.lockOptions()...)
 	if err != nil {
 		return Refusal(err)
 	}

@@ -870,10 +870,10 @@ var mutants = []mutant{
 		},
 	},
 	{
-		Name: "retried-start-advises-stopping-the-voter",
+		Name: "retried-start-refuses-rather-than-yields",
 		File: "ha/bootstrap.go",
-		Old:  "const RetriedStartHolder = \"the supervisor's retried start of this control plane (it keeps this node's etcd voter running and tries again every few seconds: run the refused command again between attempts; stopping the supervisor would stop that voter)\"",
-		New:  "const RetriedStartHolder = \"stratum up (one that keeps failing under systemd stops with `systemctl stop stratum`)\"",
+		Old:  "const RetriedStartHolder = nodelock.YieldMark + \"the supervisor's retried start",
+		New:  "const RetriedStartHolder = \"the supervisor's retried start",
 		Tests: [][]string{
 			{"./ha", "-run", "TestJoinRefusalsChangeNothing"},
 		},
@@ -1631,7 +1631,7 @@ var mutants = []mutant{
 	{
 		Name: "repoint-races-a-start",
 		File: "ha/repoint.go",
-		Old:  "release, err := nodelock.Acquire(n.env.Host, nodelock.Maintenance, \"stratum repoint\")",
+		Old:  "release, err := nodelock.Acquire(n.env.Host, nodelock.Maintenance, \"stratum repoint\", n.lockOptions()...)",
 		New:  "release, err := func() error { return nil }, error(nil)\n\t_ = nodelock.Maintenance",
 		Tests: [][]string{
 			{"./ha", "-run", "TestNodeRepoint$"},
@@ -1685,8 +1685,8 @@ var mutants = []mutant{
 	{
 		Name: "renew-reads-the-state-unlocked",
 		File: "ha/renew.go",
-		Old:  "release, err := nodelock.Acquire(h, nodelock.Maintenance, \"stratum certs renew\")\n\tif err != nil {\n\t\treturn nil, nil, err\n\t}\n\tdefer release()\n\tst, err := nodestate.Load(h)",
-		New:  "st, err := nodestate.Load(h)\n\trelease, lerr := nodelock.Acquire(h, nodelock.Maintenance, \"stratum certs renew\")\n\tif lerr != nil {\n\t\treturn nil, nil, lerr\n\t}\n\tdefer release()",
+		Old:  "release, err := nodelock.Acquire(h, nodelock.Maintenance, \"stratum certs renew\", n.lockOptions()...)\n\tif err != nil {\n\t\treturn nil, nil, err\n\t}\n\tdefer release()\n\tst, err := nodestate.Load(h)",
+		New:  "st, err := nodestate.Load(h)\n\trelease, lerr := nodelock.Acquire(h, nodelock.Maintenance, \"stratum certs renew\", n.lockOptions()...)\n\tif lerr != nil {\n\t\treturn nil, nil, lerr\n\t}\n\tdefer release()",
 		Tests: [][]string{
 			{"./ha", "-run", "TestRenewCertsRefusedWithAMemberDown$"},
 		},
@@ -2133,6 +2133,16 @@ var mutants = []mutant{
 		New:  "\tcase false:\n",
 		Tests: [][]string{
 			{"./ha", "-run", "TestRejoinWipeWhoseStopFailsAfterTheStopStepSaysItIsStopped$"},
+		},
+	},
+	{
+		Name: "lock-refuses-a-yielding-holder",
+		File: "internal/nodelock/nodelock.go",
+		Old:  "\t\tif !errors.As(err, &locked) || !strings.Contains(locked.Holder, YieldMark) {\n",
+		New:  "\t\tif true || !strings.Contains(locked.Holder, YieldMark) {\n",
+		Tests: [][]string{
+			{"./internal/nodelock", "-run", "TestAHolderThatYieldsIsWaitedFor$"},
+			{"./ha", "-run", "TestJoinRefusalsChangeNothing$"},
 		},
 	},
 }

@@ -4,15 +4,17 @@
 // repoint take so they never race on one node,
 // the etcd data lock held while anything stops, wipes or rewrites the
 // local etcd member's data, and the fence lock a publication holds while it
-// holds the cluster's maintenance fence as this node. All are non-blocking: a
-// second operation fails at once, naming the holder, before it has touched
-// anything.
+// holds the cluster's maintenance fence as this node. A second operation
+// fails at once, naming the holder, before it has touched anything, but for
+// a holder that takes the locks again and again (YieldMark: the supervisor's
+// retried start), which it waits for.
 package nodelock
 
 import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"stratum.dev/stratum/internal/host"
@@ -32,19 +34,71 @@ const (
 // ErrBusy matches a lock another operation holds.
 var ErrBusy = errors.New("node busy")
 
+// YieldMark starts the operation of a holder that takes the node's locks
+// again and again, each time for a while (the supervisor's retried start:
+// an attempt every few seconds, each up to minutes): an operation that finds
+// such a holder waits for its hold to end (up to YieldWait) instead of
+// being refused, since between the holds there is only a moment to run in.
+const YieldMark = "(commands wait for it) "
+
+// YieldWait bounds the wait for a holder marked YieldMark: one attempt of a
+// retried start (its kube-apiserver's readiness wait is 2 minutes).
+const YieldWait = 3 * time.Minute
+
+// yieldPoll is how often a waiting Acquire tries the lock again.
+const yieldPoll = 200 * time.Millisecond
+
+// Option is an option of Acquire and AcquireBoth.
+type Option func(*options)
+
+type options struct{ waiting func(holder string) }
+
+// WhileWaiting has Acquire call say once, with the holder, when it begins
+// to wait for a holder marked YieldMark: the waiting command says why it
+// does not go on.
+func WhileWaiting(say func(holder string)) Option {
+	return func(o *options) { o.waiting = say }
+}
+
 // Acquire takes the named lock for operation (for example "stratum server
 // (join)"). The holder recorded, and named to anyone refused, is the
 // operation, this process's pid and the time it was taken by the host's
 // clock. A refusal wraps ErrBusy and host.ErrLocked and says what to do.
+// A holder marked YieldMark is waited for, up to YieldWait, and refused
+// after that.
 func Acquire(h interface {
 	host.Files
 	host.Clock
-}, name, operation string) (release func() error, err error) {
+}, name, operation string, opts ...Option) (release func() error, err error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	holder := fmt.Sprintf("%s (pid %d, since %s)", operation, os.Getpid(), h.Now().UTC().Format(time.RFC3339))
-	release, err = h.Lock(name, holder)
 	var locked *host.LockedError
+	var deadline time.Time
+	for {
+		release, err = h.Lock(name, holder)
+		if !errors.As(err, &locked) || !strings.Contains(locked.Holder, YieldMark) {
+			break
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(YieldWait)
+			if o.waiting != nil {
+				o.waiting(locked.Holder)
+			}
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(yieldPoll)
+	}
 	if errors.As(err, &locked) {
-		return nil, fmt.Errorf("%w: the node's %s lock is held by %s; nothing was changed: wait for it to finish (a holder that died has released it)", ErrBusy, name, locked.Holder)
+		waited := ""
+		if !deadline.IsZero() {
+			waited = fmt.Sprintf(" (waited %s for its hold to end)", YieldWait)
+		}
+		return nil, fmt.Errorf("%w: the node's %s lock is held by %s%s; nothing was changed: wait for it to finish (a holder that died has released it)", ErrBusy, name, locked.Holder, waited)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("take the node's %s lock: %w", name, err)
@@ -58,12 +112,12 @@ func Acquire(h interface {
 func AcquireBoth(h interface {
 	host.Files
 	host.Clock
-}, operation string) (release func(), err error) {
-	relM, err := Acquire(h, Maintenance, operation)
+}, operation string, opts ...Option) (release func(), err error) {
+	relM, err := Acquire(h, Maintenance, operation, opts...)
 	if err != nil {
 		return nil, err
 	}
-	relD, err := Acquire(h, EtcdData, operation)
+	relD, err := Acquire(h, EtcdData, operation, opts...)
 	if err != nil {
 		_ = relM()
 		return nil, err

@@ -52,3 +52,48 @@ func TestAcquireBothReleasesMaintenanceWhenDataLockIsHeld(t *testing.T) {
 	}
 	relM()
 }
+
+// TestAHolderThatYieldsIsWaitedFor: an operation finding the locks held by
+// one marked YieldMark (the supervisor's retried start, which takes them for
+// each attempt) waits for the hold to end, saying once whom it waits for,
+// and takes them; one finding any other holder is refused at once.
+func TestAHolderThatYieldsIsWaitedFor(t *testing.T) {
+	root := t.TempDir()
+	a, b := clockDir{&host.Dir{Root: root}}, clockDir{&host.Dir{Root: root}}
+	release, err := AcquireBoth(a, YieldMark+"the supervisor's retried start")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var said []string
+	took := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		rel, err := AcquireBoth(b, "stratum reset", WhileWaiting(func(holder string) { said = append(said, holder) }))
+		if err == nil {
+			rel()
+		}
+		took <- err
+	}()
+	time.Sleep(500 * time.Millisecond)
+	select {
+	case err := <-took:
+		t.Fatalf("AcquireBoth returned (%v) while a yielding holder held the locks", err)
+	default:
+	}
+	release()
+	if err := <-took; err != nil {
+		t.Fatalf("AcquireBoth once the yielding holder let go: %v", err)
+	}
+	if len(said) != 1 || !strings.Contains(said[0], "the supervisor's retried start") || time.Since(start) < 500*time.Millisecond {
+		t.Fatalf("the wait was said %q; want once, naming the holder", said)
+	}
+
+	release, err = AcquireBoth(a, "stratum certs renew")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	if _, err := Acquire(b, Maintenance, "stratum reset", WhileWaiting(func(string) { t.Error("waited for a holder that does not yield") })); !errors.Is(err, ErrBusy) {
+		t.Fatalf("Acquire under a holder that does not yield = %v; want ErrBusy at once", err)
+	}
+}

@@ -1019,8 +1019,8 @@ const startRetryEvery = 10 * time.Second
 // again (ha's Restart: `stratum up` on a node with state, never a
 // bootstrap) every startRetryEvery until it succeeds, the supervisor is
 // stopped (failed is returned) or asked to end by a reset (errNodeReset).
-// An attempt holds the node's locks, so a maintenance command run during
-// one is refused as busy and runs between attempts.
+// An attempt holds the node's locks; a maintenance command run during one
+// waits for it to end (nodelock.YieldMark) and runs between attempts.
 func (a *app) keepVoterAndRetry(ctx context.Context, verb string, n *ha.Node, sup *supervisor.Supervisor, o ha.BootstrapOptions, failed error) (*nodestate.NodeState, error) {
 	if ctx.Err() != nil {
 		return nil, failed
@@ -1035,7 +1035,7 @@ func (a *app) keepVoterAndRetry(ctx context.Context, verb string, n *ha.Node, su
 		return nil, failed
 	}
 	fmt.Fprintf(a.stderr, "%s: %v\n", verb, explainHost(failed))
-	fmt.Fprintf(a.stdout, "this node's etcd member is one of the cluster's %d voters, and stopping it would take from the cluster's quorum (with two voters, or three with one down, every write would be refused), so etcd keeps running and the start is tried again every %s: fix the cause meanwhile (`stratum status` shows each service, their logs are in %s); SIGINT, SIGTERM or SIGHUP stops everything (a maintenance command refused as busy during an attempt runs between attempts)\n", voters, startRetryEvery, controlplane.LogDir)
+	fmt.Fprintf(a.stdout, "this node's etcd member is one of the cluster's %d voters, and stopping it would take from the cluster's quorum (with two voters, or three with one down, every write would be refused), so etcd keeps running and the start is tried again every %s: fix the cause meanwhile (`stratum status` shows each service, their logs are in %s); SIGINT, SIGTERM or SIGHUP stops everything (a maintenance command run during an attempt waits for it to end, and runs between attempts)\n", voters, startRetryEvery, controlplane.LogDir)
 	a.settle(sup, "retrying its start", fmt.Sprintf("the start failed; this node's etcd voter is kept and the start is tried again every %s: %v", startRetryEvery, failed))
 	for attempt := 1; ; attempt++ {
 		if err := a.nextAttempt(ctx, sup); errors.Is(err, errNodeReset) {
