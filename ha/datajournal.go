@@ -40,9 +40,11 @@ type dataReplaceJournal struct {
 // touched: op is the operation, finish the command a re-run finishes it with.
 // A write that fails is undone: the error then says nothing was changed, or
 // that the journal may be left (a re-run of the same command clears it). A
-// journal an earlier run left is never undone: that run may have begun
-// replacing the data, which the journal keeps `stratum up` from starting on.
-func (n *Node) beginDataReplace(op, finish string) error {
+// journal an earlier run left (earlier: the caller's dataReplaceUnderWay,
+// which also counts one that could not be looked at) is never undone: that
+// run may have begun replacing the data, which the journal keeps `stratum
+// up` from starting on.
+func (n *Node) beginDataReplace(op, finish string, earlier bool) error {
 	data, err := json.Marshal(dataReplaceJournal{Op: op, Finish: finish, Started: n.env.Host.Now().UTC()})
 	if err != nil {
 		return Refusal(err)
@@ -50,13 +52,12 @@ func (n *Node) beginDataReplace(op, finish string) error {
 	if err := n.env.Host.MkdirAll(version.StateDir, 0o700); err != nil {
 		return Refusal(fmt.Errorf("record the etcd data replacement: %w; nothing was changed", err))
 	}
-	earlier := n.dataReplaceUnderWay()
 	werr := n.env.Host.WriteFile(dataReplacePath, data, 0o600)
 	switch {
 	case werr == nil:
 		return nil
 	case earlier:
-		return Refusal(fmt.Errorf("record the etcd data replacement in %s: %w; nothing was changed: the journal an earlier run left stays, keeping `stratum up` from starting etcd on data it may have half replaced: mend the disk, then run %s", dataReplacePath, werr, finish))
+		return Refusal(fmt.Errorf("record the etcd data replacement in %s: %w; nothing was changed: the journal found there before (an earlier run's, or one that could not be looked at) is left as it is, keeping `stratum up` from starting etcd on data that run may have half replaced: mend the disk, then run %s", dataReplacePath, werr, finish))
 	}
 	// A write whose last step (the directory's fsync) failed left the file.
 	if err := n.endDataReplace(); err != nil {

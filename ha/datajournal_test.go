@@ -44,15 +44,15 @@ func (h writeFailsHost) WriteFile(p string, data []byte, mode fs.FileMode) error
 func TestDataReplaceJournalOfAnEarlierRunStays(t *testing.T) {
 	n, d := newDirNode(t)
 	full := NewNode(Env{Host: writeFailsHost{dirHost{d}, dataReplacePath}})
-	if err := full.beginDataReplace("a snapshot restore", "`stratum snapshot restore a.db`"); !IsRefusal(err) || n.dataReplaceUnderWay() {
+	if err := full.beginDataReplace("a snapshot restore", "`stratum snapshot restore a.db`", full.dataReplaceUnderWay()); !IsRefusal(err) || n.dataReplaceUnderWay() {
 		t.Fatalf("a first run's journal that could not be written: %v, journal left %v; want a refusal and no journal", err, n.dataReplaceUnderWay())
 	}
 	earlier := []byte(`{"op":"a snapshot restore","finish":"` + "`stratum snapshot restore a.db`" + `"}`)
 	if err := d.WriteFile(dataReplacePath, earlier, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	err := full.beginDataReplace("a snapshot restore", "`stratum snapshot restore a.db`")
-	if !IsRefusal(err) || !strings.Contains(err.Error(), "an earlier run left stays") {
+	err := full.beginDataReplace("a snapshot restore", "`stratum snapshot restore a.db`", full.dataReplaceUnderWay())
+	if !IsRefusal(err) || !strings.Contains(err.Error(), "the journal found there before (an earlier run's") {
 		t.Fatalf("a re-run's journal that could not be written = %v; want a refusal saying the earlier run's journal stays", err)
 	}
 	if got, rerr := d.ReadFile(dataReplacePath); rerr != nil || string(got) != string(earlier) {

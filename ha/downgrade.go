@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -44,6 +43,13 @@ func DowngradeEtcd(cpIP, target string) error {
 	}
 	return n.DowngradeEtcd(context.Background(), cpIP, target)
 }
+
+// CheckpointDowngradeValidated: etcd has validated the downgrade and its
+// enable is not sent yet; a stop here is a refusal with nothing changed.
+const CheckpointDowngradeValidated = "downgrade-after-validate"
+
+// DowngradeCheckpoints are a downgrade's checkpoints in order.
+var DowngradeCheckpoints = []string{CheckpointDowngradeValidated}
 
 // DowngradeEtcd is the package-level DowngradeEtcd on this node: refusals
 // first (bad target, a cluster that is not healthy, etcd's validation), then
@@ -92,8 +98,8 @@ func (n *Node) DowngradeEtcd(ctx context.Context, cpIP, target string) (err erro
 	if err != nil {
 		return fmt.Errorf("etcd downgrade to %s through %s: %w: %w; nothing was changed", target, ep, ErrDowngradeNotValidated, err)
 	}
-	if hook := downgradeValidated.Load(); hook != nil {
-		(*hook)()
+	if err := n.checkpoint(ctx, CheckpointDowngradeValidated); err != nil && ctx.Err() == nil {
+		return err
 	}
 	// Validate changes nothing: a stop before the enable is sent leaves the
 	// cluster as it was.
@@ -110,10 +116,6 @@ func (n *Node) DowngradeEtcd(ctx context.Context, cpIP, target string) (err erro
 	n.log.Info("etcd downgrade enabled; swap each member to the target etcd once its storage version is lowered", "target", target, "members", len(hosts))
 	return n.waitMembersRun(ctx, hosts, target)
 }
-
-// downgradeValidated, when set (by tests), is called once etcd has validated
-// a downgrade, before its enable is sent: where a stop is still a refusal.
-var downgradeValidated atomic.Pointer[func()]
 
 // downgradeUnderWay is what an earlier run left, read before etcd is asked to
 // validate (which refuses a downgrade already enabled, and one to the version

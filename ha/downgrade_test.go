@@ -188,8 +188,17 @@ func TestDowngradeStoppedAfterItsValidation(t *testing.T) {
 	n, _ := loggedNodeOn(c.Host("cp1"))
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	ha.OnDowngradeValidated(t, stop)
-	err := n.DowngradeEtcd(ctx, ip, "3.6")
+	pause := c.PauseAt("cp1", ha.CheckpointDowngradeValidated)
+	result := make(chan error, 1)
+	go func() { result <- n.DowngradeEtcd(ctx, ip, "3.6") }()
+	select {
+	case <-pause.Reached():
+	case err := <-result:
+		t.Fatalf("DowngradeEtcd returned (%v) before etcd validated it", err)
+	}
+	stop()
+	pause.Release()
+	err := <-result
 	if !ha.IsRefusal(err) || !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "stopped before it changed anything") {
 		t.Fatalf("DowngradeEtcd stopped after etcd validated it = %v; want a refusal saying it was stopped", err)
 	}

@@ -57,10 +57,3 @@ func (n *Node) HealthyButForSpace(ctx context.Context, via []string, op, why str
 func (n *Node) WaitHealthyButForSpace(ctx context.Context, via []string, within time.Duration, op string) error {
 	return n.waitHealthyButForSpace(ctx, via, within, op, nil)
 }
-
-// OnDowngradeValidated calls f once etcd has validated a downgrade, before
-// its enable is sent, until the test ends.
-func OnDowngradeValidated(t interface{ Cleanup(func()) }, f func()) {
-	downgradeValidated.Store(&f)
-	t.Cleanup(func() { downgradeValidated.Store(nil) })
-}

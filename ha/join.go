@@ -1,6 +1,7 @@
 package ha
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"stratum.dev/stratum/internal/addons"
@@ -936,8 +938,7 @@ func (r *joinRun) addMemberAndSave(ctx context.Context) error {
 		return fmt.Errorf("control-plane join of %s: record the added member %x: %w%s", r.name, id, err, r.rollback(wctx, id))
 	}
 	if err := n.checkpoint(wctx, CheckpointAfterMemberAdd); err != nil {
-		r.rollback(wctx, id)
-		return err
+		return fmt.Errorf("%w%s", err, r.rollback(wctx, id))
 	}
 	r.st.Etcd = nodestate.Etcd{
 		Name: r.name, PeerURL: r.peerURL, ClientURL: EtcdEndpoint(r.nodeIP),
@@ -946,8 +947,7 @@ func (r *joinRun) addMemberAndSave(ctx context.Context) error {
 	}
 	if err := n.checkpoint(wctx, CheckpointBeforeStateSave); err != nil {
 		r.st.Etcd = nodestate.Etcd{}
-		r.rollback(wctx, id)
-		return err
+		return fmt.Errorf("%w%s", err, r.rollback(wctx, id))
 	}
 	if err := nodestate.Save(h, r.st); err != nil {
 		// A save that failed at its last step (the directory fsync) left
@@ -1035,8 +1035,8 @@ func (r *joinRun) takeFence(ctx context.Context) error {
 		return fmt.Errorf("control-plane join refused: %w; nothing was added to etcd: %s once the holder is done", err, joinHint)
 	}
 	r.fence = f
-	if r.viaGrant {
-		if err := grantStillPublished(ctx, cs, id); err != nil {
+	if !r.resumed {
+		if err := r.bundleAsDownloaded(ctx, cs, id); err != nil {
 			r.dropFence(ctx)
 			return err
 		}
@@ -1044,21 +1044,46 @@ func (r *joinRun) takeFence(ctx context.Context) error {
 	return nil
 }
 
-// grantStillPublished refuses a join whose grant was retired since its
-// download: a `certs rekey` or a `certs reupload` after a CA rotation drops
-// every grant under the fence, as `grants prune` and `token delete` drop
-// theirs, and promise that every earlier join command changes nothing. A
-// join that downloaded before (the fence is taken after the download and
-// the health gate) would otherwise add a member, on CAs a reupload replaced.
-// Asked under the fence, which every publication holds, so the answer
-// stands until the member is added.
-func grantStillPublished(ctx context.Context, cs kubernetes.Interface, id string) error {
-	s, err := readBundleSecret(ctx, cs, "bootstrap token "+id)
-	if err != nil {
-		return fmt.Errorf("control-plane join refused: confirm this join's grant is still published: %w; nothing was added to etcd", err)
+// bundleAsDownloaded refuses a join whose shared certificates are no
+// longer the cluster's since its download: a `certs rekey` or a `certs
+// reupload` after a CA rotation retires every grant and promises that every
+// earlier join command changes nothing, and `grants prune` or `token delete`
+// drop a grant. A join that downloaded before (the fence is taken after the
+// download and the health gate) would otherwise add a member, on CAs a
+// re-upload replaced. Its grant entry must still be there (or, for a join
+// that opened the legacy entry, as a grant minted by an older stratum is,
+// that entry must still open with the join's key), and what it opens must be
+// the files the join wrote. Asked under the fence, which every republication
+// holds, so none comes between this answer and the member-add.
+func (r *joinRun) bundleAsDownloaded(ctx context.Context, cs kubernetes.Interface, id string) error {
+	retired := func(why string) error {
+		return fmt.Errorf("control-plane join refused: %w: %s since this join downloaded the shared certificates (a `stratum certs rekey` or `certs reupload` meanwhile, or the grant pruned or its token deleted); nothing was added to etcd: %s", ErrGrantRetired, why, mintHint)
 	}
-	if _, ok := s.Data[grantEntry(id)]; !ok {
-		return fmt.Errorf("control-plane join refused: %w: this join's grant (token %s) was retired after it downloaded the shared certificates (a `stratum certs rekey` or `certs reupload`, or the grant pruned or its token deleted); nothing was added to etcd: %s", ErrGrantRetired, id, mintHint)
+	actx, cancel := context.WithTimeout(ctx, apiTimeout)
+	defer cancel()
+	s, err := cs.CoreV1().Secrets(certsNamespace).Get(actx, certsSecret, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("control-plane join refused: read Secret %s/%s again to confirm the shared certificates it downloaded are still the cluster's: %w; nothing was added to etcd: %s", certsNamespace, certsSecret, err, joinHint)
+	}
+	entry := grantEntry(id)
+	if _, ok := s.Data[entry]; !ok {
+		if r.viaGrant {
+			return retired(fmt.Sprintf("this join's grant (token %s) was retired", id))
+		}
+		entry = certbundle.LegacyEntry
+	}
+	key, err := certbundle.ParseCertKey(r.o.CertKey)
+	if err != nil {
+		return fmt.Errorf("control-plane join refused: %w; nothing was added to etcd", err)
+	}
+	files, _, err := certbundle.Open(key, certsSecret, entry, s.Data[entry])
+	if err != nil {
+		return retired(fmt.Sprintf("the bundle no longer opens with this join's certificate key (%v)", err))
+	}
+	for _, name := range certbundle.SortedNames(files) {
+		if have, err := r.n.env.Host.ReadFile(certbundle.FilePath(name)); err != nil || !bytes.Equal(have, files[name]) {
+			return retired(fmt.Sprintf("the cluster's %s is no longer the one this join wrote", name))
+		}
 	}
 	return nil
 }

@@ -19,6 +19,7 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"stratum.dev/stratum/ha"
@@ -766,9 +767,33 @@ func TestUpOfANodeWithStateServesWhenItCannotPublish(t *testing.T) {
 // holds the fence, is refused (exit 3, ErrGrantRetired) with no member
 // added, and releases the fence, so a mint right after is not refused.
 func TestJoinRefusedWhenItsGrantIsRetiredMidway(t *testing.T) {
-	t.Parallel() // its own simulated cluster
+	t.Parallel() // its own simulated clusters
+	for _, legacy := range []bool{false, true} {
+		t.Run(fmt.Sprintf("legacy=%t", legacy), func(t *testing.T) {
+			t.Parallel() // each on its own cluster
+			joinWithGrantRetiredMidway(t, legacy)
+		})
+	}
+}
+
+// joinWithGrantRetiredMidway is TestJoinRefusedWhenItsGrantIsRetiredMidway
+// on a cluster of its own; legacy drops the grant's own entry before the
+// join, which then opens the legacy entry with its key, as a grant minted
+// by an older stratum is opened.
+func joinWithGrantRetiredMidway(t *testing.T, legacy bool) {
 	j := startJoinCluster(t, 1)
 	o := j.mint(time.Hour)
+	if legacy {
+		admin, err := j.c.Host("cp1").Admin()
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, _, _ := strings.Cut(o.Token, ".")
+		patch := fmt.Sprintf(`[{"op":"remove","path":"/data/certs-%s"}]`, id)
+		if _, err := admin.CoreV1().Secrets("kube-system").Patch(j.ctx, "stratum-certs", types.JSONPatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatalf("drop the grant's own entry: %v", err)
+		}
+	}
 	pause := j.c.PauseAt("cp2", ha.CheckpointAfterKubeconfigs)
 	done := make(chan error, 1)
 	go func() { done <- joinAs(j.ctx, joinNodeOn(j.c.Host("cp2")), o) }()
@@ -788,6 +813,9 @@ func TestJoinRefusedWhenItsGrantIsRetiredMidway(t *testing.T) {
 	err = <-done
 	if !errors.Is(err, ha.ErrGrantRetired) || !ha.IsRefusal(err) {
 		t.Fatalf("cp2's join after its grant was retired = %v (refusal %t); want a refusal naming the retired grant", err, ha.IsRefusal(err))
+	}
+	if want := map[bool]string{false: "this join's grant (token", true: "no longer opens with this join's certificate key"}[legacy]; !strings.Contains(err.Error(), want) {
+		t.Fatalf("cp2's join after its grant was retired = %v; want it to say %q", err, want)
 	}
 	if got := strings.Join(j.members(), " "); got != "cp1:voter" {
 		t.Fatalf("members after the refused join: %s; want cp1 alone", got)

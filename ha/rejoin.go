@@ -288,7 +288,7 @@ func (n *Node) RejoinEtcd(ctx context.Context, w io.Writer, cp1IP string, force 
 	if hasStep(steps, rejoinStateSave) {
 		// From here until the state save, the node state names the old
 		// membership while the data goes: `stratum up` must not start it.
-		if err := n.beginDataReplace("an etcd rejoin", fmt.Sprintf("the same `stratum etcd rejoin --server %s`", cp1IP)); err != nil {
+		if err := n.beginDataReplace("an etcd rejoin", fmt.Sprintf("the same `stratum etcd rejoin --server %s`", cp1IP), earlier); err != nil {
 			return fmt.Errorf("etcd rejoin: %w", err)
 		}
 	}

@@ -290,22 +290,14 @@ func (n *Node) restartEtcdForReset(ctx context.Context, w io.Writer, obs resetOb
 }
 
 // startedEtcdForReset is err, met after restartEtcdForReset started this
-// node's etcd, marked as the change that start is (Midway: exit 1): the
-// member votes again, which a run that stopped it had taken away. Its text
-// says so, and what to do. The text of a refusal drops its "nothing was
-// changed".
+// node's etcd, marked as the change that start is (Midway: exit 1, err kept
+// in the chain): the member runs again, which it did not after the earlier
+// run was interrupted (a reboot, a crash or a stopped supervisor: a reset
+// stops etcd only once it has recorded the member's removal). A refusal's
+// "nothing was changed" in err is qualified, not edited out.
 func startedEtcdForReset(err error) error {
-	msg := err.Error()
-	for _, unchanged := range []string{"; nothing was changed by this run", "; nothing was changed"} {
-		if strings.Contains(msg, unchanged) {
-			msg = strings.Replace(msg, unchanged, "", 1)
-			break
-		}
-	}
-	return Midway(fmt.Errorf("%s; this reset started this node's etcd again (an earlier run had stopped it), its member voting with the others, and changed nothing else: re-run `stratum reset` once that is mended (`stratum status` says whether etcd still runs): %w", msg, errStartedEtcdForReset))
+	return Midway(fmt.Errorf("%w; except that this reset had started this node's etcd again (it was not running after the earlier run was interrupted), which changed nothing else: re-run `stratum reset` once that is mended (`stratum status` says whether etcd still runs)", err))
 }
-
-var errStartedEtcdForReset = errors.New("this node's etcd was started again")
 
 // ResetPlanOf is the observation of ResetControlPlane without its locks:
 // the steps a reset would run (forced or not: a forced one does not start

@@ -139,11 +139,16 @@ func (n *Node) SnapshotSave(ctx context.Context, dbPath string) (SnapshotStatus,
 		return SnapshotStatus{}, fmt.Errorf("snapshot save: %w; nothing was saved to %s", err, dbPath)
 	}
 	if err := syncDir(filepath.Dir(dbPath)); err != nil {
-		return SnapshotStatus{}, fmt.Errorf("snapshot saved to %s, but its directory was not synced: %w; a crash now may lose it: save it again", dbPath, err)
+		return SnapshotStatus{}, fmt.Errorf("snapshot saved to %s, but %w: %w; a crash now may lose it: save it again", dbPath, ErrSnapshotUnsynced, err)
 	}
 	n.log.Info("etcd snapshot saved", "path", dbPath, "revision", ss.Revision, "keys", ss.TotalKeys)
 	return ss, nil
 }
+
+// ErrSnapshotUnsynced matches a snapshot save that wrote its file but could
+// not sync its directory: the file is there (holding every Secret of the
+// cluster), and a crash may lose it.
+var ErrSnapshotUnsynced = errors.New("its directory was not synced")
 
 // snapshotPrivateDirOpened, when set (by tests), is called with a snapshot
 // save's private directory once it is opened, before anything is written in
@@ -250,7 +255,7 @@ func (n *Node) SnapshotRestore(ctx context.Context, w io.Writer, dbPath string) 
 	// earlier run left stays on a failed stop: that run may have begun
 	// replacing the data.
 	earlier := n.dataReplaceUnderWay()
-	if err := n.beginDataReplace("a snapshot restore", fmt.Sprintf("`stratum snapshot restore %s`", dbPath)); err != nil {
+	if err := n.beginDataReplace("a snapshot restore", fmt.Sprintf("`stratum snapshot restore %s`", dbPath), earlier); err != nil {
 		changed = !IsRefusal(err) // a journal that could not be undone is a change
 		return fmt.Errorf("snapshot restore: %w", err)
 	}

@@ -2066,8 +2066,8 @@ var mutants = []mutant{
 	{
 		Name: "join-ignores-its-grant-retired-midway",
 		File: "ha/join.go",
-		Old:  "\tif r.viaGrant {\n\t\tif err := grantStillPublished(ctx, cs, id); err != nil {",
-		New:  "\tif false {\n\t\tif err := grantStillPublished(ctx, cs, id); err != nil {",
+		Old:  "\tif !r.resumed {\n\t\tif err := r.bundleAsDownloaded(ctx, cs, id); err != nil {",
+		New:  "\tif false {\n\t\tif err := r.bundleAsDownloaded(ctx, cs, id); err != nil {",
 		Tests: [][]string{
 			{"./ha", "-run", "TestJoinRefusedWhenItsGrantIsRetiredMidway$"},
 		},
@@ -2102,8 +2102,8 @@ var mutants = []mutant{
 	{
 		Name: "retries-stopped-exit-3",
 		File: "cmd/stratum/cli/supervise.go",
-		Old:  "\treturn ha.Midway(fmt.Errorf(\"%w; the supervisor was stopped while it retried its start",
-		New:  "\treturn (fmt.Errorf(\"%w; the supervisor was stopped while it retried its start",
+		Old:  "\treturn ha.Midway(fmt.Errorf(\"%w; and the supervisor was stopped while it retried its start",
+		New:  "\treturn (fmt.Errorf(\"%w; and the supervisor was stopped while it retried its start",
 		Tests: [][]string{
 			{"./cmd/stratum/cli", "-run", "TestRetriesStoppedIsNoRefusal$"},
 		},

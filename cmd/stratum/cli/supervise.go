@@ -1063,7 +1063,7 @@ func (a *app) keepVoterAndRetry(ctx context.Context, verb string, n *ha.Node, su
 // this supervisor ran the node's etcd voter between the attempts, and its
 // shutdown stops it.
 func retriesStopped(last error) error {
-	return ha.Midway(fmt.Errorf("%w; the supervisor was stopped while it retried its start: this node's etcd, kept running between the attempts, stops with it (`stratum up` starts the control plane again)", last))
+	return ha.Midway(fmt.Errorf("%w; and the supervisor was stopped while it retried its start: this node's etcd, kept running between the attempts, stops with it (`systemctl restart stratum` under its unit, or `stratum up`, starts the control plane again)", last))
 }
 
 // waitForEtcdData is what the supervisor does when its start was refused

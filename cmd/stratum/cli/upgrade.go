@@ -520,8 +520,13 @@ func (u *nodeUpgrade) saveSnapshot(ctx context.Context) error {
 	}
 	u.a.progress("saving an etcd snapshot to " + p)
 	ss, err := u.n.SnapshotSave(ctx, p)
-	if err != nil {
-		// Before the supervisor is asked: the control plane runs as it did.
+	switch {
+	case errors.Is(err, ha.ErrSnapshotUnsynced):
+		// The file was written: not "nothing was changed".
+		return fmt.Errorf("upgrade: %w; the control plane was not touched: run this command again", err)
+	case err != nil:
+		// Before the supervisor is asked: the control plane runs as it
+		// did, and no snapshot was written.
 		return refusedf("upgrade refused: %w; the control plane was not touched: mend that and run this command again", err)
 	}
 	u.a.progress(fmt.Sprintf("snapshot saved: revision %d, %d keys", ss.Revision, ss.TotalKeys))
