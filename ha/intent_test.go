@@ -30,7 +30,8 @@ func (dirHost) NodeAddresses() ([]netip.Addr, error) { return nil, nil }
 func (dirHost) DialContext(context.Context, string, string) (net.Conn, error) {
 	return nil, errors.New("no network")
 }
-func (dirHost) TrustCIDR(netip.Prefix) error { return nil }
+func (dirHost) TrustCIDR(netip.Prefix) error   { return nil }
+func (dirHost) UntrustCIDR(netip.Prefix) error { return nil }
 
 func newDirNode(t *testing.T) (*Node, *host.Dir) {
 	d := &host.Dir{Root: t.TempDir()}

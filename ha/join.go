@@ -225,9 +225,10 @@ func (n *Node) prepareControlPlaneJoin(ctx context.Context, o JoinOptions) (*nod
 }
 
 // createdFiles is a host that remembers the files and directories created
-// through it which did not exist before (a file's missing parents too), and
-// the earlier contents of the files it overwrote, so a refused join can
-// remove exactly the former and put the latter back.
+// through it which did not exist before (a file's missing parents too), the
+// earlier contents of the files it overwrote, and the ranges the firewall
+// was told to trust, so a refused join can remove exactly the former, put
+// the files back and take the trust back.
 type createdFiles struct {
 	host.Host
 	mu      sync.Mutex
@@ -235,6 +236,18 @@ type createdFiles struct {
 	// overwritten holds each overwritten file's contents and mode from
 	// before its first write through this host.
 	overwritten map[string]priorFile
+	// trusted are the ranges the firewall was told to trust through it
+	// (the pod ranges: the assembly's TrustPodCIDRs), taken back too.
+	trusted []netip.Prefix
+}
+
+// TrustCIDR trusts cidr and remembers it for undo.
+func (c *createdFiles) TrustCIDR(cidr netip.Prefix) error {
+	err := c.Host.TrustCIDR(cidr)
+	c.mu.Lock()
+	c.trusted = append(c.trusted, cidr)
+	c.mu.Unlock()
+	return err
 }
 
 // priorFile is a file's contents and mode before a join overwrote it.
@@ -383,7 +396,14 @@ func (c *createdFiles) undo() error {
 			errs = append(errs, fmt.Errorf("put back %s: %w", p, err))
 		}
 	}
-	c.created, c.overwritten = nil, nil
+	for _, p := range c.trusted {
+		// A machine a join was refused on is no control plane: nothing
+		// of its own trusts the cluster's pod range.
+		if err := c.Host.UntrustCIDR(p); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	c.created, c.overwritten, c.trusted = nil, nil, nil
 	return errors.Join(errs...)
 }
 

@@ -233,6 +233,7 @@ func (j *joinCluster) joinRefusedOn(h *sim.Host, n *ha.Node, o ha.JoinOptions, w
 	name := h.Name()
 	membersBefore := j.members()
 	filesBefore := snapshotFiles(j.t, h.Root())
+	trustedBefore := h.Trusted()
 	_, err := n.PrepareControlPlaneJoin(j.ctx, o)
 	if err == nil {
 		j.t.Fatalf("join on %s was not refused", name)
@@ -250,6 +251,11 @@ func (j *joinCluster) joinRefusedOn(h *sim.Host, n *ha.Node, o ha.JoinOptions, w
 		j.t.Fatalf("membership changed by a refused join: %v -> %v", membersBefore, got)
 	}
 	checkFilesAsBefore(j.t, filesBefore, snapshotFiles(j.t, h.Root()))
+	// The firewall too: a refused join takes back its trust of the pod
+	// range, which it opened before the refusal.
+	if got := h.Trusted(); !slices.Equal(got, trustedBefore) {
+		j.t.Fatalf("the firewall of %s trusts %v after a refused join, %v before", name, got, trustedBefore)
+	}
 }
 
 // checkFilesAsBefore fails t unless a refused join left the files it found

@@ -807,6 +807,16 @@ func (n *Node) resetStep(ctx context.Context, w io.Writer, s resetStep, o resetO
 		if err != nil {
 			return fmt.Errorf("reset: %w; %s", err, again)
 		}
+		// The firewall's trust of the pod range, while the node state
+		// still names it: a machine no longer a control plane keeps none.
+		// A failure is said, not the reset's: the rule admits only the
+		// pod range, which the machine no longer routes.
+		if st, err := nodestate.Load(h); err == nil && st.PodCIDR != "" {
+			if err := host.UntrustPodCIDRs(h, st.PodCIDR); err != nil {
+				n.log.Warn("the firewall still trusts the pod range", "podCIDR", st.PodCIDR, "err", err)
+				fmt.Fprintf(w, "warning: the firewall still trusts the pod range %s: %v; remove the rule commented \"stratum\" by hand (iptables -D INPUT -s %s -m comment --comment stratum -j ACCEPT)\n", st.PodCIDR, err, st.PodCIDR)
+			}
+		}
 		for _, p := range []string{nodestate.Path, joinIntentPath} {
 			if err := h.RemoveAll(p); err != nil {
 				return fmt.Errorf("reset: remove %s: %w; %s", p, err, again)

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -55,6 +56,8 @@ type Host struct {
 	// brokenServices, when set, is the error every service start and check
 	// fails with (BreakServices).
 	brokenServices error
+	// trusted are the ranges its firewall trusts (TrustCIDR, UntrustCIDR).
+	trusted map[netip.Prefix]bool
 }
 
 // Name is the host's name (its node and etcd member name).
@@ -373,8 +376,42 @@ func (d *Handle) TrustCIDR(cidr netip.Prefix) error {
 	if err := d.live(); err != nil {
 		return err
 	}
+	d.h.mu.Lock()
+	if d.h.trusted == nil {
+		d.h.trusted = map[netip.Prefix]bool{}
+	}
+	d.h.trusted[cidr.Masked()] = true
+	d.h.mu.Unlock()
 	d.h.cluster.events.Record(d.h.name, "action", "firewall trusts %s", cidr)
 	return nil
+}
+
+// UntrustCIDR records that the trust of cidr is taken back.
+func (d *Handle) UntrustCIDR(cidr netip.Prefix) error {
+	if err := d.live(); err != nil {
+		return err
+	}
+	d.h.mu.Lock()
+	was := d.h.trusted[cidr.Masked()]
+	delete(d.h.trusted, cidr.Masked())
+	d.h.mu.Unlock()
+	if was {
+		d.h.cluster.events.Record(d.h.name, "action", "firewall no longer trusts %s", cidr)
+	}
+	return nil
+}
+
+// Trusted are the ranges the host's firewall trusts, sorted: what a
+// firewall rule a command left open would show.
+func (h *Host) Trusted() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for p := range h.trusted {
+		out = append(out, p.String())
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Checkpoint is the hook an operation on this host reaches at each named

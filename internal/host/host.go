@@ -113,6 +113,9 @@ type Network interface {
 	DialContext(ctx context.Context, network, address string) (net.Conn, error)
 	// TrustCIDR opens the host firewall to traffic from cidr. Idempotent.
 	TrustCIDR(cidr netip.Prefix) error
+	// UntrustCIDR takes back what TrustCIDR opened for cidr (a refused
+	// join's, a reset node's). Idempotent.
+	UntrustCIDR(cidr netip.Prefix) error
 }
 
 // Clock is the host's clock. stratum's own expiry decisions read it, so the

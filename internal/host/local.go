@@ -132,24 +132,34 @@ func (l *Local) NodeAddresses() ([]netip.Addr, error) {
 // of failing at once while one of them holds it (kube-proxy waits 5 s too).
 var xtablesWait = []string{"-w", "5"}
 
+// trustRule is the rule that trusts cidr, as iptables (ip6tables for an
+// IPv6 range) takes it: the runner, the tool's name and path, and the
+// arguments of op (-C, -I, -D) on it; ok is false on a machine without the
+// tool (toolPath), which has no iptables firewall to open.
+func (l *Local) trustRule(cidr netip.Prefix) (run commandRunner, tool, path string, args func(op string) []string, ok bool) {
+	run = l.commands
+	if run == nil {
+		run = execRunner{}
+	}
+	tool = "iptables"
+	if cidr.Addr().Is6() {
+		tool = "ip6tables"
+	}
+	if path, ok = toolPath(run, tool); !ok {
+		return nil, "", "", nil, false
+	}
+	rule := []string{"INPUT", "-s", cidr.Masked().String(), "-m", "comment", "--comment", "stratum", "-j", "ACCEPT"}
+	return run, tool, path, func(op string) []string { return slices.Concat(xtablesWait, []string{op}, rule) }, true
+}
+
 // TrustCIDR inserts an iptables ACCEPT rule for cidr unless it is already
 // there. A machine without the iptables tool (toolPath) has no iptables
 // firewall to open: that is not an error.
 func (l *Local) TrustCIDR(cidr netip.Prefix) error {
-	run := l.commands
-	if run == nil {
-		run = execRunner{}
-	}
-	tool := "iptables"
-	if cidr.Addr().Is6() {
-		tool = "ip6tables"
-	}
-	path, ok := toolPath(run, tool)
+	run, tool, path, args, ok := l.trustRule(cidr)
 	if !ok {
 		return nil
 	}
-	rule := []string{"INPUT", "-s", cidr.Masked().String(), "-m", "comment", "--comment", "stratum", "-j", "ACCEPT"}
-	args := func(op string) []string { return slices.Concat(xtablesWait, []string{op}, rule) }
 	// -C answers 1 for a rule that is not there; anything else (4 when the
 	// xtables lock did not come within -w's wait) says nothing about it,
 	// and inserting then could add it twice.
@@ -165,6 +175,31 @@ func (l *Local) TrustCIDR(cidr netip.Prefix) error {
 	}
 	if out, err := run.Run(path, args("-I")...); err != nil {
 		return fmt.Errorf("trust %s in the firewall (%s): %w: %s", cidr, tool, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// UntrustCIDR deletes the ACCEPT rule TrustCIDR inserted for cidr, when
+// iptables -C finds it (exit 1: it is not there, nothing to do; any other
+// failure says nothing about it, and is the error). A machine without the
+// iptables tool has no rule to delete.
+func (l *Local) UntrustCIDR(cidr netip.Prefix) error {
+	run, tool, path, args, ok := l.trustRule(cidr)
+	if !ok {
+		return nil
+	}
+	out, err := run.Run(path, args("-C")...)
+	if err != nil {
+		if ec, ok := errors.AsType[interface {
+			error
+			ExitCode() int
+		}](err); ok && ec.ExitCode() == 1 {
+			return nil
+		}
+		return fmt.Errorf("take back the firewall's trust of %s: check for the rule (%s -C): %w: %s", cidr, tool, err, strings.TrimSpace(string(out)))
+	}
+	if out, err := run.Run(path, args("-D")...); err != nil {
+		return fmt.Errorf("take back the firewall's trust of %s (%s -D): %w: %s", cidr, tool, err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }

@@ -78,17 +78,16 @@ func (r *recordingRunner) Run(name string, args ...string) ([]byte, error) {
 // TestTrustCIDRWaitsForTheXtablesLock: every iptables invocation carries
 // -w, so a rule check or insert waits for the xtables lock another
 // program (kube-proxy, the CNI) holds instead of failing.
+// rule and rule6 are the rules TrustCIDR and UntrustCIDR check, insert and
+// delete for the tests' IPv4 and IPv6 pod ranges.
+const (
+	rule  = "INPUT -s 10.244.0.0/16 -m comment --comment stratum -j ACCEPT"
+	rule6 = "INPUT -s fd00::/56 -m comment --comment stratum -j ACCEPT"
+)
+
 func TestTrustCIDRWaitsForTheXtablesLock(t *testing.T) {
-	const rule = "INPUT -s 10.244.0.0/16 -m comment --comment stratum -j ACCEPT"
-	const rule6 = "INPUT -s fd00::/56 -m comment --comment stratum -j ACCEPT"
 	both := map[string]bool{"iptables": true, "ip6tables": true}
-	for _, tc := range []struct {
-		name    string
-		cidr    string
-		r       *recordingRunner
-		want    []string
-		wantErr string
-	}{
+	runRuleCases(t, "TrustCIDR", (*Local).TrustCIDR, []ruleCase{
 		{"absent: checked, then inserted", "10.244.1.0/16", &recordingRunner{tools: both, fail: map[string]int{"-C": 1}},
 			[]string{"/usr/sbin/iptables -w 5 -C " + rule, "/usr/sbin/iptables -w 5 -I " + rule}, ""},
 		{"present: checked only", "10.244.0.0/16", &recordingRunner{tools: both},
@@ -106,16 +105,50 @@ func TestTrustCIDRWaitsForTheXtablesLock(t *testing.T) {
 		// there is not known, and inserting could add it twice.
 		{"check without the lock: nothing inserted", "10.244.0.0/16", &recordingRunner{tools: both, fail: map[string]int{"-C": 4}},
 			[]string{"/usr/sbin/iptables -w 5 -C " + rule}, "holding the xtables lock"},
-	} {
+	})
+}
+
+// ruleCase is a case of TrustCIDR or UntrustCIDR: the range, the runner
+// (which tools it has, which of their operations fail with which exit
+// code), the commands it must run and the error it must return ("" none).
+type ruleCase struct {
+	name    string
+	cidr    string
+	r       *recordingRunner
+	want    []string
+	wantErr string
+}
+
+// runRuleCases runs each case of call (named name) as a subtest.
+func runRuleCases(t *testing.T, name string, call func(*Local, netip.Prefix) error, cases []ruleCase) {
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			l := &Local{commands: tc.r}
-			err := l.TrustCIDR(netip.MustParsePrefix(tc.cidr))
+			err := call(&Local{commands: tc.r}, netip.MustParsePrefix(tc.cidr))
 			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
-				t.Fatalf("TrustCIDR = %v, want error %q", err, tc.wantErr)
+				t.Fatalf("%s = %v, want error %q", name, err, tc.wantErr)
 			}
 			if strings.Join(tc.r.ran, "\n") != strings.Join(tc.want, "\n") {
 				t.Fatalf("ran\n%s\nwant\n%s", strings.Join(tc.r.ran, "\n"), strings.Join(tc.want, "\n"))
 			}
 		})
 	}
+}
+
+// TestUntrustCIDRDeletesOnlyWhatIsThere: UntrustCIDR deletes the rule
+// TrustCIDR inserted when iptables -C finds it, does nothing when it is
+// absent (exit 1) or there is no iptables, and fails, deleting nothing,
+// when the check says nothing about it (exit 4: the xtables lock).
+func TestUntrustCIDRDeletesOnlyWhatIsThere(t *testing.T) {
+	both := map[string]bool{"iptables": true, "ip6tables": true}
+	runRuleCases(t, "UntrustCIDR", (*Local).UntrustCIDR, []ruleCase{
+		{"present: checked, then deleted", "10.244.1.0/16", &recordingRunner{tools: both},
+			[]string{"/usr/sbin/iptables -w 5 -C " + rule, "/usr/sbin/iptables -w 5 -D " + rule}, ""},
+		{"absent: checked only", "10.244.0.0/16", &recordingRunner{tools: both, fail: map[string]int{"-C": 1}},
+			[]string{"/usr/sbin/iptables -w 5 -C " + rule}, ""},
+		{"IPv6: ip6tables", "fd00::/56", &recordingRunner{tools: both},
+			[]string{"/usr/sbin/ip6tables -w 5 -C " + rule6, "/usr/sbin/ip6tables -w 5 -D " + rule6}, ""},
+		{"no iptables: nothing run", "10.244.0.0/16", &recordingRunner{}, nil, ""},
+		{"check without the lock: nothing deleted", "10.244.0.0/16", &recordingRunner{tools: both, fail: map[string]int{"-C": 4}},
+			[]string{"/usr/sbin/iptables -w 5 -C " + rule}, "check for the rule"},
+	})
 }

@@ -70,7 +70,8 @@ func (a addrsOnly) NodeAddresses() ([]netip.Addr, error) { return a.node, nil }
 func (addrsOnly) DialContext(context.Context, string, string) (net.Conn, error) {
 	return nil, errors.New("no")
 }
-func (addrsOnly) TrustCIDR(netip.Prefix) error { return nil }
+func (addrsOnly) TrustCIDR(netip.Prefix) error   { return nil }
+func (addrsOnly) UntrustCIDR(netip.Prefix) error { return nil }
 
 func addrs(s ...string) []netip.Addr {
 	out := make([]netip.Addr, len(s))

@@ -117,12 +117,26 @@ func anys(errs []error) []any {
 // judged: a CNI's own bridge holds an address inside the pod range by
 // design.
 func TrustPodCIDRs(n Network, podCIDRs string, keepOut ...string) error {
-	var own []netip.Addr
-	for _, k := range keepOut {
-		if a, err := netip.ParseAddr(strings.TrimSpace(k)); err == nil {
-			own = append(own, a)
+	return eachPodCIDR(podCIDRs, func(p netip.Prefix) error {
+		if i := slices.IndexFunc(keepOut, func(k string) bool {
+			a, err := netip.ParseAddr(strings.TrimSpace(k))
+			return err == nil && p.Contains(a.Unmap())
+		}); i >= 0 {
+			return fmt.Errorf("pod CIDR %s holds the node's address %s: not trusted in the firewall, which would open this host to its own network", p, strings.TrimSpace(keepOut[i]))
 		}
-	}
+		return n.TrustCIDR(p)
+	})
+}
+
+// UntrustPodCIDRs takes back TrustPodCIDRs' trust of each pod range
+// (Network.UntrustCIDR), the errors joined.
+func UntrustPodCIDRs(n Network, podCIDRs string) error {
+	return eachPodCIDR(podCIDRs, n.UntrustCIDR)
+}
+
+// eachPodCIDR runs f on each range of podCIDRs ("a,b"), going on past a
+// range that does not parse or that f fails on; the errors are joined.
+func eachPodCIDR(podCIDRs string, f func(netip.Prefix) error) error {
 	var errs []error
 	for _, c := range strings.Split(podCIDRs, ",") {
 		c = strings.TrimSpace(c)
@@ -134,11 +148,7 @@ func TrustPodCIDRs(n Network, podCIDRs string, keepOut ...string) error {
 			errs = append(errs, fmt.Errorf("pod CIDR %q: %w", c, err))
 			continue
 		}
-		if i := slices.IndexFunc(own, func(a netip.Addr) bool { return p.Contains(a.Unmap()) }); i >= 0 {
-			errs = append(errs, fmt.Errorf("pod CIDR %s holds the node's address %s: not trusted in the firewall, which would open this host to its own network", p, own[i]))
-			continue
-		}
-		if err := n.TrustCIDR(p); err != nil {
+		if err := f(p); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -790,8 +790,8 @@ var mutants = []mutant{
 	{
 		Name: "pod-range-over-the-host-trusted",
 		File: "internal/host/prepare.go",
-		Old:  "if i := slices.IndexFunc(own, func(a netip.Addr) bool { return p.Contains(a.Unmap()) }); i >= 0 {",
-		New:  "if i := slices.IndexFunc(own, func(a netip.Addr) bool { return p.Contains(a.Unmap()) }); false && i >= 0 {",
+		Old:  "\t\t\treturn err == nil && p.Contains(a.Unmap())\n\t\t}); i >= 0 {",
+		New:  "\t\t\treturn err == nil && p.Contains(a.Unmap())\n\t\t}); false && i >= 0 {",
 		Tests: [][]string{
 			{"./internal/host", "-run", "TestTrustPodCIDRs"},
 		},
@@ -2143,6 +2143,33 @@ var mutants = []mutant{
 		Tests: [][]string{
 			{"./internal/nodelock", "-run", "TestAHolderThatYieldsIsWaitedFor$"},
 			{"./ha", "-run", "TestJoinRefusalsChangeNothing$"},
+		},
+	},
+	{
+		Name: "refused-join-keeps-the-firewall-open",
+		File: "ha/join.go",
+		Old:  "\t\tif err := c.Host.UntrustCIDR(p); err != nil {\n",
+		New:  "\t\tif err := error(nil); p.IsValid() && err != nil {\n",
+		Tests: [][]string{
+			{"./ha", "-run", "TestJoinRefusalsChangeNothing$"},
+		},
+	},
+	{
+		Name: "reset-keeps-the-firewall-open",
+		File: "ha/reset.go",
+		Old:  "\t\tif st, err := nodestate.Load(h); err == nil && st.PodCIDR != \"\" {\n",
+		New:  "\t\tif st, err := nodestate.Load(h); err == nil && st.PodCIDR == \"-\" {\n",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestResetTakesAControlPlaneOut$"},
+		},
+	},
+	{
+		Name: "untrust-deletes-without-checking",
+		File: "internal/host/local.go",
+		Old:  "\t\t}](err); ok && ec.ExitCode() == 1 {\n\t\t\treturn nil\n",
+		New:  "\t\t}](err); ok && ec.ExitCode() == 99 {\n\t\t\treturn nil\n",
+		Tests: [][]string{
+			{"./internal/host", "-run", "TestUntrustCIDRDeletesOnlyWhatIsThere$"},
 		},
 	},
 }

@@ -438,7 +438,8 @@ func (*tempHost) RestartService(_ context.Context, name string) error {
 	return fmt.Errorf("%w %q: no supervisor on this test host", host.ErrUnknownService, name)
 }
 
-func (*tempHost) TrustCIDR(netip.Prefix) error { return nil }
+func (*tempHost) TrustCIDR(netip.Prefix) error   { return nil }
+func (*tempHost) UntrustCIDR(netip.Prefix) error { return nil }
 
 // onTempHost returns options whose real-host commands act on a fresh
 // tempHost, and the host.

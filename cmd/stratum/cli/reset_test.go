@@ -58,6 +58,9 @@ func TestResetTakesAControlPlaneOut(t *testing.T) {
 	}
 	// cp1 leaves: the first control plane, the VIP holder since its up.
 	holder, others := hosts[0], hosts[1:]
+	if got := holder.Trusted(); len(got) == 0 {
+		t.Fatalf("the firewall of %s, brought up by stratum up, trusts no pod range", holder.Name())
+	}
 
 	// Another voter down: the holder's reset would leave one healthy voter
 	// of two.
@@ -109,6 +112,9 @@ func TestResetTakesAControlPlaneOut(t *testing.T) {
 	}
 	if left := filesUnder(t, holder.Root()); !onlyRuntimeAndLogs(left) {
 		t.Fatalf("the reset left files on %s: %v", holder.Name(), keysOf(left))
+	}
+	if got := holder.Trusted(); len(got) != 0 {
+		t.Fatalf("the firewall of %s still trusts %v after its reset", holder.Name(), got)
 	}
 	if code, out, errOut := runCLI(t, on(holder), "reset"); code != ExitOK || !strings.Contains(out, "nothing to reset") {
 		t.Fatalf("a second reset: exit %d, want 0 saying there is nothing to reset\n%s\n%s", code, out, errOut)
