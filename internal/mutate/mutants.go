@@ -2172,4 +2172,22 @@ var mutants = []mutant{
 			{"./internal/host", "-run", "TestUntrustCIDRDeletesOnlyWhatIsThere$"},
 		},
 	},
+	{
+		Name: "in-process-service-context-outlives-its-run",
+		File: "internal/supervisor/supervisor.go",
+		Old:  "\t\t\tdefer cancel()\n\t\t\tch <- runRecovered(rctx, u.spec.Name, u.spec.Run)\n",
+		New:  "\t\t\tch <- runRecovered(rctx, u.spec.Name, u.spec.Run)\n",
+		Tests: [][]string{
+			{"./internal/supervisor", "-run", "TestAnInProcessServiceThatKeepsFailingLeavesNothingBehind$"},
+		},
+	},
+	{
+		Name: "a-repeated-exit-warned-every-time",
+		File: "internal/supervisor/supervisor.go",
+		Old:  "\t\tif text := msg + \": \" + err.Error(); text != said {\n",
+		New:  "\t\tif text := msg + \": \" + err.Error(); text != said || true {\n",
+		Tests: [][]string{
+			{"./internal/supervisor", "-run", "TestAnInProcessServiceThatKeepsFailingLeavesNothingBehind$"},
+		},
+	},
 }

@@ -603,6 +603,21 @@ func (u *unit) keep(ctx context.Context, k *keeper) {
 	log := u.sup.log.With("service", u.spec.Name)
 	backoff := BackoffMin
 	first := true
+	// said is the last exit or start failure logged at Warn, and repeats
+	// how often it came again since: a service failing the same way every
+	// 30 s for days says so once, then at Debug, and once more when it
+	// fails otherwise or starts again.
+	var said string
+	repeats := 0
+	warn := func(msg string, err error) {
+		if text := msg + ": " + err.Error(); text != said {
+			log.Warn(msg, "err", err)
+			said, repeats = text, 0
+			return
+		}
+		repeats++
+		log.Debug(msg, "err", err, "again", repeats)
+	}
 	for {
 		started := time.Now()
 		exited, stop, err := u.launch(ctx)
@@ -623,13 +638,20 @@ func (u *unit) keep(ctx context.Context, k *keeper) {
 			k.started <- nil
 		}
 		if err == nil {
-			log.Info("service started")
+			if repeats == 0 {
+				log.Info("service started")
+			} else {
+				log.Debug("service started")
+			}
 			select {
 			case err = <-exited:
 				if err == nil {
 					err = errors.New("exited")
 				}
-				log.Warn("service exited; restarting", "err", err)
+				if time.Since(started) > BackoffReset {
+					said = "" // it ran well meanwhile: a new story
+				}
+				warn("service exited; restarting", err)
 			case <-ctx.Done():
 				stop()
 				log.Info("service stopped")
@@ -637,7 +659,7 @@ func (u *unit) keep(ctx context.Context, k *keeper) {
 				return
 			}
 		} else {
-			log.Warn("service failed to start; retrying", "err", err)
+			warn("service failed to start; retrying", err)
 		}
 		if time.Since(started) > BackoffReset {
 			backoff = BackoffMin
@@ -697,6 +719,11 @@ func (u *unit) launch(ctx context.Context) (exited <-chan error, stop func(), er
 		u.setRunning(0, time.Now(), nil)
 		go func() {
 			defer close(done)
+			// Its context ends with it: a service that returns by itself
+			// (a VIP refused, a lost lease) is launched again on a new
+			// one, and the old must not stay a child of the keeper's for
+			// as long as the service is wanted.
+			defer cancel()
 			ch <- runRecovered(rctx, u.spec.Name, u.spec.Run)
 		}()
 		return ch, func() {

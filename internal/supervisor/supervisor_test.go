@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"stratum.dev/stratum/internal/host"
+	"stratum.dev/stratum/internal/syncbuf"
 )
 
 func shell(script string) func() (Command, error) {
@@ -907,5 +909,59 @@ func TestAShutdownDuringARenderStartsNothing(t *testing.T) {
 	}
 	if data, _ := os.ReadFile(filepath.Join(logs, "etcd.log")); strings.Contains(string(data), "starting etcd") {
 		t.Fatalf("a shutdown begun during the render started the process: its log says %q", data)
+	}
+}
+
+// TestAnInProcessServiceThatKeepsFailingLeavesNothingBehind: an in-process
+// service that returns by itself the same way again and again (a VIP
+// refused, a lease lost, for days) is restarted on a fresh context each
+// time, the old one ended (it stayed a child of the keeper's for as long as
+// the service was wanted, one per exit), and its exit is said at Warn
+// once, not at every restart; a different failure is said again.
+func TestAnInProcessServiceThatKeepsFailingLeavesNothingBehind(t *testing.T) {
+	var logs syncbuf.Buffer
+	ctxs := make(chan context.Context, 10)
+	var n atomic.Int32
+	s, err := New(Config{LogDir: t.TempDir(), Log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		Services: []Spec{{Name: "task", Run: func(ctx context.Context) error {
+			ctxs <- ctx
+			if n.Add(1) < 4 {
+				return errors.New("the VIP may not be held")
+			}
+			if n.Load() == 4 {
+				return errors.New("the admin kubeconfig is unreadable")
+			}
+			<-ctx.Done()
+			return nil
+		}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Shutdown)
+	if err := s.StartService(context.Background(), "task"); err != nil {
+		t.Fatal(err)
+	}
+	var runs []context.Context
+	for len(runs) < 5 {
+		select {
+		case ctx := <-ctxs:
+			runs = append(runs, ctx)
+		case <-time.After(20 * time.Second):
+			t.Fatalf("the service ran %d times, want 5 (restarted after each exit)", len(runs))
+		}
+	}
+	for i, ctx := range runs[:4] {
+		if ctx.Err() == nil {
+			t.Errorf("the context of run %d, which returned, is still live", i+1)
+		}
+	}
+	if runs[4].Err() != nil {
+		t.Error("the running instance's context ended")
+	}
+	if got := strings.Count(logs.String(), "the VIP may not be held"); got != 1 {
+		t.Errorf("the same exit, three times, was said %d times at Warn, want once:\n%s", got, logs.String())
+	}
+	if !strings.Contains(logs.String(), "the admin kubeconfig is unreadable") {
+		t.Errorf("a different exit was not said:\n%s", logs.String())
 	}
 }
