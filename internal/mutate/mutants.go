@@ -2190,4 +2190,13 @@ var mutants = []mutant{
 			{"./internal/supervisor", "-run", "TestAnInProcessServiceThatKeepsFailingLeavesNothingBehind$"},
 		},
 	},
+	{
+		Name: "leaf-issued-past-its-ca",
+		File: "internal/pki/pki.go",
+		Old:  "\tif !now.Add(-Backdate).Before(ca.Cert.NotAfter) {\n",
+		New:  "\tif false {\n",
+		Tests: [][]string{
+			{"./internal/pki", "-run", "TestIssueStopsAtCAExpiry$"},
+		},
+	},
 }
