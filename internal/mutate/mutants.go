@@ -2182,11 +2182,12 @@ var mutants = []mutant{
 		},
 	},
 	{
-		Name: "a-repeated-exit-warned-every-time",
-		File: "internal/supervisor/supervisor.go",
-		Old:  "\t\tif text := msg + \": \" + err.Error(); text != said {\n",
-		New:  "\t\tif text := msg + \": \" + err.Error(); text != said || true {\n",
+		Name: "a-repeated-failure-warned-every-time",
+		File: "internal/quietlog/quietlog.go",
+		Old:  "\tif text := msg + \": \" + err.Error(); text != r.said {\n",
+		New:  "\tif text := msg + \": \" + err.Error(); text != r.said || true {\n",
 		Tests: [][]string{
+			{"./internal/quietlog", "-run", "TestARepeatIsSaidOnce$"},
 			{"./internal/supervisor", "-run", "TestAnInProcessServiceThatKeepsFailingLeavesNothingBehind$"},
 		},
 	},

@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"stratum.dev/stratum/internal/host"
+	"stratum.dev/stratum/internal/quietlog"
 	"stratum.dev/stratum/internal/rotlog"
 	"stratum.dev/stratum/internal/sdnotify"
 )
@@ -603,21 +604,8 @@ func (u *unit) keep(ctx context.Context, k *keeper) {
 	log := u.sup.log.With("service", u.spec.Name)
 	backoff := BackoffMin
 	first := true
-	// said is the last exit or start failure logged at Warn, and repeats
-	// how often it came again since: a service failing the same way every
-	// 30 s for days says so once, then at Debug, and once more when it
-	// fails otherwise or starts again.
-	var said string
-	repeats := 0
-	warn := func(msg string, err error) {
-		if text := msg + ": " + err.Error(); text != said {
-			log.Warn(msg, "err", err)
-			said, repeats = text, 0
-			return
-		}
-		repeats++
-		log.Debug(msg, "err", err, "again", repeats)
-	}
+	// A service failing the same way every 30 s for days says so once.
+	repeats := quietlog.Repeats{Log: log}
 	for {
 		started := time.Now()
 		exited, stop, err := u.launch(ctx)
@@ -638,10 +626,10 @@ func (u *unit) keep(ctx context.Context, k *keeper) {
 			k.started <- nil
 		}
 		if err == nil {
-			if repeats == 0 {
-				log.Info("service started")
-			} else {
+			if repeats.Repeating() {
 				log.Debug("service started")
+			} else {
+				log.Info("service started")
 			}
 			select {
 			case err = <-exited:
@@ -649,9 +637,9 @@ func (u *unit) keep(ctx context.Context, k *keeper) {
 					err = errors.New("exited")
 				}
 				if time.Since(started) > BackoffReset {
-					said = "" // it ran well meanwhile: a new story
+					repeats.Reset() // it ran well meanwhile: a new story
 				}
-				warn("service exited; restarting", err)
+				repeats.Warn("service exited; restarting", err)
 			case <-ctx.Done():
 				stop()
 				log.Info("service stopped")
@@ -659,7 +647,7 @@ func (u *unit) keep(ctx context.Context, k *keeper) {
 				return
 			}
 		} else {
-			warn("service failed to start; retrying", err)
+			repeats.Warn("service failed to start; retrying", err)
 		}
 		if time.Since(started) > BackoffReset {
 			backoff = BackoffMin

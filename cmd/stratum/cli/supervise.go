@@ -33,6 +33,7 @@ import (
 	"stratum.dev/stratum/internal/noderelease"
 	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/pki"
+	"stratum.dev/stratum/internal/quietlog"
 	"stratum.dev/stratum/internal/sdnotify"
 	"stratum.dev/stratum/internal/supervisor"
 	"stratum.dev/stratum/internal/version"
@@ -171,7 +172,11 @@ func (a *app) nodeSupervisor(h host.Host, n *ha.Node, binDir string, operator bo
 		{Name: ha.ServiceVIP, Run: func(ctx context.Context) error { return a.runVIP(ctx, h) }, Check: func(context.Context) error { return vipCheck(h) }, Version: inProcessVersion()},
 	}
 	if operator {
-		services = append(services, supervisor.Spec{Name: serviceOperator, Run: func(ctx context.Context) error { return a.runOperator(ctx, h, n) }, Version: inProcessVersion()})
+		// The operator's passes run in the background for months: their
+		// waits ("waiting for learner ... to catch up") are not the
+		// terminal's progress lines, so its node has no Progress.
+		quiet := ha.NewNode(ha.Env{Host: h, Checkpoint: a.opts.Checkpoint, Log: a.log})
+		services = append(services, supervisor.Spec{Name: serviceOperator, Run: func(ctx context.Context) error { return a.runOperator(ctx, h, quiet) }, Version: inProcessVersion()})
 	}
 	absBinDir, err := filepath.Abs(binDir)
 	if err != nil {
@@ -525,6 +530,9 @@ func (a *app) runOperator(ctx context.Context, h host.Host, n *ha.Node) error {
 func operatorLoop(ctx context.Context, n *ha.Node, cs kubernetes.Interface, log *slog.Logger) {
 	log.Info("operator leading: passes every " + operatorEvery.String())
 	var spaceAt time.Time
+	// A pass failing the same way every 30 s (a learner whose machine is
+	// gone, a refusal that stays) says so once.
+	failed := quietlog.Repeats{Log: log}
 	for {
 		if time.Since(spaceAt) >= etcdSpaceEvery {
 			spaceAt = time.Now()
@@ -549,8 +557,14 @@ func operatorLoop(ctx context.Context, n *ha.Node, cs kubernetes.Interface, log 
 		if line := collectedLine(rep); line != "" {
 			log.Info("operator " + line)
 		}
-		if err != nil && ctx.Err() == nil {
-			log.Warn("operator pass", "err", err)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			failed.Warn("operator pass", err)
+		case err == nil && failed.Repeating():
+			log.Info("operator pass succeeded again")
+			failed.Reset()
+		case err == nil:
+			failed.Reset()
 		}
 		select {
 		case <-ctx.Done():
