@@ -2200,4 +2200,13 @@ var mutants = []mutant{
 			{"./internal/pki", "-run", "TestIssueStopsAtCAExpiry$"},
 		},
 	},
+	{
+		Name: "control-socket-waits-for-a-silent-caller",
+		File: "internal/supervisor/socket.go",
+		Old:  "\t_ = c.SetReadDeadline(time.Now().Add(requestWithin))\n",
+		New:  "",
+		Tests: [][]string{
+			{"./internal/supervisor", "-run", "TestASilentOrEndlessCallerIsLetGo$", "-timeout", "60s"},
+		},
+	},
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -136,6 +137,14 @@ const (
 	acceptRetryMax = time.Second
 )
 
+// requestWithin bounds the wait for a caller's request on the control
+// socket, and maxRequest its size (a replacement's command line is the
+// largest, a few hundred bytes).
+const (
+	requestWithin = 10 * time.Second
+	maxRequest    = 64 << 10
+)
+
 // answer serves one request on c. The request runs on a context that also
 // ends when the caller hangs up (a command stopped by Ctrl-C while it waits
 // for a start's readiness), so its wait does not go on for nobody; what the
@@ -152,12 +161,17 @@ func (s *Supervisor) answer(ctx context.Context, c net.Conn) {
 		_ = json.NewEncoder(c).Encode(resp)
 		return
 	}
+	// A request comes at once and is small: a caller that connects and
+	// sends nothing, or sends without end, would hold a goroutine and a
+	// descriptor (or memory) of a supervisor that runs for months.
+	_ = c.SetReadDeadline(time.Now().Add(requestWithin))
 	var req request
-	if err := json.NewDecoder(bufio.NewReader(c)).Decode(&req); err != nil {
+	if err := json.NewDecoder(bufio.NewReader(io.LimitReader(c, maxRequest))).Decode(&req); err != nil {
 		resp.Error = "malformed request: " + err.Error()
 		_ = json.NewEncoder(c).Encode(resp)
 		return
 	}
+	_ = c.SetReadDeadline(time.Time{})
 	// A caller sends one request and then only reads: a read that
 	// returns is its hang-up (or this answer's own close, after it).
 	go func() {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -963,5 +964,45 @@ func TestAnInProcessServiceThatKeepsFailingLeavesNothingBehind(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "the admin kubeconfig is unreadable") {
 		t.Errorf("a different exit was not said:\n%s", logs.String())
+	}
+}
+
+// TestASilentOrEndlessCallerIsLetGo: a caller on the control socket that
+// sends nothing is answered a malformed request once requestWithin passes,
+// and its connection closed, and one that sends more than maxRequest bytes
+// without a request's end is answered so at once: neither holds a goroutine
+// and a descriptor (or memory) of a supervisor that runs for months.
+func TestASilentOrEndlessCallerIsLetGo(t *testing.T) {
+	s, _ := newSup(t)
+	sock := filepath.Join(t.TempDir(), "supervisor.sock")
+	ln, err := Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveOn(t, s, ln)
+	for _, c := range []struct {
+		name string
+		send []byte
+	}{
+		{"silent", nil},
+		{"endless", []byte(`{"op":"` + strings.Repeat("a", maxRequest+1))},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			conn, err := net.Dial("unix", sock)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			if len(c.send) > 0 {
+				go func() { _, _ = conn.Write(c.send) }()
+			}
+			_ = conn.SetReadDeadline(time.Now().Add(requestWithin + 10*time.Second))
+			// The endless caller's unread bytes make the close a reset,
+			// after the answer.
+			answer, err := io.ReadAll(conn)
+			if err != nil && !errors.Is(err, syscall.ECONNRESET) || !strings.Contains(string(answer), "malformed request") {
+				t.Fatalf("the %s caller got %q, %v; want a malformed request answered and the connection closed", c.name, answer, err)
+			}
+		})
 	}
 }
