@@ -82,7 +82,7 @@ func (n *Node) repointCilium(ctx context.Context, w io.Writer, cs kubernetes.Int
 	if cs == nil {
 		var err error
 		if cs, err = n.adminClient(); err != nil {
-			return nil, fmt.Errorf("repoint Cilium: %w; nothing was changed", err)
+			return nil, fmt.Errorf("repoint Cilium: %w; nothing of Cilium's was changed", err)
 		}
 	}
 	port := strconv.Itoa(version.APIServerPort)
@@ -90,23 +90,23 @@ func (n *Node) repointCilium(ctx context.Context, w io.Writer, cs kubernetes.Int
 
 	ds, err := apps.DaemonSets(ciliumNamespace).Get(ctx, ciliumAgent, metav1.GetOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("repoint Cilium: read daemonset %s/%s: %w; nothing was changed", ciliumNamespace, ciliumAgent, err)
+		return nil, fmt.Errorf("repoint Cilium: read daemonset %s/%s: %w; nothing of Cilium's was changed", ciliumNamespace, ciliumAgent, err)
 	}
 	dep, err := apps.Deployments(ciliumNamespace).Get(ctx, ciliumOperator, metav1.GetOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("repoint Cilium: read deployment %s/%s: %w; nothing was changed", ciliumNamespace, ciliumOperator, err)
+		return nil, fmt.Errorf("repoint Cilium: read deployment %s/%s: %w; nothing of Cilium's was changed", ciliumNamespace, ciliumOperator, err)
 	}
 	dsChanged := setAPIServerEnv(&ds.Spec.Template.Spec, vip, port)
 	depChanged := setAPIServerEnv(&dep.Spec.Template.Spec, vip, port)
 	dry := metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}}
 	if dsChanged {
 		if _, err := apps.DaemonSets(ciliumNamespace).Update(ctx, ds.DeepCopy(), dry); err != nil {
-			return nil, fmt.Errorf("repoint Cilium: update daemonset %s/%s (dry run): %w; nothing was changed", ciliumNamespace, ciliumAgent, err)
+			return nil, fmt.Errorf("repoint Cilium: update daemonset %s/%s (dry run): %w; nothing of Cilium's was changed", ciliumNamespace, ciliumAgent, err)
 		}
 	}
 	if depChanged {
 		if _, err := apps.Deployments(ciliumNamespace).Update(ctx, dep.DeepCopy(), dry); err != nil {
-			return nil, fmt.Errorf("repoint Cilium: update deployment %s/%s (dry run): %w; nothing was changed", ciliumNamespace, ciliumOperator, err)
+			return nil, fmt.Errorf("repoint Cilium: update deployment %s/%s (dry run): %w; nothing of Cilium's was changed", ciliumNamespace, ciliumOperator, err)
 		}
 	}
 	if dsChanged {
@@ -122,7 +122,7 @@ func (n *Node) repointCilium(ctx context.Context, w io.Writer, cs kubernetes.Int
 			return err
 		})
 		if err != nil {
-			return nil, fmt.Errorf("repoint Cilium: update daemonset %s/%s: %w; nothing was changed", ciliumNamespace, ciliumAgent, err)
+			return nil, fmt.Errorf("repoint Cilium: update daemonset %s/%s: %w; its deployment was not updated, and the daemonset was not unless an update whose answer was lost landed", ciliumNamespace, ciliumAgent, err)
 		}
 		fmt.Fprintf(w, "daemonset %s/%s points at %s:%s\n", ciliumNamespace, ciliumAgent, vip, port)
 	}
@@ -139,7 +139,7 @@ func (n *Node) repointCilium(ctx context.Context, w io.Writer, cs kubernetes.Int
 			return err
 		})
 		if err != nil {
-			what := "nothing was changed"
+			what := "nothing of Cilium's was changed, unless an update whose answer was lost landed"
 			if dsChanged {
 				what = fmt.Sprintf("daemonset %s/%s was already repointed: re-run to finish", ciliumNamespace, ciliumAgent)
 			}
