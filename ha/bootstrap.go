@@ -347,7 +347,7 @@ func (r *bootstrapRun) refuse(ctx context.Context) error {
 			return fmt.Errorf("stratum up refused: %w; nothing was changed", err)
 		}
 	}
-	release, err := nodelock.AcquireBoth(h, "stratum up (bootstrap)")
+	release, err := nodelock.AcquireBoth(h, "stratum up (bootstrap)", r.n.lockOptions(ctx)...)
 	if err != nil {
 		return err
 	}

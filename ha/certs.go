@@ -651,7 +651,7 @@ func (n *Node) DownloadCertsAdmin(ctx context.Context, certKeyHex string) error 
 	// Under the node's maintenance lock: it rewrites, file by file, the
 	// cluster CAs this node's services run on, which a renewal, a repoint
 	// or a restore must not meet half written.
-	release, err := nodelock.Acquire(n.env.Host, nodelock.Maintenance, "stratum download shared certificates (admin)")
+	release, err := nodelock.Acquire(n.env.Host, nodelock.Maintenance, "stratum download shared certificates (admin)", n.lockOptions(ctx)...)
 	if err != nil {
 		return fmt.Errorf("%s: %w; nothing was written", op, err)
 	}

@@ -518,7 +518,7 @@ func (n *Node) SetEtcdQuota(ctx context.Context, quota int64) (changed, restarte
 	if err := controlplane.CheckEtcdQuota(quota); err != nil {
 		return false, false, fmt.Errorf("etcd quota refused: %w; nothing was changed", err)
 	}
-	release, err := nodelock.Acquire(h, nodelock.Maintenance, "stratum etcd quota", n.lockOptions()...)
+	release, err := nodelock.Acquire(h, nodelock.Maintenance, "stratum etcd quota", n.lockOptions(ctx)...)
 	if err != nil {
 		return false, false, err
 	}

@@ -241,12 +241,16 @@ type createdFiles struct {
 	trusted []netip.Prefix
 }
 
-// TrustCIDR trusts cidr and remembers it for undo.
+// TrustCIDR trusts cidr and remembers it for undo when it did: a trust that
+// failed opened nothing, and its undo would fail the same way (an iptables
+// whose lock stays busy), turning a refusal into a failure.
 func (c *createdFiles) TrustCIDR(cidr netip.Prefix) error {
 	err := c.Host.TrustCIDR(cidr)
-	c.mu.Lock()
-	c.trusted = append(c.trusted, cidr)
-	c.mu.Unlock()
+	if err == nil {
+		c.mu.Lock()
+		c.trusted = append(c.trusted, cidr)
+		c.mu.Unlock()
+	}
 	return err
 }
 
@@ -511,7 +515,7 @@ func (r *joinRun) refuse(ctx context.Context) error {
 			return fmt.Errorf("control-plane join refused: %s %s: %w; nothing was changed: pass an address of this host", what, c.IP, err)
 		}
 	}
-	release, err := nodelock.AcquireBoth(h, "stratum server (control-plane join)")
+	release, err := nodelock.AcquireBoth(h, "stratum server (control-plane join)", n.lockOptions(ctx)...)
 	if err != nil {
 		return err
 	}

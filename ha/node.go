@@ -94,11 +94,12 @@ func (n *Node) readTimeout() time.Duration {
 	return etcdReadTimeout
 }
 
-// lockOptions are the node-lock options of this node's operations: a wait
-// for a holder that lets commands run between its holds (the supervisor's
-// retried start: nodelock.YieldMark) is said through Env.Progress.
-func (n *Node) lockOptions() []nodelock.Option {
-	return []nodelock.Option{nodelock.WhileWaiting(func(holder string) {
+// lockOptions are the node-lock options of this node's operations under
+// ctx: a wait for a holder that lets commands run between its holds (the
+// supervisor's retried start: nodelock.YieldMark) is said through
+// Env.Progress, and ends with ctx (a Ctrl-C while it waits changes nothing).
+func (n *Node) lockOptions(ctx context.Context) []nodelock.Option {
+	return []nodelock.Option{nodelock.Until(ctx), nodelock.WhileWaiting(func(holder string) {
 		if n.env.Progress != nil {
 			n.env.Progress(fmt.Sprintf("waiting for the node's locks, held by %s, to be free between its attempts (up to %s)", holder, nodelock.YieldWait))
 		}

@@ -258,7 +258,7 @@ func (n *Node) RejoinEtcd(ctx context.Context, w io.Writer, cp1IP string, force 
 	if net.ParseIP(cp1IP) == nil {
 		return Refusal(fmt.Errorf("etcd rejoin: --server %q is not an IP address; nothing was changed", cp1IP))
 	}
-	release, err := nodelock.AcquireBoth(h, "stratum etcd rejoin", n.lockOptions()...)
+	release, err := nodelock.AcquireBoth(h, "stratum etcd rejoin", n.lockOptions(ctx)...)
 	if err != nil {
 		return Refusal(err)
 	}

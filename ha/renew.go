@@ -64,7 +64,7 @@ func (n *Node) RenewCerts(ctx context.Context) (written, restarted []string, err
 	// leaves cover, and the server the kubeconfigs name, are the state's as
 	// it stands under the lock, not as a repoint or a VIP adoption that ran
 	// between the read and the lock left it.
-	release, err := nodelock.Acquire(h, nodelock.Maintenance, "stratum certs renew", n.lockOptions()...)
+	release, err := nodelock.Acquire(h, nodelock.Maintenance, "stratum certs renew", n.lockOptions(ctx)...)
 	if err != nil {
 		return nil, nil, err
 	}

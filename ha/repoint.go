@@ -250,7 +250,7 @@ func (n *Node) nodeRepoint(ctx context.Context, w io.Writer, vip string, serves 
 	// this node takes it: a start racing the repoint (its strip of the join
 	// token from bootstrap.conf, its adoption of a VIP) would have one write
 	// back what the other just changed.
-	release, err := nodelock.Acquire(n.env.Host, nodelock.Maintenance, "stratum repoint", n.lockOptions()...)
+	release, err := nodelock.Acquire(n.env.Host, nodelock.Maintenance, "stratum repoint", n.lockOptions(ctx)...)
 	if err != nil {
 		return nil, Refusal(fmt.Errorf("repoint refused: %w; run it again once that is done", err))
 	}

@@ -180,7 +180,7 @@ type resetObservation struct {
 // the command to remove it from a running control plane. The plan and each
 // step are reported through w.
 func (n *Node) ResetControlPlane(ctx context.Context, w io.Writer, force bool) error {
-	release, err := nodelock.AcquireBoth(n.env.Host, "stratum reset", n.lockOptions()...)
+	release, err := nodelock.AcquireBoth(n.env.Host, "stratum reset", n.lockOptions(ctx)...)
 	if err != nil {
 		return Refusal(err)
 	}
@@ -813,8 +813,8 @@ func (n *Node) resetStep(ctx context.Context, w io.Writer, s resetStep, o resetO
 		// pod range, which the machine no longer routes.
 		if st, err := nodestate.Load(h); err == nil && st.PodCIDR != "" {
 			if err := host.UntrustPodCIDRs(h, st.PodCIDR); err != nil {
-				n.log.Warn("the firewall still trusts the pod range", "podCIDR", st.PodCIDR, "err", err)
-				fmt.Fprintf(w, "warning: the firewall still trusts the pod range %s: %v; remove the rule commented \"stratum\" by hand (iptables -D INPUT -s %s -m comment --comment stratum -j ACCEPT)\n", st.PodCIDR, err, st.PodCIDR)
+				n.log.Warn("the firewall may still trust the pod range", "podCIDR", st.PodCIDR, "err", err)
+				fmt.Fprintf(w, "warning: the firewall may still trust the pod range %s: %v; delete the INPUT rule commented \"stratum\" by hand (`iptables -L INPUT --line-numbers`, or ip6tables for an IPv6 range, shows it)\n", st.PodCIDR, err)
 			}
 		}
 		for _, p := range []string{nodestate.Path, joinIntentPath} {

@@ -222,7 +222,7 @@ func (n *Node) SnapshotRestore(ctx context.Context, w io.Writer, dbPath string) 
 	var changed bool
 	defer refuseUntilChanged(&err, &changed)
 	h := n.env.Host
-	release, err := nodelock.AcquireBoth(h, "stratum snapshot restore", n.lockOptions()...)
+	release, err := nodelock.AcquireBoth(h, "stratum snapshot restore", n.lockOptions(ctx)...)
 	if err != nil {
 		return err
 	}

@@ -188,21 +188,27 @@ func (l *Local) UntrustCIDR(cidr netip.Prefix) error {
 	if !ok {
 		return nil
 	}
-	out, err := run.Run(path, args("-C")...)
-	if err != nil {
-		if ec, ok := errors.AsType[interface {
-			error
-			ExitCode() int
-		}](err); ok && ec.ExitCode() == 1 {
-			return nil
+	// Each copy: a stratum before 2026-12-04 could insert the rule twice.
+	for range maxRuleCopies {
+		out, err := run.Run(path, args("-C")...)
+		if err != nil {
+			if ec, ok := errors.AsType[interface {
+				error
+				ExitCode() int
+			}](err); ok && ec.ExitCode() == 1 {
+				return nil
+			}
+			return fmt.Errorf("take back the firewall's trust of %s: check for the rule (%s -C): %w: %s", cidr, tool, err, strings.TrimSpace(string(out)))
 		}
-		return fmt.Errorf("take back the firewall's trust of %s: check for the rule (%s -C): %w: %s", cidr, tool, err, strings.TrimSpace(string(out)))
+		if out, err := run.Run(path, args("-D")...); err != nil {
+			return fmt.Errorf("take back the firewall's trust of %s (%s -D): %w: %s", cidr, tool, err, strings.TrimSpace(string(out)))
+		}
 	}
-	if out, err := run.Run(path, args("-D")...); err != nil {
-		return fmt.Errorf("take back the firewall's trust of %s (%s -D): %w: %s", cidr, tool, err, strings.TrimSpace(string(out)))
-	}
-	return nil
+	return fmt.Errorf("take back the firewall's trust of %s: the rule is still there after %d deletions (%s -C)", cidr, maxRuleCopies, tool)
 }
+
+// maxRuleCopies bounds UntrustCIDR's deletions of the rule's copies.
+const maxRuleCopies = 8
 
 // toolPath finds tool on PATH, then in /usr/sbin and /sbin: a root shell
 // from `su` without `-` keeps the user's PATH, which lacks them, and the

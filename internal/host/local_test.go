@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -41,6 +42,9 @@ type recordingRunner struct {
 	tools map[string]bool
 	fail  map[string]int
 	ran   []string
+	// copies, when set, is how many copies of the rule are there: -C
+	// finds one (exit 1 for none), -D deletes one.
+	copies *int
 }
 
 // exitStatus is a command's nonzero exit, as *exec.ExitError reports it.
@@ -63,6 +67,14 @@ func (r *recordingRunner) LookPath(name string) (string, error) {
 
 func (r *recordingRunner) Run(name string, args ...string) ([]byte, error) {
 	r.ran = append(r.ran, name+" "+strings.Join(args, " "))
+	if r.copies != nil {
+		switch {
+		case slices.Contains(args, "-C") && *r.copies == 0:
+			return []byte("iptables: Bad rule.\n"), exitStatus(1)
+		case slices.Contains(args, "-D"):
+			*r.copies--
+		}
+	}
 	for _, a := range args {
 		switch code := r.fail[a]; code {
 		case 0:
@@ -75,9 +87,6 @@ func (r *recordingRunner) Run(name string, args ...string) ([]byte, error) {
 	return nil, nil
 }
 
-// TestTrustCIDRWaitsForTheXtablesLock: every iptables invocation carries
-// -w, so a rule check or insert waits for the xtables lock another
-// program (kube-proxy, the CNI) holds instead of failing.
 // rule and rule6 are the rules TrustCIDR and UntrustCIDR check, insert and
 // delete for the tests' IPv4 and IPv6 pod ranges.
 const (
@@ -85,6 +94,9 @@ const (
 	rule6 = "INPUT -s fd00::/56 -m comment --comment stratum -j ACCEPT"
 )
 
+// TestTrustCIDRWaitsForTheXtablesLock: every iptables invocation carries
+// -w, so a rule check or insert waits for the xtables lock another
+// program (kube-proxy, the CNI) holds instead of failing.
 func TestTrustCIDRWaitsForTheXtablesLock(t *testing.T) {
 	both := map[string]bool{"iptables": true, "ip6tables": true}
 	runRuleCases(t, "TrustCIDR", (*Local).TrustCIDR, []ruleCase{
@@ -141,12 +153,15 @@ func runRuleCases(t *testing.T, name string, call func(*Local, netip.Prefix) err
 func TestUntrustCIDRDeletesOnlyWhatIsThere(t *testing.T) {
 	both := map[string]bool{"iptables": true, "ip6tables": true}
 	runRuleCases(t, "UntrustCIDR", (*Local).UntrustCIDR, []ruleCase{
-		{"present: checked, then deleted", "10.244.1.0/16", &recordingRunner{tools: both},
-			[]string{"/usr/sbin/iptables -w 5 -C " + rule, "/usr/sbin/iptables -w 5 -D " + rule}, ""},
+		{"present: checked, deleted, checked", "10.244.1.0/16", &recordingRunner{tools: both, copies: new(1)},
+			[]string{"/usr/sbin/iptables -w 5 -C " + rule, "/usr/sbin/iptables -w 5 -D " + rule, "/usr/sbin/iptables -w 5 -C " + rule}, ""},
+		// An older stratum could insert it twice: each copy goes.
+		{"present twice: both deleted", "10.244.0.0/16", &recordingRunner{tools: both, copies: new(2)},
+			[]string{"/usr/sbin/iptables -w 5 -C " + rule, "/usr/sbin/iptables -w 5 -D " + rule, "/usr/sbin/iptables -w 5 -C " + rule, "/usr/sbin/iptables -w 5 -D " + rule, "/usr/sbin/iptables -w 5 -C " + rule}, ""},
 		{"absent: checked only", "10.244.0.0/16", &recordingRunner{tools: both, fail: map[string]int{"-C": 1}},
 			[]string{"/usr/sbin/iptables -w 5 -C " + rule}, ""},
-		{"IPv6: ip6tables", "fd00::/56", &recordingRunner{tools: both},
-			[]string{"/usr/sbin/ip6tables -w 5 -C " + rule6, "/usr/sbin/ip6tables -w 5 -D " + rule6}, ""},
+		{"IPv6: ip6tables", "fd00::/56", &recordingRunner{tools: both, copies: new(1)},
+			[]string{"/usr/sbin/ip6tables -w 5 -C " + rule6, "/usr/sbin/ip6tables -w 5 -D " + rule6, "/usr/sbin/ip6tables -w 5 -C " + rule6}, ""},
 		{"no iptables: nothing run", "10.244.0.0/16", &recordingRunner{}, nil, ""},
 		{"check without the lock: nothing deleted", "10.244.0.0/16", &recordingRunner{tools: both, fail: map[string]int{"-C": 4}},
 			[]string{"/usr/sbin/iptables -w 5 -C " + rule}, "check for the rule"},

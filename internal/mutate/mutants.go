@@ -1631,7 +1631,7 @@ var mutants = []mutant{
 	{
 		Name: "repoint-races-a-start",
 		File: "ha/repoint.go",
-		Old:  "release, err := nodelock.Acquire(n.env.Host, nodelock.Maintenance, \"stratum repoint\", n.lockOptions()...)",
+		Old:  "release, err := nodelock.Acquire(n.env.Host, nodelock.Maintenance, \"stratum repoint\", n.lockOptions(ctx)...)",
 		New:  "release, err := func() error { return nil }, error(nil)\n\t_ = nodelock.Maintenance",
 		Tests: [][]string{
 			{"./ha", "-run", "TestNodeRepoint$"},
@@ -1685,8 +1685,8 @@ var mutants = []mutant{
 	{
 		Name: "renew-reads-the-state-unlocked",
 		File: "ha/renew.go",
-		Old:  "release, err := nodelock.Acquire(h, nodelock.Maintenance, \"stratum certs renew\", n.lockOptions()...)\n\tif err != nil {\n\t\treturn nil, nil, err\n\t}\n\tdefer release()\n\tst, err := nodestate.Load(h)",
-		New:  "st, err := nodestate.Load(h)\n\trelease, lerr := nodelock.Acquire(h, nodelock.Maintenance, \"stratum certs renew\", n.lockOptions()...)\n\tif lerr != nil {\n\t\treturn nil, nil, lerr\n\t}\n\tdefer release()",
+		Old:  "release, err := nodelock.Acquire(h, nodelock.Maintenance, \"stratum certs renew\", n.lockOptions(ctx)...)\n\tif err != nil {\n\t\treturn nil, nil, err\n\t}\n\tdefer release()\n\tst, err := nodestate.Load(h)",
+		New:  "st, err := nodestate.Load(h)\n\trelease, lerr := nodelock.Acquire(h, nodelock.Maintenance, \"stratum certs renew\", n.lockOptions(ctx)...)\n\tif lerr != nil {\n\t\treturn nil, nil, lerr\n\t}\n\tdefer release()",
 		Tests: [][]string{
 			{"./ha", "-run", "TestRenewCertsRefusedWithAMemberDown$"},
 		},
@@ -1814,7 +1814,7 @@ var mutants = []mutant{
 	{
 		Name: "admin-download-rewrites-the-cas-unlocked",
 		File: "ha/certs.go",
-		Old:  "release, err := nodelock.Acquire(n.env.Host, nodelock.Maintenance, \"stratum download shared certificates (admin)\")",
+		Old:  "release, err := nodelock.Acquire(n.env.Host, nodelock.Maintenance, \"stratum download shared certificates (admin)\", n.lockOptions(ctx)...)",
 		New:  "release, err := func() (func() error, error) { return func() error { return nil }, nil }()",
 		Tests: [][]string{
 			{"./ha", "-run", "TestCertsRekeyAndReUpload$"},
@@ -2138,8 +2138,8 @@ var mutants = []mutant{
 	{
 		Name: "lock-refuses-a-yielding-holder",
 		File: "internal/nodelock/nodelock.go",
-		Old:  "\t\tif !errors.As(err, &locked) || !strings.Contains(locked.Holder, YieldMark) {\n",
-		New:  "\t\tif true || !strings.Contains(locked.Holder, YieldMark) {\n",
+		Old:  "\t\tif strings.Contains(locked.Holder, YieldMark) {\n",
+		New:  "\t\tif false && strings.Contains(locked.Holder, YieldMark) {\n",
 		Tests: [][]string{
 			{"./internal/nodelock", "-run", "TestAHolderThatYieldsIsWaitedFor$"},
 			{"./ha", "-run", "TestJoinRefusalsChangeNothing$"},
@@ -2166,8 +2166,8 @@ var mutants = []mutant{
 	{
 		Name: "untrust-deletes-without-checking",
 		File: "internal/host/local.go",
-		Old:  "\t\t}](err); ok && ec.ExitCode() == 1 {\n\t\t\treturn nil\n",
-		New:  "\t\t}](err); ok && ec.ExitCode() == 99 {\n\t\t\treturn nil\n",
+		Old:  "\t\t\t}](err); ok && ec.ExitCode() == 1 {\n\t\t\t\treturn nil\n",
+		New:  "\t\t\t}](err); ok && ec.ExitCode() == 99 {\n\t\t\t\treturn nil\n",
 		Tests: [][]string{
 			{"./internal/host", "-run", "TestUntrustCIDRDeletesOnlyWhatIsThere$"},
 		},
@@ -2194,7 +2194,7 @@ var mutants = []mutant{
 	{
 		Name: "leaf-issued-past-its-ca",
 		File: "internal/pki/pki.go",
-		Old:  "\tif !now.Add(-Backdate).Before(ca.Cert.NotAfter) {\n",
+		Old:  "\tif !now.Before(ca.Cert.NotAfter) {\n",
 		New:  "\tif false {\n",
 		Tests: [][]string{
 			{"./internal/pki", "-run", "TestIssueStopsAtCAExpiry$"},
@@ -2207,6 +2207,24 @@ var mutants = []mutant{
 		New:  "",
 		Tests: [][]string{
 			{"./internal/supervisor", "-run", "TestASilentOrEndlessCallerIsLetGo$", "-timeout", "60s"},
+		},
+	},
+	{
+		Name: "lock-wait-ignores-a-stop",
+		File: "internal/nodelock/nodelock.go",
+		Old:  "\t\t\tstop = o.until.Done()\n",
+		New:  "\t\t\t_ = o.until.Done()\n",
+		Tests: [][]string{
+			{"./internal/nodelock", "-run", "TestAHolderThatYieldsIsWaitedFor$"},
+		},
+	},
+	{
+		Name: "refused-join-untrusts-what-it-never-trusted",
+		File: "ha/join.go",
+		Old:  "\tif err == nil {\n\t\tc.mu.Lock()\n\t\tc.trusted = append(c.trusted, cidr)",
+		New:  "\tif true {\n\t\tc.mu.Lock()\n\t\tc.trusted = append(c.trusted, cidr)",
+		Tests: [][]string{
+			{"./ha", "-run", "TestARefusedJoinTakesBackOnlyTheTrustItGave$"},
 		},
 	},
 }

@@ -11,6 +11,7 @@
 package nodelock
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -48,10 +49,23 @@ const YieldWait = 3 * time.Minute
 // yieldPoll is how often a waiting Acquire tries the lock again.
 const yieldPoll = 200 * time.Millisecond
 
+// unnamedTries bounds how often Acquire asks again a lock whose holder has
+// no name (taking it or letting it go right then).
+const unnamedTries = 5
+
 // Option is an option of Acquire and AcquireBoth.
 type Option func(*options)
 
-type options struct{ waiting func(holder string) }
+type options struct {
+	waiting func(holder string)
+	until   context.Context
+}
+
+// Until ends a wait for a holder marked YieldMark when ctx ends (the
+// command's Ctrl-C), with the lock not taken and nothing changed.
+func Until(ctx context.Context) Option {
+	return func(o *options) { o.until = ctx }
+}
 
 // WhileWaiting has Acquire call say once, with the holder, when it begins
 // to wait for a holder marked YieldMark: the waiting command says why it
@@ -76,27 +90,44 @@ func Acquire(h interface {
 	}
 	holder := fmt.Sprintf("%s (pid %d, since %s)", operation, os.Getpid(), h.Now().UTC().Format(time.RFC3339))
 	var locked *host.LockedError
-	var deadline time.Time
+	var waitStart time.Time
+	unnamed := 0
 	for {
 		release, err = h.Lock(name, holder)
-		if !errors.As(err, &locked) || !strings.Contains(locked.Holder, YieldMark) {
+		if !errors.As(err, &locked) {
 			break
 		}
-		if deadline.IsZero() {
-			deadline = time.Now().Add(YieldWait)
-			if o.waiting != nil {
-				o.waiting(locked.Holder)
+		if strings.Contains(locked.Holder, YieldMark) {
+			if waitStart.IsZero() {
+				waitStart = time.Now()
+				if o.waiting != nil {
+					o.waiting(locked.Holder)
+				}
 			}
+			if time.Since(waitStart) > YieldWait {
+				break
+			}
+		} else if locked.Holder != "" || unnamed >= unnamedTries {
+			break // any other holder is refused at once
+		} else {
+			// A holder taking the lock or letting it go: its name not
+			// written yet, or cleared. Asked again, it is named or free.
+			unnamed++
 		}
-		if time.Now().After(deadline) {
-			break
+		var stop <-chan struct{}
+		if o.until != nil {
+			stop = o.until.Done()
 		}
-		time.Sleep(yieldPoll)
+		select {
+		case <-stop:
+			return nil, fmt.Errorf("%w: stopped while waiting for the node's %s lock, held by %s: %w; nothing was changed", ErrBusy, name, locked.Holder, context.Cause(o.until))
+		case <-time.After(yieldPoll):
+		}
 	}
 	if errors.As(err, &locked) {
 		waited := ""
-		if !deadline.IsZero() {
-			waited = fmt.Sprintf(" (waited %s for its hold to end)", YieldWait)
+		if !waitStart.IsZero() {
+			waited = fmt.Sprintf(" (waited %s for its hold to end)", time.Since(waitStart).Round(time.Second))
 		}
 		return nil, fmt.Errorf("%w: the node's %s lock is held by %s%s; nothing was changed: wait for it to finish (a holder that died has released it)", ErrBusy, name, locked.Holder, waited)
 	}

@@ -1,6 +1,7 @@
 package nodelock
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -79,6 +80,24 @@ func TestAHolderThatYieldsIsWaitedFor(t *testing.T) {
 	case err := <-took:
 		t.Fatalf("AcquireBoth returned (%v) while a yielding holder held the locks", err)
 	default:
+	}
+	// A waiter whose command is stopped (Ctrl-C) stops waiting, the lock
+	// not taken: it would otherwise run minutes later, stopped.
+	stopped, stop := context.WithCancel(context.Background())
+	gaveUp := make(chan error, 1)
+	go func() {
+		_, err := Acquire(b, Maintenance, "stratum repoint", Until(stopped))
+		gaveUp <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	stop()
+	select {
+	case err := <-gaveUp:
+		if !errors.Is(err, ErrBusy) || !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "stopped while waiting") {
+			t.Fatalf("a stopped waiter = %v; want ErrBusy and the stop, saying so", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a stopped waiter still waits for the yielding holder")
 	}
 	release()
 	if err := <-took; err != nil {

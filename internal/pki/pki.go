@@ -154,7 +154,7 @@ func (ca *CA) IssueFor(spec LeafSpec, key crypto.Signer, now time.Time) (certPEM
 	if err != nil {
 		return nil, fmt.Errorf("issue leaf %q: %w", spec.CommonName, err)
 	}
-	if !now.Add(-Backdate).Before(ca.Cert.NotAfter) {
+	if !now.Before(ca.Cert.NotAfter) {
 		// Its validity would end before it begins, which x509 does not
 		// refuse: a certificate no peer ever accepts.
 		return nil, fmt.Errorf("issue leaf %q: the CA %q expired at %s, and this machine's clock says %s (a CA past its end, or a clock set ahead: check the time); nothing was issued",

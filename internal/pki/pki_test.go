@@ -185,7 +185,7 @@ func TestIssueStopsAtCAExpiry(t *testing.T) {
 	}
 	// Past the CA's end (or a clock set that far ahead), a leaf would end
 	// before it begins, which x509 does not refuse: it is not issued.
-	for _, at := range []time.Time{ca.Cert.NotAfter.Add(Backdate), ca.Cert.NotAfter.Add(time.Hour)} {
+	for _, at := range []time.Time{ca.Cert.NotAfter, ca.Cert.NotAfter.Add(Backdate), ca.Cert.NotAfter.Add(time.Hour)} {
 		if _, _, err := ca.Issue(LeafSpec{CommonName: "x", Client: true}, at); err == nil || !strings.Contains(err.Error(), "expired at") {
 			t.Errorf("Issue at %v, past the CA's end %v = %v; want it refused naming the expiry", at, ca.Cert.NotAfter, err)
 		}

@@ -626,25 +626,37 @@ func (u *unit) keep(ctx context.Context, k *keeper) {
 			k.started <- nil
 		}
 		if err == nil {
+			// After repeated failures, its start is said once it has run
+			// past the backoff reset: a recovery, not one more restart.
+			var recovered <-chan time.Time
 			if repeats.Repeating() {
 				log.Debug("service started")
+				recovered = time.After(BackoffReset)
 			} else {
 				log.Info("service started")
 			}
-			select {
-			case err = <-exited:
-				if err == nil {
-					err = errors.New("exited")
+		running:
+			for {
+				select {
+				case err = <-exited:
+					if err == nil {
+						err = errors.New("exited")
+					}
+					if time.Since(started) > BackoffReset {
+						repeats.Reset() // it ran well meanwhile: a new story
+					}
+					repeats.Warn("service exited; restarting", err)
+					break running
+				case <-recovered:
+					log.Info("service running again after its repeated failures")
+					repeats.Reset()
+					recovered = nil
+				case <-ctx.Done():
+					stop()
+					log.Info("service stopped")
+					u.setRunning(0, time.Time{}, nil)
+					return
 				}
-				if time.Since(started) > BackoffReset {
-					repeats.Reset() // it ran well meanwhile: a new story
-				}
-				repeats.Warn("service exited; restarting", err)
-			case <-ctx.Done():
-				stop()
-				log.Info("service stopped")
-				u.setRunning(0, time.Time{}, nil)
-				return
 			}
 		} else {
 			repeats.Warn("service failed to start; retrying", err)
