@@ -426,13 +426,46 @@ func (n *Node) EtcdStorageAt(ctx context.Context, cpIP string) (EtcdStorage, err
 	return s, nil
 }
 
-// etcdErrIs reports whether err is etcd's error target, as a client-side
-// rpctypes value or a gRPC status carrying its text.
+// etcdErrIs reports whether err is etcd's error target: target itself, a
+// client-side rpctypes value or a gRPC status with exactly its description,
+// or (an answer kept only as text) a text holding that description whole.
+// A description that only begins another is no match: etcd's "can only
+// promote a learner member" begins its "... which is in sync with leader",
+// and taking that refusal for the member being a voter already ended a
+// promotion as done while its member was still a learner.
 func etcdErrIs(err, target error) bool {
 	if err == nil {
 		return false
 	}
-	return errors.Is(err, target) || strings.Contains(err.Error(), rpctypes.ErrorDesc(target))
+	if errors.Is(err, target) {
+		return true
+	}
+	desc := rpctypes.ErrorDesc(target)
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		return ee.Error() == desc
+	}
+	var gs interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &gs) && gs.GRPCStatus() != nil {
+		return gs.GRPCStatus().Message() == desc
+	}
+	return holdsWhole(err.Error(), desc)
+}
+
+// holdsWhole reports whether text holds desc not continued by more of a
+// longer description: followed by its end or by punctuation that ends it
+// (")", ";", ":", a quote or a line's end), not by a word or a comma.
+func holdsWhole(text, desc string) bool {
+	for rest := text; ; {
+		i := strings.Index(rest, desc)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(desc):]
+		if rest == "" || strings.ContainsRune(");:\"'\n", rune(rest[0])) {
+			return true
+		}
+	}
 }
 
 // unreachable reports whether err means the endpoint did not answer (so

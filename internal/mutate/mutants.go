@@ -2227,4 +2227,13 @@ var mutants = []mutant{
 			{"./ha", "-run", "TestARefusedJoinTakesBackOnlyTheTrustItGave$"},
 		},
 	},
+	{
+		Name: "etcd-error-matched-by-a-longer-description",
+		File: "ha/etcd.go",
+		Old:  "\t\treturn ee.Error() == desc\n",
+		New:  "\t\treturn strings.Contains(ee.Error(), desc)\n",
+		Tests: [][]string{
+			{"./ha", "-run", "TestEtcdErrIsTakesNoLongerDescription$|TestPromoteWaitsForALearnerBehind$"},
+		},
+	},
 }
