@@ -47,3 +47,16 @@ func TestEtcdErrIsTakesNoLongerDescription(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryEtcdTimeoutIsUnreachable: etcd's server-side timeouts are one
+// text and its three longer variants (the last reaches the client as a gRPC
+// status, not an rpctypes value); each means the member did not answer in
+// time, so another is asked, now that one text no longer matches the others.
+func TestEveryEtcdTimeoutIsUnreachable(t *testing.T) {
+	for _, err := range []error{rpctypes.ErrTimeout, rpctypes.ErrTimeoutDueToLeaderFail,
+		rpctypes.ErrTimeoutDueToConnectionLost, rpctypes.ErrTimeoutWaitAppliedIndex} {
+		if !unreachable(err) || !unreachable(fmt.Errorf("member list from x: %w", err)) {
+			t.Errorf("unreachable(%v) = false, want true: another member is asked", err)
+		}
+	}
+}
