@@ -116,6 +116,11 @@ type ResetPlanReport struct {
 	// not): the remaining voters under quorum, the cluster's last voter, or
 	// no member of the cluster answering.
 	Refused string `json:"refused,omitempty"`
+	// Unfinished: an earlier run of this reset left it unfinished (its
+	// journal is there): the services it stopped stay stopped, and `stratum
+	// up` refuses until a reset finishes, so a refused re-run changed
+	// nothing but leaves the node short of what it was before the first.
+	Unfinished bool `json:"unfinished,omitempty"`
 	// Remaining is what the operator still has to do elsewhere after a
 	// forced reset that could not remove the member ("" for nothing).
 	Remaining string `json:"remaining,omitempty"`
@@ -208,13 +213,7 @@ func (n *Node) ResetControlPlane(ctx context.Context, w io.Writer, force bool) e
 	}
 	fmt.Fprintf(w, "resetting %s: %s\n", describeMember(rep), strings.Join(rep.Steps, ", "))
 	if rep.Refused != "" && !force {
-		unfinished := ""
-		if obs.journalUnderWay {
-			// This run changed nothing, but the node is not as it was
-			// before the reset: an earlier run's stops stand.
-			unfinished = fmt.Sprintf(" by this run; an earlier run of this reset left it unfinished (%s): the services it stopped stay stopped, and `stratum up` refuses until the reset finishes", resetJournalPath)
-		}
-		return refusedAfter(fmt.Errorf("reset refused: %s; nothing was changed%s (--force resets anyway)", rep.Refused, unfinished))
+		return refusedAfter(errors.New(rep.refusalText()))
 	}
 	if obs.started.IsZero() {
 		obs.started = n.env.Host.Now().UTC()
@@ -312,6 +311,27 @@ func (n *Node) ResetPlanOf(ctx context.Context, force bool) (ResetPlanReport, er
 	return planReset(obs), nil
 }
 
+// RefusedError is the reset's refusal of rep (an ErrRefused), nil when rep
+// meets none: what `stratum reset --dry-run` exits 3 with, in the words of
+// the reset itself.
+func (rep ResetPlanReport) RefusedError() error {
+	if rep.Refused == "" {
+		return nil
+	}
+	return Refusal(errors.New(rep.refusalText()))
+}
+
+// refusalText says why the reset is refused, that this run changed nothing,
+// and, after an earlier run left it unfinished, that the node is not as it
+// was before that run: its stops stand.
+func (rep ResetPlanReport) refusalText() string {
+	unfinished := ""
+	if rep.Unfinished {
+		unfinished = fmt.Sprintf(" by this run; an earlier run of this reset left it unfinished (%s): the services it stopped stay stopped, and `stratum up` refuses until the reset finishes", resetJournalPath)
+	}
+	return fmt.Sprintf("reset refused: %s; nothing was changed%s (--force resets anyway)", rep.Refused, unfinished)
+}
+
 func describeMember(rep ResetPlanReport) string {
 	if rep.Member == "" && rep.PeerURL == "" {
 		return "this node (no etcd member recorded)"
@@ -331,7 +351,7 @@ func QuorumOf(voters int) int {
 // planReset decides the steps and the refusal from an observation.
 func planReset(o resetObservation) ResetPlanReport {
 	rep := ResetPlanReport{Member: o.name, PeerURL: o.peerURL, Role: o.role, Steps: []string{},
-		VotersAfter: o.votersAfter, HealthyAfter: o.healthyAfter, QuorumAfter: QuorumOf(o.votersAfter)}
+		VotersAfter: o.votersAfter, HealthyAfter: o.healthyAfter, QuorumAfter: QuorumOf(o.votersAfter), Unfinished: o.journalUnderWay}
 	add := func(s resetStep) { rep.Steps = append(rep.Steps, string(s)) }
 	if o.running[ServiceVIP] || o.running[serviceOperator] {
 		add(resetStopVIP)

@@ -382,6 +382,11 @@ func TestResetThatStartedItsEtcdSaysSo(t *testing.T) {
 	if ms, err := c.Host("cp1").EtcdMembers(ctx); err != nil || len(ms) != 3 {
 		t.Fatalf("members after the refused removal: %v, %v; want all three", ms, err)
 	}
+	// Its dry run says the same as the reset would.
+	rep, err := joinNodeOn(cp3).ResetPlanOf(ctx, false)
+	if rerr := rep.RefusedError(); err != nil || !rep.Unfinished || !ha.IsRefusal(rerr) || !strings.Contains(rerr.Error(), "nothing was changed by this run; an earlier run of this reset left it unfinished") {
+		t.Fatalf("the dry run over the unfinished journal: %+v, %v; refusal %v; want one saying an earlier run left it unfinished", rep, err, rerr)
+	}
 	// Run again, cp3's etcd now running: refused with nothing changed by
 	// this run, and said to be a reset an earlier run left unfinished.
 	err = joinNodeOn(cp3).ResetControlPlane(ctx, io.Discard, false)

@@ -2111,8 +2111,8 @@ var mutants = []mutant{
 	{
 		Name: "reset-refusal-hides-an-unfinished-reset",
 		File: "ha/reset.go",
-		Old:  "\t\tif obs.journalUnderWay {\n\t\t\t// This run changed nothing",
-		New:  "\t\tif false {\n\t\t\t// This run changed nothing",
+		Old:  "\tif rep.Unfinished {\n",
+		New:  "\tif false {\n",
 		Tests: [][]string{
 			{"./ha", "-run", "TestResetThatStartedItsEtcdSaysSo$"},
 		},
@@ -2234,6 +2234,15 @@ var mutants = []mutant{
 		New:  "\t\treturn strings.Contains(ee.Error(), desc)\n",
 		Tests: [][]string{
 			{"./ha", "-run", "TestEtcdErrIsTakesNoLongerDescription$|TestPromoteWaitsForALearnerBehind$"},
+		},
+	},
+	{
+		Name: "certs-check-ignores-a-certificate-not-valid-yet",
+		File: "cmd/stratum/cli/certs.go",
+		Old:  ", NotYetValid: now.Before(crt.NotBefore)})",
+		New:  ", NotYetValid: false})",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestCertsCheckAndRenew$"},
 		},
 	},
 }

@@ -27,14 +27,19 @@ const certExpiryWarn = 30 * 24 * time.Hour
 type certInfo struct {
 	// Name is the file under the PKI directory ("apiserver.crt",
 	// "etcd/ca.crt") or the kubeconfig ("admin.conf").
-	Name     string    `json:"name"`
-	Kind     string    `json:"kind"` // "ca", "leaf" or "client" (a kubeconfig's)
-	Subject  string    `json:"subject"`
-	NotAfter time.Time `json:"notAfter"`
+	Name      string    `json:"name"`
+	Kind      string    `json:"kind"` // "ca", "leaf" or "client" (a kubeconfig's)
+	Subject   string    `json:"subject"`
+	NotBefore time.Time `json:"notBefore"`
+	NotAfter  time.Time `json:"notAfter"`
 	// DaysLeft is the whole days until NotAfter, rounded down: negative
 	// once it has expired, so an expired certificate never reads 0.
 	DaysLeft int  `json:"daysLeft"`
 	Expired  bool `json:"expired"`
+	// NotYetValid: NotBefore is still ahead by this node's clock (the
+	// clock is behind the one that issued it, by more than the issue's
+	// backdating), so this node's TLS refuses it as it would an expired one.
+	NotYetValid bool `json:"notYetValid,omitempty"`
 }
 
 // certsReport is `certs check -o json`.
@@ -65,8 +70,8 @@ func nodeCertificates(h host.Host, now time.Time) ([]certInfo, error) {
 				kind = "ca"
 			}
 		}
-		out = append(out, certInfo{Name: name, Kind: kind, Subject: crt.Subject.String(), NotAfter: crt.NotAfter.UTC(),
-			DaysLeft: int(math.Floor(crt.NotAfter.Sub(now).Hours() / 24)), Expired: !now.Before(crt.NotAfter)})
+		out = append(out, certInfo{Name: name, Kind: kind, Subject: crt.Subject.String(), NotBefore: crt.NotBefore.UTC(), NotAfter: crt.NotAfter.UTC(),
+			DaysLeft: int(math.Floor(crt.NotAfter.Sub(now).Hours() / 24)), Expired: !now.Before(crt.NotAfter), NotYetValid: now.Before(crt.NotBefore)})
 		return nil
 	}
 	var walk func(dir, rel string) error
@@ -113,36 +118,43 @@ func nodeCertificates(h host.Host, now time.Time) ([]certInfo, error) {
 }
 
 // certsDue are the certificates (of nodeCertificates at now) that expire
-// within certExpiryWarn of now (soon) or have expired, each as a line naming
-// it and its date. A year after a cluster's bring-up every leaf of it
-// expires within minutes; `status` and the supervisor say so ahead, where
-// only `certs check`, run by hand, did: the first sign was the VIP held
-// nowhere.
-func certsDue(certs []certInfo, now time.Time) (soon, expired []string) {
+// within certExpiryWarn of now (soon), have expired, or are not valid yet
+// (notYet), each as a line naming it and its date. A year after a cluster's
+// bring-up every leaf of it expires within minutes; `status` and the
+// supervisor say so ahead, where only `certs check`, run by hand, did: the
+// first sign was the VIP held nowhere. A certificate not valid yet is as
+// unusable as an expired one, for a clock, not the certificate, to mend.
+func certsDue(certs []certInfo, now time.Time) (soon, expired, notYet []string) {
 	for _, c := range certs {
 		switch {
 		case c.Expired:
 			expired = append(expired, fmt.Sprintf("%s expired on %s", c.Name, c.NotAfter.Format(time.RFC3339)))
+		case c.NotYetValid:
+			notYet = append(notYet, fmt.Sprintf("%s is not valid until %s (%s from now)", c.Name, c.NotBefore.Format(time.RFC3339), c.NotBefore.Sub(now).Round(time.Second)))
 		case c.NotAfter.Sub(now) < certExpiryWarn:
 			soon = append(soon, fmt.Sprintf("%s expires on %s (in %d days)", c.Name, c.NotAfter.Format(time.RFC3339), c.DaysLeft))
 		}
 	}
-	return soon, expired
+	return soon, expired, notYet
 }
 
 // nodeCertsDue is certsDue of this node's certificates now.
-func nodeCertsDue(h host.Host) (soon, expired []string, err error) {
+func nodeCertsDue(h host.Host) (soon, expired, notYet []string, err error) {
 	now := h.Now()
 	certs, err := nodeCertificates(h, now)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	soon, expired = certsDue(certs, now)
-	return soon, expired, nil
+	soon, expired, notYet = certsDue(certs, now)
+	return soon, expired, notYet, nil
 }
 
 // certsRenewAdvice is what to do about certificates certsDue names.
 const certsRenewAdvice = "run `stratum certs renew` on each control plane in turn (`stratum certs check` lists them all)"
+
+// certsClockAdvice is what to do about certificates certsDue says are not
+// valid yet: renewing them by a clock that is behind would not help.
+const certsClockAdvice = "this machine's clock is behind the one that issued them: set the time (e.g. `timedatectl set-ntp true`); nothing needs renewing for it"
 
 // buildCertsReport is what `certs check -o json` and the MCP tool report:
 // this node's certificates, the shared certificates' key age (or why it is
@@ -162,8 +174,11 @@ func buildCertsReport(ctx context.Context, n *ha.Node, h host.Host) (certsReport
 		at = at.UTC()
 		rep.CertificateKeySetAt = &at
 	}
-	_, expired := certsDue(certs, now)
+	_, expired, notYet := certsDue(certs, now)
 	rep.Problems = append(rep.Problems, expired...)
+	for _, line := range notYet {
+		rep.Problems = append(rep.Problems, line+": "+certsClockAdvice)
+	}
 	if rep.CertificateKeyError != "" {
 		rep.Problems = append(rep.Problems, "the shared certificates' key age is unknown: "+rep.CertificateKeyError)
 	}

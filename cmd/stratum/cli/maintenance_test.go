@@ -163,6 +163,19 @@ func TestCertsCheckAndRenew(t *testing.T) {
 	if jerr := json.Unmarshal([]byte(out), &st); code != ExitFail || jerr != nil || len(st.CertificatesExpired) == 0 || !strings.Contains(st.Problem, "certificates expired: ") {
 		t.Fatalf("status -o json 400 days on: exit %d (%v)\n%s\n%s", code, jerr, out, errOut)
 	}
+	// A clock an hour behind the one that issued them (past the issue's
+	// 5-minute backdating): every certificate is not valid yet, a problem
+	// for the clock, not for a renewal.
+	cp1.SetClockOffset(-time.Hour)
+	code, out, errOut = runCLI(t, opts, "certs", "check")
+	if code != ExitFail || !strings.Contains(errOut, "apiserver.crt is not valid until") || !strings.Contains(errOut, "set the time") || strings.Contains(errOut, "expired") {
+		t.Fatalf("certs check an hour behind: exit %d\n%s\n%s", code, out, errOut)
+	}
+	code, out, errOut = runCLI(t, opts, "status", "-o", "json")
+	st = statusReport{}
+	if jerr := json.Unmarshal([]byte(out), &st); code != ExitFail || jerr != nil || len(st.CertificatesNotYetValid) == 0 || len(st.CertificatesExpired) != 0 || !strings.Contains(st.Problem, "certificates not valid yet: ") {
+		t.Fatalf("status -o json an hour behind: exit %d (%v)\n%s\n%s", code, jerr, out, errOut)
+	}
 	cp1.SetClockOffset(0)
 
 	// certs renew: a fault after the leaves stops it; the re-run converges,

@@ -697,10 +697,12 @@ func (a *app) certsCmd() *cobra.Command {
 kubeconfig's client certificate, with its expiry and the days left (a warning under
 30 days). Then, through the admin kubeconfig, say when the shared certificates'
 certificate-key was last set, with a warning when it is older than %d days (rotate it
-with "stratum certs rekey"). Exits 1 when a certificate has expired or the key's age
+with "stratum certs rekey"). Exits 1 when a certificate has expired, is not valid yet
+(this machine's clock is behind the one that issued it: set the time), or the key's age
 cannot be read. -o json (or yaml) prints {certificates: [{name, kind, subject,
-notAfter, daysLeft, expired}], certificateKeySetAt, certificateKeyError, problems}:
-daysLeft is rounded down (negative once expired), and problems are what it exits 1 for.`, version.PKIDir, int(certKeyMaxAge.Hours()/24)),
+notBefore, notAfter, daysLeft, expired, notYetValid}], certificateKeySetAt,
+certificateKeyError, problems}: daysLeft is rounded down (negative once expired), and
+problems are what it exits 1 for.`, version.PKIDir, int(certKeyMaxAge.Hours()/24)),
 		Example: `  stratum certs check
   stratum certs check -o json`,
 		Args: usageArgs(cobra.NoArgs),

@@ -58,7 +58,8 @@ control plane.
 --dry-run observes the same things and prints the steps a reset would run and the
 refusal it would meet; it takes no lock and changes nothing. With -o json (or yaml) it
 prints {member, peerURL, role, steps, votersAfter, healthyAfter, quorumAfter, refused,
-remaining}.
+unfinished, remaining}; unfinished is true when an earlier run of the reset left it
+unfinished (the services it stopped stay stopped until a reset finishes).
 
 Exits 0 once nothing of a control plane is left here (also when there was nothing), 3
 when refused with nothing changed, 1 when it failed after changing something (re-run
@@ -117,6 +118,9 @@ it: it resumes), 2 on bad usage; a dry run exits 0 or 3 as the reset would.`,
 					}
 				} else {
 					fmt.Fprintf(a.stdout, "would run: %s\n", orNothing(rep.Steps))
+					if rep.Unfinished {
+						fmt.Fprintf(a.stdout, "an earlier run of this reset left it unfinished: the services it stopped stay stopped until a reset finishes\n")
+					}
 					if rep.Refused != "" {
 						fmt.Fprintf(a.stdout, "refused without --force: %s\n", rep.Refused)
 						if rep.Remaining != "" {
@@ -124,8 +128,8 @@ it: it resumes), 2 on bad usage; a dry run exits 0 or 3 as the reset would.`,
 						}
 					}
 				}
-				if rep.Refused != "" && !force {
-					return refusedf("reset refused: %s; nothing was changed (--force resets anyway)", rep.Refused)
+				if !force {
+					return rep.RefusedError()
 				}
 				return nil
 			}

@@ -286,10 +286,12 @@ type statusReport struct {
 	// certificates): run its join command again, or reset the machine.
 	JoinUnfinished bool `json:"joinUnfinished,omitempty"`
 	// CertificatesExpiring are this control plane's certificates that expire
-	// within 30 days, and CertificatesExpired those that have (status exits
-	// 1 for them).
-	CertificatesExpiring []string `json:"certificatesExpiring,omitempty"`
-	CertificatesExpired  []string `json:"certificatesExpired,omitempty"`
+	// within 30 days, CertificatesExpired those that have, and
+	// CertificatesNotYetValid those whose validity begins after this node's
+	// clock (status exits 1 for the last two).
+	CertificatesExpiring    []string `json:"certificatesExpiring,omitempty"`
+	CertificatesExpired     []string `json:"certificatesExpired,omitempty"`
+	CertificatesNotYetValid []string `json:"certificatesNotYetValid,omitempty"`
 	// EtcdSpace warns that this node's etcd member's database fills 80% of
 	// its quota or more (ha.EtcdMemberHealth.SpaceWarning).
 	EtcdSpace string `json:"etcdSpace,omitempty"`
@@ -349,6 +351,9 @@ func (rep *statusReport) problem(serr error) error {
 	}
 	if len(rep.CertificatesExpired) > 0 {
 		return fmt.Errorf("certificates expired: %s: %s", strings.Join(rep.CertificatesExpired, "; "), certsRenewAdvice)
+	}
+	if len(rep.CertificatesNotYetValid) > 0 {
+		return fmt.Errorf("certificates not valid yet: %s: %s", strings.Join(rep.CertificatesNotYetValid, "; "), certsClockAdvice)
 	}
 	return nil
 }
@@ -424,7 +429,7 @@ func nodeStatus(ctx context.Context, n *ha.Node, h host.Host) (statusReport, err
 	default:
 		rep.Node = &nodeReport{NodeName: st.NodeName, NodeIP: st.NodeIP, Server: st.Server, VIP: st.VIP.Address,
 			EtcdPeerURL: st.Etcd.PeerURL, ClusterID: st.Etcd.ClusterID}
-		if rep.CertificatesExpiring, rep.CertificatesExpired, err = nodeCertsDue(h); err != nil {
+		if rep.CertificatesExpiring, rep.CertificatesExpired, rep.CertificatesNotYetValid, err = nodeCertsDue(h); err != nil {
 			// Reported, not fatal: the rest of the status still says
 			// what runs.
 			rep.CertificatesExpired = []string{fmt.Sprintf("the certificates cannot be read (%v)", err)}
@@ -479,14 +484,15 @@ the same join command to recover it), and, from this node's running stratum supe
 ("stratum up" or "stratum server" in the foreground, or under systemd), the state of
 each service it runs: etcd, the kube-apiserver, the VIP and the operator. Exits 1 when
 a reset began here and has not finished (run "stratum reset" again to finish it), no
-supervisor answers, a service is not running, a certificate has expired, or the machine
-is no control plane (saying how to join it). -o json (or yaml) prints {node:
-{nodeName, nodeIP, server, vip, etcdPeerURL, clusterID}, joinIntentSurvives,
-supervisor, supervisorError, supervisorProcess: {pid, version, binDir, state}, services:
-[{name, running, detail, version}], resetUnderWay, joinUnfinished, certificatesExpiring,
-certificatesExpired, etcdSpace, etcdDataMissing, stratumSkew, problem}: problem is what it exits 1
-for, with what to do. A certificate of this node that expires within 30 days is a
-warning; one that has expired exits 1. This node's etcd database at 80% of its quota or
+supervisor answers, a service is not running, a certificate has expired or is not
+valid yet (this machine's clock behind), or the machine is no control plane (saying
+how to join it). -o json (or yaml) prints {node: {nodeName, nodeIP, server, vip,
+etcdPeerURL, clusterID}, joinIntentSurvives, supervisor, supervisorError,
+supervisorProcess: {pid, version, binDir, state}, services: [{name, running, detail,
+version}], resetUnderWay, joinUnfinished, certificatesExpiring, certificatesExpired,
+certificatesNotYetValid, etcdSpace, etcdDataMissing, stratumSkew, problem}: problem is
+what it exits 1 for, with what to do. A certificate of this node that expires within
+30 days is a warning; one that has expired, or is not valid yet, exits 1. This node's etcd database at 80% of its quota or
 more is a warning (etcdSpace; "stratum etcd defrag" gives back its free space).`,
 		Example: `  stratum status
   stratum status -o json`,

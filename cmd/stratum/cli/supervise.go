@@ -1155,16 +1155,19 @@ const etcdSpaceEvery = time.Hour
 const certsDueEvery = 24 * time.Hour
 
 // warnCertsDue logs this node's certificates that expire within 30 days (a
-// warning) or have expired (an error), with what to do, so the journal says
-// so a month ahead.
+// warning), have expired or are not valid yet (an error), with what to do,
+// so the journal says so a month ahead.
 func (a *app) warnCertsDue(h host.Host) {
-	soon, expired, err := nodeCertsDue(h)
+	soon, expired, notYet, err := nodeCertsDue(h)
 	if err != nil {
 		a.log.Warn("the certificates' expiry could not be read", "err", err)
 		return
 	}
 	if len(expired) > 0 {
 		a.log.Error("certificates expired: "+strings.Join(expired, "; ")+": "+certsRenewAdvice, "expired", len(expired))
+	}
+	if len(notYet) > 0 {
+		a.log.Error("certificates not valid yet: "+strings.Join(notYet, "; ")+": "+certsClockAdvice, "notYetValid", len(notYet))
 	}
 	if len(soon) > 0 {
 		a.log.Warn("certificates expire soon: "+strings.Join(soon, "; ")+": "+certsRenewAdvice, "soon", len(soon))
