@@ -629,10 +629,7 @@ func (n *Node) DownloadCerts(ctx context.Context, bootstrapKubeconfig, certKeyHe
 	if err != nil {
 		return certbundle.Grant{}, fmt.Errorf("%s: %w", op, err)
 	}
-	entry := grantEntry(id)
-	if _, ok := s.Data[entry]; !ok {
-		entry = certbundle.LegacyEntry
-	}
+	entry, _ := bundleEntry(s, id)
 	g, err := n.openAndWrite(ctx, s, entry, key, check)
 	if err != nil {
 		return g, err
@@ -666,6 +663,16 @@ func (n *Node) DownloadCertsAdmin(ctx context.Context, certKeyHex string) error 
 	}
 	_, err = n.openAndWrite(ctx, s, certbundle.LegacyEntry, key, nil)
 	return err
+}
+
+// bundleEntry is the entry of s a join with token id opens: its grant's own
+// (own), else the legacy entry, which a grant minted by an older stratum
+// (or a join command older than its grant entry) opens.
+func bundleEntry(s *corev1.Secret, id string) (entry string, own bool) {
+	if _, ok := s.Data[grantEntry(id)]; ok {
+		return grantEntry(id), true
+	}
+	return certbundle.LegacyEntry, false
 }
 
 // readBundleSecret reads stratum-certs, turning the refusals into errors that

@@ -1089,12 +1089,9 @@ func (r *joinRun) bundleAsDownloaded(ctx context.Context, cs kubernetes.Interfac
 	if err != nil {
 		return fmt.Errorf("control-plane join refused: read Secret %s/%s again to confirm the shared certificates it downloaded are still the cluster's: %w; nothing was added to etcd: %s", certsNamespace, certsSecret, err, joinHint)
 	}
-	entry := grantEntry(id)
-	if _, ok := s.Data[entry]; !ok {
-		if r.viaGrant {
-			return retired(fmt.Sprintf("this join's grant (token %s) was retired", id))
-		}
-		entry = certbundle.LegacyEntry
+	entry, own := bundleEntry(s, id)
+	if !own && r.viaGrant {
+		return retired(fmt.Sprintf("this join's grant (token %s) was retired", id))
 	}
 	key, err := certbundle.ParseCertKey(r.o.CertKey)
 	if err != nil {
