@@ -93,6 +93,11 @@ type ServiceStatus struct {
 	// version this stratum pins (a real host's binaries are checked to be
 	// exactly those).
 	Version string `json:",omitempty"`
+	// Since is when the running service's present run began; zero when it
+	// does not run or the manager does not say. A different Since is a
+	// restart, which a caller that keeps what it read of the service
+	// (its etcd member's ID) reads again for.
+	Since time.Time `json:",omitzero"`
 }
 
 // Network is the host's view of the network.

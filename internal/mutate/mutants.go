@@ -1406,8 +1406,8 @@ var mutants = []mutant{
 	{
 		Name: "release-member-never-refreshed",
 		File: "cmd/stratum/cli/supervise.go",
-		Old:  "m.Err == nil && m.ID != 0 {\n			r.MemberID = fmt.Sprintf",
-		New:  "m.Err == nil && m.ID != 0 && recorded.MemberID == \"\" {\n			r.MemberID = fmt.Sprintf",
+		Old:  "m.Err == nil && m.ID != 0 {\n\t\t\t\tr.MemberID, idRead = fmt.Sprintf",
+		New:  "m.Err == nil && m.ID != 0 && recorded.MemberID == \"\" {\n\t\t\t\tr.MemberID, idRead = fmt.Sprintf",
 		Tests: [][]string{
 			{"./e2e", "-run", "TestHAControlPlaneOnThreeHosts"},
 		},
@@ -2243,6 +2243,33 @@ var mutants = []mutant{
 		New:  ", NotYetValid: false})",
 		Tests: [][]string{
 			{"./cmd/stratum/cli", "-run", "TestCertsCheckAndRenew$"},
+		},
+	},
+	{
+		Name: "service-status-without-its-run-start",
+		File: "internal/supervisor/supervisor.go",
+		Old:  "\t\tst.Running, st.Since = true, u.since\n\t\tst.Detail = fmt.Sprintf(\"running (pid %d)",
+		New:  "\t\tst.Running = true\n\t\tst.Detail = fmt.Sprintf(\"running (pid %d)",
+		Tests: [][]string{
+			{"./internal/supervisor", "-run", "TestARestartIsANewSince$"},
+		},
+	},
+	{
+		Name: "in-process-service-status-without-its-run-start",
+		File: "internal/supervisor/supervisor.go",
+		Old:  "\t\tst.Running, st.Since = true, u.since\n\t\tst.Detail = \"running since \"",
+		New:  "\t\tst.Running = true\n\t\tst.Detail = \"running since \"",
+		Tests: [][]string{
+			{"./internal/supervisor", "-run", "TestARestartIsANewSince$"},
+		},
+	},
+	{
+		Name: "release-member-read-again-only-at-renewal",
+		File: "cmd/stratum/cli/supervise.go",
+		Old:  " || etcd.Since.IsZero() || !etcd.Since.Equal(idRead) {",
+		New:  " || etcd.Since.IsZero() {",
+		Tests: [][]string{
+			{"./e2e", "-run", "TestHAControlPlaneOnThreeHosts"},
 		},
 	},
 }

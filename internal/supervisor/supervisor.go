@@ -588,10 +588,10 @@ func (u *unit) status() host.ServiceStatus {
 	case !u.waiting.IsZero():
 		st.Detail = fmt.Sprintf("restarting after: %v (next try %s)", u.lastErr, u.waiting.Format(time.RFC3339))
 	case u.pid != 0:
-		st.Running = true
+		st.Running, st.Since = true, u.since
 		st.Detail = fmt.Sprintf("running (pid %d) since %s", u.pid, u.since.Format(time.RFC3339))
 	default:
-		st.Running = true
+		st.Running, st.Since = true, u.since
 		st.Detail = "running since " + u.since.Format(time.RFC3339)
 	}
 	return st

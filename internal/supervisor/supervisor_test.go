@@ -210,6 +210,41 @@ func TestInProcessServiceRestartsAndStops(t *testing.T) {
 	}
 }
 
+// TestARestartIsANewSince: a running service's status says when its run
+// began, and a restart is a new one, which the release loop reads its etcd
+// member's ID again for (a restore or a rejoin restarts etcd under a new
+// member); a stopped service has none.
+func TestARestartIsANewSince(t *testing.T) {
+	s, _ := newSup(t, Spec{Name: "task", Run: func(ctx context.Context) error {
+		<-ctx.Done()
+		return nil
+	}})
+	ctx := context.Background()
+	if err := s.StartService(ctx, "task"); err != nil {
+		t.Fatal(err)
+	}
+	first, _ := s.ServiceStatus(ctx, "task")
+	if !first.Running || first.Since.IsZero() {
+		t.Fatalf("status of a running service = %+v, want it running since its start", first)
+	}
+	if again, _ := s.ServiceStatus(ctx, "task"); !again.Since.Equal(first.Since) {
+		t.Fatalf("Since moved without a restart: %s, then %s", first.Since, again.Since)
+	}
+	if err := s.RestartService(ctx, "task"); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := s.ServiceStatus(ctx, "task"); !st.Running || !st.Since.After(first.Since) {
+		t.Fatalf("status after a restart = %+v, want a run since after %s", st, first.Since)
+	}
+	if err := s.StopService(ctx, "task"); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := s.ServiceStatus(ctx, "task"); st.Running || !st.Since.IsZero() {
+		t.Fatalf("status of a stopped service = %+v, want no Since", st)
+	}
+	s.Shutdown()
+}
+
 // startThenRestarted starts the in-process service name, which sends on
 // runs at each run, and fails t unless it runs a second time within 5 s,
 // after its first run ended as how says.

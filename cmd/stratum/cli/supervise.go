@@ -871,7 +871,8 @@ func (a *app) finishHandover(ctx context.Context, h *unitHandoff) error {
 // ctx ends: written once the control plane is up, then renewed every
 // releaseRenewEvery, so a record the plan finds older than that is one no
 // supervisor stands behind. What it records is read again every
-// releaseCheckEvery and written at once when it changed: a snapshot
+// releaseCheckEvery (its etcd member's ID only when etcd began a new run,
+// host.ServiceStatus.Since) and written at once when it changed: a snapshot
 // restore or an etcd rejoin run through this supervisor gives its node a
 // new member (and a restored cluster holds the records of the snapshot's
 // time), and a downgrade another etcd. A write that fails is tried again
@@ -881,17 +882,26 @@ func (a *app) recordRelease(ctx context.Context, h host.Host, n *ha.Node, sup *s
 	var recorded noderelease.Release
 	var failing time.Duration // the wait after the last failed write; 0 while writes succeed
 	var retryAt time.Time
+	var idRead time.Time // when the etcd whose member ID was read began its run
 	for {
 		r := noderelease.Release{Node: cmp.Or(st.Etcd.Name, st.NodeName), Stratum: Version, APIServer: version.Kubernetes,
 			BinDir: sup.About().BinDir, MemberID: recorded.MemberID, Etcd: recorded.Etcd}
-		if etcd, err := sup.ServiceStatus(ctx, ha.ServiceEtcd); err == nil && etcd.Version != "" {
+		etcd, serr := sup.ServiceStatus(ctx, ha.ServiceEtcd)
+		if serr == nil && etcd.Version != "" {
 			r.Etcd = etcd.Version
 		}
-		if m := n.EtcdMemberStatus(ctx, urlHost(st.Etcd.ClientURL)); m.Err == nil && m.ID != 0 {
-			r.MemberID = fmt.Sprintf("%x", m.ID)
+		renewDue := time.Since(recorded.Since) >= releaseRenewEvery
+		// The member ID changes only with a new run of etcd (a restore or
+		// a rejoin through this supervisor restarts it), so it is asked of
+		// etcd (a TLS dial and two requests) only then, not every
+		// releaseCheckEvery for months.
+		if r.MemberID == "" || renewDue || etcd.Since.IsZero() || !etcd.Since.Equal(idRead) {
+			if m := n.EtcdMemberStatus(ctx, urlHost(st.Etcd.ClientURL)); m.Err == nil && m.ID != 0 {
+				r.MemberID, idRead = fmt.Sprintf("%x", m.ID), etcd.Since
+			}
 		}
 		r.Since = recorded.Since
-		due := r != recorded || time.Since(recorded.Since) >= releaseRenewEvery
+		due := r != recorded || renewDue
 		if due && !time.Now().Before(retryAt) {
 			r.Since = time.Now()
 			err := recordReleaseOnce(ctx, h, r)
