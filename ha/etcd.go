@@ -481,6 +481,13 @@ func unreachable(err error) bool {
 	case codes.Unavailable, codes.DeadlineExceeded:
 		return true
 	}
+	// The client turns etcd's known answers into rpctypes values, which
+	// carry their code but no gRPC status: a member stopping ("server
+	// stopped") or between leaders ("leader changed") did not answer.
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) && ee.Code() == codes.Unavailable {
+		return true
+	}
 	return etcdErrIs(err, rpctypes.ErrNoLeader) || etcdErrIs(err, rpctypes.ErrTimeout) ||
 		etcdErrIs(err, rpctypes.ErrTimeoutDueToLeaderFail) || etcdErrIs(err, rpctypes.ErrTimeoutDueToConnectionLost) ||
 		strings.Contains(err.Error(), notGRPCAnswer)
@@ -535,6 +542,12 @@ func (f *endpointFailures) err(op string) error {
 		op, unanswered, strings.Join(f.what, "; "), f.last)
 }
 
+// errOtherCluster is an endpoint's answer for another etcd cluster than the
+// one asked about (the old cluster a snapshot restore left running, whose
+// members the cluster may still publish): viaEach passes over it, as over
+// one that did not answer, and asks the next.
+var errOtherCluster = errors.New("an answer for another etcd cluster")
+
 // errNoEndpointAnswered matches an operation through viaEach that every
 // endpoint was asked and none answered: each unreachable, without a quorum
 // to answer, or a learner (which answers nothing that needs a voter). One
@@ -542,10 +555,10 @@ func (f *endpointFailures) err(op string) error {
 var errNoEndpointAnswered = errors.New("no etcd endpoint answered")
 
 // viaEach runs f with a client on each cpIP's endpoint in turn until one
-// answers: an endpoint that fails to answer (unreachable), or that cannot
-// (a learner refuses what needs a voter: a joiner's own member, asked after
-// its peers), moves on to the next; any other error from f is returned at
-// once.
+// answers: an endpoint that fails to answer (unreachable), that cannot (a
+// learner refuses what needs a voter: a joiner's own member, asked after its
+// peers), or that answers for another cluster (errOtherCluster) moves on to
+// the next; any other error from f is returned at once.
 func (n *Node) viaEach(ctx context.Context, cpIPs []string, op string, f func(ctx context.Context, cli *clientv3.Client, ep string) error) error {
 	var fails endpointFailures
 	for _, ip := range cpIPs {
@@ -566,6 +579,11 @@ func (n *Node) viaEach(ctx context.Context, cpIPs []string, op string, f func(ct
 		if ctx.Err() == nil && etcdErrIs(err, rpctypes.ErrGRPCNotSupportedForLearner) {
 			n.log.Debug("etcd endpoint is a learner, which cannot answer this", "op", op, "endpoint", ep, "err", err)
 			fails.add(ep, fmt.Errorf("a learner, which cannot answer this: %w", err))
+			continue
+		}
+		if ctx.Err() == nil && errors.Is(err, errOtherCluster) {
+			n.log.Debug("etcd endpoint answers for another cluster", "op", op, "endpoint", ep, "err", err)
+			fails.add(ep, err)
 			continue
 		}
 		if ctx.Err() == nil && unreachable(err) {

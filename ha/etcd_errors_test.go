@@ -48,15 +48,23 @@ func TestEtcdErrIsTakesNoLongerDescription(t *testing.T) {
 	}
 }
 
-// TestEveryEtcdTimeoutIsUnreachable: etcd's server-side timeouts are one
-// text and its three longer variants (the last reaches the client as a gRPC
-// status, not an rpctypes value); each means the member did not answer in
-// time, so another is asked, now that one text no longer matches the others.
-func TestEveryEtcdTimeoutIsUnreachable(t *testing.T) {
+// TestEveryEtcdUnavailableIsUnreachable: etcd's server-side timeouts (one
+// text and its three longer variants, the last reaching the client as a
+// gRPC status, not an rpctypes value), a member stopping and one between
+// leaders each mean the member did not answer, so another is asked: the
+// client hands them over as rpctypes values, which carry no gRPC status,
+// and "server stopped" and "leader changed" ended a promotion, a removal or
+// a join's add at the first endpoint. An unhealthy cluster's refusal, though
+// Unavailable too, is an answer.
+func TestEveryEtcdUnavailableIsUnreachable(t *testing.T) {
 	for _, err := range []error{rpctypes.ErrTimeout, rpctypes.ErrTimeoutDueToLeaderFail,
-		rpctypes.ErrTimeoutDueToConnectionLost, rpctypes.ErrTimeoutWaitAppliedIndex} {
+		rpctypes.ErrTimeoutDueToConnectionLost, rpctypes.ErrTimeoutWaitAppliedIndex,
+		rpctypes.ErrStopped, rpctypes.ErrLeaderChanged, rpctypes.ErrNoLeader} {
 		if !unreachable(err) || !unreachable(fmt.Errorf("member list from x: %w", err)) {
 			t.Errorf("unreachable(%v) = false, want true: another member is asked", err)
 		}
+	}
+	if unreachable(rpctypes.ErrUnhealthy) || unreachable(fmt.Errorf("add: %w", rpctypes.ErrUnhealthy)) {
+		t.Error("etcd's unhealthy-cluster refusal taken for a member that did not answer")
 	}
 }

@@ -57,3 +57,10 @@ func (n *Node) HealthyButForSpace(ctx context.Context, via []string, op, why str
 func (n *Node) WaitHealthyButForSpace(ctx context.Context, via []string, within time.Duration, op string) error {
 	return n.waitHealthyButForSpace(ctx, via, within, op, nil)
 }
+
+// MembersOf exposes membersOf, which takes only an answer of the etcd
+// cluster clusterID and passes over the others.
+func (n *Node) MembersOf(ctx context.Context, cpIPs []string, clusterID string) (int, error) {
+	ms, err := n.membersOf(ctx, cpIPs, "etcd member list", clusterID)
+	return len(ms), err
+}

@@ -645,7 +645,7 @@ func (n *Node) membersOf(ctx context.Context, cpIPs []string, op, clusterID stri
 			return fmt.Errorf("%s: member list from %s: %w", op, ep, err)
 		}
 		if got := fmt.Sprintf("%x", ml.Header.GetClusterId()); clusterID != "" && got != clusterID {
-			return fmt.Errorf("%s: %s answers for etcd cluster %s, not this node's %s (the old cluster a snapshot restore left?)", op, ep, got, clusterID)
+			return fmt.Errorf("%s: %s answers for etcd cluster %s, not this node's %s (the old cluster a snapshot restore left?): %w", op, ep, got, clusterID, errOtherCluster)
 		}
 		out = ml.Members
 		return nil
@@ -747,13 +747,27 @@ func (n *Node) JoinState(ctx context.Context, cpIP string) (members int, bundle 
 // two voters loses it at once, one of three with another down too). The
 // supervisor keeps such a member running when the rest of a start fails,
 // rather than take the cluster's writes away with it. It returns the
-// number of voters too.
+// number of voters too. The member answers from its own view (a
+// serializable read): a start fails most often for want of a quorum, which
+// a linearizable read needs, and going without the answer stopped the very
+// voter the quorum waited for.
 func (n *Node) OtherVotersCountOnThisMember(ctx context.Context) (bool, int, error) {
 	st, err := nodestate.Load(n.env.Host)
 	if err != nil {
 		return false, 0, err
 	}
-	ms, err := n.members(ctx, []string{urlHostOf(st.Etcd.ClientURL)}, "this member's role")
+	const op = "this member's role"
+	var ms []*etcdserverpb.Member
+	err = n.viaEach(ctx, []string{urlHostOf(st.Etcd.ClientURL)}, op, func(ctx context.Context, cli *clientv3.Client, ep string) error {
+		rctx, cancel := context.WithTimeout(ctx, n.readTimeout())
+		defer cancel()
+		ml, err := cli.MemberList(rctx, clientv3.WithSerializable())
+		if err != nil {
+			return fmt.Errorf("%s: its own member list from %s: %w", op, ep, err)
+		}
+		ms = ml.Members
+		return nil
+	})
 	if err != nil {
 		return false, 0, err
 	}

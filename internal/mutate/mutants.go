@@ -2272,4 +2272,31 @@ var mutants = []mutant{
 			{"./e2e", "-run", "TestHAControlPlaneOnThreeHosts"},
 		},
 	},
+	{
+		Name: "voter-count-asked-of-a-quorum",
+		File: "ha/membership.go",
+		Old:  "cli.MemberList(rctx, clientv3.WithSerializable())",
+		New:  "cli.MemberList(rctx)",
+		Tests: [][]string{
+			{"./ha", "-run", "TestOtherVotersCountWithoutAQuorum$"},
+		},
+	},
+	{
+		Name: "etcd-stopping-taken-for-an-answer",
+		File: "ha/etcd.go",
+		Old:  "if errors.As(err, &ee) && ee.Code() == codes.Unavailable {",
+		New:  "if false && errors.As(err, &ee) && ee.Code() == codes.Unavailable {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestEveryEtcdUnavailableIsUnreachable$"},
+		},
+	},
+	{
+		Name: "member-list-stops-at-another-cluster",
+		File: "ha/etcd.go",
+		Old:  "if ctx.Err() == nil && errors.Is(err, errOtherCluster) {",
+		New:  "if false && ctx.Err() == nil && errors.Is(err, errOtherCluster) {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestMembersOfPassesOverAnotherCluster$"},
+		},
+	},
 }
