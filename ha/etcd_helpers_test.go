@@ -193,3 +193,19 @@ func settledStorage(t testing.TB, ctx context.Context, n *ha.Node, ip, want stri
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// etcdClusterID is the etcd cluster ID h's member answers for, in hex as the
+// node state records it.
+func etcdClusterID(t testing.TB, ctx context.Context, h *sim.Host) string {
+	t.Helper()
+	cli, err := h.EtcdClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ml, err := cli.MemberList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%x", ml.Header.GetClusterId())
+}

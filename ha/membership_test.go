@@ -567,20 +567,11 @@ func TestMembersOfPassesOverAnotherCluster(t *testing.T) {
 	c := sim.Start(t, sim.Config{ControlPlanes: 2})
 	ctx := context.Background()
 	n, logs := loggedNodeOn(c.Host("cp1"))
-	cli, err := c.Host("cp1").EtcdClient()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	ml, err := cli.MemberList(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := fmt.Sprintf("%x", ml.Header.GetClusterId())
+	id := etcdClusterID(t, ctx, c.Host("cp1"))
 	if got, err := n.MembersOf(ctx, ipsOf(c, "cp1", "cp2"), id); err != nil || got != 2 {
 		t.Fatalf("MembersOf this cluster = %d, %v; want its 2 members", got, err)
 	}
-	_, err = n.MembersOf(ctx, ipsOf(c, "cp1", "cp2"), "1234abcd")
+	_, err := n.MembersOf(ctx, ipsOf(c, "cp1", "cp2"), "1234abcd")
 	for _, h := range []string{"cp1", "cp2"} {
 		if want := c.Host(h).ClientURL() + ": etcd member list: " + c.Host(h).ClientURL() + " answers for etcd cluster " + id; err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("MembersOf another cluster = %v; want %s asked and passed over (%q)\nlogs:\n%s", err, h, want, logs)

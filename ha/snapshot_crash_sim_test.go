@@ -3,7 +3,6 @@ package ha_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
 	"path/filepath"
@@ -175,16 +174,7 @@ func TestRestoreStoppedBeforeItsStop(t *testing.T) {
 	if err != nil || len(ms) != 1 || !has(t, ctx, cp1, keyBefore) {
 		t.Fatalf("after the restore stopped in its start and stratum up: members %v (%v), the snapshot's data %t", ms, err, has(t, ctx, cp1, keyBefore))
 	}
-	cli, err := cp1.EtcdClient()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	ml, err := cli.MemberList(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := fmt.Sprintf("%x", ml.Header.ClusterId); st.Etcd.ClusterID != want {
+	if want := etcdClusterID(t, ctx, cp1); st.Etcd.ClusterID != want {
 		t.Fatalf("after the restore stopped in its start and stratum up, the node state records etcd cluster %q, want the restored one's, %s", st.Etcd.ClusterID, want)
 	}
 }
