@@ -215,34 +215,48 @@ func TestInProcessServiceRestartsAndStops(t *testing.T) {
 // member's ID again for (a restore or a rejoin restarts etcd under a new
 // member); a stopped service has none.
 func TestARestartIsANewSince(t *testing.T) {
-	s, _ := newSup(t, Spec{Name: "task", Run: func(ctx context.Context) error {
-		<-ctx.Done()
-		return nil
-	}})
-	ctx := context.Background()
-	if err := s.StartService(ctx, "task"); err != nil {
-		t.Fatal(err)
+	for _, spec := range []Spec{
+		{Name: "task", Run: func(ctx context.Context) error {
+			<-ctx.Done()
+			return nil
+		}},
+		{Name: "process", Command: shell("exec sleep 1000"), StopTimeout: 2 * time.Second},
+	} {
+		t.Run(spec.Name, func(t *testing.T) {
+			s, _ := newSup(t, spec)
+			defer s.Shutdown()
+			ctx, name := context.Background(), spec.Name
+			if err := s.StartService(ctx, name); err != nil {
+				t.Fatal(err)
+			}
+			first, _ := s.ServiceStatus(ctx, name)
+			for deadline := time.Now().Add(5 * time.Second); !first.Running && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+				first, _ = s.ServiceStatus(ctx, name)
+			}
+			if !first.Running || first.Since.IsZero() {
+				t.Fatalf("status of a running service = %+v, want it running since its start", first)
+			}
+			if again, _ := s.ServiceStatus(ctx, name); !again.Since.Equal(first.Since) {
+				t.Fatalf("Since moved without a restart: %s, then %s", first.Since, again.Since)
+			}
+			if err := s.RestartService(ctx, name); err != nil {
+				t.Fatal(err)
+			}
+			st, _ := s.ServiceStatus(ctx, name)
+			for deadline := time.Now().Add(5 * time.Second); !st.Running && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+				st, _ = s.ServiceStatus(ctx, name)
+			}
+			if !st.Running || !st.Since.After(first.Since) {
+				t.Fatalf("status after a restart = %+v, want a run since after %s", st, first.Since)
+			}
+			if err := s.StopService(ctx, name); err != nil {
+				t.Fatal(err)
+			}
+			if st, _ := s.ServiceStatus(ctx, name); st.Running || !st.Since.IsZero() {
+				t.Fatalf("status of a stopped service = %+v, want no Since", st)
+			}
+		})
 	}
-	first, _ := s.ServiceStatus(ctx, "task")
-	if !first.Running || first.Since.IsZero() {
-		t.Fatalf("status of a running service = %+v, want it running since its start", first)
-	}
-	if again, _ := s.ServiceStatus(ctx, "task"); !again.Since.Equal(first.Since) {
-		t.Fatalf("Since moved without a restart: %s, then %s", first.Since, again.Since)
-	}
-	if err := s.RestartService(ctx, "task"); err != nil {
-		t.Fatal(err)
-	}
-	if st, _ := s.ServiceStatus(ctx, "task"); !st.Running || !st.Since.After(first.Since) {
-		t.Fatalf("status after a restart = %+v, want a run since after %s", st, first.Since)
-	}
-	if err := s.StopService(ctx, "task"); err != nil {
-		t.Fatal(err)
-	}
-	if st, _ := s.ServiceStatus(ctx, "task"); st.Running || !st.Since.IsZero() {
-		t.Fatalf("status of a stopped service = %+v, want no Since", st)
-	}
-	s.Shutdown()
 }
 
 // startThenRestarted starts the in-process service name, which sends on
