@@ -196,7 +196,10 @@ const (
 // adding it to an interface and announcing it by gratuitous ARP, which is
 // IPv4 only: an IPv6 VIP would never be reachable, with every control plane
 // taking and dropping it in a loop. A dual-stack cluster's VIP is its IPv4
-// one.
+// one. No address that names no one host is one either: 0.0.0.0 (a dial to
+// it reaches the dialer's own apiserver, so a single control plane took it
+// for a VIP that served), the limited broadcast and multicast addresses.
+// Loopback addresses stay: the simulator's hosts live on 127.0.0.0/8.
 func CheckVIP(addr string) error {
 	ip, err := netip.ParseAddr(addr)
 	switch {
@@ -204,6 +207,8 @@ func CheckVIP(addr string) error {
 		return fmt.Errorf("the VIP %q is not an IP address", addr)
 	case !ip.Is4(): // an IPv4-mapped IPv6 form too: the announcer takes only the plain one
 		return fmt.Errorf("the VIP %s is not an IPv4 address: stratum announces its VIP by ARP, which is IPv4 only (a dual-stack cluster's VIP is an IPv4 address)", addr)
+	case ip.IsUnspecified(), ip == netip.AddrFrom4([4]byte{255, 255, 255, 255}), ip.IsMulticast():
+		return fmt.Errorf("the VIP %s names no single host (an unspecified, broadcast or multicast address): give an unused address of the control planes' subnet", addr)
 	}
 	return nil
 }

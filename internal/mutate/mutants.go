@@ -2299,4 +2299,22 @@ var mutants = []mutant{
 			{"./ha", "-run", "TestMembersOfPassesOverAnotherCluster$"},
 		},
 	},
+	{
+		Name: "vip-of-no-single-host-accepted",
+		File: "ha/bootstrap.go",
+		Old:  "\tcase ip.IsUnspecified(), ip == netip.AddrFrom4([4]byte{255, 255, 255, 255}), ip.IsMulticast():\n",
+		New:  "\tcase false:\n",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestRejoinRepointSnapshotUsageAndRefusals$"},
+		},
+	},
+	{
+		Name: "snapshot-destination-judged-after-the-dump",
+		File: "cmd/stratum/cli/snapshot.go",
+		Old:  "\t\t\tif err := checkWritableFile(args[0]); err != nil {",
+		New:  "\t\t\tif err := checkWritableFile(args[0]); false && err != nil {",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestReportsAndDryRunsChangeNothing$"},
+		},
+	},
 }

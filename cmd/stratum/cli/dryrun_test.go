@@ -185,6 +185,20 @@ func TestReportsAndDryRunsChangeNothing(t *testing.T) {
 	// snapshot restore --dry-run: a real snapshot restores in scratch and
 	// the plan names the stop; a file that is not one is refused.
 	snap := filepath.Join(t.TempDir(), "backup.db")
+	// A destination no rename could reach is refused before the dump.
+	for _, bad := range []struct {
+		path string
+		code int
+		want string
+	}{
+		{"", ExitUsage, "the file name is empty"},
+		{filepath.Dir(snap), ExitRefused, "is a directory"},
+		{filepath.Join(filepath.Dir(snap), "missing", "x.db"), ExitRefused, "does not exist"},
+	} {
+		if code, out, errOut := runCLI(t, opts, "snapshot", "save", bad.path); code != bad.code || !strings.Contains(errOut, bad.want) || !strings.Contains(errOut, "nothing was saved") {
+			t.Errorf("snapshot save %q: exit %d, want %d naming %q\n%s%s", bad.path, code, bad.code, bad.want, out, errOut)
+		}
+	}
 	if code, out, errOut := runCLI(t, opts, "snapshot", "save", snap); code != ExitOK {
 		t.Fatalf("snapshot save: exit %d\n%s%s", code, out, errOut)
 	}

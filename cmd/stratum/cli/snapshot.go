@@ -22,8 +22,10 @@ func (a *app) snapshotCmd() *cobra.Command {
 private directory made beside it, mode 0700, reached through its open descriptor, the
 presence of its checksum checked (the restore verifies it) and the file read back, then
 renamed onto <file>, mode 0600), and print its revision and key count. It holds every
-Secret of the cluster: keep it where only root reads it. Exits 0 once saved, 1 on failure, 2 on bad usage, 3 when refused with nothing
-written (not a control plane).`,
+Secret of the cluster: keep it where only root reads it. Exits 0 once saved, 1 on
+failure, 2 on bad usage (an empty <file>), 3 when refused with nothing written (not a
+control plane; <file> a directory, or in a directory that is missing or not writable:
+judged before the database is streamed).`,
 		Example: `  stratum snapshot save /root/etcd-backup.db`,
 		Args:    usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -33,6 +35,14 @@ written (not a control plane).`,
 			}
 			if _, err := loadState(h); err != nil {
 				return err
+			}
+			// The destination is judged before the database is streamed:
+			// a rename onto it would fail only after the whole dump.
+			if args[0] == "" {
+				return usagef("snapshot save: the file name is empty; nothing was saved")
+			}
+			if err := checkWritableFile(args[0]); err != nil {
+				return refusedf("snapshot save %s: %w: pass the path of a file in a directory that exists and is writable; nothing was saved", args[0], err)
 			}
 			ss, err := n.SnapshotSave(cmd.Context(), args[0])
 			if err != nil {
