@@ -1,6 +1,7 @@
 package ha
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -22,8 +23,9 @@ import (
 )
 
 // BootstrapOptions are `stratum up`'s settings for the first control plane of
-// a new cluster. On a node that already has state they are not used: `up`
-// then starts what the state records.
+// a new cluster. On a node that already has state `up` starts what the state
+// records: a network, profile or node IP given that differs from it is
+// refused (refuseChangedOptions), the same one passes.
 type BootstrapOptions struct {
 	NodeIP, ConfigNodeIP string
 	VIP                  nodestate.VIP
@@ -147,6 +149,9 @@ func (n *Node) restart(ctx context.Context, o BootstrapOptions, holder string) (
 	if err != nil {
 		return nil, Refusal(err)
 	}
+	if err := refuseChangedOptions(saved, o); err != nil {
+		return nil, err
+	}
 	if err := refuseMovedNodeIP(h, saved); err != nil {
 		return nil, err
 	}
@@ -168,6 +173,37 @@ func (n *Node) restart(ctx context.Context, o BootstrapOptions, holder string) (
 		}
 	}
 	return st, n.checkpoint(ctx, CheckpointUpAfterPublish)
+}
+
+// refuseChangedOptions refuses a start from saved state given a network or
+// profile (by flag or --config), or a --node-ip, other than the ones this control
+// plane was brought up with: the start uses none of them, and taking the
+// command without a word left, say, `stratum up --profile cis` running
+// without the profile. The network is the cluster's, and a profile is laid
+// out at the bring-up; a value equal to the saved one passes (a script that
+// runs the same `stratum up` at every boot). The VIP and the etcd quota have
+// their own rules (adoptVIP, warnQuotaNotUsed).
+func refuseChangedOptions(saved *nodestate.NodeState, o BootstrapOptions) error {
+	was := netcfg.Config{PodCIDR: saved.PodCIDR, ServiceCIDR: saved.ServiceCIDR, ClusterDomain: saved.ClusterDomain}.WithDefaults()
+	var changed []string
+	differs := func(what, given, saved string) {
+		if given != "" && given != saved {
+			changed = append(changed, fmt.Sprintf("%s %s (this control plane has %s)", what, given, cmp.Or(saved, "none")))
+		}
+	}
+	differs("pod CIDR", o.PodCIDR, was.PodCIDR)
+	differs("service CIDR", o.ServiceCIDR, was.ServiceCIDR)
+	differs("cluster domain", o.ClusterDomain, was.ClusterDomain)
+	differs("profile", o.Profile, saved.Profile)
+	// A --config's nodeIP yields to the saved one (host.ResolveNodeIP's
+	// precedence); --node-ip does not.
+	if o.NodeIP != nodestate.FirstIP(saved.NodeIP) {
+		differs("node IP", o.NodeIP, saved.NodeIP)
+	}
+	if len(changed) == 0 {
+		return nil
+	}
+	return Refusal(fmt.Errorf("stratum up refused: this node already has a control plane, which starts as it was brought up, and these cannot change: %s; nothing was changed: run `stratum up` without them (or with the values it has); a cluster's network is set at its bring-up, and a profile or node IP by a reset and a join", strings.Join(changed, "; ")))
 }
 
 // refuseMovedNodeIP refuses to start a control plane whose recorded node IP

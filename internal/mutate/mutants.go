@@ -2317,4 +2317,22 @@ var mutants = []mutant{
 			{"./cmd/stratum/cli", "-run", "TestReportsAndDryRunsChangeNothing$"},
 		},
 	},
+	{
+		Name: "up-takes-a-changed-network-silently",
+		File: "ha/bootstrap.go",
+		Old:  "\tif err := refuseChangedOptions(saved, o); err != nil {\n",
+		New:  "\tif err := refuseChangedOptions(saved, o); false && err != nil {\n",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestUpFromAConfigFile$"},
+		},
+	},
+	{
+		Name: "up-network-flags-judged-late",
+		File: "cmd/stratum/cli/node.go",
+		Old:  "\t\t\tif err := checkUpNetwork(f); err != nil {\n",
+		New:  "\t\t\tif err := checkUpNetwork(f); false && err != nil {\n",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestUsageErrorsExit2$"},
+		},
+	},
 }

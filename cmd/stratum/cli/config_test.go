@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
@@ -69,5 +70,29 @@ func TestUpFromAConfigFile(t *testing.T) {
 	}
 	if st.ClusterDomain != "from-file.example" || st.PodCIDR != "10.60.0.0/16" || st.VIP.Address != c.VIPAddress().String() {
 		t.Fatalf("node state after up --config: domain %q, pod CIDR %q (the flag's), VIP %q", st.ClusterDomain, st.PodCIDR, st.VIP.Address)
+	}
+	// Run again as it was (a script at every boot): the saved control
+	// plane starts. A network or profile it was not brought up with is
+	// refused, naming what it has, where it was taken without a word.
+	if code, out, errOut := runCLI(t, opts, "up", "--config", cfg, "--pod-cidr", "10.60.0.0/16"); code != ExitOK {
+		t.Fatalf("the same up again: exit %d\n%s\n%s", code, out, errOut)
+	}
+	saved, _ := d.ReadFile(nodestate.Path)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--pod-cidr", "10.70.0.0/16"}, "pod CIDR 10.70.0.0/16 (this control plane has 10.60.0.0/16)"},
+		{[]string{"--cluster-domain", "other.example"}, "cluster domain other.example (this control plane has from-file.example)"},
+		{[]string{"--profile", "cis"}, "profile cis (this control plane has none)"},
+		{[]string{"--node-ip", "127.0.0.1"}, "node IP 127.0.0.1 (this control plane has " + st.NodeIP + ")"},
+	} {
+		code, out, errOut := runCLI(t, opts, append([]string{"up"}, tc.args...)...)
+		if code != ExitRefused || !strings.Contains(errOut, tc.want) || !strings.Contains(errOut, "nothing was changed") {
+			t.Errorf("up %v on a node with a control plane: exit %d, want 3 naming %q\n%s\n%s", tc.args, code, tc.want, out, errOut)
+		}
+	}
+	if now, _ := d.ReadFile(nodestate.Path); !bytes.Equal(now, saved) {
+		t.Error("a refused up changed the node state")
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"stratum.dev/stratum/internal/host"
 	"stratum.dev/stratum/internal/interrupt"
 	"stratum.dev/stratum/internal/kubeconfig"
+	"stratum.dev/stratum/internal/netcfg"
 	"stratum.dev/stratum/internal/nodestate"
 	"stratum.dev/stratum/internal/supervisor"
 	"stratum.dev/stratum/internal/token"
@@ -115,6 +117,24 @@ func checkNodeIP(v string) error {
 	return nil
 }
 
+// checkUpNetwork refuses, as bad usage before anything is looked at, a
+// --pod-cidr, --service-cidr or --cluster-domain that is no network (judged
+// as the bring-up judges them, defaults filling the rest) and an unknown
+// --profile: on a node with a control plane they were otherwise taken
+// without a word, and on a fresh one refused only after the host's checks.
+func checkUpNetwork(f upFlags) error {
+	if f.podCIDR != "" || f.serviceCIDR != "" || f.clusterDomain != "" {
+		c := netcfg.Config{PodCIDR: f.podCIDR, ServiceCIDR: f.serviceCIDR, ClusterDomain: f.clusterDomain}.WithDefaults()
+		if err := c.Validate(); err != nil {
+			return usagef("--pod-cidr, --service-cidr, --cluster-domain: %v", err)
+		}
+	}
+	if f.profile != "" && !slices.Contains(host.Profiles, f.profile) {
+		return usagef("--profile %q: unknown profile (known: %s)", f.profile, strings.Join(host.Profiles, ", "))
+	}
+	return nil
+}
+
 // upFlags are `stratum up`'s flags.
 type upFlags struct {
 	nodeIP, vip, podCIDR, serviceCIDR, clusterDomain, profile, config string
@@ -138,7 +158,9 @@ kube-apiserver, kube-vip holding --vip, and the cluster-info a joiner discovers 
 from. On a node with saved control-plane state it starts what that state records
 (the flags are then not used, except --vip on a control plane that has none: a single
 control plane growing into HA adopts the VIP, and its apiserver certificate is reissued
-to cover it before kube-vip takes it; then "stratum repoint --vip" moves its clients).
+to cover it before kube-vip takes it; then "stratum repoint --vip" moves its clients;
+a --pod-cidr, --service-cidr, --cluster-domain, --profile or --node-ip other than the
+one it was brought up with is refused, the same one passes).
 Beside this node's running supervisor, "stratum up" starts through it whatever of
 the control plane is not running, and exits; "stratum up --vip" adopts the VIP that
 way: the apiserver restarts onto the reissued certificate and the VIP candidate
@@ -162,7 +184,8 @@ advises runs through it, and starts the control plane once the data is back.
 "stratum sim up" runs the same flow on simulated hosts.
 
 Exits 2 on bad usage (a --node-ip that is not an IP, a --vip that is not an IPv4
-address, an extra argument; nothing changed), 3 when refused before changing anything
+address of one host, a --pod-cidr, --service-cidr or --cluster-domain that is no
+network, an unknown --profile, an extra argument; nothing changed), 3 when refused before changing anything
 (the reason and what to do on stderr), 1 when it failed after a change (run it again:
 it resumes).`,
 		Example: `  # First control plane of a new cluster, fronted by a VIP
@@ -182,6 +205,9 @@ it resumes).`,
 				return err
 			}
 			if err := checkVIP(f.vip); err != nil {
+				return err
+			}
+			if err := checkUpNetwork(f); err != nil {
 				return err
 			}
 			quota, err := controlplane.ParseEtcdQuota(f.etcdQuota)
