@@ -1209,8 +1209,8 @@ func (n *Node) checkNoRetainedData() error {
 // calls it ahead of them, so a mistyped join command is named first.
 func CheckJoinOptions(o JoinOptions) error {
 	var bad []string
-	if u, err := url.Parse(o.Server); err != nil || u.Scheme != "https" || u.Host == "" {
-		bad = append(bad, fmt.Sprintf("--server %q is not https://<host>:<port>", o.Server))
+	if !joinServerURL(o.Server) {
+		bad = append(bad, fmt.Sprintf("--server %q is not https://<host>:<port> (the port given, nothing after it)", o.Server))
 	}
 	if _, _, err := token.ParseToken(o.Token); err != nil {
 		bad = append(bad, "--token is not <6 lowercase alphanumerics>.<16 lowercase alphanumerics>")
@@ -1235,6 +1235,16 @@ func CheckJoinOptions(o JoinOptions) error {
 		return fmt.Errorf("control-plane join refused: %w: %s; nothing was changed", host.ErrPrereq, strings.Join(problems, "; "))
 	}
 	return nil
+}
+
+// joinServerURL reports whether server is an apiserver URL a join dials as
+// given: https, a host and a port, and nothing after them. Without its port
+// a join dialled 443 and refused, 30 s later, a cluster it called
+// unreachable; a path, a query or a user's name are never a join command's.
+func joinServerURL(server string) bool {
+	u, err := url.Parse(server)
+	return err == nil && u.Scheme == "https" && u.Hostname() != "" && u.Port() != "" &&
+		(u.Path == "" || u.Path == "/") && u.RawQuery == "" && !u.ForceQuery && u.Fragment == "" && u.User == nil && u.Opaque == ""
 }
 
 // checkJoinAgainst is the download's check: the cluster's network, domain and

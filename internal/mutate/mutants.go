@@ -2335,4 +2335,40 @@ var mutants = []mutant{
 			{"./cmd/stratum/cli", "-run", "TestUsageErrorsExit2$"},
 		},
 	},
+	{
+		Name: "join-server-without-its-port",
+		File: "ha/join.go",
+		Old:  `u.Hostname() != "" && u.Port() != "" &&`,
+		New:  `u.Hostname() != "" &&`,
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestServerRefusesMalformedFlagsChangingNothing$"},
+		},
+	},
+	{
+		Name: "token-deleted-twice",
+		File: "cmd/stratum/cli/tokens.go",
+		Old:  "\t\t\tids = unique\n",
+		New:  "\t\t\t_ = unique\n",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestTokenListAndDelete$"},
+		},
+	},
+	{
+		Name: "help-of-nothing-exits-0",
+		File: "cmd/stratum/cli/cli.go",
+		Old:  "\troot.SetHelpCommand(helpCmd(root))\n",
+		New:  "",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestUsageErrorsExit2$"},
+		},
+	},
+	{
+		Name: "completion-of-no-shell-exits-0",
+		File: "cmd/stratum/cli/cli.go",
+		Old:  "\t\tc.Args, c.RunE = cobra.ArbitraryArgs, groupRun\n",
+		New:  "",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestUsageErrorsExit2$"},
+		},
+	},
 }

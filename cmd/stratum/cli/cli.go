@@ -261,6 +261,9 @@ var completionExamples = map[string]string{
 // than at Execute, so its help and its shells' help carry examples. Cobra
 // binds the scripts' writer when it makes the command: the root's output
 // must be set first.
+// Its arguments follow the exit codes of every other command: an unknown
+// shell or an extra argument is bad usage (exit 2), where cobra's own
+// printed the help with exit 0, or exited 1.
 func addCompletionExamples(root *cobra.Command) {
 	root.InitDefaultCompletionCmd()
 	for _, c := range root.Commands() {
@@ -268,9 +271,46 @@ func addCompletionExamples(root *cobra.Command) {
 			continue
 		}
 		c.Example = completionExamples[c.Name()]
+		c.Args, c.RunE = cobra.ArbitraryArgs, groupRun
 		for _, sh := range c.Commands() {
 			sh.Example = completionExamples[sh.Name()]
+			if sh.Args != nil {
+				sh.Args = usageArgs(sh.Args)
+			}
 		}
+	}
+	root.SetHelpCommand(helpCmd(root))
+}
+
+// helpCmd is `stratum help [command]`: cobra's, except that a command that
+// does not exist is bad usage (exit 2), not a line of text and exit 0.
+func helpCmd(root *cobra.Command) *cobra.Command {
+	return &cobra.Command{
+		Use:   "help [command]",
+		Short: "Help about any command",
+		Long:  "Help provides help for any command in the application: stratum help [command] prints the command's full help.",
+		Example: `  stratum help up
+  stratum help etcd rejoin`,
+		ValidArgsFunction: func(_ *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+			cmd, _, err := root.Find(args)
+			if err != nil {
+				return nil, cobra.ShellCompDirectiveNoFileComp
+			}
+			var names []string
+			for _, sub := range cmd.Commands() {
+				if sub.IsAvailableCommand() && strings.HasPrefix(sub.Name(), toComplete) {
+					names = append(names, sub.Name())
+				}
+			}
+			return names, cobra.ShellCompDirectiveNoFileComp
+		},
+		RunE: func(_ *cobra.Command, args []string) error {
+			cmd, rest, err := root.Find(args)
+			if err != nil || len(rest) > 0 {
+				return usageError{fmt.Errorf("unknown help topic %q: `stratum --help` lists the commands", strings.Join(args, " "))}
+			}
+			return cmd.Help()
+		},
 	}
 }
 

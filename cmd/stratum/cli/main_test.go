@@ -114,6 +114,9 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"etcd", "health", "--bogus"},
 		{"certs", "check", "extra"},
 		{"grants", "prune", "extra"},
+		{"completion", "bogus"},
+		{"completion", "bash", "extra"},
+		{"help", "bogus"},
 	} {
 		code, out, errOut := runCLI(t, Options{}, args...)
 		if code != ExitUsage {
@@ -481,6 +484,9 @@ func TestServerRefusesMalformedFlagsChangingNothing(t *testing.T) {
 		flag, value, want string
 	}{
 		{"--server", "http://10.0.0.10:6443", "--server"},
+		{"--server", "https://10.0.0.10", "the port given"},
+		{"--server", "https://10.0.0.10:6443/x?y", "nothing after it"},
+		{"--server", "https://admin@10.0.0.10:6443", "is not https://<host>:<port>"},
 		{"--token", "ABCDEF.0123456789abcdef", "--token is not"},
 		{"--ca-hash", "md5:1234", "--ca-hash is not"},
 		{"--certificate-key", "not-hex", "--certificate-key is not"},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -81,6 +82,15 @@ others are still deleted (exit 1).`,
 					return usagef("%q is not a token ID (6 characters of [a-z0-9], the part before the dot); nothing was deleted", id)
 				}
 			}
+			// An ID given twice is deleted once: its second delete found
+			// it gone and reported a failure for a token that was deleted.
+			var unique []string
+			for _, id := range ids {
+				if !slices.Contains(unique, id) {
+					unique = append(unique, id)
+				}
+			}
+			ids = unique
 			n, _, cs, err := a.adminNode()
 			if err != nil {
 				return err
