@@ -74,6 +74,30 @@ func parseRanges(field, s string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
+// CheckEach checks each field that is set, on its own: a range that does not
+// parse, a service range too small to hold the cluster DNS address, a domain
+// that is no DNS name. How the fields fit together (ranges that overlap) is
+// Validate's, once every source of them (flags, a file, defaults) is merged.
+func (c Config) CheckEach() error {
+	if c.PodCIDR != "" {
+		if _, err := parseRanges("pod CIDR", c.PodCIDR); err != nil {
+			return err
+		}
+	}
+	if c.ServiceCIDR != "" {
+		if _, err := parseRanges("service CIDR", c.ServiceCIDR); err != nil {
+			return err
+		}
+		if _, err := c.ClusterDNSIP(); err != nil {
+			return err
+		}
+	}
+	if c.ClusterDomain != "" {
+		return CheckClusterDomain(c.ClusterDomain)
+	}
+	return nil
+}
+
 // Validate checks every field parses and the pod and service ranges do not
 // overlap.
 func (c Config) Validate() error {

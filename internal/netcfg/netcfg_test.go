@@ -154,3 +154,26 @@ func TestCheckNodeIPOfAJoin(t *testing.T) {
 		t.Fatalf("CheckNodeIP of a join = %v; want the node IP alone as the remedy", err)
 	}
 }
+
+// TestCheckEachJudgesAFieldAlone: each field set is checked on its own, and
+// none against another (a range given by a flag may meet a file's, or a
+// default, that Validate judges once merged).
+func TestCheckEachJudgesAFieldAlone(t *testing.T) {
+	for _, tc := range []struct {
+		c    Config
+		want string // "" for none
+	}{
+		{Config{}, ""},
+		{Config{PodCIDR: "10.244.0.0/16"}, ""},
+		{Config{ServiceCIDR: "10.244.0.0/16"}, ""}, // the default pod range's: not judged here
+		{Config{PodCIDR: "banana"}, `pod CIDR "banana" is not a CIDR`},
+		{Config{ServiceCIDR: "10.96.0.0/33"}, "service CIDR"},
+		{Config{ServiceCIDR: "10.96.0.0/29"}, "too small"},
+		{Config{ClusterDomain: "Bad_Domain!"}, `cluster domain "Bad_Domain!" is not a DNS domain`},
+	} {
+		err := tc.c.CheckEach()
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%+v.CheckEach() = %v, want %q", tc.c, err, tc.want)
+		}
+	}
+}

@@ -23,8 +23,9 @@ func writeConfig(t *testing.T, spec string) string {
 }
 
 // TestConfigFileRefusalsChangeNothing: a file that does not parse, a value
-// the bring-up refuses, and a flag overriding the file's good value with a
-// bad one are each refused with the key named and nothing written.
+// the bring-up refuses, and a flag whose range overlaps the file's are each
+// refused with the key named and nothing written (a flag bad on its own is
+// bad usage: TestUpRefusesBadOptionsBeforeWriting).
 func TestConfigFileRefusalsChangeNothing(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -36,7 +37,7 @@ func TestConfigFileRefusalsChangeNothing(t *testing.T) {
 		{"bad domain in the file", "  network:\n    clusterDomain: Bad_Domain!\n", nil, "spec.network.clusterDomain"},
 		{"unknown profile in the file", "  profile: bogus\n", nil, `unknown profile "bogus"`},
 		{"cis without SELinux", "  profile: cis\n  selinux: false\n", nil, "the cis profile requires SELinux; remove spec.selinux: false"},
-		{"flag overrides the file", "  network:\n    clusterDomain: good.example\n", []string{"--cluster-domain", "Bad_Domain!"}, `cluster domain "Bad_Domain!"`},
+		{"a flag meets the file's range", "  network:\n    podCIDR: 10.50.0.0/16\n", []string{"--service-cidr", "10.50.0.0/20"}, "pod CIDR 10.50.0.0/16 overlaps service CIDR 10.50.0.0/20"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			opts, h := onTempHost(t)

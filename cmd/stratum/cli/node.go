@@ -118,19 +118,18 @@ func checkNodeIP(v string) error {
 }
 
 // checkUpNetwork refuses, as bad usage before anything is looked at, a
-// --pod-cidr, --service-cidr or --cluster-domain that is no network (judged
-// as the bring-up judges them, defaults filling the rest) and an unknown
-// --profile: on a node with a control plane they were otherwise taken
-// without a word, and on a fresh one refused only after the host's checks.
+// --pod-cidr, --service-cidr or --cluster-domain that is no network on its
+// own (netcfg.Config.CheckEach; how they fit with a --config file's and the
+// defaults is the bring-up's to judge) and an unknown --profile: on a node
+// with a control plane they were otherwise taken without a word, and on a
+// fresh one refused only after the host's checks.
 func checkUpNetwork(f upFlags) error {
-	if f.podCIDR != "" || f.serviceCIDR != "" || f.clusterDomain != "" {
-		c := netcfg.Config{PodCIDR: f.podCIDR, ServiceCIDR: f.serviceCIDR, ClusterDomain: f.clusterDomain}.WithDefaults()
-		if err := c.Validate(); err != nil {
-			return usagef("--pod-cidr, --service-cidr, --cluster-domain: %v", err)
-		}
+	c := netcfg.Config{PodCIDR: f.podCIDR, ServiceCIDR: f.serviceCIDR, ClusterDomain: f.clusterDomain}
+	if err := c.CheckEach(); err != nil {
+		return usagef("%v", err)
 	}
 	if f.profile != "" && !slices.Contains(host.Profiles, f.profile) {
-		return usagef("--profile %q: unknown profile (known: %s)", f.profile, strings.Join(host.Profiles, ", "))
+		return usagef("--profile: unknown profile %q (known: %s)", f.profile, strings.Join(host.Profiles, ", "))
 	}
 	return nil
 }

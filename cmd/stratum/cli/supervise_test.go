@@ -247,13 +247,13 @@ func TestUpRefusesBadOptionsBeforeWriting(t *testing.T) {
 		code int
 		want string
 	}{
-		{"unknown profile", []string{"--profile", "bogus"}, ExitRefused, `unknown profile "bogus"`},
-		{"bad cluster domain", []string{"--cluster-domain", "Bad_Domain!"}, ExitRefused, `cluster domain "Bad_Domain!" is not a DNS domain (like cluster.local): want lower-case letters`},
+		{"unknown profile", []string{"--profile", "bogus"}, ExitUsage, `unknown profile "bogus"`},
+		{"bad cluster domain", []string{"--cluster-domain", "Bad_Domain!"}, ExitUsage, `cluster domain "Bad_Domain!" is not a DNS domain (like cluster.local): want lower-case letters`},
 		{"overlapping ranges", []string{"--pod-cidr", "10.96.0.0/16"}, ExitRefused, "overlaps"},
-		{"pod CIDR not a CIDR", []string{"--pod-cidr", "10.244.0.0"}, ExitRefused, `pod CIDR "10.244.0.0" is not a CIDR (like 10.244.0.0/16)`},
-		{"pod CIDR garbage", []string{"--pod-cidr", "garbage"}, ExitRefused, `pod CIDR "garbage" is not a CIDR (like 10.244.0.0/16)`},
-		{"service CIDR not a CIDR", []string{"--service-cidr", "ten.96/12"}, ExitRefused, `service CIDR "ten.96/12" is not a CIDR (like 10.96.0.0/12)`},
-		{"service CIDR too small for the cluster DNS", []string{"--service-cidr", "10.96.0.0/29"}, ExitRefused, "service CIDR 10.96.0.0/29 is too small"},
+		{"pod CIDR not a CIDR", []string{"--pod-cidr", "10.244.0.0"}, ExitUsage, `pod CIDR "10.244.0.0" is not a CIDR (like 10.244.0.0/16)`},
+		{"pod CIDR garbage", []string{"--pod-cidr", "garbage"}, ExitUsage, `pod CIDR "garbage" is not a CIDR (like 10.244.0.0/16)`},
+		{"service CIDR not a CIDR", []string{"--service-cidr", "ten.96/12"}, ExitUsage, `service CIDR "ten.96/12" is not a CIDR (like 10.96.0.0/12)`},
+		{"service CIDR too small for the cluster DNS", []string{"--service-cidr", "10.96.0.0/29"}, ExitUsage, "service CIDR 10.96.0.0/29 is too small"},
 		{"VIP is the node's address", []string{"--vip", "127.0.0.1"}, ExitRefused, "the VIP 127.0.0.1 is this node's own address"},
 		{"pod CIDR over the node IP", []string{"--pod-cidr", "127.0.0.0/8"}, ExitRefused, "node IP 127.0.0.1 lies inside the pod CIDR 127.0.0.0/8"},
 		{"service CIDR over the VIP", []string{"--vip", "10.96.0.10"}, ExitRefused, "VIP 10.96.0.10 lies inside the service CIDR 10.96.0.0/12"},
