@@ -2371,4 +2371,13 @@ var mutants = []mutant{
 			{"./cmd/stratum/cli", "-run", "TestUsageErrorsExit2$"},
 		},
 	},
+	{
+		Name: "install-gate-that-cannot-tell-exits-1",
+		File: "cmd/stratum/cli/handoff.go",
+		Old:  "\t\treturn refused(fmt.Errorf(\"install --now: %w; nothing was written or changed\", err))\n",
+		New:  "\t\treturn fmt.Errorf(\"install --now: %w; nothing was written or changed\", err)\n",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestHandoffJudgesTheSupervisor$"},
+		},
+	},
 }

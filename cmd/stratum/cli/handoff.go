@@ -160,7 +160,7 @@ func (o *unitHandoff) check(ctx context.Context) error {
 		return refused(fmt.Errorf("install --now refused: %w; nothing was written or changed", err))
 	}
 	if what, err := unfinishedWork(ctx, n, h); err != nil {
-		return err
+		return refused(fmt.Errorf("%s: %w; nothing was written or changed", o.command, err))
 	} else if what != "" {
 		return o.refusedf("%s", what)
 	}
@@ -183,7 +183,7 @@ func (o *unitHandoff) judgeSupervisor(ctx context.Context, gate func(context.Con
 	case errors.Is(err, supervisor.ErrUnsupported):
 		return o.refusedf("this node's supervisor is a stratum from before `upgrade node`, which does not say what it runs: stop it (Ctrl-C the `stratum up` or `stratum server` running it), then run this again, which starts the unit")
 	case err != nil:
-		return fmt.Errorf("install --now: ask this node's supervisor about itself: %w; nothing was written or changed", err)
+		return refused(fmt.Errorf("install --now: ask this node's supervisor about itself: %w; nothing was written or changed", err))
 	}
 	if about.PID == 0 {
 		return o.refusedf("this node's supervisor runs in a PID namespace this command does not see into (a container of its own?), so it cannot be stopped from here: stop it where it runs, then run this again, which starts the unit")
@@ -212,12 +212,15 @@ func (o *unitHandoff) judgeSupervisor(ctx context.Context, gate func(context.Con
 	default:
 		return o.refusedf("this node's supervisor (pid %d) is %s, not supervising a control plane that is up: `stratum status` says why; wait for it, or stop it (Ctrl-C) and run this again, which starts the unit", about.PID, about.State)
 	}
+	// A gate that could not tell (the member list unanswered) is a
+	// refusal too: nothing was written or changed (as upgrade node's
+	// checks, upgradeChecks).
 	note, err := gate(ctx)
 	switch {
 	case ha.IsRefusal(err):
 		return refused(fmt.Errorf("install --now refused: %w; nothing was written or changed", err))
 	case err != nil:
-		return fmt.Errorf("install --now: %w; nothing was written or changed", err)
+		return refused(fmt.Errorf("install --now: %w; nothing was written or changed", err))
 	}
 	if note != "" {
 		o.notes = append(o.notes, note)
@@ -239,7 +242,7 @@ func (o *unitHandoff) checkSystemd(ctx context.Context) error {
 		return o.refusedf("--unit-dir %s is emptied at every boot, so the unit would not start the control plane at the next one: leave --unit-dir out (%s)", dir, systemdUnitDirs[0])
 	}
 	if conflict, err := o.loadedElsewhere(ctx, false); err != nil {
-		return fmt.Errorf("%s: ask systemd which stratum.service it loads: %w; nothing was written or changed", o.command, err)
+		return refused(fmt.Errorf("%s: ask systemd which stratum.service it loads: %w; nothing was written or changed", o.command, err))
 	} else if conflict != "" {
 		return o.refusedf("%s", conflict)
 	}
