@@ -2380,4 +2380,13 @@ var mutants = []mutant{
 			{"./cmd/stratum/cli", "-run", "TestHandoffJudgesTheSupervisor$"},
 		},
 	},
+	{
+		Name: "unit-in-a-directory-systemd-ignores-unsaid",
+		File: "cmd/stratum/cli/services.go",
+		Old:  "if dir := filepath.Clean(unitDir); !slices.Contains(systemdUnitDirs, dir) {",
+		New:  "if dir := filepath.Clean(unitDir); false && !slices.Contains(systemdUnitDirs, dir) {",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestInstallWritesAUnitThatRunsUpOnlyWithState$"},
+		},
+	},
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -227,6 +228,13 @@ after (it names what to do; run it again).`,
 			if handoff != nil {
 				handoff.plan(false)
 				return handoff.run(cmd.Context())
+			}
+			if dir := filepath.Clean(unitDir); !slices.Contains(systemdUnitDirs, dir) {
+				// Written as asked (an image being built, a directory
+				// linked later), but `systemctl enable stratum` would not
+				// find it there.
+				fmt.Fprintf(a.stdout, "note: systemd reads no units from %s: `systemctl link %s` makes it find this one, then `systemctl enable --now stratum` starts it\n", dir, path)
+				return nil
 			}
 			if !systemdRuns() {
 				fmt.Fprintln(a.stdout, "systemd is not running on this machine: the unit is written for when it does; meanwhile run `stratum up` under your own supervisor")

@@ -120,6 +120,11 @@ func TestInstallWritesAUnitThatRunsUpOnlyWithState(t *testing.T) {
 	if !strings.Contains(out, "wrote "+filepath.Join(dir, "stratum.service")) {
 		t.Errorf("stdout does not say what was written:\n%s", out)
 	}
+	// A directory systemd reads no units from: written, and said how
+	// systemd finds it, not the enable that would not.
+	if want := "note: systemd reads no units from " + dir + ": `systemctl link " + filepath.Join(dir, "stratum.service") + "`"; !strings.Contains(out, want) || strings.Contains(out, "enable it with") {
+		t.Errorf("install into %s does not say systemd reads no units there (%q):\n%s", dir, want, out)
+	}
 	other := filepath.Join(dir, "other")
 	if err := os.Mkdir(other, 0o755); err != nil {
 		t.Fatal(err)
