@@ -2389,4 +2389,13 @@ var mutants = []mutant{
 			{"./cmd/stratum/cli", "-run", "TestInstallWritesAUnitThatRunsUpOnlyWithState$"},
 		},
 	},
+	{
+		Name: "status-waits-for-a-silent-supervisor",
+		File: "cmd/stratum/cli/services.go",
+		Old:  "\t\tsctx, cancel := context.WithTimeout(ctx, statusAskWithin)\n",
+		New:  "\t\tsctx, cancel := context.WithCancel(ctx)\n",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestStatusOfASupervisorThatDoesNotAnswer$"},
+		},
+	},
 }

@@ -452,6 +452,11 @@ func nodeStatus(ctx context.Context, n *ha.Node, h host.Host) (statusReport, err
 	return rep, nil
 }
 
+// statusAskWithin bounds each question status asks the supervisor: one that
+// accepts the connection and never answers (stopped by SIGSTOP, hung in I/O)
+// held status, the command run to find that out, for ever.
+var statusAskWithin = 10 * time.Second
+
 // askSupervisor fills in the supervisor's services, or why no supervisor
 // answered (also returned). A service the host's manager does not run (the
 // simulator runs no operator, nor does a supervisor started with
@@ -463,9 +468,14 @@ func (rep *statusReport) askSupervisor(ctx context.Context, h host.Host) error {
 		if name == ha.ServiceVIP && rep.Node != nil && rep.Node.VIP == "" {
 			continue
 		}
-		st, err := h.ServiceStatus(ctx, name)
+		sctx, cancel := context.WithTimeout(ctx, statusAskWithin)
+		st, err := h.ServiceStatus(sctx, name)
+		cancel()
 		if errors.Is(err, host.ErrUnknownService) && !errors.Is(err, host.ErrNoServiceManager) {
 			continue
+		}
+		if err != nil && ctx.Err() == nil && errors.Is(sctx.Err(), context.DeadlineExceeded) {
+			err = fmt.Errorf("the supervisor did not answer within %s (stopped, or hung: see its process's state, or `systemctl status stratum`): %w", statusAskWithin, err)
 		}
 		if err != nil {
 			err = fmt.Errorf("status of %s: %w", name, err)

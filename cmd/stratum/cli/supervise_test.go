@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -428,6 +429,44 @@ func TestStatusJudgesOnlyTheServicesThisNodeRuns(t *testing.T) {
 	rep = statusReport{Node: &nodeReport{NodeName: "cp1", VIP: "10.0.0.10"}}
 	if err := rep.judge(rep.askSupervisor(ctx, &host.Local{Dir: host.Dir{Root: t.TempDir()}, Services: old})); err != nil || !strings.Contains(rep.StratumSkew, "runs stratum v0.0.1-before, and this binary is stratum "+Version) {
 		t.Fatalf("status from another stratum than the supervisor runs: %v, skew %q; want exit 0 with a warning naming both", err, rep.StratumSkew)
+	}
+}
+
+// TestStatusOfASupervisorThatDoesNotAnswer: a supervisor that takes the
+// connection and never answers (stopped by SIGSTOP, hung in I/O) held
+// status, the command run to find that out, for ever; each question is
+// bounded and the problem says the supervisor did not answer. Not parallel:
+// it shortens the bound for its run.
+func TestStatusOfASupervisorThatDoesNotAnswer(t *testing.T) {
+	defer func(was time.Duration) { statusAskWithin = was }(statusAskWithin)
+	statusAskWithin = 300 * time.Millisecond
+	path := filepath.Join(t.TempDir(), "supervisor.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer conn.Close() // held open, never answered
+		}
+	}()
+	rep := statusReport{Node: &nodeReport{NodeName: "cp1"}}
+	done := make(chan error, 1)
+	go func() {
+		done <- rep.judge(rep.askSupervisor(context.Background(), &host.Local{Dir: host.Dir{Root: t.TempDir()}, Services: supervisor.Client{Path: path}}))
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(rep.Problem, "the supervisor did not answer within 300ms") {
+			t.Fatalf("status of a silent supervisor: %v, problem %q; want one saying it did not answer", err, rep.Problem)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("status of a supervisor that does not answer did not return")
 	}
 }
 
