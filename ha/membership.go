@@ -537,8 +537,9 @@ func (n *Node) PromoteWhenCaughtUp(ctx context.Context, cpIPs []string, peerURL 
 	op := "etcd promote of learner " + peerURL
 	var unansweredSince time.Time
 	report := waitReporter{n: n}
+	start := time.Now()
 	for {
-		err := n.promoteOnce(ctx, cpIPs, op, peerURL)
+		err := n.promoteOnce(ctx, cpIPs, op, peerURL, start)
 		if err == nil || !errors.Is(err, errNoEndpointAnswered) || ctx.Err() != nil {
 			return err
 		}
@@ -558,8 +559,11 @@ func (n *Node) PromoteWhenCaughtUp(ctx context.Context, cpIPs []string, peerURL 
 }
 
 // promoteOnce is one PromoteWhenCaughtUp through the first of cpIPs that
-// answers, asking again while etcd says the learner has not caught up.
-func (n *Node) promoteOnce(ctx context.Context, cpIPs []string, op, peerURL string) error {
+// answers, asking again while etcd says the learner has not caught up. Its
+// wait ends with ctx: a stop says so, and a deadline (promoteRetryFor, or
+// the caller's own shorter one: the operator's pass) says how long the
+// promotion, begun at start, waited.
+func (n *Node) promoteOnce(ctx context.Context, cpIPs []string, op, peerURL string, start time.Time) error {
 	return n.viaEach(ctx, cpIPs, op, func(ctx context.Context, cli *clientv3.Client, ep string) error {
 		ml, err := n.memberList(ctx, cli)
 		if err != nil {
@@ -593,7 +597,10 @@ func (n *Node) promoteOnce(ctx context.Context, cpIPs []string, op, peerURL stri
 			}
 			select {
 			case <-ctx.Done():
-				return fmt.Errorf("%s: the learner did not catch up within %s (last refusal: %v); it is still a learner: check that its etcd runs and reaches the leader: %w", op, promoteRetryFor, err, ctx.Err())
+				if errors.Is(ctx.Err(), context.Canceled) {
+					return fmt.Errorf("%s: stopped while waiting for the learner to catch up (last refusal: %v); it is still a learner, which the next `stratum up` (or the operator) promotes: %w", op, err, ctx.Err())
+				}
+				return fmt.Errorf("%s: the learner did not catch up within %s (last refusal: %v); it is still a learner: check that its etcd runs and reaches the leader: %w", op, time.Since(start).Round(time.Second), err, ctx.Err())
 			case <-time.After(promoteInterval):
 			}
 		}

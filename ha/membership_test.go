@@ -442,6 +442,18 @@ func TestPromoteWaitsForALearnerBehind(t *testing.T) {
 			t.Fatalf("no wait for the learner was reported as %q; logs:\n%s", waiting, logs)
 		}
 	}
+	// A caller's own shorter bound (the operator's pass) is the one the
+	// error names, and a stop says it was one.
+	short, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if err := n.PromoteWhenCaughtUp(short, ipsOf(c, "cp1"), spare.PeerURL()); err == nil || !strings.Contains(err.Error(), "did not catch up within 1s") {
+		t.Errorf("PromoteWhenCaughtUp within 1 s of a learner never started = %v; want it to say it waited 1s", err)
+	}
+	stopped, stop := context.WithCancel(ctx)
+	time.AfterFunc(500*time.Millisecond, stop)
+	if err := n.PromoteWhenCaughtUp(stopped, ipsOf(c, "cp1"), spare.PeerURL()); err == nil || !strings.Contains(err.Error(), "stopped while waiting for the learner to catch up") {
+		t.Errorf("PromoteWhenCaughtUp stopped = %v; want it to say it was stopped", err)
+	}
 	startJoiner(t, ctx, spare, ic)
 	if err := <-promoted; err != nil {
 		t.Fatalf("PromoteWhenCaughtUp once its learner ran: %v\nlogs:\n%s", err, logs)

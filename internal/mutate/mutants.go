@@ -2398,4 +2398,13 @@ var mutants = []mutant{
 			{"./cmd/stratum/cli", "-run", "TestStatusOfASupervisorThatDoesNotAnswer$"},
 		},
 	},
+	{
+		Name: "promotion-names-its-default-bound",
+		File: "ha/membership.go",
+		Old:  "catch up within %s (last refusal: %v); it is still a learner: check that its etcd runs and reaches the leader: %w\", op, time.Since(start).Round(time.Second),",
+		New:  "catch up within %s (last refusal: %v); it is still a learner: check that its etcd runs and reaches the leader: %w\", op, promoteRetryFor,",
+		Tests: [][]string{
+			{"./ha", "-run", "TestPromoteWaitsForALearnerBehind$"},
+		},
+	},
 }
