@@ -1406,8 +1406,8 @@ var mutants = []mutant{
 	{
 		Name: "release-member-never-refreshed",
 		File: "cmd/stratum/cli/supervise.go",
-		Old:  "m.Err == nil && m.ID != 0 {\n\t\t\t\tr.MemberID, idRead = fmt.Sprintf",
-		New:  "m.Err == nil && m.ID != 0 && recorded.MemberID == \"\" {\n\t\t\t\tr.MemberID, idRead = fmt.Sprintf",
+		Old:  "m.Err == nil && m.ID != 0 {\n\t\t\t\tmemberID, idRead = fmt.Sprintf",
+		New:  "m.Err == nil && m.ID != 0 && memberID == \"\" {\n\t\t\t\tmemberID, idRead = fmt.Sprintf",
 		Tests: [][]string{
 			{"./e2e", "-run", "TestHAControlPlaneOnThreeHosts"},
 		},

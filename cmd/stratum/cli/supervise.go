@@ -882,10 +882,14 @@ func (a *app) recordRelease(ctx context.Context, h host.Host, n *ha.Node, sup *s
 	var recorded noderelease.Release
 	var failing time.Duration // the wait after the last failed write; 0 while writes succeed
 	var retryAt time.Time
-	var idRead time.Time // when the etcd whose member ID was read began its run
+	// memberID is the member ID last read of etcd, and idRead when the etcd
+	// it was read of began its run: kept apart from what was recorded, so
+	// an ID read while a write fails is still written by the next attempt.
+	var memberID string
+	var idRead time.Time
 	for {
 		r := noderelease.Release{Node: cmp.Or(st.Etcd.Name, st.NodeName), Stratum: Version, APIServer: version.Kubernetes,
-			BinDir: sup.About().BinDir, MemberID: recorded.MemberID, Etcd: recorded.Etcd}
+			BinDir: sup.About().BinDir, MemberID: memberID, Etcd: recorded.Etcd}
 		etcd, serr := sup.ServiceStatus(ctx, ha.ServiceEtcd)
 		if serr == nil && etcd.Version != "" {
 			r.Etcd = etcd.Version
@@ -895,9 +899,10 @@ func (a *app) recordRelease(ctx context.Context, h host.Host, n *ha.Node, sup *s
 		// a rejoin through this supervisor restarts it), so it is asked of
 		// etcd (a TLS dial and two requests) only then, not every
 		// releaseCheckEvery for months.
-		if r.MemberID == "" || renewDue || etcd.Since.IsZero() || !etcd.Since.Equal(idRead) {
+		if memberID == "" || renewDue || etcd.Since.IsZero() || !etcd.Since.Equal(idRead) {
 			if m := n.EtcdMemberStatus(ctx, urlHost(st.Etcd.ClientURL)); m.Err == nil && m.ID != 0 {
-				r.MemberID, idRead = fmt.Sprintf("%x", m.ID), etcd.Since
+				memberID, idRead = fmt.Sprintf("%x", m.ID), etcd.Since
+				r.MemberID = memberID
 			}
 		}
 		r.Since = recorded.Since
