@@ -99,9 +99,13 @@ func (n *Node) readTimeout() time.Duration {
 // supervisor's retried start: nodelock.YieldMark) is said through
 // Env.Progress, and ends with ctx (a Ctrl-C while it waits changes nothing).
 func (n *Node) lockOptions(ctx context.Context) []nodelock.Option {
-	return []nodelock.Option{nodelock.Until(ctx), nodelock.WhileWaiting(func(holder string) {
-		if n.env.Progress != nil {
+	return []nodelock.Option{nodelock.Until(ctx), nodelock.WhileWaiting(func(holder string, waited time.Duration) {
+		switch {
+		case n.env.Progress == nil:
+		case waited == 0:
 			n.env.Progress(fmt.Sprintf("waiting for the node's locks, held by %s, to be free between its attempts (up to %s)", holder, nodelock.YieldWait))
+		default:
+			n.env.Progress(fmt.Sprintf("still waiting for the node's locks (%s so far, up to %s)", waited.Round(time.Second), nodelock.YieldWait))
 		}
 	})}
 }

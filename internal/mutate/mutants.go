@@ -2407,4 +2407,13 @@ var mutants = []mutant{
 			{"./ha", "-run", "TestPromoteWaitsForALearnerBehind$"},
 		},
 	},
+	{
+		Name: "lock-wait-said-only-once",
+		File: "internal/nodelock/nodelock.go",
+		Old:  "\t\t\tcase now.Sub(saidAt) >= WaitSaidEvery:\n",
+		New:  "\t\t\tcase false && now.Sub(saidAt) >= WaitSaidEvery:\n",
+		Tests: [][]string{
+			{"./internal/nodelock", "-run", "TestAHolderThatYieldsIsWaitedFor$"},
+		},
+	},
 }

@@ -57,7 +57,7 @@ const unnamedTries = 5
 type Option func(*options)
 
 type options struct {
-	waiting func(holder string)
+	waiting func(holder string, waited time.Duration)
 	until   context.Context
 }
 
@@ -67,12 +67,17 @@ func Until(ctx context.Context) Option {
 	return func(o *options) { o.until = ctx }
 }
 
-// WhileWaiting has Acquire call say once, with the holder, when it begins
-// to wait for a holder marked YieldMark: the waiting command says why it
-// does not go on.
-func WhileWaiting(say func(holder string)) Option {
+// WhileWaiting has Acquire call say, with the holder, when it begins to
+// wait for a holder marked YieldMark (waited 0), and again every
+// WaitSaidEvery while it waits, with how long it has: the waiting command
+// says why it does not go on, and does not fall silent for minutes.
+func WhileWaiting(say func(holder string, waited time.Duration)) Option {
 	return func(o *options) { o.waiting = say }
 }
+
+// WaitSaidEvery is how often a wait for a yielding holder is said again
+// (WhileWaiting).
+var WaitSaidEvery = 15 * time.Second
 
 // Acquire takes the named lock for operation (for example "stratum server
 // (join)"). The holder recorded, and named to anyone refused, is the
@@ -90,7 +95,7 @@ func Acquire(h interface {
 	}
 	holder := fmt.Sprintf("%s (pid %d, since %s)", operation, os.Getpid(), h.Now().UTC().Format(time.RFC3339))
 	var locked *host.LockedError
-	var waitStart time.Time
+	var waitStart, saidAt time.Time
 	unnamed := 0
 	for {
 		release, err = h.Lock(name, holder)
@@ -98,10 +103,16 @@ func Acquire(h interface {
 			break
 		}
 		if strings.Contains(locked.Holder, YieldMark) {
-			if waitStart.IsZero() {
-				waitStart = time.Now()
+			switch now := time.Now(); {
+			case waitStart.IsZero():
+				waitStart, saidAt = now, now
 				if o.waiting != nil {
-					o.waiting(locked.Holder)
+					o.waiting(locked.Holder, 0)
+				}
+			case now.Sub(saidAt) >= WaitSaidEvery:
+				saidAt = now
+				if o.waiting != nil {
+					o.waiting(locked.Holder, now.Sub(waitStart))
 				}
 			}
 			if time.Since(waitStart) > YieldWait {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -56,8 +57,8 @@ func TestAcquireBothReleasesMaintenanceWhenDataLockIsHeld(t *testing.T) {
 
 // TestAHolderThatYieldsIsWaitedFor: an operation finding the locks held by
 // one marked YieldMark (the supervisor's retried start, which takes them for
-// each attempt) waits for the hold to end, saying once whom it waits for,
-// and takes them; one finding any other holder is refused at once.
+// each attempt) waits for the hold to end, saying whom it waits for, and
+// again while it waits with how long it has, and takes them; one finding any other holder is refused at once.
 func TestAHolderThatYieldsIsWaitedFor(t *testing.T) {
 	root := t.TempDir()
 	a, b := clockDir{&host.Dir{Root: root}}, clockDir{&host.Dir{Root: root}}
@@ -65,11 +66,19 @@ func TestAHolderThatYieldsIsWaitedFor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer func(was time.Duration) { WaitSaidEvery = was }(WaitSaidEvery)
+	WaitSaidEvery = 200 * time.Millisecond
+	var mu sync.Mutex
 	var said []string
+	var waits []time.Duration
 	took := make(chan error, 1)
 	start := time.Now()
 	go func() {
-		rel, err := AcquireBoth(b, "stratum reset", WhileWaiting(func(holder string) { said = append(said, holder) }))
+		rel, err := AcquireBoth(b, "stratum reset", WhileWaiting(func(holder string, waited time.Duration) {
+			mu.Lock()
+			defer mu.Unlock()
+			said, waits = append(said, holder), append(waits, waited)
+		}))
 		if err == nil {
 			rel()
 		}
@@ -103,8 +112,15 @@ func TestAHolderThatYieldsIsWaitedFor(t *testing.T) {
 	if err := <-took; err != nil {
 		t.Fatalf("AcquireBoth once the yielding holder let go: %v", err)
 	}
-	if len(said) != 1 || !strings.Contains(said[0], "the supervisor's retried start") || time.Since(start) < 500*time.Millisecond {
-		t.Fatalf("the wait was said %q; want once, naming the holder", said)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(said) < 3 || !strings.Contains(said[0], "the supervisor's retried start") || waits[0] != 0 || time.Since(start) < 500*time.Millisecond {
+		t.Fatalf("the wait was said %q after %v; want it said at its start, naming the holder, then again while it lasted", said, waits)
+	}
+	for i := 1; i < len(waits); i++ {
+		if waits[i] <= waits[i-1] {
+			t.Fatalf("the wait was said after %v; want each saying how long it had waited, growing", waits)
+		}
 	}
 
 	release, err = AcquireBoth(a, "stratum certs renew")
@@ -112,7 +128,7 @@ func TestAHolderThatYieldsIsWaitedFor(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer release()
-	if _, err := Acquire(b, Maintenance, "stratum reset", WhileWaiting(func(string) { t.Error("waited for a holder that does not yield") })); !errors.Is(err, ErrBusy) {
+	if _, err := Acquire(b, Maintenance, "stratum reset", WhileWaiting(func(string, time.Duration) { t.Error("waited for a holder that does not yield") })); !errors.Is(err, ErrBusy) {
 		t.Fatalf("Acquire under a holder that does not yield = %v; want ErrBusy at once", err)
 	}
 }
