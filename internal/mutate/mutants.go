@@ -1958,8 +1958,8 @@ var mutants = []mutant{
 	{
 		Name: "supervised-start-waits-silently",
 		File: "cmd/stratum/cli/supervise.go",
-		Old:  "s.progress(fmt.Sprintf(\"waiting for the supervisor to %s %s (%s so far)\", verb, name, time.Since(began).Round(time.Second)))",
-		New:  "_ = began",
+		Old:  "\treturn sayWhile(s.progress, cmp.Or(s.every, ha.WaitReportEvery), func(",
+		New:  "\treturn do()\n\treturn sayWhile(s.progress, cmp.Or(s.every, ha.WaitReportEvery), func(",
 		Tests: [][]string{
 			{"./cmd/stratum/cli", "-run", "TestSupervisedStartsSayWhatTheyWaitFor$"},
 		},
@@ -2414,6 +2414,15 @@ var mutants = []mutant{
 		New:  "\t\t\tcase false && now.Sub(saidAt) >= WaitSaidEvery:\n",
 		Tests: [][]string{
 			{"./internal/nodelock", "-run", "TestAHolderThatYieldsIsWaitedFor$"},
+		},
+	},
+	{
+		Name: "start-silent-until-ready",
+		File: "cmd/stratum/cli/supervise.go",
+		Old:  "\treturn sayWhile(func(line string) { fmt.Fprintf(p.w,",
+		New:  "\treturn p.Supervisor.StartService(ctx, name)\n\treturn sayWhile(func(line string) { fmt.Fprintf(p.w,",
+		Tests: [][]string{
+			{"./cmd/stratum/cli", "-run", "TestAStartSaysWhatItWaitsForUntilReady$"},
 		},
 	},
 }

@@ -107,17 +107,25 @@ func (s waitedServices) StopService(ctx context.Context, name string) error {
 }
 
 func (s waitedServices) waiting(verb, name string, do func() error) error {
+	return sayWhile(s.progress, cmp.Or(s.every, ha.WaitReportEvery), func(waited time.Duration) string {
+		return fmt.Sprintf("waiting for the supervisor to %s %s (%s so far)", verb, name, waited.Round(time.Second))
+	}, do)
+}
+
+// sayWhile runs do and, until it returns, says through progress every
+// every what it waits for (line, given how long it has waited).
+func sayWhile(progress func(string), every time.Duration, line func(waited time.Duration) string, do func() error) error {
 	done := make(chan error, 1)
 	go func() { done <- do() }()
 	began := time.Now()
-	tick := time.NewTicker(cmp.Or(s.every, ha.WaitReportEvery))
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
 		select {
 		case err := <-done:
 			return err
 		case <-tick.C:
-			s.progress(fmt.Sprintf("waiting for the supervisor to %s %s (%s so far)", verb, name, time.Since(began).Round(time.Second)))
+			progress(line(time.Since(began)))
 		}
 	}
 }
@@ -354,6 +362,9 @@ func waitEtcdServes(ctx context.Context, h host.Host, n *ha.Node) error {
 		}
 		select {
 		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return fmt.Errorf("etcd at %s does not serve within %s: %s (%w)", st.Etcd.ClientURL, controlplane.ServiceReadyWithin, why, ctx.Err())
+			}
 			return fmt.Errorf("etcd at %s does not serve: %s (%w)", st.Etcd.ClientURL, why, ctx.Err())
 		case <-time.After(200 * time.Millisecond):
 		}
@@ -641,7 +652,7 @@ func (a *app) supervise(ctx context.Context, verb, done string, f superviseFlags
 	if err != nil {
 		return refusedf("%s refused: %w; nothing was changed", verb, err)
 	}
-	l.Services = startProgress{sup, a.stdout}
+	l.Services = startProgress{Supervisor: sup, w: a.stdout}
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, interrupt.Signals()...)
 	endForce := forceOnSecondSignal(sigs, sup.Force, a.stdout)
@@ -1245,6 +1256,8 @@ func (a *app) progress(line string) {
 type startProgress struct {
 	*supervisor.Supervisor
 	w io.Writer
+	// every is the pace of the waiting lines (zero: ha.WaitReportEvery).
+	every time.Duration
 }
 
 func (p startProgress) StartService(ctx context.Context, name string) error {
@@ -1252,7 +1265,13 @@ func (p startProgress) StartService(ctx context.Context, name string) error {
 		return p.Supervisor.StartService(ctx, name)
 	}
 	fmt.Fprintf(p.w, "  starting %s ...\n", name)
-	return p.Supervisor.StartService(ctx, name)
+	// A start returns once the service is ready (etcd with a leader, the
+	// apiserver's /readyz), which may take up to ServiceReadyWithin: one
+	// node of three started after a power cut, its peers still down, waits
+	// for a leader. It is said every WaitReportEvery, not only at the end.
+	return sayWhile(func(line string) { fmt.Fprintf(p.w, "  %s\n", line) }, cmp.Or(p.every, ha.WaitReportEvery), func(waited time.Duration) string {
+		return fmt.Sprintf("waiting for %s to be ready (%s so far, up to %s)", name, waited.Round(time.Second), controlplane.ServiceReadyWithin)
+	}, func() error { return p.Supervisor.StartService(ctx, name) })
 }
 
 // The environment variables a join's secrets can come from, so they stay out

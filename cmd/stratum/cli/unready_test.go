@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"stratum.dev/stratum/internal/controlplane"
 	"stratum.dev/stratum/internal/host"
+	"stratum.dev/stratum/internal/supervisor"
+	"stratum.dev/stratum/internal/syncbuf"
 	"stratum.dev/stratum/internal/token"
 	"stratum.dev/stratum/sim"
 )
@@ -116,14 +119,17 @@ func TestSupervisedStartsSayWhatTheyWaitFor(t *testing.T) {
 	s := waitedServices{Services: b, progress: progress, every: 20 * time.Millisecond}
 	started := make(chan error, 1)
 	go func() { started <- s.StartService(context.Background(), "etcd") }()
-	for {
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		mu.Lock()
 		n := len(said)
 		mu.Unlock()
 		if n >= 2 {
 			break
 		}
-		time.Sleep(5 * time.Millisecond)
+		if time.Now().After(deadline) {
+			close(b.release)
+			t.Fatalf("a start not returned said %d lines in 5 s, want one every 20 ms", n)
+		}
 	}
 	close(b.release)
 	if err := <-started; err != nil {
@@ -142,5 +148,50 @@ func TestSupervisedStartsSayWhatTheyWaitFor(t *testing.T) {
 	defer mu.Unlock()
 	if err != nil || len(said) != 0 {
 		t.Fatalf("a start that returned at once: %v, said %q; want nothing said", err, said)
+	}
+}
+
+// TestAStartSaysWhatItWaitsForUntilReady: the supervisor's own start of a
+// service (up, server, a reset that starts etcd again) returns once the
+// service is ready, up to ServiceReadyWithin (a node of three after a power
+// cut waits for a leader); it says so at the pace of the lines, with the
+// bound, where it said only "starting etcd ..." for up to two minutes.
+func TestAStartSaysWhatItWaitsForUntilReady(t *testing.T) {
+	release := make(chan struct{})
+	sup, err := supervisor.New(supervisor.Config{LogDir: t.TempDir(), Services: []supervisor.Spec{{
+		Name: "etcd",
+		Run: func(ctx context.Context) error {
+			<-ctx.Done()
+			return nil
+		},
+		Ready: func(ctx context.Context) error {
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sup.Shutdown()
+	var out syncbuf.Buffer
+	p := startProgress{Supervisor: sup, w: &out, every: 20 * time.Millisecond}
+	started := make(chan error, 1)
+	go func() { started <- p.StartService(context.Background(), "etcd") }()
+	want := "waiting for etcd to be ready ("
+	for deadline := time.Now().Add(5 * time.Second); strings.Count(out.String(), want) < 2; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("a start not ready said:\n%s\nwant %q at its pace", out.String(), want)
+		}
+	}
+	close(release)
+	if err := <-started; err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "  starting etcd ...\n") || !strings.Contains(out.String(), "so far, up to "+controlplane.ServiceReadyWithin.String()+")") {
+		t.Fatalf("a start not ready said:\n%s\nwant the start, then how long and the bound", out.String())
 	}
 }
