@@ -147,13 +147,15 @@ func (n *Node) downgradeUnderWay(ctx context.Context, cpIP string, hosts []strin
 
 // waitMembersRun waits until every member at hosts runs etcd major.minor
 // target and etcd has ended the downgrade, logging progress every
-// downgradeReport.
+// downgradeReport, for up to downgradeWaitFor (or the caller's own bound);
+// its error says how long it waited, or that it was stopped.
 func (n *Node) waitMembersRun(ctx context.Context, hosts []string, target string) error {
 	ctx, cancel := context.WithTimeout(ctx, downgradeWaitFor)
 	defer cancel()
 	poll := time.NewTicker(downgradePoll)
 	defer poll.Stop()
-	lastReport := time.Now()
+	start := time.Now()
+	lastReport := start
 	report := waitReporter{n: n}
 	for {
 		var behind []string
@@ -184,8 +186,12 @@ func (n *Node) waitMembersRun(ctx context.Context, hosts []string, target string
 		report.waiting("every member to run etcd %s: swap each to that etcd once its storage is lowered (behind: %s)", target, strings.Join(behind, ", "))
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("etcd downgrade to %s: enabled, but not every member runs %s (%s): %w; the downgrade stays enabled: swap the remaining members to etcd %s and run it again, or cancel it (etcdctl downgrade cancel)",
-				target, target, strings.Join(behind, ", "), ctx.Err(), target)
+			waited := "stopped while waiting"
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				waited = fmt.Sprintf("waited %s", time.Since(start).Round(time.Second))
+			}
+			return fmt.Errorf("etcd downgrade to %s: enabled, but not every member runs %s (%s; %s): %w; the downgrade stays enabled: swap the remaining members to etcd %s and run it again, or cancel it (etcdctl downgrade cancel)",
+				target, target, strings.Join(behind, ", "), waited, ctx.Err(), target)
 		case <-poll.C:
 		}
 	}

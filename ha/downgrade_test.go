@@ -206,3 +206,24 @@ func TestDowngradeStoppedAfterItsValidation(t *testing.T) {
 		t.Fatalf("storage after a downgrade stopped before its enable: %+v, %v; want no downgrade enabled", st, err)
 	}
 }
+
+// TestDowngradeWaitSaysHowItEnded: the wait for every member to run the
+// downgrade's target says how long it waited when its bound (or the
+// caller's) ran out, and that it was stopped on a Ctrl-C, where both read
+// "context deadline exceeded" or "context canceled" alone.
+func TestDowngradeWaitSaysHowItEnded(t *testing.T) {
+	t.Parallel() // its own simulated cluster
+	c := sim.Start(t, sim.Config{ControlPlanes: 1})
+	n := ha.NewNode(ha.Env{Host: c.Host("cp1").Handle()})
+	hosts := ipsOf(c, "cp1")
+	short, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	if err := n.WaitMembersRun(short, hosts, "3.6"); err == nil || !strings.Contains(err.Error(), "; waited 2s)") && !strings.Contains(err.Error(), "; waited 1s)") {
+		t.Errorf("a downgrade wait past its bound = %v; want it to say how long it waited", err)
+	}
+	stopped, stop := context.WithCancel(context.Background())
+	time.AfterFunc(500*time.Millisecond, stop)
+	if err := n.WaitMembersRun(stopped, hosts, "3.6"); err == nil || !strings.Contains(err.Error(), "stopped while waiting") || !errors.Is(err, context.Canceled) {
+		t.Errorf("a downgrade wait stopped = %v; want it to say it was stopped", err)
+	}
+}

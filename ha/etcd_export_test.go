@@ -64,3 +64,9 @@ func (n *Node) MembersOf(ctx context.Context, cpIPs []string, clusterID string) 
 	ms, err := n.membersOf(ctx, cpIPs, "etcd member list", clusterID)
 	return len(ms), err
 }
+
+// WaitMembersRun exposes the downgrade's wait for every member to run the
+// target version.
+func (n *Node) WaitMembersRun(ctx context.Context, hosts []string, target string) error {
+	return n.waitMembersRun(ctx, hosts, target)
+}

@@ -2425,4 +2425,13 @@ var mutants = []mutant{
 			{"./cmd/stratum/cli", "-run", "TestAStartSaysWhatItWaitsForUntilReady$"},
 		},
 	},
+	{
+		Name: "downgrade-wait-says-not-how-it-ended",
+		File: "ha/downgrade.go",
+		Old:  "\t\t\twaited := \"stopped while waiting\"\n\t\t\tif errors.Is(ctx.Err(), context.DeadlineExceeded) {",
+		New:  "\t\t\twaited := \"\"\n\t\t\tif false && errors.Is(ctx.Err(), context.DeadlineExceeded) {",
+		Tests: [][]string{
+			{"./ha", "-run", "TestDowngradeWaitSaysHowItEnded$"},
+		},
+	},
 }
