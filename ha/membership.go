@@ -578,6 +578,15 @@ func (n *Node) promoteOnce(ctx context.Context, cpIPs []string, op, peerURL stri
 		}
 		refusals := 0
 		report := waitReporter{n: n}
+		var refusal error // etcd's last refusal
+		// ended is the promotion's end with ctx, in the select or during
+		// a request alike.
+		ended := func() error {
+			if errors.Is(ctx.Err(), context.Canceled) {
+				return fmt.Errorf("%s: stopped while waiting for the learner to catch up (last refusal: %v); it is still a learner, which the next `stratum up` (or the operator) promotes: %w", op, refusal, ctx.Err())
+			}
+			return fmt.Errorf("%s: the learner did not catch up within %s (last refusal: %v); it is still a learner: check that its etcd runs and reaches the leader: %w", op, time.Since(start).Round(time.Second), refusal, ctx.Err())
+		}
 		for {
 			wctx, wcancel := context.WithTimeout(ctx, etcdWriteTimeout)
 			_, err := cli.MemberPromote(wctx, m.ID)
@@ -591,16 +600,16 @@ func (n *Node) promoteOnce(ctx context.Context, cpIPs []string, op, peerURL stri
 			case etcdErrIs(err, rpctypes.ErrMemberLearnerNotReady), etcdErrIs(err, rpctypes.ErrUnhealthy),
 				etcdErrIs(err, rpctypes.ErrMemberNotEnoughStarted):
 				refusals++
+				refusal = err
 				report.waiting("learner %s to catch up with the leader (etcd: %v)", peerURL, err)
+			case ctx.Err() != nil && refusals > 0:
+				return ended()
 			default:
 				return fmt.Errorf("%s through %s: %w", op, ep, err)
 			}
 			select {
 			case <-ctx.Done():
-				if errors.Is(ctx.Err(), context.Canceled) {
-					return fmt.Errorf("%s: stopped while waiting for the learner to catch up (last refusal: %v); it is still a learner, which the next `stratum up` (or the operator) promotes: %w", op, err, ctx.Err())
-				}
-				return fmt.Errorf("%s: the learner did not catch up within %s (last refusal: %v); it is still a learner: check that its etcd runs and reaches the leader: %w", op, time.Since(start).Round(time.Second), err, ctx.Err())
+				return ended()
 			case <-time.After(promoteInterval):
 			}
 		}
