@@ -602,7 +602,7 @@ func (n *Node) promoteOnce(ctx context.Context, cpIPs []string, op, peerURL stri
 				refusals++
 				refusal = err
 				report.waiting("learner %s to catch up with the leader (etcd: %v)", peerURL, err)
-			case ctx.Err() != nil && refusals > 0:
+			case ctx.Err() != nil && refusal != nil:
 				return ended()
 			default:
 				return fmt.Errorf("%s through %s: %w", op, ep, err)
